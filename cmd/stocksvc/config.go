@@ -1,0 +1,237 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stocksvc/stocksvc/internal/lock"
+	"github.com/stocksvc/stocksvc/internal/stock"
+)
+
+// config is everything stocksvc reads from its environment and flags. Each field has a flag,
+// an environment variable and a default; a flag wins over the variable.
+type config struct {
+	Addr           string
+	DatabaseURL    string
+	RedisURL       string
+	RedisPrefix    string
+	AdminToken     string
+	DBMaxConns     int
+	LockTTL        time.Duration
+	LockWait       time.Duration
+	LockRetry      string
+	LockMaxRetries int
+	MaxQuantity    int64
+	RequestTimeout time.Duration
+	ShutdownGrace  time.Duration
+	ShutdownDelay  time.Duration
+	IdempotencyTTL time.Duration
+	Defense        string
+	DemoUnsafe     bool
+	LogFormat      string
+	LogLevel       string
+
+	defense stock.Defense
+	retry   lock.RetryStrategy
+}
+
+// setting describes one configuration entry, for flags, the environment and the docs.
+type setting struct {
+	env, flag, def, usage string
+	set                   func(c *config, v string) error
+}
+
+func settings() []setting {
+	str := func(f func(c *config) *string) func(*config, string) error {
+		return func(c *config, v string) error { *f(c) = v; return nil }
+	}
+	dur := func(f func(c *config) *time.Duration) func(*config, string) error {
+		return func(c *config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return fmt.Errorf("want a non-negative duration such as 2s or 150ms, got %q", v)
+			}
+			*f(c) = d
+			return nil
+		}
+	}
+	integer := func(f func(c *config, n int64)) func(*config, string) error {
+		return func(c *config, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return fmt.Errorf("want an integer, got %q", v)
+			}
+			f(c, n)
+			return nil
+		}
+	}
+	return []setting{
+		{"STOCKSVC_ADDR", "addr", ":8080", "address to listen on", str(func(c *config) *string { return &c.Addr })},
+		{"DATABASE_URL", "database-url", "postgres://postgres@localhost:5432/stocksvc?sslmode=disable", "Postgres URL; the database is created if missing and permitted", str(func(c *config) *string { return &c.DatabaseURL })},
+		{"REDIS_URL", "redis-url", "redis://localhost:6379/0", "Redis URL", str(func(c *config) *string { return &c.RedisURL })},
+		{"STOCKSVC_REDIS_PREFIX", "redis-prefix", "stocksvc:", "prefix of every Redis key the service writes", str(func(c *config) *string { return &c.RedisPrefix })},
+		{"STOCKSVC_ADMIN_TOKEN", "admin-token", "", "bearer token for the admin routes; empty disables them", str(func(c *config) *string { return &c.AdminToken })},
+		{"STOCKSVC_DB_MAX_CONNS", "db-max-conns", "20", "Postgres connection pool size", integer(func(c *config, n int64) { c.DBMaxConns = int(n) })},
+		{"STOCKSVC_LOCK_TTL", "lock-ttl", "10s", "lease of a product lock; refreshed every third of it while held", dur(func(c *config) *time.Duration { return &c.LockTTL })},
+		{"STOCKSVC_LOCK_WAIT", "lock-wait", "2s", "longest an order waits for its product locks before answering 429", dur(func(c *config) *time.Duration { return &c.LockWait })},
+		{"STOCKSVC_LOCK_RETRY", "lock-retry", "exponential", "how lock waits are paced: exponential[:BASE:MAX], linear[:STEP:MAX], fixed:PAUSE or none", str(func(c *config) *string { return &c.LockRetry })},
+		{"STOCKSVC_LOCK_MAX_RETRIES", "lock-max-retries", "0", "cap on lock attempts after the first; 0 means only the wait bounds them", integer(func(c *config, n int64) { c.LockMaxRetries = int(n) })},
+		{"STOCKSVC_MAX_QUANTITY", "max-quantity", "10", "most units of one product per order", integer(func(c *config, n int64) { c.MaxQuantity = n })},
+		{"STOCKSVC_REQUEST_TIMEOUT", "request-timeout", "10s", "bound on each API request", dur(func(c *config) *time.Duration { return &c.RequestTimeout })},
+		{"STOCKSVC_SHUTDOWN_GRACE", "shutdown-grace", "15s", "how long in-flight requests may take to finish after SIGTERM", dur(func(c *config) *time.Duration { return &c.ShutdownGrace })},
+		{"STOCKSVC_SHUTDOWN_DELAY", "shutdown-delay", "0s", "how long /readyz answers 503 before the listener closes, so a balancer can notice", dur(func(c *config) *time.Duration { return &c.ShutdownDelay })},
+		{"STOCKSVC_IDEMPOTENCY_TTL", "idempotency-ttl", "24h", "how long idempotency keys are kept (at least)", dur(func(c *config) *time.Duration { return &c.IdempotencyTTL })},
+		{"STOCKSVC_DEFENSE", "defense", "lock,version,guard", "defense layers; anything else needs STOCKSVC_DEMO_UNSAFE=1", str(func(c *config) *string { return &c.Defense })},
+		{"STOCKSVC_DEMO_UNSAFE", "demo-unsafe", "", "set to 1 to allow a non-default STOCKSVC_DEFENSE (demonstrations only)", func(c *config, v string) error {
+			c.DemoUnsafe = v == "1" || strings.EqualFold(v, "true")
+			return nil
+		}},
+		{"STOCKSVC_LOG_FORMAT", "log-format", "json", "log format: json or text", str(func(c *config) *string { return &c.LogFormat })},
+		{"STOCKSVC_LOG_LEVEL", "log-level", "info", "log level: debug, info, warn or error", str(func(c *config) *string { return &c.LogLevel })},
+	}
+}
+
+// loadConfig reads the environment through getenv, then the flags in args.
+func loadConfig(args []string, getenv func(string) string, usage io.Writer) (config, []string, error) {
+	var c config
+	fs := flag.NewFlagSet("stocksvc", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	var errs []error
+	for _, s := range settings() {
+		v := getenv(s.env)
+		if v == "" {
+			v = s.def
+		}
+		if err := s.set(&c, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.env, err))
+		}
+		fs.Func(s.flag, fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, s.def), func(v string) error { return s.set(&c, v) })
+	}
+	if err := fs.Parse(args); err != nil {
+		return config{}, nil, err
+	}
+	if err := errors.Join(errs...); err != nil {
+		return config{}, nil, err
+	}
+	return c, fs.Args(), c.validate()
+}
+
+func (c *config) validate() error {
+	var errs []error
+	var err error
+	if c.defense, err = stock.ParseDefense(c.Defense); err != nil {
+		errs = append(errs, fmt.Errorf("STOCKSVC_DEFENSE: %w", err))
+	} else if c.defense != stock.DefaultDefense() && !c.DemoUnsafe {
+		errs = append(errs, fmt.Errorf("STOCKSVC_DEFENSE=%s can oversell or weaken the service; set STOCKSVC_DEMO_UNSAFE=1 to run it anyway", c.Defense))
+	}
+	if c.retry, err = parseRetry(c.LockRetry, c.LockMaxRetries); err != nil {
+		errs = append(errs, fmt.Errorf("STOCKSVC_LOCK_RETRY: %w", err))
+	}
+	if c.LockTTL < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("STOCKSVC_LOCK_TTL: %v is too short (minimum 100ms)", c.LockTTL))
+	}
+	if c.LockWait <= 0 {
+		errs = append(errs, errors.New("STOCKSVC_LOCK_WAIT: must be positive"))
+	}
+	if c.MaxQuantity < 1 {
+		errs = append(errs, errors.New("STOCKSVC_MAX_QUANTITY: must be at least 1"))
+	}
+	if c.DBMaxConns < 1 {
+		errs = append(errs, errors.New("STOCKSVC_DB_MAX_CONNS: must be at least 1"))
+	}
+	if c.RequestTimeout <= 0 {
+		errs = append(errs, errors.New("STOCKSVC_REQUEST_TIMEOUT: must be positive"))
+	}
+	if c.IdempotencyTTL < 24*time.Hour {
+		errs = append(errs, fmt.Errorf("STOCKSVC_IDEMPOTENCY_TTL: %v is below the promised 24h", c.IdempotencyTTL))
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		errs = append(errs, fmt.Errorf("STOCKSVC_LOG_FORMAT: want json or text, got %q", c.LogFormat))
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("STOCKSVC_LOG_LEVEL: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// parseRetry reads a lock retry policy: "exponential[:BASE:MAX]", "linear[:STEP:MAX]",
+// "fixed:PAUSE" or "none", capped at maxRetries retries when that is positive.
+func parseRetry(spec string, maxRetries int) (lock.RetryStrategy, error) {
+	parts := strings.Split(spec, ":")
+	durs := make([]time.Duration, len(parts)-1)
+	for i, p := range parts[1:] {
+		d, err := time.ParseDuration(p)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%q: %q is not a positive duration", spec, p)
+		}
+		durs[i] = d
+	}
+	var s lock.RetryStrategy
+	switch {
+	case parts[0] == "none" && len(durs) == 0:
+		s = lock.NoRetry()
+	case parts[0] == "exponential" && len(durs) == 0:
+		s = lock.Exponential(time.Millisecond, 50*time.Millisecond)
+	case parts[0] == "exponential" && len(durs) == 2:
+		s = lock.Exponential(durs[0], durs[1])
+	case parts[0] == "linear" && len(durs) == 0:
+		s = lock.Linear(2*time.Millisecond, 50*time.Millisecond)
+	case parts[0] == "linear" && len(durs) == 2:
+		s = lock.Linear(durs[0], durs[1])
+	case parts[0] == "fixed" && len(durs) == 1:
+		s = lock.Fixed(durs[0])
+	default:
+		return nil, fmt.Errorf("%q: want exponential[:BASE:MAX], linear[:STEP:MAX], fixed:PAUSE or none", spec)
+	}
+	if maxRetries > 0 {
+		s = lock.Limit(s, maxRetries)
+	}
+	return s, nil
+}
+
+// logAttrs describes the configuration for the start-up log line, secrets masked.
+func (c config) logAttrs() []any {
+	masked := ""
+	if c.AdminToken != "" {
+		masked = "***"
+	}
+	return []any{
+		slog.String("addr", c.Addr),
+		slog.String("database_url", redactURL(c.DatabaseURL)),
+		slog.String("redis_url", redactURL(c.RedisURL)),
+		slog.String("redis_prefix", c.RedisPrefix),
+		slog.String("admin_token", masked),
+		slog.Int("db_max_conns", c.DBMaxConns),
+		slog.Duration("lock_ttl", c.LockTTL),
+		slog.Duration("lock_wait", c.LockWait),
+		slog.String("lock_retry", c.LockRetry),
+		slog.Int("lock_max_retries", c.LockMaxRetries),
+		slog.Int64("max_quantity", c.MaxQuantity),
+		slog.Duration("request_timeout", c.RequestTimeout),
+		slog.Duration("shutdown_grace", c.ShutdownGrace),
+		slog.Duration("shutdown_delay", c.ShutdownDelay),
+		slog.Duration("idempotency_ttl", c.IdempotencyTTL),
+		slog.String("defense", c.defense.String()),
+	}
+}
+
+// redactURL hides a URL's password, in the user part or as a query parameter.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}

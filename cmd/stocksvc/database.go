@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+)
+
+// ensureDatabase creates the database DATABASE_URL names if it does not exist, connecting to
+// the server's "postgres" database to do so. Lacking the privilege is not an error — the
+// database may have been made by someone who has it — and neither is losing a creation race
+// to another replica.
+func ensureDatabase(ctx context.Context, databaseURL string, log *slog.Logger) error {
+	cfg, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	name := cfg.Database
+	if name == "" || name == "postgres" {
+		return nil
+	}
+	cfg.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		// Perhaps only the target database accepts us; migrations will tell.
+		log.WarnContext(ctx, "cannot check whether the database exists", slog.String("database", name), slog.Any("error", err))
+		return nil
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("look up database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	_, err = conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize())
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		log.InfoContext(ctx, "database created", slog.String("database", name))
+	case errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505"):
+		// Another replica created it first.
+	case errors.As(err, &pgErr) && pgErr.Code == "42501":
+		log.WarnContext(ctx, "not permitted to create the database", slog.String("database", name))
+	default:
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}
+
+// newPool connects to Postgres. Server-side timeouts make sure a stalled client (a paused
+// replica, a lost connection) cannot hold a product row lock for long.
+func newPool(ctx context.Context, databaseURL string, maxConns int) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	cfg.MaxConns = int32(maxConns)
+	for param, value := range map[string]string{
+		"application_name":                    "stocksvc",
+		"lock_timeout":                        "5s",
+		"statement_timeout":                   "10s",
+		"idle_in_transaction_session_timeout": "15s",
+	} {
+		if _, set := cfg.ConnConfig.RuntimeParams[param]; !set {
+			cfg.ConnConfig.RuntimeParams[param] = value
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create postgres pool: %w", err)
+	}
+	return pool, nil
+}
+
+func newRedis(redisURL string) (*redis.Client, error) {
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse REDIS_URL: %w", err)
+	}
+	return redis.NewClient(opts), nil
+}
+
+// waitFor calls ping until it succeeds or timeout passes, so that replicas started together
+// with their databases do not give up on the first refused connection.
+func waitFor(ctx context.Context, what string, timeout time.Duration, ping func(context.Context) error, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		err := ping(pctx)
+		pcancel()
+		if err == nil {
+			return nil
+		}
+		if attempt == 1 {
+			log.WarnContext(ctx, "waiting for dependency", slog.String("dependency", what), slog.Any("error", err))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not reachable within %v: %w", what, timeout, err)
+		case <-time.After(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)):
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	stockhttp "github.com/stocksvc/stocksvc/internal/http"
+	"github.com/stocksvc/stocksvc/internal/lock"
+	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/migrations"
+)
+
+// dependencyWait is how long start-up waits for Postgres and Redis to answer.
+const dependencyWait = 30 * time.Second
+
+// serve runs the API until ctx ends, then drains and shuts down in order.
+func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger) error {
+	log.InfoContext(ctx, "starting", cfg.logAttrs()...)
+	if cfg.defense != stock.DefaultDefense() {
+		log.WarnContext(ctx, "UNSAFE DEFENSE SETTING: this replica may oversell; use it only to demonstrate the layers",
+			slog.String("defense", cfg.defense.String()))
+	}
+
+	if err := waitFor(ctx, "postgres", dependencyWait, func(ctx context.Context) error {
+		return ensureDatabase(ctx, cfg.DatabaseURL, log)
+	}, log); err != nil {
+		return err
+	}
+	if err := migrations.Up(cfg.DatabaseURL); err != nil {
+		return err
+	}
+	pool, err := newPool(ctx, cfg.DatabaseURL, cfg.DBMaxConns)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rdb, err := newRedis(cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	if err := waitFor(ctx, "postgres", dependencyWait, pool.Ping, log); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "redis", dependencyWait, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, log); err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	store := stock.NewPGStore(pool)
+	locker := stock.NewRedisLocker(lock.New(rdb), stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
+	svc := stock.NewService(store, locker, stock.Config{
+		Defense:     cfg.defense,
+		MaxQuantity: cfg.MaxQuantity,
+		KeyPrefix:   cfg.RedisPrefix,
+		ClaimTTL:    cfg.RequestTimeout + cfg.LockTTL,
+	}, stock.NewMetrics(reg))
+	api := stockhttp.New(stockhttp.Config{
+		Service:    svc,
+		AdminToken: cfg.AdminToken,
+		Ready: func(ctx context.Context) error {
+			if err := pool.Ping(ctx); err != nil {
+				return fmt.Errorf("postgres: %w", err)
+			}
+			if err := rdb.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("redis: %w", err)
+			}
+			return nil
+		},
+		Logger:         log,
+		Registerer:     reg,
+		Gatherer:       reg,
+		RequestTimeout: cfg.RequestTimeout,
+	})
+	srv := &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      cfg.RequestTimeout + 5*time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		log.InfoContext(ctx, "listening", slog.String("addr", ln.Addr().String()))
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		purgeIdempotencyKeys(gctx, svc, cfg.IdempotencyTTL, log)
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		stopSignals()
+		log.InfoContext(ctx, "shutting down", slog.Duration("delay", cfg.ShutdownDelay), slog.Duration("grace", cfg.ShutdownGrace))
+		api.StartDraining()
+		time.Sleep(cfg.ShutdownDelay) // let the balancer see /readyz fail before we stop listening
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			return fmt.Errorf("shutdown: in-flight requests did not finish within %v: %w", cfg.ShutdownGrace, err)
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	log.InfoContext(context.WithoutCancel(ctx), "stopped")
+	return nil
+}
+
+// purgeIdempotencyKeys forgets idempotency keys older than ttl, hourly, until ctx ends. With
+// several replicas each purges; the deletes are idempotent.
+func purgeIdempotencyKeys(ctx context.Context, svc *stock.Service, ttl time.Duration, log *slog.Logger) {
+	ticker := time.NewTicker(time.Hour)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-ticker.C:
+			n, err := svc.PurgeIdempotencyKeys(ctx, ttl, now)
+			if err != nil {
+				log.WarnContext(ctx, "purging idempotency keys failed", slog.Any("error", err))
+				continue
+			}
+			log.InfoContext(ctx, "purged idempotency keys", slog.Int64("deleted", n))
+		}
+	}
+}

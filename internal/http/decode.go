@@ -1,0 +1,99 @@
+package stockhttp
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+)
+
+// decodeJSON reads the request body into dst, strictly: JSON only, one object, no unknown
+// fields, no trailing data, at most the server's body limit.
+func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
+	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mediaType != "application/json" {
+		return badRequest("unsupported-media-type", "the body must be sent as Content-Type: application/json")
+	}
+	if r.ContentLength > s.maxBody {
+		return tooLarge(s.maxBody)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return s.decodeError(err)
+	}
+	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
+		if err != nil {
+			if e := s.decodeError(err); errorCode(e) == "body-too-large" {
+				return e
+			}
+		}
+		return badRequest("malformed-json", "the body must hold a single JSON object and nothing after it")
+	}
+	return nil
+}
+
+func (s *Server) decodeError(err error) error {
+	var (
+		syntax    *json.SyntaxError
+		typeErr   *json.UnmarshalTypeError
+		tooBig    *http.MaxBytesError
+		malformed = func(detail string) error {
+			return &requestError{code: "malformed-json", detail: detail, err: err}
+		}
+	)
+	switch {
+	case errors.As(err, &tooBig):
+		return tooLarge(tooBig.Limit)
+	case errors.Is(err, io.EOF):
+		return malformed("the body is empty")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return malformed("the body ends in the middle of a JSON value")
+	case errors.As(err, &syntax):
+		return malformed(fmt.Sprintf("invalid JSON at byte %d: %v", syntax.Offset, syntax))
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			return malformed(fmt.Sprintf("the body must be a JSON object, not %s", typeErr.Value))
+		}
+		e := malformed(fmt.Sprintf("field %s must be %s, not %s", field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value))
+		e.(*requestError).field = field
+		return e
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		// encoding/json has no typed error for this; the message format is stable.
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return &requestError{code: "malformed-json", detail: fmt.Sprintf("unknown field %q", name), field: name, err: err}
+	}
+	return malformed("the body is not valid JSON: " + err.Error())
+}
+
+func tooLarge(limit int64) error {
+	return badRequest("body-too-large", fmt.Sprintf("the body exceeds the %d-byte limit", limit))
+}
+
+func errorCode(err error) string {
+	var re *requestError
+	if errors.As(err, &re) {
+		return re.code
+	}
+	return ""
+}
+
+func jsonKind(goKind string) string {
+	switch {
+	case strings.HasPrefix(goKind, "int"), strings.HasPrefix(goKind, "uint"), strings.HasPrefix(goKind, "float"):
+		return "an integer"
+	case goKind == "string":
+		return "a string"
+	case goKind == "slice":
+		return "an array"
+	case goKind == "struct", goKind == "map":
+		return "an object"
+	case goKind == "bool":
+		return "a boolean"
+	}
+	return "a " + goKind
+}

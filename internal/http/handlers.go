@@ -1,0 +1,145 @@
+package stockhttp
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/stocksvc/stocksvc/internal/stock"
+)
+
+func (s *Server) handleCreateProduct(w http.ResponseWriter, r *http.Request) {
+	var req createProductRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	in, err := req.toNewProduct()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	p, err := s.svc.CreateProduct(r.Context(), in)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/products/"+strconv.FormatInt(p.ID, 10))
+	writeJSON(w, http.StatusCreated, "application/json", toProductResponse(p))
+}
+
+func (s *Server) handleGetProduct(w http.ResponseWriter, r *http.Request) {
+	id, err := productID(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	p, err := s.svc.Product(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, "application/json", toProductResponse(p))
+}
+
+func (s *Server) handleRestock(w http.ResponseWriter, r *http.Request) {
+	id, err := productID(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req restockRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Quantity == nil {
+		s.writeError(w, r, &stock.ValidationError{Field: "quantity", Reason: "is required"})
+		return
+	}
+	p, err := s.svc.Restock(r.Context(), id, *req.Quantity)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, "application/json", toProductResponse(p))
+}
+
+func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
+	id, err := productID(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	a, err := s.svc.Audit(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, "application/json", toAuditResponse(a))
+}
+
+func (s *Server) handlePlaceOrder(w http.ResponseWriter, r *http.Request) {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req placeOrderRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.svc.PlaceOrder(r.Context(), req.toOrderRequest(key))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.Header().Set("Location", "/v1/orders/"+res.Order.ID.String())
+	writeJSON(w, http.StatusCreated, "application/json", toOrderResponse(res.Order))
+}
+
+func (s *Server) handleGetOrder(w http.ResponseWriter, r *http.Request) {
+	id, err := uuid.Parse(chi.URLParam(r, "id"))
+	if err != nil {
+		// A malformed id names no order; that is all the client needs to know.
+		s.writeError(w, r, stock.ErrOrderNotFound)
+		return
+	}
+	o, err := s.svc.Order(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, "application/json", toOrderResponse(o))
+}
+
+// productID reads the {id} path parameter. An id that is not a positive integer names no
+// product, so it is answered as one that does not exist.
+func productID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
+	if err != nil || id < 1 {
+		return 0, stock.ErrProductNotFound
+	}
+	return id, nil
+}
+
+// idempotencyKey reads the Idempotency-Key header: absent means none; present must be 1..255
+// characters (the length and content rules are the service's).
+func idempotencyKey(r *http.Request) (string, error) {
+	values := r.Header.Values("Idempotency-Key")
+	switch {
+	case len(values) == 0:
+		return "", nil
+	case len(values) > 1:
+		return "", &stock.ValidationError{Field: "Idempotency-Key", Reason: "must be sent once"}
+	case values[0] == "":
+		return "", &stock.ValidationError{Field: "Idempotency-Key", Reason: "must not be empty"}
+	}
+	return values[0], nil
+}

@@ -1,0 +1,160 @@
+package stockhttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/stocksvc/stocksvc/internal/stock"
+)
+
+// problem is an RFC 9457 problem details object. Code is a stable, machine-readable name for
+// the problem type; Type is the URI reference that documents it.
+type problem struct {
+	Type      string `json:"type"`
+	Title     string `json:"title"`
+	Status    int    `json:"status"`
+	Detail    string `json:"detail"`
+	Code      string `json:"code"`
+	Instance  string `json:"instance,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+
+	// Extension members, present only where they apply.
+	Field     string `json:"field,omitempty"`
+	ProductID int64  `json:"product_id,omitempty"`
+	Requested int64  `json:"requested,omitempty"`
+	Available *int64 `json:"available,omitempty"`
+
+	retryAfter int // seconds; sent as the Retry-After header when positive
+}
+
+// problemType documents one problem code. The list is served at /problems/{code} and printed
+// in the README; keep them in step.
+type problemType struct {
+	Status int
+	Title  string
+	About  string
+}
+
+var problemTypes = map[string]problemType{
+	"invalid-request":           {422, "Invalid request", "A field breaks a rule; `field` names it and `detail` says which rule."},
+	"malformed-json":            {400, "Malformed JSON", "The body is not a JSON object of the expected shape: a syntax error, a wrong type, an unknown field, or trailing data."},
+	"unsupported-media-type":    {415, "Unsupported media type", "Request bodies must be sent as Content-Type: application/json."},
+	"body-too-large":            {413, "Body too large", "Request bodies are limited to 1 MiB."},
+	"unauthorized":              {401, "Unauthorized", "Admin routes need Authorization: Bearer <STOCKSVC_ADMIN_TOKEN>."},
+	"admin-disabled":            {403, "Admin disabled", "No STOCKSVC_ADMIN_TOKEN is configured, so admin routes are off."},
+	"product-not-found":         {404, "Product not found", "No product has this id; `product_id` names it when known."},
+	"order-not-found":           {404, "Order not found", "No order has this id."},
+	"not-found":                 {404, "Not found", "No route matches this path."},
+	"method-not-allowed":        {405, "Method not allowed", "The route exists but not for this method; see the Allow header."},
+	"duplicate-sku":             {409, "Duplicate SKU", "Another product already uses this SKU."},
+	"sold-out":                  {409, "Sold out", "Not enough stock for the order; nothing was sold. `product_id` names the product that is short."},
+	"idempotency-key-in-flight": {409, "Idempotency key in flight", "A request with this Idempotency-Key is still being processed; retry after it finishes."},
+	"idempotency-key-reused":    {422, "Idempotency key reused", "This Idempotency-Key was first used with a different request body."},
+	"busy":                      {429, "Busy", "The product is contended and the order could not be attempted in time; nothing was sold. Retry after Retry-After seconds."},
+	"unavailable":               {503, "Unavailable", "Postgres or Redis could not be reached, or the request timed out. Retry after Retry-After seconds."},
+	"internal":                  {500, "Internal error", "Something unexpected failed; the request id identifies it in the logs."},
+}
+
+func newProblem(code, detail string) *problem {
+	pt, ok := problemTypes[code]
+	if !ok {
+		pt = problemTypes["internal"]
+		code = "internal"
+	}
+	return &problem{Type: "/problems/" + code, Title: pt.Title, Status: pt.Status, Detail: detail, Code: code}
+}
+
+// requestError is an error found by the transport itself, before the service is called.
+type requestError struct {
+	code   string
+	detail string
+	field  string
+	err    error
+}
+
+func (e *requestError) Error() string { return e.detail }
+func (e *requestError) Unwrap() error { return e.err }
+
+func badRequest(code, detail string) error { return &requestError{code: code, detail: detail} }
+
+// problemFor maps an error to the problem the client sees. It is the only place where errors
+// become statuses and codes.
+func problemFor(err error) *problem {
+	var (
+		reqErr    *requestError
+		invalid   *stock.ValidationError
+		soldOut   *stock.SoldOutError
+		noProduct *stock.ProductNotFoundError
+	)
+	switch {
+	case errors.As(err, &reqErr):
+		p := newProblem(reqErr.code, reqErr.detail)
+		p.Field = reqErr.field
+		return p
+	case errors.As(err, &invalid):
+		p := newProblem("invalid-request", fmt.Sprintf("%s %s", invalid.Field, invalid.Reason))
+		p.Field = invalid.Field
+		return p
+	case errors.As(err, &soldOut):
+		p := newProblem("sold-out", fmt.Sprintf("product %d has %d left; %d requested", soldOut.ProductID, soldOut.Available, soldOut.Requested))
+		p.ProductID, p.Requested, p.Available = soldOut.ProductID, soldOut.Requested, &soldOut.Available
+		return p
+	case errors.As(err, &noProduct):
+		p := newProblem("product-not-found", fmt.Sprintf("product %d does not exist", noProduct.ProductID))
+		p.ProductID = noProduct.ProductID
+		return p
+	case errors.Is(err, stock.ErrProductNotFound):
+		return newProblem("product-not-found", "the product does not exist")
+	case errors.Is(err, stock.ErrOrderNotFound):
+		return newProblem("order-not-found", "the order does not exist")
+	case errors.Is(err, stock.ErrDuplicateSKU):
+		return newProblem("duplicate-sku", "another product already uses this sku")
+	case errors.Is(err, stock.ErrIdempotencyKeyReused):
+		return newProblem("idempotency-key-reused", "this Idempotency-Key was first used with a different request")
+	case errors.Is(err, stock.ErrIdempotencyKeyInFlight):
+		p := newProblem("idempotency-key-in-flight", "a request with this Idempotency-Key is still in flight")
+		p.retryAfter = 1
+		return p
+	case errors.Is(err, stock.ErrBusy):
+		p := newProblem("busy", "the product is contended; nothing was sold, try again")
+		p.retryAfter = 1
+		return p
+	case errors.Is(err, stock.ErrLockLost):
+		p := newProblem("busy", "the product lock expired during the purchase and a newer holder took over; nothing was sold, try again")
+		p.retryAfter = 1
+		return p
+	case errors.Is(err, stock.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		p := newProblem("unavailable", "a backing service did not answer in time; try again (with the same Idempotency-Key, safely)")
+		p.retryAfter = 2
+		return p
+	}
+	return newProblem("internal", "an unexpected error occurred")
+}
+
+// writeError answers with the problem for err and logs server-side failures with their whole
+// chain. Client errors are not logged: they are the client's to handle.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	p := problemFor(err)
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		// The client went away; nobody will read the answer.
+		p = newProblem("unavailable", "the request was cancelled")
+	}
+	p.Instance = r.URL.Path
+	p.RequestID = requestID(r.Context())
+	if p.Status >= 500 {
+		s.log.ErrorContext(r.Context(), "request failed",
+			slog.String("request_id", p.RequestID), slog.String("code", p.Code), slog.Any("error", err))
+	}
+	writeProblem(w, p)
+}
+
+func writeProblem(w http.ResponseWriter, p *problem) {
+	if p.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(p.retryAfter))
+	}
+	writeJSON(w, p.Status, "application/problem+json", p)
+}

@@ -1,0 +1,176 @@
+package stockhttp
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/stocksvc/stocksvc/internal/stock"
+)
+
+// Config wires a Server. Zero fields take the defaults documented on each.
+type Config struct {
+	// Service does the work. Required.
+	Service *stock.Service
+	// AdminToken guards the admin routes; empty turns them off (403 admin-disabled).
+	AdminToken string
+	// Ready reports whether the backing services answer; /readyz calls it with a 1s deadline.
+	// Nil means always ready.
+	Ready func(ctx context.Context) error
+	// Logger receives the access log and server-side errors. Default: slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the HTTP metrics and Gatherer serves /metrics. Default: a private
+	// registry for both.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+	// RequestTimeout bounds each API request. Default 10s.
+	RequestTimeout time.Duration
+	// MaxBodyBytes limits request bodies. Default 1 MiB.
+	MaxBodyBytes int64
+}
+
+// Server is the stocksvc HTTP API. It is an http.Handler.
+type Server struct {
+	svc         *stock.Service
+	log         *slog.Logger
+	ready       func(ctx context.Context) error
+	adminDigest []byte // sha256 of the admin token; nil when admin routes are off
+	timeout     time.Duration
+	maxBody     int64
+	metrics     *httpMetrics
+	draining    atomic.Bool
+	router      *chi.Mux
+}
+
+// New returns a Server for cfg.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registerer == nil || cfg.Gatherer == nil {
+		reg := prometheus.NewRegistry()
+		cfg.Registerer, cfg.Gatherer = reg, reg
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 10 * time.Second
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func(context.Context) error { return nil }
+	}
+	s := &Server{
+		svc:     cfg.Service,
+		log:     cfg.Logger,
+		ready:   cfg.Ready,
+		timeout: cfg.RequestTimeout,
+		maxBody: cfg.MaxBodyBytes,
+		metrics: newHTTPMetrics(cfg.Registerer),
+	}
+	if cfg.AdminToken != "" {
+		s.adminDigest = digest(cfg.AdminToken)
+	}
+	s.router = s.routes(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.router.ServeHTTP(w, r)
+}
+
+// StartDraining makes /readyz answer 503 from now on, so that a load balancer stops sending
+// new requests while the ones in flight finish.
+func (s *Server) StartDraining() {
+	s.draining.Store(true)
+}
+
+// routes is the one place where the middleware stack and the routes are defined.
+func (s *Server) routes(metricsHandler http.Handler) *chi.Mux {
+	r := chi.NewRouter()
+	r.Use(s.withRequestID, s.withAccessLog, s.withRecover)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, badRequest("not-found", "no route for "+r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			if r.Match(chi.NewRouteContext(), m, req.URL.Path) {
+				w.Header().Add("Allow", m)
+			}
+		}
+		s.writeError(w, req, badRequest("method-not-allowed", req.Method+" is not allowed on "+req.URL.Path))
+	})
+
+	r.Get("/healthz", s.handleHealth)
+	r.Get("/readyz", s.handleReady)
+	r.Method(http.MethodGet, "/metrics", metricsHandler)
+	r.Get("/problems/{code}", s.handleProblemType)
+
+	r.Route("/v1", func(r chi.Router) {
+		r.Use(s.withTimeout)
+		r.With(s.requireAdmin).Post("/products", s.handleCreateProduct)
+		r.Get("/products/{id}", s.handleGetProduct)
+		r.With(s.requireAdmin).Post("/products/{id}/restock", s.handleRestock)
+		r.Get("/products/{id}/audit", s.handleAudit)
+		r.Post("/orders", s.handlePlaceOrder)
+		r.Get("/orders/{id}", s.handleGetOrder)
+	})
+	return r
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, "application/json", map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		s.writeNotReady(w, r, "shutting down")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if err := s.ready(ctx); err != nil {
+		s.writeNotReady(w, r, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, "application/json", map[string]string{"status": "ready"})
+}
+
+func (s *Server) writeNotReady(w http.ResponseWriter, r *http.Request, why string) {
+	p := newProblem("unavailable", "not ready: "+why)
+	p.Instance, p.RequestID = r.URL.Path, requestID(r.Context())
+	writeProblem(w, p)
+}
+
+func (s *Server) handleProblemType(w http.ResponseWriter, r *http.Request) {
+	code := chi.URLParam(r, "code")
+	pt, ok := problemTypes[code]
+	if !ok {
+		s.writeError(w, r, badRequest("not-found", "no problem type "+code))
+		return
+	}
+	writeJSON(w, http.StatusOK, "application/json", map[string]any{
+		"code": code, "status": pt.Status, "title": pt.Title, "description": pt.About,
+	})
+}
+
+// writeJSON writes v as the whole response. An encoding failure can only come from a broken
+// connection by then, so there is nothing left to tell the client.
+func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status, body = http.StatusInternalServerError, []byte(`{"status":500,"code":"internal","title":"Internal error"}`)
+		contentType = "application/problem+json"
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

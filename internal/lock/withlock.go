@@ -1,0 +1,140 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// WithLock obtains the lock called name (as Obtain does, within ctx's deadline), runs fn while
+// keeping the lease alive, and releases the lock afterwards — also when fn fails or panics.
+//
+// While fn runs, the lease is refreshed every ttl/3. If the lock is lost (a refresh finds
+// another token, or refreshes keep failing until the lease has run out) fn's context is
+// cancelled at once, with ErrNotHeld as its cause, and a non-nil error from fn is returned
+// wrapped so that errors.Is(err, ErrNotHeld) holds. fn's own error is returned otherwise.
+// A failure to release after fn succeeded is not reported: the work is done, and the lock
+// expires with its lease.
+//
+// Errors before fn runs are those of Obtain.
+func (c *Client) WithLock(ctx context.Context, name string, ttl time.Duration, fn func(ctx context.Context, l *Lock) error, opt *Options) error {
+	return c.WithLocks(ctx, []string{name}, ttl, func(ctx context.Context, locks []*Lock) error {
+		return fn(ctx, locks[0])
+	}, opt)
+}
+
+// WithLocks is WithLock for several names at once, all or nothing: it obtains them one by one
+// in ascending (byte-wise) order of name — the same order in every process, so two callers
+// never wait for each other in a cycle — and gives back the ones it holds if any cannot be had.
+// The retry strategy and ctx's deadline bound the whole acquisition, not each lock.
+// locks[i] passed to fn is the lock for names[i]. Duplicate names are an error.
+func (c *Client) WithLocks(ctx context.Context, names []string, ttl time.Duration, fn func(ctx context.Context, locks []*Lock) error, opt *Options) error {
+	if len(names) == 0 {
+		return errors.New("lock: no names to lock")
+	}
+	order := make([]int, len(names))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		switch {
+		case names[a] < names[b]:
+			return -1
+		case names[a] > names[b]:
+			return 1
+		}
+		return 0
+	})
+	for i := 1; i < len(order); i++ {
+		if names[order[i]] == names[order[i-1]] {
+			return fmt.Errorf("lock: name %q given twice", names[order[i]])
+		}
+	}
+
+	locks := make([]*Lock, len(names))
+	defer releaseAll(ctx, locks)
+	for _, i := range order {
+		l, err := c.Obtain(ctx, names[i], ttl, opt)
+		if err != nil {
+			return err
+		}
+		locks[i] = l
+	}
+
+	base := ctx
+	if opt != nil && opt.Detached {
+		base = context.WithoutCancel(ctx)
+	}
+	work, cancel := context.WithCancelCause(base)
+	defer cancel(nil)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { keepAlive(work, locks, ttl, cancel, stop) })
+	// Stop the keeper before releasing (deferred earlier, so it runs later), also on panic.
+	defer wg.Wait()
+	defer close(stop)
+
+	err := fn(work, locks)
+	if err != nil && errors.Is(context.Cause(work), ErrNotHeld) && !errors.Is(err, ErrNotHeld) {
+		return fmt.Errorf("%w (%w)", err, ErrNotHeld)
+	}
+	return err
+}
+
+// releaseAll releases every lock obtained so far, ignoring errors: a lock that cannot be
+// released expires with its lease, and the caller's outcome does not depend on it.
+func releaseAll(ctx context.Context, locks []*Lock) {
+	for _, l := range locks {
+		if l != nil {
+			_ = l.Release(ctx)
+		}
+	}
+}
+
+// keepAlive refreshes every lock each ttl/3 until stop is closed. It cancels the work with
+// ErrNotHeld as soon as a lock is found lost, or when refreshes have failed for so long that a
+// lease may have run out.
+func keepAlive(work context.Context, locks []*Lock, ttl time.Duration, cancel context.CancelCauseFunc, stop <-chan struct{}) {
+	interval := max(ttl/3, time.Millisecond)
+	timer := time.NewTimer(nextWake(locks, interval))
+	defer timer.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-work.Done():
+			return
+		case <-timer.C:
+		}
+		for _, l := range locks {
+			if !time.Now().Before(l.Until()) {
+				cancel(fmt.Errorf("%w: lease of %q ran out before it could be refreshed", ErrNotHeld, l.name))
+				return
+			}
+			ctx, done := context.WithDeadline(work, l.Until())
+			err := l.Refresh(ctx, ttl)
+			done()
+			if errors.Is(err, ErrNotHeld) {
+				cancel(fmt.Errorf("%w: %q was taken or expired", ErrNotHeld, l.name))
+				return
+			}
+			// Any other failure is retried at the next wake-up; the lease check above
+			// decides when retrying is pointless.
+		}
+		timer.Reset(nextWake(locks, interval))
+	}
+}
+
+// nextWake returns how long to sleep before the next refresh round: the refresh interval, but
+// never past the earliest lease end, so a lost lease is noticed when it ends.
+func nextWake(locks []*Lock, interval time.Duration) time.Duration {
+	wake := interval
+	for _, l := range locks {
+		wake = min(wake, time.Until(l.Until()))
+	}
+	return max(wake, 0)
+}
