@@ -15,13 +15,15 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 )
 
+// Files holds the migration SQL files.
+//
 //go:embed *.sql
-var files embed.FS
+var Files embed.FS
 
 // New returns a migrator for the database at databaseURL (a postgres:// or postgresql:// URL).
 // Callers must Close it.
 func New(databaseURL string) (*migrate.Migrate, error) {
-	src, err := iofs.New(files, ".")
+	src, err := iofs.New(Files, ".")
 	if err != nil {
 		return nil, fmt.Errorf("open embedded migrations: %w", err)
 	}

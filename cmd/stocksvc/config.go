@@ -32,6 +32,7 @@ type config struct {
 	RequestTimeout time.Duration
 	ShutdownGrace  time.Duration
 	ShutdownDelay  time.Duration
+	StartupTimeout time.Duration
 	IdempotencyTTL time.Duration
 	Defense        string
 	DemoUnsafe     bool
@@ -87,6 +88,7 @@ func settings() []setting {
 		{"STOCKSVC_REQUEST_TIMEOUT", "request-timeout", "10s", "bound on each API request", dur(func(c *config) *time.Duration { return &c.RequestTimeout })},
 		{"STOCKSVC_SHUTDOWN_GRACE", "shutdown-grace", "15s", "how long in-flight requests may take to finish after SIGTERM", dur(func(c *config) *time.Duration { return &c.ShutdownGrace })},
 		{"STOCKSVC_SHUTDOWN_DELAY", "shutdown-delay", "0s", "how long /readyz answers 503 before the listener closes, so a balancer can notice", dur(func(c *config) *time.Duration { return &c.ShutdownDelay })},
+		{"STOCKSVC_STARTUP_TIMEOUT", "startup-timeout", "30s", "how long start-up waits for Postgres and Redis to answer before giving up", dur(func(c *config) *time.Duration { return &c.StartupTimeout })},
 		{"STOCKSVC_IDEMPOTENCY_TTL", "idempotency-ttl", "24h", "how long idempotency keys are kept (at least)", dur(func(c *config) *time.Duration { return &c.IdempotencyTTL })},
 		{"STOCKSVC_DEFENSE", "defense", "lock,version,guard", "defense layers; anything else needs STOCKSVC_DEMO_UNSAFE=1", str(func(c *config) *string { return &c.Defense })},
 		{"STOCKSVC_DEMO_UNSAFE", "demo-unsafe", "", "set to 1 to allow a non-default STOCKSVC_DEFENSE (demonstrations only)", func(c *config, v string) error {
@@ -103,21 +105,26 @@ func loadConfig(args []string, getenv func(string) string, usage io.Writer) (con
 	var c config
 	fs := flag.NewFlagSet("stocksvc", flag.ContinueOnError)
 	fs.SetOutput(usage)
-	var errs []error
-	for _, s := range settings() {
+	all := settings()
+	envErrs := make([]error, len(all))
+	flagIndex := map[string]int{}
+	for i, s := range all {
 		v := getenv(s.env)
 		if v == "" {
 			v = s.def
 		}
 		if err := s.set(&c, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", s.env, err))
+			envErrs[i] = fmt.Errorf("%s: %w", s.env, err)
 		}
+		flagIndex[s.flag] = i
 		fs.Func(s.flag, fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, s.def), func(v string) error { return s.set(&c, v) })
 	}
 	if err := fs.Parse(args); err != nil {
 		return config{}, nil, err
 	}
-	if err := errors.Join(errs...); err != nil {
+	// A flag wins over its variable, even over one that could not be read.
+	fs.Visit(func(f *flag.Flag) { envErrs[flagIndex[f.Name]] = nil })
+	if err := errors.Join(envErrs...); err != nil {
 		return config{}, nil, err
 	}
 	return c, fs.Args(), c.validate()
@@ -148,6 +155,9 @@ func (c *config) validate() error {
 	}
 	if c.RequestTimeout <= 0 {
 		errs = append(errs, errors.New("STOCKSVC_REQUEST_TIMEOUT: must be positive"))
+	}
+	if c.StartupTimeout <= 0 {
+		errs = append(errs, errors.New("STOCKSVC_STARTUP_TIMEOUT: must be positive"))
 	}
 	if c.IdempotencyTTL < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("STOCKSVC_IDEMPOTENCY_TTL: %v is below the promised 24h", c.IdempotencyTTL))
@@ -218,6 +228,7 @@ func (c config) logAttrs() []any {
 		slog.Duration("request_timeout", c.RequestTimeout),
 		slog.Duration("shutdown_grace", c.ShutdownGrace),
 		slog.Duration("shutdown_delay", c.ShutdownDelay),
+		slog.Duration("startup_timeout", c.StartupTimeout),
 		slog.Duration("idempotency_ttl", c.IdempotencyTTL),
 		slog.String("defense", c.defense.String()),
 	}

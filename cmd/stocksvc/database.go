@@ -56,6 +56,15 @@ func ensureDatabase(ctx context.Context, databaseURL string, log *slog.Logger) e
 	return nil
 }
 
+// pingDatabase connects to the database once and hangs up.
+func pingDatabase(ctx context.Context, databaseURL string) error {
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	return conn.Close(ctx)
+}
+
 // newPool connects to Postgres. Server-side timeouts make sure a stalled client (a paused
 // replica, a lost connection) cannot hold a product row lock for long.
 func newPool(ctx context.Context, databaseURL string, maxConns int) (*pgxpool.Pool, error) {

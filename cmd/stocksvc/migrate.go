@@ -15,9 +15,26 @@ import (
 
 // runMigrate implements "stocksvc migrate up|down [N|all]|version".
 func runMigrate(ctx context.Context, cfg config, args []string, stdout io.Writer, log *slog.Logger) error {
-	if len(args) == 0 {
-		return errors.New("migrate: want up, down [N|all] or version")
+	const usage = "want up, down [N|all] or version"
+	// Read the arguments before touching the database, so a typo changes nothing.
+	steps := 0 // for down: how many; -1 means all
+	switch {
+	case len(args) == 1 && (args[0] == "up" || args[0] == "version"):
+	case len(args) >= 1 && args[0] == "down" && len(args) <= 2:
+		steps = 1
+		if len(args) == 2 && args[1] == "all" {
+			steps = -1
+		} else if len(args) == 2 {
+			n, err := strconv.Atoi(args[1])
+			if err != nil || n < 1 {
+				return fmt.Errorf("migrate down: want a positive number of steps or all, got %q", args[1])
+			}
+			steps = n
+		}
+	default:
+		return fmt.Errorf("migrate: unknown arguments %q (%s)", args, usage)
 	}
+
 	if err := ensureDatabase(ctx, cfg.DatabaseURL, log); err != nil {
 		return err
 	}
@@ -27,39 +44,47 @@ func runMigrate(ctx context.Context, cfg config, args []string, stdout io.Writer
 	}
 	defer m.Close()
 
-	switch {
-	case args[0] == "up" && len(args) == 1:
-		err = m.Up()
-	case args[0] == "down" && len(args) <= 2:
-		steps := 1
-		if len(args) == 2 && args[1] == "all" {
-			err = m.Down()
-			break
+	switch args[0] {
+	case "version":
+		desc, err := describeVersion(m)
+		if err != nil {
+			return err
 		}
-		if len(args) == 2 {
-			if steps, err = strconv.Atoi(args[1]); err != nil || steps < 1 {
-				return fmt.Errorf("migrate down: want a positive number of steps or all, got %q", args[1])
+		fmt.Fprintln(stdout, desc)
+		return nil
+	case "up":
+		err = m.Up()
+	case "down":
+		if _, _, verr := m.Version(); errors.Is(verr, migrate.ErrNilVersion) {
+			err = migrate.ErrNoChange
+		} else if steps < 0 {
+			err = m.Down()
+		} else {
+			// Asking for more steps than were applied rolls back what there is.
+			if err = m.Steps(-steps); errors.As(err, new(migrate.ErrShortLimit)) {
+				err = nil
 			}
 		}
-		err = m.Steps(-steps)
-	case args[0] == "version" && len(args) == 1:
-		v, dirty, verr := m.Version()
-		if errors.Is(verr, migrate.ErrNilVersion) {
-			fmt.Fprintln(stdout, "no migrations applied")
-			return nil
-		}
-		if verr != nil {
-			return fmt.Errorf("migrate version: %w", verr)
-		}
-		fmt.Fprintf(stdout, "version %d (dirty: %t)\n", v, dirty)
-		return nil
-	default:
-		return fmt.Errorf("migrate: unknown arguments %q (want up, down [N|all] or version)", args)
 	}
 	if err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("migrate %s: %w", args[0], err)
 	}
-	v, dirty, _ := m.Version()
-	fmt.Fprintf(stdout, "migrate %s: done, version %d (dirty: %t)\n", args[0], v, dirty)
+	desc, err := describeVersion(m)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "migrate %s: done, %s\n", args[0], desc)
 	return nil
+}
+
+// describeVersion says which schema version the database is at.
+func describeVersion(m *migrate.Migrate) (string, error) {
+	v, dirty, err := m.Version()
+	if errors.Is(err, migrate.ErrNilVersion) {
+		return "no migrations applied", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("migrate version: %w", err)
+	}
+	return fmt.Sprintf("version %d (dirty: %t)", v, dirty), nil
 }

@@ -19,9 +19,6 @@ import (
 	"github.com/stocksvc/stocksvc/migrations"
 )
 
-// dependencyWait is how long start-up waits for Postgres and Redis to answer.
-const dependencyWait = 30 * time.Second
-
 // serve runs the API until ctx ends, then drains and shuts down in order.
 func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger) error {
 	log.InfoContext(ctx, "starting", cfg.logAttrs()...)
@@ -30,8 +27,13 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 			slog.String("defense", cfg.defense.String()))
 	}
 
-	if err := waitFor(ctx, "postgres", dependencyWait, func(ctx context.Context) error {
-		return ensureDatabase(ctx, cfg.DatabaseURL, log)
+	// Wait until the service's own database answers (creating it on the way if need be), so
+	// that replicas started together with Postgres do not give up on the first refusal.
+	if err := waitFor(ctx, "postgres", cfg.StartupTimeout, func(ctx context.Context) error {
+		if err := ensureDatabase(ctx, cfg.DatabaseURL, log); err != nil {
+			return err
+		}
+		return pingDatabase(ctx, cfg.DatabaseURL)
 	}, log); err != nil {
 		return err
 	}
@@ -48,10 +50,10 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 		return err
 	}
 	defer rdb.Close()
-	if err := waitFor(ctx, "postgres", dependencyWait, pool.Ping, log); err != nil {
+	if err := waitFor(ctx, "postgres", cfg.StartupTimeout, pool.Ping, log); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, "redis", dependencyWait, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, log); err != nil {
+	if err := waitFor(ctx, "redis", cfg.StartupTimeout, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, log); err != nil {
 		return err
 	}
 

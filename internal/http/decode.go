@@ -1,6 +1,7 @@
 package stockhttp
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,8 +11,8 @@ import (
 	"strings"
 )
 
-// decodeJSON reads the request body into dst, strictly: JSON only, one object, no unknown
-// fields, no trailing data, at most the server's body limit.
+// decodeJSON reads the request body into dst, strictly: JSON only, exactly one object (not
+// null, not an array), no unknown fields, no trailing data, at most the server's body limit.
 func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mediaType != "application/json" {
@@ -20,17 +21,24 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) err
 	if r.ContentLength > s.maxBody {
 		return tooLarge(s.maxBody)
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.maxBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		return s.decodeError(err)
+	}
+	// encoding/json accepts null for a struct and leaves it untouched; a missing object is
+	// malformed, not an object with every field empty.
+	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] != '{' {
+		if err := json.Unmarshal(body, new(any)); err != nil {
+			return s.decodeError(err)
+		}
+		return badRequest("malformed-json", "the body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		return s.decodeError(err)
 	}
-	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
-		if err != nil {
-			if e := s.decodeError(err); errorCode(e) == "body-too-large" {
-				return e
-			}
-		}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return badRequest("malformed-json", "the body must hold a single JSON object and nothing after it")
 	}
 	return nil
@@ -72,14 +80,6 @@ func (s *Server) decodeError(err error) error {
 
 func tooLarge(limit int64) error {
 	return badRequest("body-too-large", fmt.Sprintf("the body exceeds the %d-byte limit", limit))
-}
-
-func errorCode(err error) string {
-	var re *requestError
-	if errors.As(err, &re) {
-		return re.code
-	}
-	return ""
 }
 
 func jsonKind(goKind string) string {

@@ -14,13 +14,12 @@ import (
 // problem is an RFC 9457 problem details object. Code is a stable, machine-readable name for
 // the problem type; Type is the URI reference that documents it.
 type problem struct {
-	Type      string `json:"type"`
-	Title     string `json:"title"`
-	Status    int    `json:"status"`
-	Detail    string `json:"detail"`
-	Code      string `json:"code"`
-	Instance  string `json:"instance,omitempty"`
-	RequestID string `json:"request_id,omitempty"`
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail"`
+	Code     string `json:"code"`
+	Instance string `json:"instance,omitempty"`
 
 	// Extension members, present only where they apply.
 	Field     string `json:"field,omitempty"`
@@ -28,7 +27,8 @@ type problem struct {
 	Requested int64  `json:"requested,omitempty"`
 	Available *int64 `json:"available,omitempty"`
 
-	retryAfter int // seconds; sent as the Retry-After header when positive
+	retryAfter int  // seconds; sent as the Retry-After header when positive
+	replayed   bool // a stored idempotent outcome; sent as Idempotent-Replayed: true
 }
 
 // problemType documents one problem code. The list is served at /problems/{code} and printed
@@ -102,6 +102,7 @@ func problemFor(err error) *problem {
 	case errors.As(err, &soldOut):
 		p := newProblem("sold-out", fmt.Sprintf("product %d has %d left; %d requested", soldOut.ProductID, soldOut.Available, soldOut.Requested))
 		p.ProductID, p.Requested, p.Available = soldOut.ProductID, soldOut.Requested, &soldOut.Available
+		p.replayed = soldOut.Replayed
 		return p
 	case errors.As(err, &noProduct):
 		p := newProblem("product-not-found", fmt.Sprintf("product %d does not exist", noProduct.ProductID))
@@ -143,11 +144,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// The client went away; nobody will read the answer.
 		p = newProblem("unavailable", "the request was cancelled")
 	}
+	// The request id is in the X-Request-ID header, not the body, so that a replayed outcome
+	// is byte for byte the stored one.
 	p.Instance = r.URL.Path
-	p.RequestID = requestID(r.Context())
 	if p.Status >= 500 {
 		s.log.ErrorContext(r.Context(), "request failed",
-			slog.String("request_id", p.RequestID), slog.String("code", p.Code), slog.Any("error", err))
+			slog.String("request_id", requestID(r.Context())), slog.String("code", p.Code), slog.Any("error", err))
 	}
 	writeProblem(w, p)
 }
@@ -155,6 +157,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 func writeProblem(w http.ResponseWriter, p *problem) {
 	if p.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(p.retryAfter))
+	}
+	if p.replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	writeJSON(w, p.Status, "application/problem+json", p)
 }

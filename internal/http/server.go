@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -96,14 +97,18 @@ func (s *Server) StartDraining() {
 // routes is the one place where the middleware stack and the routes are defined.
 func (s *Server) routes(metricsHandler http.Handler) *chi.Mux {
 	r := chi.NewRouter()
-	r.Use(s.withRequestID, s.withAccessLog, s.withRecover)
+	// GetHead answers HEAD on every GET route, as HTTP requires.
+	r.Use(s.withRequestID, s.withAccessLog, s.withRecover, middleware.GetHead)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, badRequest("not-found", "no route for "+r.URL.Path))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
-		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 			if r.Match(chi.NewRouteContext(), m, req.URL.Path) {
 				w.Header().Add("Allow", m)
+				if m == http.MethodGet {
+					w.Header().Add("Allow", http.MethodHead) // served by GetHead
+				}
 			}
 		}
 		s.writeError(w, req, badRequest("method-not-allowed", req.Method+" is not allowed on "+req.URL.Path))
@@ -146,7 +151,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) writeNotReady(w http.ResponseWriter, r *http.Request, why string) {
 	p := newProblem("unavailable", "not ready: "+why)
-	p.Instance, p.RequestID = r.URL.Path, requestID(r.Context())
+	p.Instance = r.URL.Path
 	writeProblem(w, p)
 }
 

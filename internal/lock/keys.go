@@ -4,7 +4,9 @@ import "strings"
 
 // keysFor returns the Redis keys of the lock named name and of its fencing counter. Both carry
 // the same Redis Cluster hash tag so that one script can touch both: the name's own tag when it
-// has one ("lock:product:{42}"), otherwise the whole name becomes the tag ("{name}").
+// has one ("lock:product:{42}"), otherwise the whole name becomes the tag ("{name}"). Names are
+// therefore not all distinct keys: "x" and "{x}" are the same lock, and a name must not end in
+// ":fence" if the name without that suffix is also locked.
 func keysFor(name string) (lockKey, fenceKey string) {
 	if hasHashTag(name) {
 		return name, name + ":fence"

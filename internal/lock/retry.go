@@ -45,7 +45,9 @@ func Linear(step, max time.Duration) RetryStrategy {
 func Exponential(base, max time.Duration) RetryStrategy {
 	return retryFunc(func(failed int) time.Duration {
 		ceiling := max
-		if shift := failed - 1; shift < 32 && base<<shift > 0 && base<<shift < max {
+		// base<<shift < max, tested without computing base<<shift: the shift can overflow and
+		// wrap to a positive value below max.
+		if shift := failed - 1; shift < 63 && base > 0 && base <= (max-1)>>shift {
 			ceiling = base << shift
 		}
 		return fullJitter(ceiling)

@@ -83,6 +83,11 @@ func (r *RedisLocker) WithLocks(ctx context.Context, names []string, fn func(ctx
 		}
 		return err
 	}
+	if ctx.Err() == nil && waitCtx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+		// The wait budget ran out in the middle of a Redis call: still a lock that could not
+		// be had in time. An unreachable Redis fails fast with a dial error instead.
+		return fmt.Errorf("%w: locks not obtained within %v: %w", ErrBusy, r.cfg.Wait, err)
+	}
 	return r.obtainError(ctx, err)
 }
 

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -83,11 +84,11 @@ func NewService(store Store, locker Locker, cfg Config, metrics *Metrics) *Servi
 // ErrUnavailable.
 func (s *Service) CreateProduct(ctx context.Context, p NewProduct) (Product, error) {
 	switch {
-	case p.SKU == "":
+	case strings.TrimSpace(p.SKU) == "":
 		return Product{}, &ValidationError{Field: "sku", Reason: "must not be empty"}
 	case utf8.RuneCountInString(p.SKU) > MaxSKULen:
 		return Product{}, &ValidationError{Field: "sku", Reason: fmt.Sprintf("must be at most %d characters", MaxSKULen)}
-	case p.Name == "":
+	case strings.TrimSpace(p.Name) == "":
 		return Product{}, &ValidationError{Field: "name", Reason: "must not be empty"}
 	case utf8.RuneCountInString(p.Name) > MaxNameLen:
 		return Product{}, &ValidationError{Field: "name", Reason: fmt.Sprintf("must be at most %d characters", MaxNameLen)}
@@ -262,7 +263,7 @@ func (s *Service) replay(ctx context.Context, key string, fingerprint []byte) (O
 // order in which rows are written, so that concurrent carts never deadlock in Postgres.
 func (s *Service) validateOrder(req OrderRequest) ([]Item, error) {
 	switch {
-	case req.CustomerID == "":
+	case strings.TrimSpace(req.CustomerID) == "":
 		return nil, &ValidationError{Field: "customer_id", Reason: "must not be empty"}
 	case utf8.RuneCountInString(req.CustomerID) > MaxCustomerIDLen:
 		return nil, &ValidationError{Field: "customer_id", Reason: fmt.Sprintf("must be at most %d characters", MaxCustomerIDLen)}
@@ -279,7 +280,7 @@ func (s *Service) validateOrder(req OrderRequest) ([]Item, error) {
 		}
 	}
 	items := slices.Clone(req.Items)
-	slices.SortFunc(items, func(a, b Item) int { return cmpInt64(a.ProductID, b.ProductID) })
+	slices.SortStableFunc(items, func(a, b Item) int { return cmpInt64(a.ProductID, b.ProductID) })
 	for i, it := range items {
 		field := fmt.Sprintf("items[%d]", slices.Index(req.Items, it))
 		switch {

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stocksvc/stocksvc/internal/testenv"
+)
+
+// testLogger returns a JSON logger writing to a sink the test can read.
+func testLogger() (*slog.Logger, *logSink) {
+	sink := newLogSink()
+	return slog.New(slog.NewJSONHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug})), sink
+}
+
+func TestEnsureDatabaseCreatesMissingDatabase(t *testing.T) {
+	t.Parallel()
+	db := newScratchDatabase(t)
+	if db.exists(t) {
+		t.Fatalf("database %s exists before the test", db.Name)
+	}
+	log, logs := testLogger()
+	if err := ensureDatabase(t.Context(), db.URL, log); err != nil {
+		t.Fatalf("ensureDatabase on a missing database: %v", err)
+	}
+	if !db.exists(t) {
+		t.Fatalf("database %s was not created", db.Name)
+	}
+	rec, ok := logs.find("database created")
+	if !ok || rec["database"] != db.Name {
+		t.Errorf("database created line = %v, want one naming %s; logs:\n%s", rec, db.Name, logs)
+	}
+
+	// Again: the database exists now, so nothing happens.
+	if err := ensureDatabase(t.Context(), db.URL, log); err != nil {
+		t.Fatalf("ensureDatabase on an existing database: %v", err)
+	}
+	if n := logs.count("database created"); n != 1 {
+		t.Errorf("database created logged %d times after two calls, want once", n)
+	}
+}
+
+func TestEnsureDatabaseExistingIsNoOp(t *testing.T) {
+	t.Parallel()
+	log, logs := testLogger()
+	if err := ensureDatabase(t.Context(), testenv.DatabaseURL(t), log); err != nil {
+		t.Fatalf("ensureDatabase on an existing database: %v", err)
+	}
+	if s := logs.String(); s != "" {
+		t.Errorf("ensureDatabase logged for an existing database:\n%s", s)
+	}
+}
+
+// TestEnsureDatabaseConcurrentReplicas starts several replicas' worth of ensureDatabase at once
+// on the same missing database: losing the creation race is not an error.
+func TestEnsureDatabaseConcurrentReplicas(t *testing.T) {
+	t.Parallel()
+	db := newScratchDatabase(t)
+	log, logs := testLogger()
+	const replicas = 6
+	errs := make([]error, replicas)
+	var wg sync.WaitGroup
+	for i := range replicas {
+		wg.Go(func() { errs[i] = ensureDatabase(t.Context(), db.URL, log) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: ensureDatabase = %v, want nil", i, err)
+		}
+	}
+	if !db.exists(t) {
+		t.Fatalf("database %s was not created", db.Name)
+	}
+	if n := logs.count("database created"); n != 1 {
+		t.Errorf("database created logged %d times, want once; logs:\n%s", n, logs)
+	}
+}
+
+func TestEnsureDatabaseEdgeCases(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		url     string
+		wantErr string // empty: want nil
+		wantLog string // empty: want no log at all
+	}{
+		// Nothing to create, so nothing is dialled: the server here does not exist.
+		{"postgres database", "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable", "", ""},
+		{"unparsable URL", "postgres://postgres@127.0.0.1:port/x", "parse DATABASE_URL", ""},
+		// An unreachable server is left for the migrations to report.
+		{"unreachable server", "postgres://postgres@127.0.0.1:1/stocksvc_nowhere?sslmode=disable&connect_timeout=1", "", "cannot check whether the database exists"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			log, logs := testLogger()
+			err := ensureDatabase(t.Context(), tt.url, log)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("ensureDatabase(%s) = %v, want nil", tt.url, err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("ensureDatabase(%s) = %v, want an error containing %q", tt.url, err, tt.wantErr)
+			}
+			if tt.wantLog == "" {
+				if s := logs.String(); s != "" {
+					t.Errorf("unexpected logs:\n%s", s)
+				}
+			} else if _, ok := logs.find(tt.wantLog); !ok {
+				t.Errorf("no %q line; logs:\n%s", tt.wantLog, logs)
+			}
+		})
+	}
+}

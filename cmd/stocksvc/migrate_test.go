@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// migrateCmd runs "stocksvc migrate args..." against databaseURL and returns its output.
+func migrateCmd(t *testing.T, databaseURL string, args ...string) (string, error) {
+	t.Helper()
+	var stdout bytes.Buffer
+	logs := newLogSink()
+	err := run(t.Context(), func() {}, append([]string{"migrate"}, args...),
+		envOf(map[string]string{"DATABASE_URL": databaseURL}), &stdout, logs)
+	if len(logs.bad) > 0 {
+		t.Errorf("migrate %q wrote log lines that are not JSON: %q", args, logs.bad)
+	}
+	return stdout.String(), err
+}
+
+// mustMigrate runs migrateCmd and checks that it succeeds with the given output.
+func mustMigrate(t *testing.T, databaseURL, want string, args ...string) {
+	t.Helper()
+	got, err := migrateCmd(t, databaseURL, args...)
+	if err != nil {
+		t.Fatalf("migrate %s: %v", strings.Join(args, " "), err)
+	}
+	if got != want {
+		t.Errorf("migrate %s printed %q, want %q", strings.Join(args, " "), got, want)
+	}
+}
+
+// hasSchema reports whether the database at databaseURL holds the products table.
+func hasSchema(t *testing.T, databaseURL string) bool {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), databaseURL)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var ok bool
+	if err := conn.QueryRow(t.Context(), `SELECT to_regclass('public.products') IS NOT NULL`).Scan(&ok); err != nil {
+		t.Fatalf("look for the products table: %v", err)
+	}
+	return ok
+}
+
+const (
+	noneApplied = "no migrations applied\n"
+	atVersion1  = "version 1 (dirty: false)\n"
+)
+
+func TestMigrateUpVersionDown(t *testing.T) {
+	t.Parallel()
+	db := newScratchDatabase(t)
+	db.create(t)
+
+	mustMigrate(t, db.URL, noneApplied, "version")
+	if hasSchema(t, db.URL) {
+		t.Fatalf("a new empty database already has the schema")
+	}
+
+	mustMigrate(t, db.URL, "migrate up: done, version 1 (dirty: false)\n", "up")
+	if !hasSchema(t, db.URL) {
+		t.Fatalf("no products table after migrate up")
+	}
+	mustMigrate(t, db.URL, atVersion1, "version")
+	// Nothing left to apply is success, not an error.
+	mustMigrate(t, db.URL, "migrate up: done, version 1 (dirty: false)\n", "up")
+
+	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down")
+	if hasSchema(t, db.URL) {
+		t.Errorf("products table still there after migrate down")
+	}
+	mustMigrate(t, db.URL, noneApplied, "version")
+
+	// down N and down all.
+	// More steps than were applied rolls back what there is.
+	for _, down := range [][]string{{"down", "1"}, {"down", "all"}, {"down", "5"}} {
+		mustMigrate(t, db.URL, "migrate up: done, version 1 (dirty: false)\n", "up")
+		mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", down...)
+		mustMigrate(t, db.URL, noneApplied, "version")
+		if hasSchema(t, db.URL) {
+			t.Errorf("products table still there after migrate %s", strings.Join(down, " "))
+		}
+	}
+	// Rolling back when nothing is applied is no change, hence success.
+	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down", "all")
+	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down")
+}
+
+// TestMigrateCreatesMissingDatabase checks that "migrate up" creates the database first.
+func TestMigrateCreatesMissingDatabase(t *testing.T) {
+	t.Parallel()
+	db := newScratchDatabase(t)
+	mustMigrate(t, db.URL, "migrate up: done, version 1 (dirty: false)\n", "up")
+	if !db.exists(t) {
+		t.Fatalf("database %s not created", db.Name)
+	}
+	mustMigrate(t, db.URL, atVersion1, "version")
+}
+
+func TestMigrateBadArguments(t *testing.T) {
+	t.Parallel()
+	db := newScratchDatabase(t)
+	db.create(t)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{nil, "want up, down [N|all] or version"},
+		{[]string{"sideways"}, "unknown arguments"},
+		{[]string{"UP"}, "unknown arguments"},
+		{[]string{"up", "now"}, "unknown arguments"},
+		{[]string{"version", "1"}, "unknown arguments"},
+		{[]string{"down", "1", "2"}, "unknown arguments"},
+		{[]string{"down", "0"}, `positive number of steps or all, got "0"`},
+		{[]string{"down", "-1"}, `positive number of steps or all, got "-1"`},
+		{[]string{"down", "x"}, `positive number of steps or all, got "x"`},
+		{[]string{"down", "ALL"}, `positive number of steps or all, got "ALL"`},
+	}
+	t.Run("group", func(t *testing.T) { // returns once its parallel subtests are done
+		for _, tt := range tests {
+			t.Run("migrate_"+strings.Join(tt.args, "_"), func(t *testing.T) {
+				t.Parallel()
+				out, err := migrateCmd(t, db.URL, tt.args...)
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("migrate %q = %v, want an error containing %q", tt.args, err, tt.want)
+				}
+				if out != "" {
+					t.Errorf("migrate %q printed %q, want nothing", tt.args, out)
+				}
+			})
+		}
+	})
+	if hasSchema(t, db.URL) {
+		t.Errorf("bad arguments changed the schema")
+	}
+	mustMigrate(t, db.URL, noneApplied, "version")
+}

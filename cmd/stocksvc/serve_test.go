@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stocksvc/stocksvc/internal/lock"
+	"github.com/stocksvc/stocksvc/internal/testenv"
+)
+
+// TestRunServesAndStops drives the whole program: start-up, the API with the admin token, a
+// purchase, and a SIGTERM-style shutdown that ends run with nil.
+func TestRunServesAndStops(t *testing.T) {
+	t.Parallel()
+	_, prefix := testenv.Redis(t) // deletes the instance's keys when the test ends
+	env := serveEnv(t, prefix, nil)
+	token := env["STOCKSVC_ADMIN_TOKEN"]
+	in := startRun(t, env)
+
+	if res := in.call(t, http.MethodGet, "/healthz", nil, nil); res.Status != http.StatusOK {
+		t.Errorf("GET /healthz: status %d, want %d: %s", res.Status, http.StatusOK, res.Body)
+	}
+	if res := in.call(t, http.MethodGet, "/readyz", nil, nil); res.Status != http.StatusOK {
+		t.Errorf("GET /readyz: status %d, want %d: %s", res.Status, http.StatusOK, res.Body)
+	}
+	if res := in.call(t, http.MethodPost, "/v1/products", map[string]any{"sku": "no-token", "name": "x", "stock": 1}, nil); res.Status != http.StatusUnauthorized {
+		t.Errorf("create product without the token: status %d, want %d: %s", res.Status, http.StatusUnauthorized, res.Body)
+	}
+	if res := in.call(t, http.MethodPost, "/v1/products", map[string]any{"sku": "bad-token", "name": "x", "stock": 1},
+		http.Header{"Authorization": {"Bearer not-" + token}}); res.Status != http.StatusUnauthorized {
+		t.Errorf("create product with a wrong token: status %d, want %d: %s", res.Status, http.StatusUnauthorized, res.Body)
+	}
+
+	id := in.createProduct(t, token, "e2e-widget", 3)
+	order := map[string]any{"customer_id": "alice", "items": []map[string]any{{"product_id": id, "quantity": 2}}}
+	res := in.call(t, http.MethodPost, "/v1/orders", order, nil)
+	if res.Status != http.StatusCreated {
+		t.Fatalf("place order: status %d, want %d: %s", res.Status, http.StatusCreated, res.Body)
+	}
+	res = in.call(t, http.MethodGet, "/v1/products/"+strconv.FormatInt(id, 10), nil, nil)
+	var p struct {
+		Stock int64 `json:"stock"`
+	}
+	if err := json.Unmarshal(res.Body, &p); res.Status != http.StatusOK || err != nil {
+		t.Fatalf("get product: status %d, err %v: %s", res.Status, err, res.Body)
+	}
+	if got, want := p.Stock, int64(1); got != want {
+		t.Errorf("stock after buying 2 of 3 = %d, want %d", got, want)
+	}
+	// Two more than is left: the service refuses rather than overselling.
+	if res := in.call(t, http.MethodPost, "/v1/orders", order, nil); res.Status != http.StatusConflict {
+		t.Errorf("order beyond the stock: status %d, want %d: %s", res.Status, http.StatusConflict, res.Body)
+	}
+
+	if err := in.stop(t); err != nil {
+		t.Fatalf("run after cancellation = %v, want nil; logs:\n%s", err, in.Logs)
+	}
+	for _, msg := range []string{"starting", "listening", "shutting down", "stopped"} {
+		if n := in.Logs.count(msg); n != 1 {
+			t.Errorf("%q logged %d times, want once", msg, n)
+		}
+	}
+	if got := in.stops.Load(); got != 1 {
+		t.Errorf("stopSignals called %d times, want once (when shutdown begins)", got)
+	}
+	if start, _ := in.Logs.find("starting"); start["admin_token"] != "***" {
+		t.Errorf("starting line admin_token = %v, want ***", start["admin_token"])
+	}
+	if strings.Contains(in.Logs.String(), token) {
+		t.Errorf("the admin token appears in the logs:\n%s", in.Logs)
+	}
+	if len(in.Logs.bad) > 0 {
+		t.Errorf("log lines that are not JSON: %q", in.Logs.bad)
+	}
+	if conn, err := net.Dial("tcp", in.Addr); err == nil {
+		conn.Close()
+		t.Errorf("%s still accepts connections after run returned", in.Addr)
+	}
+}
+
+// TestRunShutdownDelayFailsReadiness checks that during STOCKSVC_SHUTDOWN_DELAY the server is
+// still up but /readyz answers 503, so a load balancer can take the replica out first.
+func TestRunShutdownDelayFailsReadiness(t *testing.T) {
+	t.Parallel()
+	_, prefix := testenv.Redis(t)
+	in := startRun(t, serveEnv(t, prefix, map[string]string{"STOCKSVC_SHUTDOWN_DELAY": "2s"}))
+
+	if res := in.call(t, http.MethodGet, "/readyz", nil, nil); res.Status != http.StatusOK {
+		t.Fatalf("GET /readyz before shutdown: status %d, want %d: %s", res.Status, http.StatusOK, res.Body)
+	}
+	in.cancel()
+	var last response
+	eventually(t, 5*time.Second, func() (bool, string) {
+		if in.returned() {
+			t.Fatalf("run returned (%v) before /readyz answered 503; logs:\n%s", in.err, in.Logs)
+		}
+		res, err := doRequest(t.Context(), in.client, http.MethodGet, in.URL+"/readyz", nil, nil)
+		if err != nil {
+			t.Fatalf("GET /readyz during the shutdown delay: %v", err)
+		}
+		last = res
+		return res.Status == http.StatusServiceUnavailable, "GET /readyz: status " + strconv.Itoa(res.Status) + ": " + string(res.Body)
+	})
+	if !strings.Contains(string(last.Body), "shutting down") {
+		t.Errorf("503 body = %s, want it to say shutting down", last.Body)
+	}
+	// Liveness is a different question: the process is healthy while it drains.
+	if res := in.call(t, http.MethodGet, "/healthz", nil, nil); res.Status != http.StatusOK {
+		t.Errorf("GET /healthz during the shutdown delay: status %d, want %d", res.Status, http.StatusOK)
+	}
+	if in.returned() {
+		t.Errorf("run returned before the 2s shutdown delay was over")
+	}
+	if err := in.wait(t); err != nil {
+		t.Fatalf("run = %v, want nil; logs:\n%s", err, in.Logs)
+	}
+	if _, ok := in.Logs.find("stopped"); !ok {
+		t.Errorf("no stopped line; logs:\n%s", in.Logs)
+	}
+}
+
+// TestRunShutdownFinishesInFlightRequest holds the product lock in Redis so that an order stays
+// in its handler, shuts the server down, and checks that the listener closes but the order
+// still completes and commits before run returns nil.
+func TestRunShutdownFinishesInFlightRequest(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	env := serveEnv(t, prefix, map[string]string{
+		// Generous bounds: the order waits for the test, not for a timer.
+		"STOCKSVC_LOCK_WAIT":       "25s",
+		"STOCKSVC_REQUEST_TIMEOUT": "25s",
+		"STOCKSVC_SHUTDOWN_GRACE":  "25s",
+	})
+	in := startRun(t, env)
+	id := in.createProduct(t, env["STOCKSVC_ADMIN_TOKEN"], "in-flight", 1)
+
+	// The name the service locks a product under (stock.Service.productLock).
+	held, err := lock.New(rdb).Obtain(t.Context(), prefix+"lock:product:{"+strconv.FormatInt(id, 10)+"}", time.Minute, nil)
+	if err != nil {
+		t.Fatalf("hold the product lock: %v", err)
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			if err := held.Release(context.Background()); err != nil {
+				t.Errorf("release the product lock: %v", err)
+			}
+		}
+	}
+	defer release() // lets the order finish if the test fails early
+
+	const key = "in-flight-order-1"
+	type result struct {
+		res response
+		err error
+	}
+	results := make(chan result, 1)
+	ctx, cancelOrder := context.WithTimeout(context.Background(), startTimeout)
+	defer cancelOrder()
+	go func() {
+		res, err := doRequest(ctx, in.client, http.MethodPost, in.URL+"/v1/orders",
+			map[string]any{"customer_id": "bob", "items": []map[string]any{{"product_id": id, "quantity": 1}}},
+			http.Header{"Idempotency-Key": {key}})
+		results <- result{res, err}
+	}()
+	joined := false
+	defer func() { // every path joins the request goroutine
+		if !joined {
+			release()
+			<-results
+		}
+	}()
+
+	// The handler claims the idempotency key before it waits for the product lock, so the
+	// claim's existence proves the request is inside the server (stock.Service.claimName).
+	sum := sha256.Sum256([]byte(key))
+	claim := prefix + "idem:{" + hex.EncodeToString(sum[:16]) + "}"
+	eventually(t, 10*time.Second, func() (bool, string) {
+		n, err := rdb.Exists(t.Context(), claim).Result()
+		if err != nil {
+			t.Fatalf("look for the idempotency claim: %v", err)
+		}
+		return n == 1, "the order has not claimed its idempotency key " + claim
+	})
+
+	in.cancel()
+	// Shutdown has begun once the listener refuses connections.
+	eventually(t, 10*time.Second, func() (bool, string) {
+		conn, err := net.DialTimeout("tcp", in.Addr, time.Second)
+		if err != nil {
+			return true, ""
+		}
+		conn.Close()
+		return false, in.Addr + " still accepts connections after cancellation"
+	})
+	if in.returned() {
+		t.Fatalf("run returned (%v) while a request was in flight; logs:\n%s", in.err, in.Logs)
+	}
+
+	release()
+	r := <-results
+	joined = true
+	if r.err != nil {
+		t.Fatalf("in-flight order: %v", r.err)
+	}
+	if r.res.Status != http.StatusCreated {
+		t.Fatalf("in-flight order: status %d, want %d: %s", r.res.Status, http.StatusCreated, r.res.Body)
+	}
+	if err := in.wait(t); err != nil {
+		t.Fatalf("run = %v, want nil; logs:\n%s", err, in.Logs)
+	}
+
+	// The order committed: the stock is gone.
+	conn, err := pgx.Connect(t.Context(), env["DATABASE_URL"])
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var stock int64
+	if err := conn.QueryRow(t.Context(), `SELECT stock FROM products WHERE id = $1`, id).Scan(&stock); err != nil {
+		t.Fatalf("read stock: %v", err)
+	}
+	if stock != 0 {
+		t.Errorf("stock after the in-flight order = %d, want 0", stock)
+	}
+}
+
+// TestRunStartupFailures checks that a dependency that is missing or unusable makes run return
+// an error promptly instead of hanging or panicking.
+func TestRunStartupFailures(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	t.Cleanup(func() { busy.Close() })
+
+	tests := []struct {
+		name  string
+		extra map[string]string
+		want  string
+	}{
+		{"unreachable redis", map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0"}, "redis not reachable within 1s"},
+		{"unreachable postgres", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/stocksvc?sslmode=disable"}, "postgres not reachable within 1s"},
+		{"bad redis URL", map[string]string{"REDIS_URL": "http://127.0.0.1:6379"}, "REDIS_URL"},
+		{"address in use", map[string]string{"STOCKSVC_ADDR": busy.Addr().String()}, "listen on " + busy.Addr().String()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, prefix := testenv.Redis(t)
+			env := serveEnv(t, prefix, tt.extra)
+			env["STOCKSVC_STARTUP_TIMEOUT"] = "1s"
+			logs := newLogSink()
+			done := make(chan error, 1)
+			go func() { done <- run(context.Background(), func() {}, nil, envOf(env), &strings.Builder{}, logs) }()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("run = %v, want an error containing %q; logs:\n%s", err, tt.want, logs)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("run still starting after 15s with a 1s start-up timeout; logs:\n%s", logs)
+				<-done // join it anyway; the test binary's timeout is the last resort
+			}
+			if _, ok := logs.find("listening"); ok {
+				t.Errorf("run logged listening although start-up failed")
+			}
+		})
+	}
+}
+
+// TestRunCreatesItsDatabase checks the first-start path: the database does not exist, run
+// creates it, migrates it and serves.
+func TestRunCreatesItsDatabase(t *testing.T) {
+	t.Parallel()
+	db := newScratchDatabase(t)
+	_, prefix := testenv.Redis(t)
+	env := serveEnv(t, prefix, map[string]string{"DATABASE_URL": db.URL})
+	in := startRun(t, env)
+	if !db.exists(t) {
+		t.Fatalf("database %s does not exist after start-up", db.Name)
+	}
+	if _, ok := in.Logs.find("database created"); !ok {
+		t.Errorf("no database created line; logs:\n%s", in.Logs)
+	}
+	in.createProduct(t, env["STOCKSVC_ADMIN_TOKEN"], "fresh", 1) // the schema is there
+	if err := in.stop(t); err != nil {
+		t.Fatalf("run = %v, want nil", err)
+	}
+}

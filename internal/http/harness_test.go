@@ -1,0 +1,272 @@
+package stockhttp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	stockhttp "github.com/stocksvc/stocksvc/internal/http"
+	"github.com/stocksvc/stocksvc/internal/lock"
+	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+const adminToken = "test-admin-token"
+
+// cluster is what replicas share: one database and one Redis key prefix.
+type cluster struct {
+	databaseURL string
+	redisURL    string
+	prefix      string
+}
+
+func newCluster(t testing.TB) *cluster {
+	t.Helper()
+	c := &cluster{databaseURL: testenv.DatabaseURL(t), redisURL: testenv.RedisURL(t), prefix: testenv.KeyPrefix(t)}
+	t.Cleanup(func() {
+		opts, err := redis.ParseURL(c.redisURL)
+		if err != nil {
+			t.Errorf("parse redis url: %v", err)
+			return
+		}
+		rdb := redis.NewClient(opts)
+		defer rdb.Close()
+		testenv.DeleteKeys(t, rdb, c.prefix)
+	})
+	return c
+}
+
+// instanceOptions tune one replica. Zero values take the service defaults, with the admin
+// routes on.
+type instanceOptions struct {
+	adminToken  string // "-" turns admin off
+	defense     *stock.Defense
+	lockTTL     time.Duration
+	lockWait    time.Duration
+	maxQuantity int64
+	ready       func(context.Context) error
+	// databaseURL and redisURL, when set, replace the cluster's servers for this replica only:
+	// point one at deadEndpoint to give the replica a dependency that does not answer.
+	databaseURL string
+	redisURL    string
+}
+
+// instance is one replica: its own pools, service and HTTP server, as a separate process would
+// have.
+type instance struct {
+	URL      string
+	API      *stockhttp.Server
+	Registry *prometheus.Registry
+	Pool     *pgxpool.Pool
+	Redis    *redis.Client
+}
+
+func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
+	t.Helper()
+	ctx := context.Background()
+	databaseURL, redisURL := c.databaseURL, c.redisURL
+	if o.databaseURL != "" {
+		databaseURL = o.databaseURL
+	}
+	if o.redisURL != "" {
+		redisURL = o.redisURL
+	}
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		t.Fatalf("connect postgres: %v", err)
+	}
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatalf("parse redis url: %v", err)
+	}
+	rdb := redis.NewClient(opts)
+
+	defense := stock.DefaultDefense()
+	if o.defense != nil {
+		defense = *o.defense
+	}
+	token := adminToken
+	switch o.adminToken {
+	case "":
+	case "-":
+		token = ""
+	default:
+		token = o.adminToken
+	}
+	reg := prometheus.NewRegistry()
+	svc := stock.NewService(
+		stock.NewPGStore(pool),
+		stock.NewRedisLocker(lock.New(rdb), stock.LockConfig{TTL: o.lockTTL, Wait: o.lockWait}),
+		stock.Config{Defense: defense, MaxQuantity: o.maxQuantity, KeyPrefix: c.prefix},
+		stock.NewMetrics(reg),
+	)
+	ready := o.ready
+	if ready == nil {
+		ready = func(ctx context.Context) error {
+			if err := pool.Ping(ctx); err != nil {
+				return err
+			}
+			return rdb.Ping(ctx).Err()
+		}
+	}
+	api := stockhttp.New(stockhttp.Config{
+		Service:    svc,
+		AdminToken: token,
+		Ready:      ready,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Registerer: reg,
+		Gatherer:   reg,
+	})
+	srv := httptest.NewServer(api)
+	t.Cleanup(func() {
+		srv.Close()
+		_ = rdb.Close()
+		pool.Close()
+	})
+	return &instance{URL: srv.URL, API: api, Registry: reg, Pool: pool, Redis: rdb}
+}
+
+// newInstance starts a single replica on a cluster of its own.
+func newInstance(t testing.TB, o instanceOptions) *instance {
+	t.Helper()
+	return newCluster(t).start(t, o)
+}
+
+// response is a finished HTTP exchange.
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// JSON decodes the body into a map for field checks.
+func (r response) JSON(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("response body is not a JSON object: %v\n%s", err, r.Body)
+	}
+	return m
+}
+
+// Decode decodes the body into v.
+func (r response) Decode(t testing.TB, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("decode response: %v\n%s", err, r.Body)
+	}
+}
+
+// request describes one call. Body is sent raw when it is a string or []byte, and as JSON
+// otherwise; JSON bodies get Content-Type: application/json unless Header sets one.
+type request struct {
+	Method string
+	URL    string
+	Body   any
+	Header map[string]string
+}
+
+// send performs req and reads the whole response. It may run in any goroutine: failures are
+// returned, not reported.
+func send(ctx context.Context, client *http.Client, req request) (response, error) {
+	var body io.Reader
+	contentType := ""
+	switch b := req.Body.(type) {
+	case nil:
+	case string:
+		body = bytes.NewBufferString(b)
+	case []byte:
+		body = bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			return response{}, err
+		}
+		body = bytes.NewReader(raw)
+		contentType = "application/json"
+	}
+	hr, err := http.NewRequestWithContext(ctx, req.Method, req.URL, body)
+	if err != nil {
+		return response{}, err
+	}
+	if contentType != "" {
+		hr.Header.Set("Content-Type", contentType)
+	}
+	for k, v := range req.Header {
+		hr.Header.Set(k, v)
+	}
+	res, err := client.Do(hr)
+	if err != nil {
+		return response{}, err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return response{}, err
+	}
+	return response{Status: res.StatusCode, Header: res.Header, Body: raw}, nil
+}
+
+// call is send for the test goroutine: any transport failure fails the test.
+func call(t testing.TB, req request) response {
+	t.Helper()
+	res, err := send(context.Background(), http.DefaultClient, req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	return res
+}
+
+func adminHeader() map[string]string {
+	return map[string]string{"Authorization": "Bearer " + adminToken}
+}
+
+// createProduct creates a product through the admin API and returns its id.
+func createProduct(t testing.TB, baseURL, sku string, stockUnits int64) int64 {
+	t.Helper()
+	res := call(t, request{Method: http.MethodPost, URL: baseURL + "/v1/products", Header: adminHeader(),
+		Body: map[string]any{"sku": sku, "name": "Product " + sku, "stock": stockUnits}})
+	if res.Status != http.StatusCreated {
+		t.Fatalf("create product %s: status %d: %s", sku, res.Status, res.Body)
+	}
+	var p struct {
+		ID int64 `json:"id"`
+	}
+	res.Decode(t, &p)
+	return p.ID
+}
+
+// audit reads a product's audit.
+type auditBody struct {
+	ProductID  int64 `json:"product_id"`
+	Stock      int64 `json:"stock"`
+	Received   int64 `json:"received"`
+	Sold       int64 `json:"sold"`
+	Consistent bool  `json:"consistent"`
+}
+
+func audit(t testing.TB, baseURL string, id int64) auditBody {
+	t.Helper()
+	res := call(t, request{Method: http.MethodGet, URL: baseURL + "/v1/products/" + itoa(id) + "/audit"})
+	if res.Status != http.StatusOK {
+		t.Fatalf("audit %d: status %d: %s", id, res.Status, res.Body)
+	}
+	var a auditBody
+	res.Decode(t, &a)
+	return a
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,160 @@
+package stock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stocksvc/stocksvc/internal/lock"
+	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// world is what replicas share: a database and a Redis key prefix.
+type world struct {
+	databaseURL string
+	redisURL    string
+	prefix      string
+}
+
+func newWorld(t testing.TB) *world {
+	t.Helper()
+	_, prefix := testenv.Redis(t) // deletes the prefix's keys at the end
+	return &world{databaseURL: testenv.DatabaseURL(t), redisURL: testenv.RedisURL(t), prefix: prefix}
+}
+
+// replica is one service instance with its own pools, as a separate process would have.
+type replica struct {
+	svc      *stock.Service
+	store    *stock.PGStore
+	registry *prometheus.Registry
+	redis    *redis.Client
+	pool     *pgxpool.Pool
+}
+
+type replicaOptions struct {
+	lockTTL  time.Duration
+	lockWait time.Duration
+	maxConns int32
+}
+
+func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replica {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(w.databaseURL)
+	if err != nil {
+		t.Fatalf("parse database url: %v", err)
+	}
+	if o.maxConns > 0 {
+		cfg.MaxConns = o.maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("connect postgres: %v", err)
+	}
+	opts, err := redis.ParseURL(w.redisURL)
+	if err != nil {
+		t.Fatalf("parse redis url: %v", err)
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() {
+		_ = rdb.Close()
+		pool.Close()
+	})
+	reg := prometheus.NewRegistry()
+	store := stock.NewPGStore(pool)
+	wait := o.lockWait
+	if wait == 0 {
+		wait = 5 * time.Second // generous: these tests are about correctness, not contention
+	}
+	svc := stock.NewService(store,
+		stock.NewRedisLocker(lock.New(rdb), stock.LockConfig{TTL: o.lockTTL, Wait: wait}),
+		stock.Config{Defense: d, KeyPrefix: w.prefix, ConflictRetries: 50},
+		stock.NewMetrics(reg))
+	return &replica{svc: svc, store: store, registry: reg, redis: rdb, pool: pool}
+}
+
+func createProduct(t testing.TB, r *replica, sku string, units int64) int64 {
+	t.Helper()
+	p, err := r.svc.CreateProduct(context.Background(), stock.NewProduct{SKU: sku, Name: sku, Stock: units})
+	if err != nil {
+		t.Fatalf("create product: %v", err)
+	}
+	return p.ID
+}
+
+func mustAudit(t testing.TB, r *replica, id int64) stock.Audit {
+	t.Helper()
+	a, err := r.svc.Audit(context.Background(), id)
+	if err != nil {
+		t.Fatalf("audit: %v", err)
+	}
+	return a
+}
+
+// catches reads stocksvc_defense_catches_total{layer} from a replica's registry.
+func catches(t testing.TB, r *replica, layer stock.Layer) float64 {
+	t.Helper()
+	return counterValue(t, r.registry, "stocksvc_defense_catches_total", "layer", string(layer))
+}
+
+func counterValue(t testing.TB, g prometheus.Gatherer, name, label, value string) float64 {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("metric %s{%s=%q} not found", name, label, value)
+	return 0
+}
+
+// gate holds the first purchase that reaches it inside its transaction, between the read and
+// the write, until the test opens it; every later purchase passes straight through.
+type gate struct {
+	once    sync.Once
+	reached chan struct{}
+	open    chan struct{}
+}
+
+func newGate() *gate {
+	return &gate{reached: make(chan struct{}), open: make(chan struct{})}
+}
+
+func (g *gate) hook(ctx context.Context, _ int64) {
+	first := false
+	g.once.Do(func() { first = true })
+	if !first {
+		return
+	}
+	close(g.reached)
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+	}
+}
+
+func order(customer string, items ...stock.Item) stock.OrderRequest {
+	return stock.OrderRequest{CustomerID: customer, Items: items}
+}
+
+func one(productID, quantity int64) stock.Item {
+	return stock.Item{ProductID: productID, Quantity: quantity}
+}

@@ -1,0 +1,375 @@
+package stock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stocksvc/stocksvc/internal/lock"
+	"github.com/stocksvc/stocksvc/internal/stock"
+)
+
+func TestValidateOrder(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+	many := make([]stock.Item, stock.MaxItems+1)
+	for i := range many {
+		many[i] = one(int64(i+1), 1)
+	}
+	tests := []struct {
+		name  string
+		req   stock.OrderRequest
+		field string
+	}{
+		{"no customer", order("", one(1, 1)), "customer_id"},
+		{"blank customer", order("  ", one(1, 1)), "customer_id"},
+		{"long customer", order(strings.Repeat("c", stock.MaxCustomerIDLen+1), one(1, 1)), "customer_id"},
+		{"no items", order("c"), "items"},
+		{"too many items", order("c", many...), "items"},
+		{"zero quantity", order("c", one(1, 0)), "items[0].quantity"},
+		{"quantity above max", order("c", one(1, 11)), "items[0].quantity"},
+		{"negative product", order("c", one(-1, 1)), "items[0].product_id"},
+		{"duplicate product", order("c", one(2, 1), one(1, 1), one(2, 3)), "items[2].product_id"},
+		{"key too long", stock.OrderRequest{CustomerID: "c", Items: []stock.Item{one(1, 1)}, IdempotencyKey: strings.Repeat("k", 256)}, "Idempotency-Key"},
+		{"key with control character", stock.OrderRequest{CustomerID: "c", Items: []stock.Item{one(1, 1)}, IdempotencyKey: "a\nb"}, "Idempotency-Key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := r.svc.PlaceOrder(context.Background(), tt.req)
+			var invalid *stock.ValidationError
+			if !errors.As(err, &invalid) || !errors.Is(err, stock.ErrInvalid) {
+				t.Fatalf("err = %v, want a validation error", err)
+			}
+			if invalid.Field != tt.field {
+				t.Errorf("field = %q, want %q", invalid.Field, tt.field)
+			}
+		})
+	}
+}
+
+func TestParseDefense(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in      string
+		want    stock.Defense
+		wantStr string
+		wantErr bool
+	}{
+		{in: "lock,version,guard", want: stock.DefaultDefense(), wantStr: "lock,version,guard"},
+		{in: " guard , lock ", want: stock.Defense{Lock: true, Guard: true, Check: true}, wantStr: "lock,guard"},
+		{in: "check", want: stock.Defense{Check: true}, wantStr: "check"},
+		{in: "none", want: stock.Defense{}, wantStr: "none"},
+		{in: "", wantErr: true},
+		{in: "lock,fast", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := stock.ParseDefense(tt.in)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("ParseDefense(%q) error = %v, want error %t", tt.in, err, tt.wantErr)
+			continue
+		}
+		if tt.wantErr {
+			continue
+		}
+		if got != tt.want || got.String() != tt.wantStr {
+			t.Errorf("ParseDefense(%q) = %+v (%s), want %+v (%s)", tt.in, got, got, tt.want, tt.wantStr)
+		}
+	}
+}
+
+func TestCartIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+	plenty := createProduct(t, r, "plenty", 10)
+	scarce := createProduct(t, r, "scarce", 1)
+
+	_, err := r.svc.PlaceOrder(context.Background(), order("c", one(plenty, 2), one(scarce, 2)))
+	var sold *stock.SoldOutError
+	if !errors.As(err, &sold) || sold.ProductID != scarce {
+		t.Fatalf("err = %v, want sold out naming product %d", err, scarce)
+	}
+	if a := mustAudit(t, r, plenty); a.Stock != 10 || a.Sold != 0 {
+		t.Errorf("plenty after refused cart: %+v, want untouched", a)
+	}
+	res, err := r.svc.PlaceOrder(context.Background(), order("c", one(scarce, 1), one(plenty, 2)))
+	if err != nil {
+		t.Fatalf("cart: %v", err)
+	}
+	if got := res.Order.Items; len(got) != 2 || got[0].ProductID != min(plenty, scarce) {
+		t.Errorf("items = %+v, want both, sorted by product id", got)
+	}
+}
+
+// TestCrossedCartsNeverDeadlock buys carts {a,b} and {b,a} concurrently: locks and rows are
+// always taken in ascending order, so nobody waits in a cycle and every order completes.
+func TestCrossedCartsNeverDeadlock(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	replicas := []*replica{w.replica(t, stock.DefaultDefense(), replicaOptions{}), w.replica(t, stock.DefaultDefense(), replicaOptions{})}
+	a := createProduct(t, replicas[0], "cart-a", 1000)
+	b := createProduct(t, replicas[0], "cart-b", 1000)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for i := range 16 {
+		wg.Go(func() {
+			for j := range 10 {
+				items := []stock.Item{one(a, 1), one(b, 1)}
+				if (i+j)%2 == 1 {
+					items[0], items[1] = items[1], items[0]
+				}
+				if _, err := replicas[i%2].svc.PlaceOrder(context.Background(), order("c", items...)); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d carts failed, first: %v", len(errs), errs[0])
+	}
+	for _, id := range []int64{a, b} {
+		if au := mustAudit(t, replicas[0], id); au.Sold != 160 || !au.Consistent() {
+			t.Errorf("product %d audit = %+v, want 160 sold", id, au)
+		}
+	}
+}
+
+func TestBusyWhenLockHeldPastWait(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{lockWait: 50 * time.Millisecond})
+	id := createProduct(t, r, "busy", 5)
+	l, err := lock.New(r.redis).Obtain(context.Background(), fmt.Sprintf("%slock:product:{%d}", w.prefix, id), time.Minute, nil)
+	if err != nil {
+		t.Fatalf("hold the lock: %v", err)
+	}
+	defer l.Release(context.Background())
+
+	_, err = r.svc.PlaceOrder(context.Background(), order("c", one(id, 1)))
+	if !errors.Is(err, stock.ErrBusy) {
+		t.Fatalf("err = %v, want ErrBusy", err)
+	}
+	if a := mustAudit(t, r, id); a.Stock != 5 {
+		t.Errorf("stock = %d, want 5: a busy answer must sell nothing", a.Stock)
+	}
+}
+
+func TestUnavailableDependencies(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	healthy := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+	id := createProduct(t, healthy, "unavailable", 5)
+
+	deadRedis := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = deadRedis.Close() })
+	noRedis := stock.NewService(stock.NewPGStore(healthy.pool),
+		stock.NewRedisLocker(lock.New(deadRedis), stock.LockConfig{}),
+		stock.Config{Defense: stock.DefaultDefense(), KeyPrefix: w.prefix}, nil)
+	if _, err := noRedis.PlaceOrder(context.Background(), order("c", one(id, 1))); !errors.Is(err, stock.ErrUnavailable) {
+		t.Errorf("redis down: err = %v, want ErrUnavailable", err)
+	}
+
+	deadPool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1")
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	t.Cleanup(deadPool.Close)
+	noPostgres := stock.NewService(stock.NewPGStore(deadPool),
+		stock.NewRedisLocker(lock.New(healthy.redis), stock.LockConfig{}),
+		stock.Config{Defense: stock.DefaultDefense(), KeyPrefix: w.prefix}, nil)
+	if _, err := noPostgres.PlaceOrder(context.Background(), order("c", one(id, 1))); !errors.Is(err, stock.ErrUnavailable) {
+		t.Errorf("postgres down: err = %v, want ErrUnavailable", err)
+	}
+	if _, err := noPostgres.Product(context.Background(), id); !errors.Is(err, stock.ErrUnavailable) {
+		t.Errorf("postgres down, read: err = %v, want ErrUnavailable", err)
+	}
+	if a := mustAudit(t, healthy, id); a.Stock != 5 {
+		t.Errorf("stock = %d, want 5", a.Stock)
+	}
+}
+
+// TestIdempotencySurvivesCrashAfterCommit writes an order and its idempotency record exactly as
+// a replica would, then "crashes" before answering: no response, and its in-flight claim
+// is gone. The client's retry must get that same order back and buy nothing more.
+func TestIdempotencySurvivesCrashAfterCommit(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+	id := createProduct(t, r, "crash", 5)
+	req := stock.OrderRequest{CustomerID: "c", Items: []stock.Item{one(id, 2)}, IdempotencyKey: "crash-" + uuid.NewString()}
+
+	first, err := r.svc.PlaceOrder(context.Background(), req)
+	if err != nil {
+		t.Fatalf("first attempt: %v", err)
+	}
+	// The first attempt's answer is "lost"; the client retries on another replica.
+	other := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+	again, err := other.svc.PlaceOrder(context.Background(), req)
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if !again.Replayed || again.Order.ID != first.Order.ID {
+		t.Errorf("retry = %+v, want a replay of order %s", again, first.Order.ID)
+	}
+	if a := mustAudit(t, r, id); a.Sold != 2 || a.Stock != 3 {
+		t.Errorf("audit = %+v, want 2 sold once", a)
+	}
+}
+
+// grantingLocker grants every idempotency claim, as if the Redis claim had expired under a
+// stalled request. It shows that Postgres alone keeps one order per key.
+type grantingLocker struct{ stock.Locker }
+
+func (grantingLocker) Claim(context.Context, string, time.Duration) (func(), error) {
+	return func() {}, nil
+}
+
+// waitingSignal is a lock retry strategy that reports, once, that its caller found the lock
+// held and is about to wait.
+type waitingSignal struct {
+	once    sync.Once
+	waiting chan struct{}
+}
+
+func (w *waitingSignal) Backoff(int) time.Duration {
+	w.once.Do(func() { close(w.waiting) })
+	return time.Millisecond
+}
+
+// TestIdempotencyKeyIsUniqueInPostgresEvenWithoutClaim parks request A inside its transaction,
+// lets request B (same key, its claim wrongly granted) get past the idempotency check and queue
+// for the product lock, then lets A commit. B's purchase must be refused by the key's unique
+// index and answered with A's order: one order per key, whatever Redis says.
+func TestIdempotencyKeyIsUniqueInPostgresEvenWithoutClaim(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	mk := func(retry lock.RetryStrategy) (*stock.Service, *stock.PGStore) {
+		r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+		locker := grantingLocker{stock.NewRedisLocker(lock.New(r.redis), stock.LockConfig{Wait: 10 * time.Second, Retry: retry})}
+		return stock.NewService(r.store, locker, stock.Config{Defense: stock.DefaultDefense(), KeyPrefix: w.prefix}, nil), r.store
+	}
+	svcA, storeA := mk(nil)
+	bWaiting := &waitingSignal{waiting: make(chan struct{})}
+	svcB, _ := mk(bWaiting)
+	seed := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+	id := createProduct(t, seed, "dup-key", 5)
+	g := newGate()
+	stock.SetAfterRead(storeA, g.hook)
+	req := stock.OrderRequest{CustomerID: "c", Items: []stock.Item{one(id, 1)}, IdempotencyKey: "dup-" + uuid.NewString()}
+
+	type result struct {
+		res stock.OrderResult
+		err error
+	}
+	aDone, bDone := make(chan result, 1), make(chan result, 1)
+	go func() {
+		res, err := svcA.PlaceOrder(context.Background(), req)
+		aDone <- result{res, err}
+	}()
+	<-g.reached
+	go func() {
+		res, err := svcB.PlaceOrder(context.Background(), req)
+		bDone <- result{res, err}
+	}()
+	<-bWaiting.waiting
+	close(g.open)
+	a, b := <-aDone, <-bDone
+	if a.err != nil || b.err != nil {
+		t.Fatalf("A: %v, B: %v; want both answered with the one order", a.err, b.err)
+	}
+	if a.res.Replayed || !b.res.Replayed || a.res.Order.ID != b.res.Order.ID {
+		t.Errorf("A = %+v, B = %+v; want A's order, replayed to B", a.res, b.res)
+	}
+	if au := mustAudit(t, seed, id); au.Sold != 1 || au.Stock != 4 {
+		t.Errorf("audit = %+v, want exactly 1 sold", au)
+	}
+}
+
+func TestRestockUnderLockAndFence(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+	id := createProduct(t, r, "restock", 1)
+	if _, err := r.svc.PlaceOrder(context.Background(), order("c", one(id, 1))); err != nil {
+		t.Fatalf("buy: %v", err)
+	}
+	p, err := r.svc.Restock(context.Background(), id, 4)
+	if err != nil {
+		t.Fatalf("restock: %v", err)
+	}
+	if p.Stock != 4 {
+		t.Errorf("stock after restock = %d, want 4", p.Stock)
+	}
+	if a := mustAudit(t, r, id); a.Received != 5 || a.Sold != 1 || !a.Consistent() {
+		t.Errorf("audit = %+v, want received 5, sold 1", a)
+	}
+	// A writer with a fencing token older than the last one that wrote the row is refused.
+	if _, err := r.store.Restock(context.Background(), id, 1, 1); !errors.Is(err, stock.ErrLockLost) {
+		t.Errorf("restock with a stale fence: err = %v, want ErrLockLost", err)
+	}
+	if _, err := r.svc.Restock(context.Background(), id+1000, 1); !errors.Is(err, stock.ErrProductNotFound) {
+		t.Errorf("restock of a missing product: err = %v, want ErrProductNotFound", err)
+	}
+	if _, err := r.svc.Restock(context.Background(), id, 0); !errors.Is(err, stock.ErrInvalid) {
+		t.Errorf("restock of 0: err = %v, want ErrInvalid", err)
+	}
+}
+
+func TestCreateProductRules(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+	if _, err := r.svc.CreateProduct(context.Background(), stock.NewProduct{SKU: "x", Name: "x", Stock: 1}); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if _, err := r.svc.CreateProduct(context.Background(), stock.NewProduct{SKU: "x", Name: "y", Stock: 1}); !errors.Is(err, stock.ErrDuplicateSKU) {
+		t.Errorf("duplicate sku: err = %v, want ErrDuplicateSKU", err)
+	}
+	for _, p := range []stock.NewProduct{{SKU: "", Name: "n"}, {SKU: " ", Name: "n"}, {SKU: "s", Name: ""}, {SKU: "s", Name: "\t"}, {SKU: "s", Name: "n", Stock: -1}, {SKU: strings.Repeat("s", 65), Name: "n"}} {
+		if _, err := r.svc.CreateProduct(context.Background(), p); !errors.Is(err, stock.ErrInvalid) {
+			t.Errorf("CreateProduct(%+v): err = %v, want ErrInvalid", p, err)
+		}
+	}
+	if _, err := r.svc.Order(context.Background(), uuid.New()); !errors.Is(err, stock.ErrOrderNotFound) {
+		t.Errorf("missing order: err = %v, want ErrOrderNotFound", err)
+	}
+}
+
+func TestPurgeIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+	id := createProduct(t, r, "purge", 5)
+	req := stock.OrderRequest{CustomerID: "c", Items: []stock.Item{one(id, 1)}, IdempotencyKey: "purge-1"}
+	if _, err := r.svc.PlaceOrder(context.Background(), req); err != nil {
+		t.Fatalf("order: %v", err)
+	}
+	n, err := r.svc.PurgeIdempotencyKeys(context.Background(), 24*time.Hour, time.Now())
+	if err != nil || n != 0 {
+		t.Fatalf("purge of fresh keys deleted %d, %v; want 0", n, err)
+	}
+	n, err = r.svc.PurgeIdempotencyKeys(context.Background(), 24*time.Hour, time.Now().Add(25*time.Hour))
+	if err != nil || n != 1 {
+		t.Fatalf("purge of day-old keys deleted %d, %v; want 1", n, err)
+	}
+	// The key is forgotten: the same request now buys again.
+	res, err := r.svc.PlaceOrder(context.Background(), req)
+	if err != nil || res.Replayed {
+		t.Fatalf("after purge: %+v, %v; want a new order", res, err)
+	}
+}
