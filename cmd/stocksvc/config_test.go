@@ -587,8 +587,8 @@ func TestLogAttrsDescribeConfig(t *testing.T) {
 		"addr":            ":8080",
 		"defense":         "guard",
 		"lock_retry":      "linear",
-		"startup_timeout": float64(7 * time.Second),
-		"idempotency_ttl": float64(24 * time.Hour),
+		"startup_timeout": "7s",
+		"idempotency_ttl": "24h0m0s",
 		"max_quantity":    float64(10),
 	} {
 		if got := rec[key]; got != want {

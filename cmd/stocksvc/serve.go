@@ -112,7 +112,7 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	g.Go(func() error {
 		<-gctx.Done()
 		stopSignals()
-		log.InfoContext(ctx, "shutting down", slog.Duration("delay", cfg.ShutdownDelay), slog.Duration("grace", cfg.ShutdownGrace))
+		log.InfoContext(ctx, "shutting down", slog.String("delay", cfg.ShutdownDelay.String()), slog.String("grace", cfg.ShutdownGrace.String()))
 		api.StartDraining()
 		time.Sleep(cfg.ShutdownDelay) // let the balancer see /readyz fail before we stop listening
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)

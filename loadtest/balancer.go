@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// haproxyConfig spreads requests round-robin over the replicas and checks each one's /readyz
+// twice a second: a replica that drains or dies leaves the rotation within a second. Retries
+// happen only when a connection could not be made — a request that reached a replica is never
+// sent twice, so an order cannot be placed twice by the balancer.
+func haproxyConfig(frontPort, statsPort int, replicaPorts []int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `global
+    maxconn 4000
+
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+    timeout http-keep-alive 30s
+    option http-keep-alive
+    retries 2
+    retry-on conn-failure
+    option redispatch
+
+frontend flashsale
+    bind 127.0.0.1:%d
+    default_backend stocksvc
+
+frontend stats
+    bind 127.0.0.1:%d
+    stats enable
+    stats uri /stats
+
+backend stocksvc
+    balance roundrobin
+    option httpchk GET /readyz
+    http-check expect status 200
+    default-server inter 500ms fall 2 rise 2
+`, frontPort, statsPort)
+	for i, p := range replicaPorts {
+		fmt.Fprintf(&b, "    server r%d 127.0.0.1:%d check\n", i+1, p)
+	}
+	return b.String()
+}
+
+// startHAProxy writes the configuration into dir and runs haproxy in the foreground.
+func startHAProxy(sup *supervisor, haproxy, dir string, frontPort, statsPort int, replicaPorts []int) (*proc, error) {
+	cfg := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(cfg, []byte(haproxyConfig(frontPort, statsPort, replicaPorts)), 0o644); err != nil {
+		return nil, fmt.Errorf("write haproxy config: %w", err)
+	}
+	return sup.start("haproxy", filepath.Join(dir, "haproxy.log"), nil, haproxy, "-db", "-f", cfg)
+}
+
+// haproxyRequests reads the balancer's per-server request counters ("req_tot", or sessions
+// "stot" where HAProxy does not count requests) from its CSV statistics.
+func haproxyRequests(ctx context.Context, statsPort int) (map[string]int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/stats;csv", statsPort), nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("read haproxy stats: %w", err)
+	}
+	defer res.Body.Close()
+	r := csv.NewReader(res.Body)
+	r.FieldsPerRecord = -1
+	rows, err := r.ReadAll()
+	if err != nil || len(rows) == 0 {
+		return nil, fmt.Errorf("parse haproxy stats: %v", err)
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[strings.TrimPrefix(strings.TrimSpace(h), "# ")] = i
+	}
+	counter, ok := col["req_tot"]
+	if !ok {
+		counter = col["stot"]
+	}
+	out := map[string]int64{}
+	for _, row := range rows[1:] {
+		if len(row) <= counter || row[col["pxname"]] != "stocksvc" || !strings.HasPrefix(row[col["svname"]], "r") {
+			continue
+		}
+		n, _ := strconv.ParseInt(row[counter], 10, 64)
+		out[row[col["svname"]]] = n
+	}
+	return out, nil
+}

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// comparison is one row of the comparison table.
+type comparison struct {
+	label         string
+	title         string
+	purchasesPerS float64
+	sellOut       time.Duration // zero: did not sell out
+	sold, stock   int64
+	refusedShare  float64 // 429s among the answers given while stock remained
+	p99Confirmed  float64 // ms
+	p99All        float64 // ms
+	oversold      int64
+	requests      int
+	note          string
+}
+
+// compare runs the same rush against three configurations of the service, then the bare
+// pgbench anchor, and prints the table with ratios against the default path.
+func (h *harness) compare(ctx context.Context) error {
+	configs := []struct {
+		title string
+		spec  saleSpec
+	}{
+		{"(a) stocksvc default: lock + version + guard, exponential backoff with jitter",
+			saleSpec{label: "a-default", defense: defaultDefense, lockRetry: "exponential"}},
+		{"(b) the seeds' naive retry: fixed 100 ms sleep, at most 3 retries",
+			saleSpec{label: "b-seed-naive", defense: defaultDefense, lockRetry: "fixed:100ms", lockMaxRetries: 3}},
+		{"(c) the database guard alone, no Redis lock",
+			saleSpec{label: "c-guard-only", defense: "guard", lockRetry: "exponential"}},
+	}
+	var rows []comparison
+	for _, c := range configs {
+		c.spec.scenarios, c.spec.requestLog = "rush", true
+		run, err := h.runSale(ctx, c.spec)
+		if err != nil {
+			return err
+		}
+		row, err := measureRush(ctx, run)
+		h.closeRun(run)
+		if err != nil {
+			return err
+		}
+		row.label, row.title = c.spec.label, c.title
+		rows = append(rows, row)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	anchor, err := h.pgbenchAnchor(ctx)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, anchor)
+
+	table := comparisonTable(rows, h.opts)
+	h.printf("\n%s\n", table)
+	path := filepath.Join(h.out, "compare.md")
+	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
+		return err
+	}
+	h.printf("written to %s\n", path)
+	return nil
+}
+
+// orderSample is one order request k6 recorded.
+type orderSample struct {
+	end      time.Time
+	duration float64 // ms
+	status   int
+}
+
+// measureRush computes the comparison figures of a rush-only sale from k6's request log and
+// the database.
+func measureRush(ctx context.Context, run *saleRun) (comparison, error) {
+	samples, err := readOrderSamples(filepath.Join(run.dir, "requests.csv.gz"))
+	if err != nil {
+		return comparison{}, err
+	}
+	if len(samples) == 0 {
+		return comparison{}, errors.New("k6 recorded no order requests")
+	}
+	var row comparison
+	hot := run.summary.SetupData.Hot
+	var last *time.Time
+	err = run.pool.QueryRow(ctx, `
+		SELECT p.stock, p.initial_stock,
+		       COALESCE((SELECT sum(i.quantity) FROM order_items i WHERE i.product_id = p.id), 0),
+		       (SELECT max(o.created_at) FROM orders o JOIN order_items i ON i.order_id = o.id WHERE i.product_id = p.id)
+		  FROM products p WHERE p.id = $1`, hot).Scan(&row.stock, new(int64), &row.sold, &last)
+	if err != nil {
+		return comparison{}, fmt.Errorf("read the hot product: %w", err)
+	}
+	var received int64
+	if err := run.pool.QueryRow(ctx, `SELECT initial_stock FROM products WHERE id = $1`, hot).Scan(&received); err != nil {
+		return comparison{}, err
+	}
+	row.oversold = max(0, row.sold-received)
+	row.stock = received
+
+	start := samples[0].end.Add(-time.Duration(samples[0].duration * float64(time.Millisecond)))
+	end := samples[len(samples)-1].end
+	for _, s := range samples {
+		if b := s.end.Add(-time.Duration(s.duration * float64(time.Millisecond))); b.Before(start) {
+			start = b
+		}
+	}
+	soldOut := row.sold >= received && last != nil
+	window := end
+	if soldOut {
+		window = *last
+		row.sellOut = last.Sub(start)
+	}
+	var confirmed []float64
+	var all []float64
+	before, refused := 0, 0
+	for _, s := range samples {
+		all = append(all, s.duration)
+		if s.status == 201 {
+			confirmed = append(confirmed, s.duration)
+		}
+		if !s.end.After(window) {
+			before++
+			if s.status == 429 {
+				refused++
+			}
+		}
+	}
+	row.requests = len(samples)
+	orders := len(confirmed)
+	if secs := window.Sub(start).Seconds(); secs > 0 {
+		row.purchasesPerS = float64(orders) / secs
+	}
+	if before > 0 {
+		row.refusedShare = float64(refused) / float64(before)
+	}
+	row.p99Confirmed, row.p99All = percentile(confirmed, 99), percentile(all, 99)
+	return row, nil
+}
+
+// readOrderSamples reads the order requests from k6's CSV output (timestamps in ms).
+func readOrderSamples(path string) ([]orderSample, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	r := csv.NewReader(bufio.NewReader(gz))
+	header, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	col := map[string]int{}
+	for i, h := range header {
+		col[h] = i
+	}
+	for _, need := range []string{"metric_name", "timestamp", "metric_value", "status", "name"} {
+		if _, ok := col[need]; !ok {
+			return nil, fmt.Errorf("%s: no %s column", path, need)
+		}
+	}
+	var out []orderSample
+	for {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if rec[col["metric_name"]] != "http_req_duration" || rec[col["name"]] != "POST /v1/orders" {
+			continue
+		}
+		ms, _ := strconv.ParseInt(rec[col["timestamp"]], 10, 64)
+		d, _ := strconv.ParseFloat(rec[col["metric_value"]], 64)
+		status, _ := strconv.Atoi(rec[col["status"]])
+		out = append(out, orderSample{end: time.UnixMilli(ms), duration: d, status: status})
+	}
+	slices.SortFunc(out, func(a, b orderSample) int { return a.end.Compare(b.end) })
+	return out, nil
+}
+
+func percentile(values []float64, p float64) float64 {
+	if len(values) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(values)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+
+// pgbenchAnchor measures the physical floor: pgbench running the bare single-row conditional
+// decrement on the same Postgres, with no service, lock or HTTP in the way.
+func (h *harness) pgbenchAnchor(ctx context.Context) (comparison, error) {
+	pgbench, err := findTool(ctx, "pgbench", "postgresql-client", h.w)
+	if err != nil {
+		return comparison{}, err
+	}
+	dir := filepath.Join(h.out, "d-pgbench")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return comparison{}, err
+	}
+	name := fmt.Sprintf("stocksvc_load_%d_pgbench", time.Now().Unix())
+	dbURL, err := h.createDatabase(ctx, name)
+	if err != nil {
+		return comparison{}, err
+	}
+	defer h.dropDatabase(name)
+	psql := func(sql string) error {
+		out, err := exec.CommandContext(ctx, "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql, dbURL).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("psql: %v: %s", err, out)
+		}
+		return nil
+	}
+	// Enough stock that it never runs out during the run, so every transaction is a sale.
+	if err := psql(`CREATE TABLE bench_stock (id int PRIMARY KEY, stock bigint NOT NULL CHECK (stock >= 0));
+	                INSERT INTO bench_stock VALUES (1, 1000000000000)`); err != nil {
+		return comparison{}, err
+	}
+	script := filepath.Join(dir, "decrement.sql")
+	if err := os.WriteFile(script, []byte("UPDATE bench_stock SET stock = stock - 1 WHERE id = 1 AND stock > 0;\n"), 0o644); err != nil {
+		return comparison{}, err
+	}
+	const seconds = 10
+	clients := h.opts.pgbenchClients
+	h.printf("[d-pgbench] pgbench -c %d -T %d: bare UPDATE ... WHERE stock > 0 on one row\n", clients, seconds)
+	cmd := exec.CommandContext(ctx, pgbench, "-n", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)),
+		"-T", strconv.Itoa(seconds), "-f", script, "-l", "--log-prefix", filepath.Join(dir, "latency"), dbURL)
+	out, err := cmd.CombinedOutput()
+	_ = os.WriteFile(filepath.Join(dir, "pgbench.log"), out, 0o644)
+	if err != nil {
+		return comparison{}, fmt.Errorf("pgbench: %v: %s", err, out)
+	}
+	m := tpsLine.FindSubmatch(out)
+	if m == nil {
+		return comparison{}, fmt.Errorf("pgbench printed no tps line: %s", out)
+	}
+	tps, _ := strconv.ParseFloat(string(m[1]), 64)
+	latencies, err := pgbenchLatencies(dir)
+	if err != nil {
+		return comparison{}, err
+	}
+	row := comparison{
+		label:         "d-pgbench",
+		title:         fmt.Sprintf("(d) physical anchor: pgbench, %d clients, bare UPDATE ... WHERE stock > 0", clients),
+		purchasesPerS: tps,
+		stock:         int64(h.opts.stock),
+		sold:          int64(h.opts.stock),
+		p99Confirmed:  percentile(latencies, 99),
+		p99All:        percentile(latencies, 99),
+		requests:      len(latencies),
+		note:          "time to sell out computed as stock / tps",
+	}
+	if tps > 0 {
+		row.sellOut = time.Duration(float64(h.opts.stock) / tps * float64(time.Second))
+	}
+	return row, nil
+}
+
+// pgbenchLatencies reads the per-transaction logs (third field: latency in µs) as ms.
+func pgbenchLatencies(dir string) ([]float64, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "latency.*"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("pgbench wrote no transaction log in %s", dir)
+	}
+	var out []float64
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 3 {
+				continue
+			}
+			us, err := strconv.ParseFloat(f[2], 64)
+			if err == nil {
+				out = append(out, us/1000)
+			}
+		}
+	}
+	return out, nil
+}
+
+// comparisonTable formats the rows as Markdown, with ratios against the first row.
+func comparisonTable(rows []comparison, o options) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Same machine, one run: %d replicas behind HAProxy, k6 rush ramping to %d orders/s over %v, %d units of one product, 1..3 units per order.\n\n",
+		o.replicas, o.rate, o.duration, o.stock)
+	b.WriteString("| configuration | confirmed purchases/s | time to sell out | buyers refused while stock remained | p99 confirmed | p99 all answers | oversold units |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	base := rows[0]
+	for _, r := range rows {
+		sell := "not sold out"
+		if r.sellOut > 0 {
+			sell = r.sellOut.Round(time.Millisecond).String()
+		} else {
+			sell = fmt.Sprintf("not sold out (%d/%d)", r.sold, r.stock)
+		}
+		ratio := ""
+		if r.label != base.label && base.purchasesPerS > 0 {
+			ratio = fmt.Sprintf(" (%.2f×)", r.purchasesPerS/base.purchasesPerS)
+		}
+		fmt.Fprintf(&b, "| %s | %.0f%s | %s | %.1f%% | %.1f ms | %.1f ms | %d |\n",
+			r.title, r.purchasesPerS, ratio, sell, 100*r.refusedShare, r.p99Confirmed, r.p99All, r.oversold)
+	}
+	for _, r := range rows {
+		if r.note != "" {
+			fmt.Fprintf(&b, "\n%s: %s.", r.label, r.note)
+		}
+	}
+	b.WriteString("\n")
+	return b.String()
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"compress/gzip"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+func TestParseOptions(t *testing.T) {
+	t.Parallel()
+	o, err := parseOptions(nil, io.Discard)
+	if err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	if o.replicas != 3 || o.defense != defaultDefense || o.killAfter != 0 || !strings.HasPrefix(o.out, filepath.Join("loadtest", "out")) {
+		t.Errorf("defaults = %+v", o)
+	}
+	bad := [][]string{
+		{"-replicas", "0"},
+		{"-duration", "2s"},
+		{"-duration", "10s", "-kill-after", "10s"},
+		{"-replicas", "1", "-kill-after", "5s"},
+		{"-stock", "0"},
+		{"extra"},
+	}
+	for _, args := range bad {
+		if _, err := parseOptions(args, io.Discard); err == nil {
+			t.Errorf("parseOptions(%q) = nil error, want a refusal", args)
+		}
+	}
+}
+
+func TestReadOrderLog(t *testing.T) {
+	t.Parallel()
+	id1, id2 := uuid.New(), uuid.New()
+	log := `time="2026-11-22T05:29:31Z" level=info msg="ORDER ` + id1.String() + ` hot=2" source=console
+time="2026-11-22T05:29:31Z" level=info msg="something else" source=console
+time="2026-11-22T05:29:32Z" level=info msg="ORDER ` + id2.String() + ` second=1,hot=1" source=console
+`
+	path := filepath.Join(t.TempDir(), "console.log")
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readOrderLog(path)
+	if err != nil {
+		t.Fatalf("readOrderLog: %v", err)
+	}
+	if len(got) != 2 || got[0].id != id1 || got[0].units["hot"] != 2 || got[1].id != id2 || got[1].units["second"] != 1 || got[1].units["hot"] != 1 {
+		t.Errorf("readOrderLog = %+v", got)
+	}
+	if err := os.WriteFile(path, []byte(`msg="ORDER not-a-uuid hot=1"`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readOrderLog(path); err == nil {
+		t.Errorf("a malformed order line was accepted")
+	}
+}
+
+func TestReadOrderSamples(t *testing.T) {
+	t.Parallel()
+	csvText := `metric_name,timestamp,metric_value,check,error,error_code,expected_response,group,method,name,proto,scenario,service,status,subproto,tls_version,url,extra_tags,metadata
+http_reqs,1795325371700,1.000000,,,,true,,POST,POST /v1/orders,HTTP/1.1,rush,,201,,,u,,
+http_req_duration,1795325371700,12.500000,,,,true,,POST,POST /v1/orders,HTTP/1.1,rush,,201,,,u,,
+http_req_duration,1795325371650,3.000000,,,,true,,POST,POST /v1/orders,HTTP/1.1,rush,,429,,,u,,
+http_req_duration,1795325371600,1.000000,,,,true,,GET,GET /readyz,HTTP/1.1,,,200,,,u,,
+`
+	path := filepath.Join(t.TempDir(), "requests.csv.gz")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gz := gzip.NewWriter(f)
+	if _, err := gz.Write([]byte(csvText)); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	got, err := readOrderSamples(path)
+	if err != nil {
+		t.Fatalf("readOrderSamples: %v", err)
+	}
+	if len(got) != 2 || got[0].status != 429 || got[1].status != 201 || got[1].duration != 12.5 || !got[1].end.Equal(time.UnixMilli(1795325371700)) {
+		t.Errorf("samples = %+v, want the two order durations sorted by end time", got)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	values := make([]float64, 100)
+	for i := range values {
+		values[i] = float64(100 - i)
+	}
+	if got := percentile(values, 99); got != 99 {
+		t.Errorf("p99 of 1..100 = %v, want 99", got)
+	}
+	if got := percentile(values, 50); got != 50 {
+		t.Errorf("p50 of 1..100 = %v, want 50", got)
+	}
+	if got := percentile(nil, 99); !math.IsNaN(got) {
+		t.Errorf("p99 of nothing = %v, want NaN", got)
+	}
+}
+
+func TestHAProxyConfigChecksReadiness(t *testing.T) {
+	t.Parallel()
+	cfg := haproxyConfig(8080, 8081, []int{9001, 9002})
+	for _, want := range []string{"bind 127.0.0.1:8080", "bind 127.0.0.1:8081", "option httpchk GET /readyz",
+		"server r1 127.0.0.1:9001 check", "server r2 127.0.0.1:9002 check", "retry-on conn-failure"} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("config lacks %q:\n%s", want, cfg)
+		}
+	}
+}
+
+func TestComparisonTable(t *testing.T) {
+	t.Parallel()
+	rows := []comparison{
+		{label: "a", title: "(a) default", purchasesPerS: 200, sellOut: 3 * time.Second, sold: 1000, stock: 1000, p99Confirmed: 20, p99All: 10},
+		{label: "b", title: "(b) naive", purchasesPerS: 100, sold: 800, stock: 1000, refusedShare: 0.25, p99Confirmed: 300, p99All: 310},
+	}
+	got := comparisonTable(rows, options{replicas: 3, rate: 300, duration: 15 * time.Second, stock: 1000})
+	for _, want := range []string{"| (a) default | 200 | 3s | 0.0% |", "| (b) naive | 100 (0.50×) | not sold out (800/1000) | 25.0% |"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("table lacks %q:\n%s", want, got)
+		}
+	}
+}

@@ -1,0 +1,191 @@
+// Command loadtest runs a whole flash sale on one machine and proves, from Postgres, that
+// nothing was oversold or lost: it builds stocksvc, starts N replicas on loopback ports against
+// one Postgres and one Redis, puts HAProxy in front (health-checking /readyz), drives k6
+// (loadtest/flashsale.js) through the balancer, checks the invariants with SQL, prints a
+// one-screen summary and stops everything it started — also on Ctrl-C.
+//
+//	go run ./loadtest                         # the default sale
+//	go run ./loadtest -replicas 5 -stock 2000 -rate 400 -duration 60s -kill-after 20s
+//	go run ./loadtest -compare                # the comparison for docs/benchmarks.md
+//
+// It exits 1 when an invariant or a k6 threshold fails.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const defaultDefense = "lock,version,guard"
+
+type options struct {
+	replicas       int
+	stock          int
+	rate           int
+	duration       time.Duration
+	vus            int
+	raceStock      int
+	scenarios      string
+	defense        string
+	lockRetry      string
+	lockMaxRetries int
+	lockWait       time.Duration
+	killAfter      time.Duration
+	compare        bool
+	pgbenchClients int
+	databaseURL    string
+	redisURL       string
+	out            string
+	keep           bool
+	k6             string
+	script         string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		if !errors.Is(err, errFailed) {
+			fmt.Fprintln(os.Stderr, "loadtest:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// errFailed means the run completed and found violations; the summary already said which.
+var errFailed = errors.New("verdict: FAIL")
+
+func parseOptions(args []string, usage io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	fs.IntVar(&o.replicas, "replicas", 3, "stocksvc replicas behind the balancer")
+	fs.IntVar(&o.stock, "stock", 500, "units of the hot product (and of the cart product)")
+	fs.IntVar(&o.rate, "rate", 200, "peak order arrivals per second of the rush")
+	fs.DurationVar(&o.duration, "duration", 30*time.Second, "length of the load")
+	fs.IntVar(&o.vus, "vus", 100, "k6 virtual users pre-allocated for the rush")
+	fs.IntVar(&o.raceStock, "race-stock", 20, "units of the exact-race product (ten buyers per unit)")
+	fs.StringVar(&o.scenarios, "scenarios", "rush,carts,retries,race", "k6 scenarios to run")
+	fs.StringVar(&o.defense, "defense", defaultDefense, "STOCKSVC_DEFENSE of the replicas (anything else is a demonstration)")
+	fs.StringVar(&o.lockRetry, "lock-retry", "exponential", "STOCKSVC_LOCK_RETRY of the replicas")
+	fs.IntVar(&o.lockMaxRetries, "lock-max-retries", 0, "STOCKSVC_LOCK_MAX_RETRIES of the replicas")
+	fs.DurationVar(&o.lockWait, "lock-wait", 2*time.Second, "STOCKSVC_LOCK_WAIT of the replicas")
+	fs.DurationVar(&o.killAfter, "kill-after", 0, "SIGKILL one replica this long into the load (0: never)")
+	fs.BoolVar(&o.compare, "compare", false, "compare the default path, the seeds' naive retry policy, the guard alone and a bare pgbench UPDATE")
+	fs.IntVar(&o.pgbenchClients, "pgbench-clients", 8, "pgbench clients in -compare")
+	fs.StringVar(&o.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres server to create the run's database on")
+	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis (the run uses a key prefix of its own and deletes it afterwards)")
+	fs.StringVar(&o.out, "out", "", "directory for reports and logs (default loadtest/out/<time>)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the run's database for inspection")
+	fs.StringVar(&o.k6, "k6", "", "k6 binary (default: k6 "+k6Version+" on PATH or in GOPATH/bin, installed if missing)")
+	fs.StringVar(&o.script, "script", "loadtest/flashsale.js", "the k6 script")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	case o.replicas < 1:
+		return o, errors.New("-replicas must be at least 1")
+	case o.stock < 1 || o.rate < 1 || o.vus < 1:
+		return o, errors.New("-stock, -rate and -vus must be positive")
+	case o.duration < 5*time.Second:
+		return o, errors.New("-duration must be at least 5s")
+	case o.killAfter >= o.duration:
+		return o, errors.New("-kill-after must fall within -duration")
+	case o.killAfter > 0 && o.replicas < 2:
+		return o, errors.New("-kill-after needs at least 2 replicas")
+	}
+	if o.out == "" {
+		o.out = filepath.Join("loadtest", "out", time.Now().Format("20060102-150405"))
+	}
+	return o, nil
+}
+
+// harness holds what every sale of one invocation shares.
+type harness struct {
+	opts    options
+	out     string
+	binary  string
+	k6      string
+	haproxy string
+	script  string
+	w       io.Writer
+}
+
+func (h *harness) printf(format string, args ...any) { fmt.Fprintf(h.w, format, args...) }
+
+func run(ctx context.Context, args []string, w io.Writer) error {
+	o, err := parseOptions(args, w)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	h := &harness{opts: o, w: w}
+	if h.out, err = filepath.Abs(o.out); err != nil {
+		return err
+	}
+	if h.script, err = filepath.Abs(o.script); err != nil {
+		return err
+	}
+	if _, err := os.Stat(h.script); err != nil {
+		return fmt.Errorf("k6 script %s: %w (run from the repository root, or pass -script)", o.script, err)
+	}
+	if err := os.MkdirAll(h.out, 0o755); err != nil {
+		return err
+	}
+	if h.k6, err = findK6(ctx, o.k6, w); err != nil {
+		return err
+	}
+	if h.haproxy, err = findTool(ctx, "haproxy", "haproxy", w); err != nil {
+		return err
+	}
+	h.binary = filepath.Join(h.out, "stocksvc")
+	build := exec.CommandContext(ctx, "go", "build", "-o", h.binary, "./cmd/stocksvc")
+	build.Stdout, build.Stderr = w, w
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build stocksvc: %w", err)
+	}
+	if o.compare {
+		return h.compare(ctx)
+	}
+	return h.sale(ctx)
+}
+
+// sale runs the one configured sale and reports it.
+func (h *harness) sale(ctx context.Context) error {
+	spec := saleSpec{label: "sale", defense: h.opts.defense, lockRetry: h.opts.lockRetry,
+		lockMaxRetries: h.opts.lockMaxRetries, scenarios: h.opts.scenarios}
+	run, err := h.runSale(ctx, spec)
+	if err != nil {
+		return err
+	}
+	defer h.closeRun(run)
+	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	raceStock := int64(0)
+	if strings.Contains(h.opts.scenarios, "race") {
+		raceStock = int64(h.opts.raceStock)
+	}
+	invariants, ledgers, err := checkInvariants(checkCtx, run, raceStock, run.killed >= 0)
+	if err != nil {
+		return err
+	}
+	timing, err := saleTiming(checkCtx, run)
+	if err != nil {
+		return err
+	}
+	return h.report(run, invariants, ledgers, timing)
+}

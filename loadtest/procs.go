@@ -1,0 +1,106 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is a child process the harness started and must stop.
+type proc struct {
+	name string
+	log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// supervisor owns every child process. stopAll stops them in reverse order of start; it is
+// deferred by the harness, so children are stopped on every way out, Ctrl-C included.
+type supervisor struct {
+	mu    sync.Mutex
+	procs []*proc
+}
+
+// start runs argv with env (added to the harness's own environment) in a process group of its
+// own, its output appended to logPath. The child is killed if the harness dies (Pdeathsig).
+func (s *supervisor) start(name, logPath string, env []string, argv ...string) (*proc, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open log for %s: %w", name, err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.mu.Unlock()
+	return p, nil
+}
+
+// exited reports whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signal sends sig to the process's whole group.
+func (p *proc) signal(sig syscall.Signal) {
+	if p.cmd.Process != nil {
+		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	}
+}
+
+// stop asks the process to end (SIGTERM) and kills it if it has not within grace.
+func (p *proc) stop(grace time.Duration) error {
+	if p.exited() {
+		return nil
+	}
+	p.signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		p.signal(syscall.SIGKILL)
+		<-p.done
+		return fmt.Errorf("%s did not stop within %v and was killed", p.name, grace)
+	}
+	return nil
+}
+
+// wait blocks until the process ends and returns its exit error.
+func (p *proc) wait() error {
+	<-p.done
+	return p.err
+}
+
+// stopAll stops every process still running, newest first.
+func (s *supervisor) stopAll(grace time.Duration) error {
+	s.mu.Lock()
+	procs := slices.Clone(s.procs)
+	s.mu.Unlock()
+	var errs []error
+	for _, p := range slices.Backward(procs) {
+		errs = append(errs, p.stop(grace))
+	}
+	return errors.Join(errs...)
+}

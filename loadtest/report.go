@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// progress prints a line every five seconds while k6 runs: what the replicas have answered.
+func (h *harness) progress(ctx context.Context, label string, start time.Time, ports []int) {
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var orders float64
+		outcomes := map[string]float64{}
+		up := 0
+		for _, p := range ports {
+			m, err := scrapeReplica(ctx, p)
+			if err != nil {
+				continue
+			}
+			up++
+			orders += m.orders
+			for k, v := range m.outcomes {
+				outcomes[k] += v
+			}
+		}
+		h.printf("[%s] %5.0fs  orders answered %6.0f  confirmed %5.0f  sold-out %6.0f  busy %5.0f  replicas up %d/%d\n",
+			label, time.Since(start).Seconds(), orders, outcomes["confirmed"], outcomes["sold_out"], outcomes["busy"], up, len(ports))
+	}
+}
+
+// timing is when the hot product's sale began and ended, by the orders' commit times.
+type timing struct {
+	firstSale, lastSale time.Time
+	soldOut             bool
+}
+
+func saleTiming(ctx context.Context, run *saleRun) (timing, error) {
+	var t timing
+	var first, last *time.Time
+	err := run.pool.QueryRow(ctx, `
+		SELECT min(o.created_at), max(o.created_at), (SELECT stock = 0 FROM products WHERE id = $1)
+		  FROM orders o JOIN order_items i ON i.order_id = o.id WHERE i.product_id = $1`,
+		run.summary.SetupData.Hot).Scan(&first, &last, &t.soldOut)
+	if err != nil {
+		return t, fmt.Errorf("read sale timing: %w", err)
+	}
+	if first != nil {
+		t.firstSale, t.lastSale = *first, *last
+	}
+	return t, nil
+}
+
+// report prints the one-screen summary and returns errFailed when anything failed.
+func (h *harness) report(run *saleRun, invariants []invariant, ledgers map[int64]productLedger, t timing) error {
+	s := run.summary
+	secs := s.State.TestRunDurationMs / 1000
+	count := func(m string) float64 { return s.value(m, "count") }
+	lat := func(m string) string {
+		if count(m) == 0 {
+			return "      -"
+		}
+		return fmt.Sprintf("%5.1f/%5.1f/%6.1f ms", s.value(m, "med"), s.value(m, "p(95)"), s.value(m, "p(99)"))
+	}
+	h.printf("\n=== stocksvc flash sale: %d replicas behind HAProxy, defense %s, lock retry %s\n",
+		h.opts.replicas, run.spec.defense, run.spec.lockRetry)
+	h.printf("load          %s scenarios, peak %d orders/s for %v, hot stock %d, exact race %d units\n",
+		run.spec.scenarios, h.opts.rate, h.opts.duration, h.opts.stock, h.opts.raceStock)
+	confirmed := count("confirmed_orders")
+	h.printf("purchases     %.0f confirmed = %.1f/s over %.1fs", confirmed, confirmed/secs, secs)
+	if !t.firstSale.IsZero() {
+		window := t.lastSale.Sub(t.firstSale)
+		h.printf("; hot product %s in %v", map[bool]string{true: "sold out", false: "still in stock"}[t.soldOut], window.Round(time.Millisecond))
+	}
+	h.printf("\nrejections    sold-out %.0f (%.1f/s), busy %.0f (%.1f/s)\n", count("sold_out"), count("sold_out")/secs, count("busy"), count("busy")/secs)
+	h.printf("latency       p50/p95/p99  confirmed %s   sold-out %s   busy %s\n",
+		lat("order_latency_confirmed"), lat("order_latency_sold_out"), lat("order_latency_busy"))
+	h.printf("requests      %.0f, failed %.3f%%, dropped iterations %.0f\n",
+		count("http_reqs"), 100*s.value("http_req_failed", "rate"), count("dropped_iterations"))
+
+	var perReplica, catchLine []string
+	catches := map[string]float64{}
+	for _, r := range run.replicas {
+		lb := run.balancer[r.name]
+		switch {
+		case r.killed:
+			perReplica = append(perReplica, fmt.Sprintf("%s killed (balancer: %d)", r.name, lb))
+		default:
+			perReplica = append(perReplica, fmt.Sprintf("%s %.0f orders (balancer: %d reqs)", r.name, r.orders, lb))
+		}
+		for k, v := range r.catches {
+			catches[k] += v
+		}
+	}
+	for _, l := range []string{"version", "guard", "fence", "check"} {
+		catchLine = append(catchLine, fmt.Sprintf("%s %.0f", l, catches[l]))
+	}
+	h.printf("per replica   %s\n", strings.Join(perReplica, ", "))
+	h.printf("layer catches %s (all live replicas)\n", strings.Join(catchLine, ", "))
+
+	failed := false
+	thresholds := s.failedThresholds()
+	sort.Strings(thresholds)
+	relaxed := ""
+	if run.killed >= 0 {
+		relaxed = ", relaxed for the kill: failed requests < 5%, checks >= 95%"
+	}
+	if len(thresholds) == 0 {
+		h.printf("k6 thresholds passed (checks %.2f%%%s)\n", 100*s.value("checks", "rate"), relaxed)
+	} else {
+		failed = true
+		h.printf("k6 thresholds FAILED: %s\n", strings.Join(thresholds, "; "))
+	}
+	if run.k6Err != nil && len(thresholds) == 0 {
+		failed = true
+		h.printf("k6 exited with %v (see %s)\n", run.k6Err, filepath.Join(run.dir, "k6.log"))
+	}
+	for _, r := range run.replicas {
+		if !r.killed && r.exit != nil {
+			failed = true
+			h.printf("replica %s did not shut down cleanly: %v\n", r.name, r.exit)
+		}
+	}
+	h.printf("invariants (checked in Postgres):\n")
+	for _, inv := range invariants {
+		mark := "ok  "
+		if !inv.ok {
+			mark, failed = "FAIL", true
+		}
+		h.printf("  %s %s: %s\n", mark, inv.name, inv.detail)
+	}
+	verdict := "PASS"
+	if failed {
+		verdict = "FAIL"
+	}
+	h.printf("verdict       %s\n", verdict)
+	h.printf("report        %s\nsummary       %s\nlogs          %s\n\n",
+		filepath.Join(run.dir, "report.html"), filepath.Join(run.dir, "summary.txt"), run.dir)
+	if failed {
+		return errFailed
+	}
+	return nil
+}

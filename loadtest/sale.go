@@ -1,0 +1,446 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+)
+
+// saleSpec is one configuration of the service to put under load.
+type saleSpec struct {
+	label          string // names the run's directory
+	defense        string
+	lockRetry      string
+	lockMaxRetries int
+	scenarios      string
+	requestLog     bool // k6 writes every request to requests.csv.gz (comparison mode)
+}
+
+// saleRun is everything one sale produced.
+type saleRun struct {
+	spec      saleSpec
+	dir       string
+	database  string
+	pool      *pgxpool.Pool // to the run's database, for the invariant checks
+	summary   k6Summary
+	orders    []confirmedOrder
+	replicas  []replicaReport
+	balancer  map[string]int64 // requests per replica, as HAProxy counted them
+	killed    int              // index of the replica killed mid-run, or -1
+	k6Err     error
+	k6Started time.Time
+	k6Ended   time.Time
+}
+
+type replicaReport struct {
+	name     string
+	port     int
+	orders   float64 // POST /v1/orders answered, by its own metrics
+	catches  map[string]float64
+	outcomes map[string]float64
+	killed   bool
+	exit     error
+}
+
+// confirmedOrder is one 201 that k6 logged: the order id and units per product role.
+type confirmedOrder struct {
+	id    uuid.UUID
+	units map[string]int64
+}
+
+// k6Summary is the part of k6's end-of-test summary the harness reads.
+type k6Summary struct {
+	SetupData struct {
+		Hot    int64 `json:"hot"`
+		Second int64 `json:"second"`
+		Race   int64 `json:"race"`
+	} `json:"setup_data"`
+	Metrics map[string]struct {
+		Values     map[string]float64 `json:"values"`
+		Thresholds map[string]struct {
+			OK bool `json:"ok"`
+		} `json:"thresholds"`
+	} `json:"metrics"`
+	State struct {
+		TestRunDurationMs float64 `json:"testRunDurationMs"`
+	} `json:"state"`
+}
+
+func (s k6Summary) value(metric, stat string) float64 {
+	return s.Metrics[metric].Values[stat]
+}
+
+func (s k6Summary) failedThresholds() []string {
+	var failed []string
+	for name, m := range s.Metrics {
+		for expr, t := range m.Thresholds {
+			if !t.OK {
+				failed = append(failed, name+" "+expr)
+			}
+		}
+	}
+	return failed
+}
+
+// runSale starts a fresh database, the replicas and HAProxy, drives k6 through the balancer,
+// gathers what everyone saw, and stops everything it started.
+func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) {
+	run := &saleRun{spec: spec, dir: filepath.Join(h.out, spec.label), killed: -1}
+	if err := os.MkdirAll(run.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", run.dir, err)
+	}
+	sup := &supervisor{}
+	defer func() {
+		if err := sup.stopAll(20 * time.Second); err != nil {
+			h.printf("  warning: %v\n", err)
+		}
+	}()
+
+	// A database and a Redis key prefix of the run's own.
+	run.database = fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(spec.label, "-", "_"))
+	dbURL, err := h.createDatabase(ctx, run.database)
+	if err != nil {
+		return nil, err
+	}
+	completed := false
+	defer func() {
+		if !completed && !h.opts.keep {
+			h.dropDatabase(run.database) // runs after the replicas are stopped (deferred earlier)
+		}
+	}()
+	prefix := "stocksvc-load:" + rand.Text()[:10] + ":"
+	defer h.cleanRedis(prefix)
+
+	ports, err := freePorts(h.opts.replicas + 3)
+	if err != nil {
+		return nil, err
+	}
+	replicaPorts, front, stats, dashboard := ports[:h.opts.replicas], ports[h.opts.replicas], ports[h.opts.replicas+1], ports[h.opts.replicas+2]
+	token := rand.Text()
+
+	h.printf("[%s] starting %d replicas (defense %s, lock retry %s", spec.label, h.opts.replicas, spec.defense, spec.lockRetry)
+	if spec.lockMaxRetries > 0 {
+		h.printf(", at most %d retries", spec.lockMaxRetries)
+	}
+	h.printf(")\n")
+	replicas := make([]*proc, h.opts.replicas)
+	for i, port := range replicaPorts {
+		env := []string{
+			"STOCKSVC_ADDR=127.0.0.1:" + strconv.Itoa(port),
+			"DATABASE_URL=" + dbURL,
+			"REDIS_URL=" + h.opts.redisURL,
+			"STOCKSVC_REDIS_PREFIX=" + prefix,
+			"STOCKSVC_ADMIN_TOKEN=" + token,
+			"STOCKSVC_DEFENSE=" + spec.defense,
+			"STOCKSVC_LOCK_RETRY=" + spec.lockRetry,
+			"STOCKSVC_LOCK_MAX_RETRIES=" + strconv.Itoa(spec.lockMaxRetries),
+			"STOCKSVC_LOCK_WAIT=" + h.opts.lockWait.String(),
+			"STOCKSVC_LOG_LEVEL=warn",
+		}
+		if spec.defense != defaultDefense {
+			env = append(env, "STOCKSVC_DEMO_UNSAFE=1")
+		}
+		name := fmt.Sprintf("r%d", i+1)
+		p, err := sup.start(name, filepath.Join(run.dir, name+".log"), env, h.binary)
+		if err != nil {
+			return nil, err
+		}
+		replicas[i] = p
+		run.replicas = append(run.replicas, replicaReport{name: name, port: port})
+	}
+	for i, p := range replicas {
+		if err := waitReady(ctx, p, fmt.Sprintf("http://127.0.0.1:%d/readyz", replicaPorts[i]), 60*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	lb, err := startHAProxy(sup, h.haproxy, run.dir, front, stats, replicaPorts)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitReady(ctx, lb, fmt.Sprintf("http://127.0.0.1:%d/readyz", front), 30*time.Second); err != nil {
+		return nil, err
+	}
+
+	// The load.
+	k6env := []string{
+		"BASE_URL=http://127.0.0.1:" + strconv.Itoa(front),
+		"ADMIN_TOKEN=" + token,
+		"STOCK=" + strconv.Itoa(h.opts.stock),
+		"RATE=" + strconv.Itoa(h.opts.rate),
+		"DURATION=" + h.opts.duration.String(),
+		"VUS=" + strconv.Itoa(h.opts.vus),
+		"RACE_STOCK=" + strconv.Itoa(h.opts.raceStock),
+		"SCENARIOS=" + spec.scenarios,
+		"SUMMARY_JSON=" + filepath.Join(run.dir, "summary.json"),
+		"SUMMARY_TXT=" + filepath.Join(run.dir, "summary.txt"),
+		"ORDER_LOG=1",
+		"K6_NO_USAGE_REPORT=true",
+		// The dashboard listens on loopback only; without the host setting it would listen on
+		// every interface.
+		"K6_WEB_DASHBOARD=true",
+		"K6_WEB_DASHBOARD_HOST=127.0.0.1",
+		"K6_WEB_DASHBOARD_PORT=" + strconv.Itoa(dashboard),
+		"K6_WEB_DASHBOARD_PERIOD=1s",
+		"K6_WEB_DASHBOARD_EXPORT=" + filepath.Join(run.dir, "report.html"),
+	}
+	if h.opts.killAfter > 0 {
+		// Requests in flight on the killed replica fail (the balancer answers 502 for them)
+		// until its health check takes it out; allow for them. The invariants stay strict.
+		k6env = append(k6env, "FAILED_RATE_MAX=0.05", "CHECKS_RATE_MIN=0.95")
+	}
+	argv := []string{h.k6, "run", "--no-usage-report", "--quiet", "--console-output", filepath.Join(run.dir, "k6-console.log")}
+	if spec.requestLog {
+		k6env = append(k6env, "K6_CSV_TIME_FORMAT=unix_milli")
+		argv = append(argv, "--out", "csv="+filepath.Join(run.dir, "requests.csv.gz"))
+	}
+	argv = append(argv, h.script)
+	h.printf("[%s] k6: rate %d/s for %v, stock %d, scenarios %s; balancer http://127.0.0.1:%d\n",
+		spec.label, h.opts.rate, h.opts.duration, h.opts.stock, spec.scenarios, front)
+	run.k6Started = time.Now()
+	k6, err := sup.start("k6", filepath.Join(run.dir, "k6.log"), k6env, argv...)
+	if err != nil {
+		return nil, err
+	}
+
+	var wg sync.WaitGroup
+	progressCtx, stopProgress := context.WithCancel(ctx)
+	wg.Go(func() { h.progress(progressCtx, spec.label, run.k6Started, replicaPorts) })
+	if h.opts.killAfter > 0 {
+		victim := len(replicas) / 2
+		wg.Go(func() {
+			select {
+			case <-time.After(h.opts.killAfter):
+				replicas[victim].signal(syscall.SIGKILL)
+				run.killed = victim
+				h.printf("[%s] killed replica %s with SIGKILL at %v\n", spec.label, run.replicas[victim].name, h.opts.killAfter)
+			case <-progressCtx.Done():
+			}
+		})
+	}
+	select {
+	case <-k6.done:
+	case <-ctx.Done():
+		// Ctrl-C: let k6 stop its scenarios and still run teardown and the summary.
+		k6.signal(syscall.SIGINT)
+		<-k6.done
+	}
+	run.k6Ended = time.Now()
+	stopProgress()
+	wg.Wait()
+	run.k6Err = k6.err
+
+	// What the replicas and the balancer counted, before stopping them.
+	scrapeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for i := range run.replicas {
+		r := &run.replicas[i]
+		if i == run.killed {
+			r.killed = true
+			continue
+		}
+		if m, err := scrapeReplica(scrapeCtx, r.port); err == nil {
+			r.orders, r.catches, r.outcomes = m.orders, m.catches, m.outcomes
+		}
+	}
+	if counts, err := haproxyRequests(scrapeCtx, stats); err == nil {
+		run.balancer = counts
+	}
+	for i, p := range replicas {
+		if i != run.killed {
+			run.replicas[i].exit = p.stop(20 * time.Second)
+			if run.replicas[i].exit == nil {
+				run.replicas[i].exit = p.err
+			}
+		}
+	}
+
+	if err := readJSON(filepath.Join(run.dir, "summary.json"), &run.summary); err != nil {
+		return nil, fmt.Errorf("k6 left no usable summary (see %s): %w", filepath.Join(run.dir, "k6.log"), err)
+	}
+	if run.orders, err = readOrderLog(filepath.Join(run.dir, "k6-console.log")); err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.New(context.WithoutCancel(ctx), dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", run.database, err)
+	}
+	run.pool = pool
+	completed = true
+	return run, nil
+}
+
+// close releases the run's database connection and, unless keep, drops the database.
+func (h *harness) closeRun(run *saleRun) {
+	if run.pool != nil {
+		run.pool.Close()
+	}
+	if h.opts.keep {
+		h.printf("[%s] kept database %s\n", run.spec.label, run.database)
+		return
+	}
+	h.dropDatabase(run.database)
+}
+
+func (h *harness) createDatabase(ctx context.Context, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, h.opts.databaseURL)
+	if err != nil {
+		return "", fmt.Errorf("connect to postgres (%s): %w", redact(h.opts.databaseURL), err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	u, err := url.Parse(h.opts.databaseURL)
+	if err != nil {
+		return "", fmt.Errorf("parse -database-url: %w", err)
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+func (h *harness) dropDatabase(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, h.opts.databaseURL)
+	if err != nil {
+		h.printf("  warning: could not drop %s: %v\n", name, err)
+		return
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		h.printf("  warning: could not drop %s: %v\n", name, err)
+	}
+}
+
+// cleanRedis deletes the run's keys (locks, fencing counters, claims) and nothing else.
+func (h *harness) cleanRedis(prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts, err := redis.ParseURL(h.opts.redisURL)
+	if err != nil {
+		return
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		rdb.Unlink(ctx, iter.Val())
+	}
+}
+
+// waitReady polls url until it answers 200, the process exits, or timeout passes.
+func waitReady(ctx context.Context, p *proc, url string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited before it was ready (%v); see %s", p.name, p.err, p.log)
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready at %s within %v; see %s", p.name, url, timeout, p.log)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// freePorts asks the kernel for n free loopback ports.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		listeners = append(listeners, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// readOrderLog reads the "ORDER <id> <role>=<units>,..." lines k6 logged for each 201.
+func readOrderLog(path string) ([]confirmedOrder, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var orders []confirmedOrder
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		_, rest, found := strings.Cut(line, `msg="ORDER `)
+		if !found {
+			continue
+		}
+		msg, _, _ := strings.Cut(rest, `"`)
+		fields := strings.Fields(msg)
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("%s: unreadable order line %q", path, line)
+		}
+		id, err := uuid.Parse(fields[0])
+		if err != nil {
+			return nil, fmt.Errorf("%s: bad order id in %q", path, line)
+		}
+		o := confirmedOrder{id: id, units: map[string]int64{}}
+		for _, part := range strings.Split(fields[1], ",") {
+			role, qty, _ := strings.Cut(part, "=")
+			n, err := strconv.ParseInt(qty, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s: bad quantity in %q", path, line)
+			}
+			o.units[role] += n
+		}
+		orders = append(orders, o)
+	}
+	return orders, sc.Err()
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
