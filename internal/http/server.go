@@ -47,6 +47,7 @@ type Server struct {
 	maxBody     int64
 	metrics     *httpMetrics
 	draining    atomic.Bool
+	unready     atomic.Bool // the last readiness check failed
 	router      *chi.Mux
 }
 
@@ -143,8 +144,16 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
-		s.writeNotReady(w, r, err.Error())
+		// The cause goes to the log, once per change of state, not to this unauthenticated
+		// endpoint: driver errors name hosts, users and databases.
+		if s.unready.CompareAndSwap(false, true) {
+			s.log.WarnContext(r.Context(), "not ready", slog.Any("error", err))
+		}
+		s.writeNotReady(w, r, "a backing service (Postgres or Redis) is not answering")
 		return
+	}
+	if s.unready.CompareAndSwap(true, false) {
+		s.log.InfoContext(r.Context(), "ready again")
 	}
 	writeJSON(w, http.StatusOK, "application/json", map[string]string{"status": "ready"})
 }

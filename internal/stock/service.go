@@ -80,15 +80,17 @@ func NewService(store Store, locker Locker, cfg Config, metrics *Metrics) *Servi
 	return &Service{store: store, locker: locker, cfg: cfg.withDefaults(), metrics: metrics}
 }
 
-// CreateProduct validates p and stores it. Errors: *ValidationError, ErrDuplicateSKU,
+// CreateProduct validates p and stores it, with surrounding spaces trimmed from SKU and name.
+// Errors: *ValidationError, ErrDuplicateSKU,
 // ErrUnavailable.
 func (s *Service) CreateProduct(ctx context.Context, p NewProduct) (Product, error) {
+	p.SKU, p.Name = strings.TrimSpace(p.SKU), strings.TrimSpace(p.Name)
 	switch {
-	case strings.TrimSpace(p.SKU) == "":
+	case p.SKU == "":
 		return Product{}, &ValidationError{Field: "sku", Reason: "must not be empty"}
 	case utf8.RuneCountInString(p.SKU) > MaxSKULen:
 		return Product{}, &ValidationError{Field: "sku", Reason: fmt.Sprintf("must be at most %d characters", MaxSKULen)}
-	case strings.TrimSpace(p.Name) == "":
+	case p.Name == "":
 		return Product{}, &ValidationError{Field: "name", Reason: "must not be empty"}
 	case utf8.RuneCountInString(p.Name) > MaxNameLen:
 		return Product{}, &ValidationError{Field: "name", Reason: fmt.Sprintf("must be at most %d characters", MaxNameLen)}

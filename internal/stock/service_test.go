@@ -373,3 +373,19 @@ func TestPurgeIdempotencyKeys(t *testing.T) {
 		t.Fatalf("after purge: %+v, %v; want a new order", res, err)
 	}
 }
+
+func TestCreateProductTrimsSKUAndName(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+	p, err := r.svc.CreateProduct(context.Background(), stock.NewProduct{SKU: "  SKU-1 ", Name: "\tWidget\n", Stock: 1})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if p.SKU != "SKU-1" || p.Name != "Widget" {
+		t.Errorf("stored sku %q, name %q; want them trimmed", p.SKU, p.Name)
+	}
+	if _, err := r.svc.CreateProduct(context.Background(), stock.NewProduct{SKU: "SKU-1", Name: "other", Stock: 1}); !errors.Is(err, stock.ErrDuplicateSKU) {
+		t.Errorf("same sku without the spaces: err = %v, want ErrDuplicateSKU", err)
+	}
+}
