@@ -41,12 +41,14 @@ func (h *harness) compare(ctx context.Context) error {
 		title string
 		spec  saleSpec
 	}{
-		{"(a) stocksvc default: lock + version + guard, exponential backoff with jitter",
-			saleSpec{label: "a-default", defense: defaultDefense, lockRetry: "exponential"}},
+		{"(a) stocksvc default: lock + version + guard; lock waiters queue per replica, woken by release",
+			saleSpec{label: "a-default", defense: defaultDefense, lockRetry: "wait"}},
+		{"(a′) the same layers, the lock polled with exponential backoff (1–50 ms, full jitter)",
+			saleSpec{label: "a2-polling", defense: defaultDefense, lockRetry: "exponential"}},
 		{"(b) the seeds' naive retry: fixed 100 ms sleep, at most 3 retries",
 			saleSpec{label: "b-seed-naive", defense: defaultDefense, lockRetry: "fixed:100ms", lockMaxRetries: 3}},
 		{"(c) the database guard alone, no Redis lock",
-			saleSpec{label: "c-guard-only", defense: "guard", lockRetry: "exponential"}},
+			saleSpec{label: "c-guard-only", defense: "guard", lockRetry: "wait"}},
 	}
 	var rows []comparison
 	for _, c := range configs {

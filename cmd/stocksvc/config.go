@@ -21,6 +21,7 @@ type config struct {
 	Addr           string
 	DatabaseURL    string
 	RedisURL       string
+	RedisMode      string
 	RedisPrefix    string
 	AdminToken     string
 	DBMaxConns     int
@@ -76,14 +77,15 @@ func settings() []setting {
 	return []setting{
 		{"STOCKSVC_ADDR", "addr", ":8080", "address to listen on", str(func(c *config) *string { return &c.Addr })},
 		{"DATABASE_URL", "database-url", "postgres://postgres@localhost:5432/stocksvc?sslmode=disable", "Postgres URL; the database is created if missing and permitted", str(func(c *config) *string { return &c.DatabaseURL })},
-		{"REDIS_URL", "redis-url", "redis://localhost:6379/0", "Redis URL", str(func(c *config) *string { return &c.RedisURL })},
+		{"REDIS_URL", "redis-url", "redis://localhost:6379/0", "Redis URL; for sentinel and cluster, more nodes as ?addr=host:port&addr=... and the sentinel master as ?master_name=", str(func(c *config) *string { return &c.RedisURL })},
+		{"STOCKSVC_REDIS_MODE", "redis-mode", "single", "Redis topology: single, sentinel or cluster", str(func(c *config) *string { return &c.RedisMode })},
 		{"STOCKSVC_REDIS_PREFIX", "redis-prefix", "stocksvc:", "prefix of every Redis key the service writes", str(func(c *config) *string { return &c.RedisPrefix })},
 		{"STOCKSVC_ADMIN_TOKEN", "admin-token", "", "bearer token for the admin routes; empty disables them", str(func(c *config) *string { return &c.AdminToken })},
 		{"STOCKSVC_DB_MAX_CONNS", "db-max-conns", "20", "Postgres connection pool size", integer(func(c *config, n int64) { c.DBMaxConns = int(n) })},
 		{"STOCKSVC_LOCK_TTL", "lock-ttl", "10s", "lease of a product lock; refreshed every third of it while held", dur(func(c *config) *time.Duration { return &c.LockTTL })},
 		{"STOCKSVC_LOCK_WAIT", "lock-wait", "2s", "longest an order waits for its product locks before answering 429", dur(func(c *config) *time.Duration { return &c.LockWait })},
-		{"STOCKSVC_LOCK_RETRY", "lock-retry", "exponential", "how lock waits are paced: exponential[:BASE:MAX], linear[:STEP:MAX], fixed:PAUSE or none", str(func(c *config) *string { return &c.LockRetry })},
-		{"STOCKSVC_LOCK_MAX_RETRIES", "lock-max-retries", "0", "cap on lock attempts after the first; 0 means only the wait bounds them", integer(func(c *config, n int64) { c.LockMaxRetries = int(n) })},
+		{"STOCKSVC_LOCK_RETRY", "lock-retry", "wait", "how lock waits are paced: wait (queue, woken by releases) or, polling, exponential[:BASE:MAX], linear[:STEP:MAX], fixed:PAUSE, none", str(func(c *config) *string { return &c.LockRetry })},
+		{"STOCKSVC_LOCK_MAX_RETRIES", "lock-max-retries", "0", "cap on polling lock attempts after the first; 0 means only the wait bounds them", integer(func(c *config, n int64) { c.LockMaxRetries = int(n) })},
 		{"STOCKSVC_MAX_QUANTITY", "max-quantity", "10", "most units of one product per order", integer(func(c *config, n int64) { c.MaxQuantity = n })},
 		{"STOCKSVC_REQUEST_TIMEOUT", "request-timeout", "10s", "bound on each API request", dur(func(c *config) *time.Duration { return &c.RequestTimeout })},
 		{"STOCKSVC_SHUTDOWN_GRACE", "shutdown-grace", "15s", "how long in-flight requests may take to finish after SIGTERM", dur(func(c *config) *time.Duration { return &c.ShutdownGrace })},
@@ -162,6 +164,11 @@ func (c *config) validate() error {
 	if c.IdempotencyTTL < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("STOCKSVC_IDEMPOTENCY_TTL: %v is below the promised 24h", c.IdempotencyTTL))
 	}
+	switch c.RedisMode {
+	case "single", "sentinel", "cluster":
+	default:
+		errs = append(errs, fmt.Errorf("STOCKSVC_REDIS_MODE: want single, sentinel or cluster, got %q", c.RedisMode))
+	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("STOCKSVC_LOG_FORMAT: want json or text, got %q", c.LogFormat))
 	}
@@ -172,9 +179,16 @@ func (c *config) validate() error {
 	return errors.Join(errs...)
 }
 
-// parseRetry reads a lock retry policy: "exponential[:BASE:MAX]", "linear[:STEP:MAX]",
-// "fixed:PAUSE" or "none", capped at maxRetries retries when that is positive.
+// parseRetry reads a lock retry policy: "wait" (nil: queue and wake on release), or a polling
+// one — "exponential[:BASE:MAX]", "linear[:STEP:MAX]", "fixed:PAUSE" or "none" — capped at
+// maxRetries retries when that is positive.
 func parseRetry(spec string, maxRetries int) (lock.RetryStrategy, error) {
+	if spec == "wait" {
+		if maxRetries > 0 {
+			return nil, fmt.Errorf("%q does not poll, so STOCKSVC_LOCK_MAX_RETRIES does not apply", spec)
+		}
+		return nil, nil
+	}
 	parts := strings.Split(spec, ":")
 	durs := make([]time.Duration, len(parts)-1)
 	for i, p := range parts[1:] {
@@ -199,7 +213,7 @@ func parseRetry(spec string, maxRetries int) (lock.RetryStrategy, error) {
 	case parts[0] == "fixed" && len(durs) == 1:
 		s = lock.Fixed(durs[0])
 	default:
-		return nil, fmt.Errorf("%q: want exponential[:BASE:MAX], linear[:STEP:MAX], fixed:PAUSE or none", spec)
+		return nil, fmt.Errorf("%q: want wait, exponential[:BASE:MAX], linear[:STEP:MAX], fixed:PAUSE or none", spec)
 	}
 	if maxRetries > 0 {
 		s = lock.Limit(s, maxRetries)
@@ -217,6 +231,7 @@ func (c config) logAttrs() []any {
 		slog.String("addr", c.Addr),
 		slog.String("database_url", redactURL(c.DatabaseURL)),
 		slog.String("redis_url", redactURL(c.RedisURL)),
+		slog.String("redis_mode", c.RedisMode),
 		slog.String("redis_prefix", c.RedisPrefix),
 		slog.String("admin_token", masked),
 		slog.Int("db_max_conns", c.DBMaxConns),

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -19,9 +20,6 @@ import (
 // compared; tests check the strategy on its own.
 func withoutRetry(t *testing.T, c config) config {
 	t.Helper()
-	if c.retry == nil {
-		t.Errorf("config.retry is nil; loadConfig must always set a strategy")
-	}
 	c.retry = nil
 	return c
 }
@@ -39,12 +37,13 @@ func TestLoadConfigDefaults(t *testing.T) {
 		Addr:           ":8080",
 		DatabaseURL:    "postgres://postgres@localhost:5432/stocksvc?sslmode=disable",
 		RedisURL:       "redis://localhost:6379/0",
+		RedisMode:      "single",
 		RedisPrefix:    "stocksvc:",
 		AdminToken:     "",
 		DBMaxConns:     20,
 		LockTTL:        10 * time.Second,
 		LockWait:       2 * time.Second,
-		LockRetry:      "exponential",
+		LockRetry:      "wait",
 		LockMaxRetries: 0,
 		MaxQuantity:    10,
 		RequestTimeout: 10 * time.Second,
@@ -61,9 +60,10 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if g := withoutRetry(t, got); g != want {
 		t.Errorf("defaults:\n got %+v\nwant %+v", g, want)
 	}
-	// The default strategy is exponential 1ms..50ms, unlimited.
-	checkBackoff(t, got.retry, 1, time.Millisecond)
-	checkBackoff(t, got.retry, 1000, 50*time.Millisecond)
+	// The default waits without polling: no strategy.
+	if got.retry != nil {
+		t.Errorf("default retry strategy = %v, want none (wait for releases)", got.retry)
+	}
 }
 
 // TestSettingsDocumentDefaults checks that -h shows every variable with the default it really
@@ -103,6 +103,7 @@ func TestLoadConfigEnvironmentOverrides(t *testing.T) {
 		"STOCKSVC_ADDR":             "127.0.0.1:9999",
 		"DATABASE_URL":              "postgres://u@db.example:5432/shop?sslmode=require",
 		"REDIS_URL":                 "redis://cache.example:6380/2",
+		"STOCKSVC_REDIS_MODE":       "cluster",
 		"STOCKSVC_REDIS_PREFIX":     "shop:",
 		"STOCKSVC_ADMIN_TOKEN":      "tok",
 		"STOCKSVC_DB_MAX_CONNS":     "7",
@@ -132,6 +133,7 @@ func TestLoadConfigEnvironmentOverrides(t *testing.T) {
 		Addr:           "127.0.0.1:9999",
 		DatabaseURL:    "postgres://u@db.example:5432/shop?sslmode=require",
 		RedisURL:       "redis://cache.example:6380/2",
+		RedisMode:      "cluster",
 		RedisPrefix:    "shop:",
 		AdminToken:     "tok",
 		DBMaxConns:     7,
@@ -593,6 +595,45 @@ func TestLogAttrsDescribeConfig(t *testing.T) {
 	} {
 		if got := rec[key]; got != want {
 			t.Errorf("%s = %v, want %v", key, got, want)
+		}
+	}
+}
+
+func TestParseRetryWait(t *testing.T) {
+	t.Parallel()
+	s, err := parseRetry("wait", 0)
+	if err != nil || s != nil {
+		t.Errorf(`parseRetry("wait", 0) = %v, %v; want no strategy (queue and wake on release)`, s, err)
+	}
+	if _, err := parseRetry("wait", 3); err == nil {
+		t.Errorf(`parseRetry("wait", 3) accepted a retry cap that cannot apply`)
+	}
+}
+
+func TestRedisModes(t *testing.T) {
+	t.Parallel()
+	if _, _, err := loadConfig(nil, envOf(map[string]string{"STOCKSVC_REDIS_MODE": "ring"}), io.Discard); err == nil || !strings.Contains(err.Error(), "STOCKSVC_REDIS_MODE") {
+		t.Errorf("unknown mode: err = %v, want it named", err)
+	}
+	tests := []struct {
+		mode, url string
+		want      string // the client's type, or "error"
+	}{
+		{"single", "redis://127.0.0.1:6379/0", "*redis.Client"},
+		{"cluster", "redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002", "*redis.ClusterClient"},
+		{"sentinel", "redis://127.0.0.1:26379?master_name=mymaster&addr=127.0.0.1:26380", "*redis.Client"},
+		{"sentinel", "redis://127.0.0.1:26379", "error"},
+		{"single", "http://127.0.0.1:6379", "error"},
+	}
+	for _, tt := range tests {
+		rdb, err := newRedis(tt.url, tt.mode)
+		got := "error"
+		if err == nil {
+			got = fmt.Sprintf("%T", rdb)
+			_ = rdb.Close()
+		}
+		if got != tt.want {
+			t.Errorf("newRedis(%q, %s) = %s (%v), want %s", tt.url, tt.mode, got, err, tt.want)
 		}
 	}
 }

@@ -90,12 +90,34 @@ func newPool(ctx context.Context, databaseURL string, maxConns int) (*pgxpool.Po
 	return pool, nil
 }
 
-func newRedis(redisURL string) (*redis.Client, error) {
-	opts, err := redis.ParseURL(redisURL)
-	if err != nil {
-		return nil, fmt.Errorf("parse REDIS_URL: %w", err)
+// newRedis connects to Redis in the topology mode names: one server ("single"), a master found
+// through Sentinel ("sentinel", with ?master_name= and the sentinels as host and ?addr=), or a
+// Cluster ("cluster", seed nodes as host and ?addr=). The lock's keys of one name share a hash
+// tag, so its scripts work on a Cluster too.
+func newRedis(redisURL, mode string) (redis.UniversalClient, error) {
+	switch mode {
+	case "sentinel":
+		opts, err := redis.ParseFailoverURL(redisURL)
+		if err != nil {
+			return nil, fmt.Errorf("parse REDIS_URL for sentinel: %w", err)
+		}
+		if opts.MasterName == "" {
+			return nil, errors.New("parse REDIS_URL for sentinel: no ?master_name=")
+		}
+		return redis.NewFailoverClient(opts), nil
+	case "cluster":
+		opts, err := redis.ParseClusterURL(redisURL)
+		if err != nil {
+			return nil, fmt.Errorf("parse REDIS_URL for cluster: %w", err)
+		}
+		return redis.NewClusterClient(opts), nil
+	default:
+		opts, err := redis.ParseURL(redisURL)
+		if err != nil {
+			return nil, fmt.Errorf("parse REDIS_URL: %w", err)
+		}
+		return redis.NewClient(opts), nil
 	}
-	return redis.NewClient(opts), nil
 }
 
 // waitFor calls ping until it succeeds or timeout passes, so that replicas started together

@@ -15,6 +15,7 @@ import (
 
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/lock"
+	"github.com/stocksvc/stocksvc/internal/lock/lockprom"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/migrations"
 )
@@ -45,7 +46,7 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 		return err
 	}
 	defer pool.Close()
-	rdb, err := newRedis(cfg.RedisURL)
+	rdb, err := newRedis(cfg.RedisURL, cfg.RedisMode)
 	if err != nil {
 		return err
 	}
@@ -60,7 +61,9 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	store := stock.NewPGStore(pool)
-	locker := stock.NewRedisLocker(lock.New(rdb), stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
+	locks := lock.New(rdb, lock.WithNamespace(cfg.RedisPrefix), lock.WithObserver(lockprom.New(reg, "stocksvc")))
+	defer locks.Close()
+	locker := stock.NewRedisLocker(locks, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
 	svc := stock.NewService(store, locker, stock.Config{
 		Defense:     cfg.defense,
 		MaxQuantity: cfg.MaxQuantity,

@@ -107,9 +107,10 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 		token = o.adminToken
 	}
 	reg := prometheus.NewRegistry()
+	locks := lock.New(rdb, lock.WithNamespace(c.prefix))
 	svc := stock.NewService(
 		stock.NewPGStore(pool),
-		stock.NewRedisLocker(lock.New(rdb), stock.LockConfig{TTL: o.lockTTL, Wait: o.lockWait}),
+		stock.NewRedisLocker(locks, stock.LockConfig{TTL: o.lockTTL, Wait: o.lockWait}),
 		stock.Config{Defense: defense, MaxQuantity: o.maxQuantity, KeyPrefix: c.prefix},
 		stock.NewMetrics(reg),
 	)
@@ -133,6 +134,7 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	srv := httptest.NewServer(api)
 	t.Cleanup(func() {
 		srv.Close()
+		_ = locks.Close()
 		_ = rdb.Close()
 		pool.Close()
 	})

@@ -1,23 +1,31 @@
-// Package lock is a small distributed lock over Redis with fencing tokens.
+// Package lock is a distributed lock over Redis for hot keys: fencing tokens, waiting without
+// polling, fair per-client queues, handoff, re-entrancy, several names at once, Redlock, and
+// metrics hooks. README.md in this directory says what it guarantees and what it does not.
 //
 // A lock is a Redis key set with SET NX PX to a random token; only the holder of the token may
 // refresh or release it, and both are single Lua scripts so no check-then-act race exists.
-// Every successful Obtain also increments a per-key counter in the same script and hands the
-// new value to the holder as a fencing token. Tokens strictly increase per key, so storage that
+// Every successful Obtain also increments a per-name counter in the same script and hands the
+// new value to the holder as a fencing token. Tokens strictly increase per name, so storage that
 // remembers the highest token it has accepted can refuse writes from a holder whose lease ran
 // out while it was paused — the one failure no lease-based lock can prevent on its own.
 //
 // When the counter key is missing (a Redis restarted without persistence, an eviction, an
 // operator's DEL) the script seeds it from the Redis server clock in microseconds. Tokens issued
 // afterwards are therefore larger than every earlier one as long as the server clock did not step
-// backwards and fewer than one lock per microsecond was ever granted on the key — every grant
+// backwards and fewer than one lock per microsecond was ever granted on the name — every grant
 // costs at least one network round trip, so the second condition always holds in practice.
+//
+// With Options.Wait, the waiters of one Client for one name queue in arrival order and only the
+// first contends in Redis; it sleeps until the holder's release is announced over pub/sub (one
+// pattern subscription per Client) or the holder's lease runs out. A holder with waiters of its
+// own Client queued hands the lock to the next one in one script — new token, new lease, new
+// fencing token — unless a waiter of another Client is recorded, in which case it releases.
 //
 // The lock is an efficiency device: it keeps contenders from doing the same work at once. It is
 // not, by itself, a correctness guarantee — a lease can expire under a paused holder. Correctness
 // comes from the storage checking the fencing token (and, in stocksvc, from Postgres conditions).
 //
-// The package knows nothing about its callers; it needs only a go-redis client that can run
-// scripts (redis.Scripter), so a single node, Sentinel or Cluster client all work. Lock and
-// counter keys share a Redis Cluster hash tag, so its scripts never fail with CROSSSLOT.
+// The package knows nothing about its callers; it needs a go-redis UniversalClient, so a single
+// node, Sentinel or Cluster client all work. The keys of one name share a Redis Cluster hash tag,
+// so its scripts never fail with CROSSSLOT.
 package lock

@@ -2,18 +2,32 @@ package lock
 
 import "strings"
 
-// keysFor returns the Redis keys of the lock named name and of its fencing counter. Both carry
-// the same Redis Cluster hash tag so that one script can touch both: the name's own tag when it
-// has one ("lock:product:{42}"), otherwise the whole name becomes the tag ("{name}"). Names are
-// therefore not all distinct keys: "x" and "{x}" are the same lock, and a name must not end in
-// ":fence" if the name without that suffix is also locked.
-func keysFor(name string) (lockKey, fenceKey string) {
-	if hasHashTag(name) {
-		return name, name + ":fence"
-	}
-	tagged := "{" + name + "}"
-	return tagged, tagged + ":fence"
+// keys are the Redis keys and the channel of one lock name.
+type keys struct {
+	lock    string
+	fence   string
+	waiters string
+	channel string // where releases are published, for waiters of any client
 }
+
+// channelPrefix starts every release channel; a client subscribes to the pattern
+// channelPrefix + namespace + "*".
+const channelPrefix = "lock-released:"
+
+// keysFor returns the keys of the lock called name. All carry the same Redis Cluster hash tag
+// so that one script can touch them together: the name's own tag when it has one
+// ("lock:product:{42}"), otherwise the whole name becomes the tag ("{name}"). Names are
+// therefore not all distinct keys: "x" and "{x}" are the same lock (use one spelling), and a
+// name must not end in ":fence" or ":waiters" if the name without that suffix is also locked.
+func keysFor(name string) keys {
+	tagged := name
+	if !hasHashTag(name) {
+		tagged = "{" + name + "}"
+	}
+	return keys{lock: tagged, fence: tagged + ":fence", waiters: tagged + ":waiters", channel: channelPrefix + name}
+}
+
+func (k keys) all() []string { return []string{k.lock, k.fence, k.waiters} }
 
 // hasHashTag reports whether Redis Cluster would hash only part of key: a '{' followed later by
 // a '}' with at least one byte between them (the first such pair decides).

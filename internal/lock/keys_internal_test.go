@@ -50,16 +50,19 @@ func TestKeysFor(t *testing.T) {
 		{name: "a{b", wantLock: "{a{b}", wantFence: "{a{b}:fence", wantClusterTag: "a{b"},
 	}
 	for _, tt := range tests {
-		gotLock, gotFence := keysFor(tt.name)
-		if gotLock != tt.wantLock || gotFence != tt.wantFence {
-			t.Errorf("keysFor(%q) = %q, %q; want %q, %q", tt.name, gotLock, gotFence, tt.wantLock, tt.wantFence)
+		k := keysFor(tt.name)
+		if k.lock != tt.wantLock || k.fence != tt.wantFence || k.waiters != tt.wantLock+":waiters" {
+			t.Errorf("keysFor(%q) = %+v; want lock %q, fence %q", tt.name, k, tt.wantLock, tt.wantFence)
 		}
-		// Both keys must hash to one slot, so that a script may touch both in a cluster.
-		if got := clusterTag(gotLock); got != tt.wantClusterTag {
-			t.Errorf("cluster tag of lock key %q = %q, want %q", gotLock, got, tt.wantClusterTag)
+		if k.channel != channelPrefix+tt.name {
+			t.Errorf("keysFor(%q).channel = %q, want %q", tt.name, k.channel, channelPrefix+tt.name)
 		}
-		if got := clusterTag(gotFence); got != tt.wantClusterTag {
-			t.Errorf("cluster tag of fence key %q = %q, want %q", gotFence, got, tt.wantClusterTag)
+		// Every key must hash to one slot, so that a script may touch them together in a
+		// cluster.
+		for _, key := range k.all() {
+			if got := clusterTag(key); got != tt.wantClusterTag {
+				t.Errorf("cluster tag of %q = %q, want %q", key, got, tt.wantClusterTag)
+			}
 		}
 	}
 }

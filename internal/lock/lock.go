@@ -13,7 +13,7 @@ import (
 
 var (
 	// ErrNotObtained means the lock is held by someone else and could not be taken within the
-	// caller's retry strategy and deadline. It never stands for a Redis failure or a cancelled
+	// caller's deadline (or retry strategy). It never stands for a Redis failure or a cancelled
 	// context: those come back as the underlying error, wrapped.
 	ErrNotObtained = errors.New("lock: not obtained")
 
@@ -26,23 +26,71 @@ var (
 // left behind blocks everyone until its TTL), so it needs a bound of its own.
 const releaseTimeout = 2 * time.Second
 
-// Client obtains locks. It is safe for concurrent use.
+// Client obtains locks. It is safe for concurrent use. A Client that has waited for a lock
+// (Options.Wait) holds one Redis subscription for release notifications: Close it when done.
 type Client struct {
-	rdb redis.Scripter
+	rdb       redis.UniversalClient
+	id        string // names this client among the waiters of a lock
+	namespace string
+	obs       Observer
+
+	mu     sync.Mutex
+	queues map[string]*queue // by lock key: this client's waiters
+	sub    *subscription     // started on the first wait
+	closed bool
 }
 
-// New returns a Client over rdb: a *redis.Client, *redis.ClusterClient, a Sentinel failover
-// client or any other redis.Scripter.
-func New(rdb redis.Scripter) *Client {
-	return &Client{rdb: rdb}
+// Option configures a Client.
+type Option func(*Client)
+
+// WithNamespace makes the client listen only to releases of locks whose names start with ns —
+// the prefix its own names share — instead of every release published on the Redis server.
+func WithNamespace(ns string) Option { return func(c *Client) { c.namespace = ns } }
+
+// WithObserver sends the client's events to o, for metrics.
+func WithObserver(o Observer) Option { return func(c *Client) { c.obs = o } }
+
+// New returns a Client over rdb: a *redis.Client, a *redis.ClusterClient, a Sentinel failover
+// client, or any redis.UniversalClient.
+func New(rdb redis.UniversalClient, opts ...Option) *Client {
+	c := &Client{rdb: rdb, id: rand.Text(), obs: noObserver{}, queues: map[string]*queue{}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Close stops the client's release subscription, if it has one. Waiters still waiting fall
+// back to timers at the holder's remaining lease. Locks are not released.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	sub := c.sub
+	c.sub, c.closed = nil, true
+	c.mu.Unlock()
+	if sub != nil {
+		return sub.close()
+	}
+	return nil
 }
 
 // Options tune one Obtain or WithLock call. The zero value makes a single attempt and issues a
 // fencing token.
 type Options struct {
-	// Retry decides whether and when to try again while the lock is held by someone else.
-	// Nil means NoRetry.
+	// Wait makes Obtain wait for the lock until ctx's deadline (or cancellation), without
+	// polling: waiters of one Client queue in arrival order and only the first of them
+	// contends in Redis, woken by the holder's release (pub/sub) or, should that message be
+	// lost, when the holder's lease runs out. A holder releasing a lock with waiters of its own
+	// Client queued hands it straight to the next one. Wait takes precedence over Retry.
+	Wait bool
+
+	// Retry polls instead: it decides whether and when to try again while the lock is held by
+	// someone else. Nil means NoRetry. Ignored when Wait is set.
 	Retry RetryStrategy
+
+	// Token re-enters a lock: if the lock is held with this token (Lock.Token of an earlier
+	// Obtain), Obtain extends its lease and returns it again instead of failing. A single
+	// Release ends it. Re-entrant calls never queue; they poll as Retry says.
+	Token string
 
 	// Fenceless skips the fencing counter: Lock.Fence reports 0 and no counter key is created.
 	// Use it for locks whose holders write nowhere a fencing token could be checked (claims on
@@ -63,75 +111,158 @@ func (o *Options) retry() RetryStrategy {
 	return o.Retry
 }
 
+func (o *Options) fenced() bool { return o == nil || !o.Fenceless }
+
 // Lock is a held lock. Its methods are safe for concurrent use.
 type Lock struct {
-	client  *Client
-	name    string
-	lockKey string
-	token   string
-	fence   int64
-	ttl     time.Duration
+	client *Client
+	name   string
+	keys   keys
+	token  string
+	fence  int64
+	ttl    time.Duration
+	fenced bool
 
 	mu       sync.Mutex
 	until    time.Time // local, conservative end of the lease (monotonic clock)
 	released bool
+	lost     bool // the observer was told the lock was lost
 }
 
-// Obtain takes the lock called name for ttl, trying again as opt.Retry says while someone else
-// holds it, and never past ctx's deadline.
+// reportLost tells the observer that the lock was found lost, once per lock: WithLock's
+// refresh and its release both find a lost lock gone, and that is one loss. l.mu must be held.
+func (l *Lock) reportLost() {
+	if !l.lost {
+		l.lost = true
+		l.client.obs.Lost(l.name)
+	}
+}
+
+// Obtain takes the lock called name for ttl.
 //
-// It returns ErrNotObtained when the lock stayed held by others; the context's error (wrapped)
-// when ctx was cancelled, or when its deadline passed during a Redis call; and the Redis error
-// (wrapped) when Redis could not be reached. ttl must be at least one millisecond.
+// With Options.Wait it waits until ctx's deadline, woken by releases rather than polling;
+// otherwise it tries again as Options.Retry says, never past the deadline. It returns
+// ErrNotObtained when the lock stayed held by others; the context's error (wrapped) when ctx
+// was cancelled, or when its deadline passed during a Redis call before the lock was ever
+// found held; and the Redis error (wrapped) when Redis could not be reached. ttl must be at
+// least one millisecond.
 func (c *Client) Obtain(ctx context.Context, name string, ttl time.Duration, opt *Options) (*Lock, error) {
 	if ttl < time.Millisecond {
 		return nil, fmt.Errorf("lock: obtain %q: ttl %v is below 1ms", name, ttl)
 	}
-	lockKey, fenceKey := keysFor(name)
+	start := time.Now()
+	var l *Lock
+	var how outcome
+	var err error
+	if opt != nil && opt.Wait && opt.Token == "" {
+		l, how, err = c.obtainQueued(ctx, name, ttl, opt)
+	} else {
+		l, how, err = c.obtainPolling(ctx, name, ttl, opt)
+	}
+	switch {
+	case err == nil && how == handedOff:
+		c.obs.HandedOff(name, time.Since(start))
+	case err == nil:
+		c.obs.Obtained(name, time.Since(start), how == contended)
+	case errors.Is(err, ErrNotObtained):
+		c.obs.NotObtained(name, time.Since(start))
+	}
+	return l, err
+}
+
+// outcome says how a lock was had.
+type outcome int
+
+const (
+	firstTry  outcome = iota // free at the first attempt
+	contended                // found held at least once
+	handedOff                // passed on by a holder of the same client
+)
+
+// attempt is one try at the lock in Redis.
+type attempt struct {
+	obtained bool
+	fence    int64
+	pttl     time.Duration // the holder's remaining lease, when not obtained
+}
+
+// try runs the obtain script once. waiting records the client among the lock's waiters;
+// marked says it was recorded by an earlier try.
+func (c *Client) try(ctx context.Context, k keys, token string, ttl time.Duration, opt *Options, waiting, marked bool) (attempt, error) {
+	reply, err := obtainScript.Run(ctx, c.rdb, k.all(), token, ttl.Milliseconds(),
+		flag(opt.fenced()), c.id, flag(waiting), flag(marked)).Int64Slice()
+	if err != nil {
+		return attempt{}, err
+	}
+	if len(reply) != 2 {
+		return attempt{}, fmt.Errorf("unexpected reply %v", reply)
+	}
+	if reply[0] == 0 {
+		return attempt{pttl: time.Duration(reply[1]) * time.Millisecond}, nil
+	}
+	return attempt{obtained: true, fence: reply[1]}, nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func (c *Client) newLock(name string, k keys, token string, fence int64, ttl time.Duration, fenced bool, start time.Time) *Lock {
+	// The lease is measured from before the request: Redis may set the key at any point
+	// until the reply arrives, so this is the latest the lease can safely be assumed to end.
+	return &Lock{client: c, name: name, keys: k, token: token, fence: fence, ttl: ttl,
+		fenced: fenced, until: start.Add(ttl)}
+}
+
+// obtainPolling is Obtain without a queue: one attempt, then as the retry strategy says.
+func (c *Client) obtainPolling(ctx context.Context, name string, ttl time.Duration, opt *Options) (*Lock, outcome, error) {
+	k := keysFor(name)
 	token := rand.Text()
-	fenced := "1"
-	if opt != nil && opt.Fenceless {
-		fenced = "0"
+	if opt != nil && opt.Token != "" {
+		token = opt.Token
 	}
 	retry := opt.retry()
 	deadline, hasDeadline := ctx.Deadline()
-	contended := false
-
+	how := firstTry
 	for failed := 1; ; failed++ {
-		// The lease is measured from before the request: Redis may set the key at any point
-		// until the reply arrives, so this is the latest the lease can safely be assumed to end.
 		start := time.Now()
-		reply, err := obtainScript.Run(ctx, c.rdb, []string{lockKey, fenceKey}, token, ttl.Milliseconds(), fenced).Int64Slice()
+		a, err := c.try(ctx, k, token, ttl, opt, false, false)
 		if err != nil {
-			// A deadline that strikes mid-call after the key was seen held ends a wait for a
-			// holder, not a Redis failure.
-			if contended && ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
-				return nil, ErrNotObtained
-			}
-			return nil, fmt.Errorf("lock: obtain %q: %w", name, err)
+			return nil, how, attemptError(ctx, name, err, how == contended)
 		}
-		if len(reply) != 2 {
-			return nil, fmt.Errorf("lock: obtain %q: unexpected reply %v", name, reply)
+		if a.obtained {
+			return c.newLock(name, k, token, a.fence, ttl, opt.fenced(), start), how, nil
 		}
-		if reply[0] == 1 {
-			return &Lock{
-				client: c, name: name, lockKey: lockKey, token: token,
-				fence: reply[1], ttl: ttl, until: start.Add(ttl),
-			}, nil
-		}
-
-		contended = true
+		how = contended
 		pause := retry.Backoff(failed)
 		if pause < 0 || hasDeadline && time.Until(deadline) <= pause {
-			return nil, ErrNotObtained
+			return nil, how, ErrNotObtained
 		}
 		if err := sleep(ctx, pause); err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				return nil, ErrNotObtained
-			}
-			return nil, fmt.Errorf("lock: obtain %q: %w", name, err)
+			return nil, how, waitError(name, err)
 		}
 	}
+}
+
+// attemptError classifies a failed attempt. A deadline that strikes mid-call after the key was
+// seen held ends a wait for a holder, not a Redis failure.
+func attemptError(ctx context.Context, name string, err error, wasHeld bool) error {
+	if wasHeld && ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+		return ErrNotObtained
+	}
+	return fmt.Errorf("lock: obtain %q: %w", name, err)
+}
+
+// waitError classifies the end of a wait for a holder: a deadline means the lock was not
+// obtained in time; a cancellation is the caller's.
+func waitError(name string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return ErrNotObtained
+	}
+	return fmt.Errorf("lock: obtain %q: %w", name, err)
 }
 
 // sleep waits for d or until ctx ends, whichever comes first.
@@ -170,7 +301,7 @@ func (l *Lock) Until() time.Time {
 // TTL returns the remaining lease as Redis sees it. It returns ErrNotHeld when the lock is no
 // longer held by this holder, and the Redis error (wrapped) when Redis could not be asked.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
-	ms, err := ttlScript.Run(ctx, l.client.rdb, []string{l.lockKey}, l.token).Int64()
+	ms, err := ttlScript.Run(ctx, l.client.rdb, []string{l.keys.lock}, l.token).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("lock: ttl %q: %w", l.name, err)
 	}
@@ -194,11 +325,15 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return ErrNotHeld
 	}
 	start := time.Now()
-	n, err := refreshScript.Run(ctx, l.client.rdb, []string{l.lockKey}, l.token, ttl.Milliseconds()).Int64()
+	n, err := refreshScript.Run(ctx, l.client.rdb, []string{l.keys.lock}, l.token, ttl.Milliseconds()).Int64()
 	if err != nil {
+		l.client.obs.RefreshFailed(l.name, err)
 		return fmt.Errorf("lock: refresh %q: %w", l.name, err)
 	}
 	if n != 1 {
+		l.mu.Lock()
+		l.reportLost()
+		l.mu.Unlock()
 		return ErrNotHeld
 	}
 	l.mu.Lock()
@@ -207,8 +342,9 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// Release deletes the lock if this holder still holds it. It is safe to call more than once:
-// calls after a successful one do nothing and return nil.
+// Release gives the lock up if this holder still holds it: to the next waiter of the same
+// Client, if one is queued, or back to Redis, announcing the release to waiters elsewhere. It
+// is safe to call more than once: calls after a successful one do nothing and return nil.
 //
 // Release does not inherit ctx's cancellation — a request that was cancelled must still give
 // its lock back — and is bounded by a short timeout of its own instead. It returns ErrNotHeld
@@ -223,12 +359,21 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	n, err := releaseScript.Run(ctx, l.client.rdb, []string{l.lockKey}, l.token).Int64()
+	// A lock a queue of this client holds — obtained through it, or re-entered with the
+	// token of one that was — goes to the queue's next waiter.
+	if q := l.client.heldQueue(l); q != nil {
+		// The client's next waiter has its turn after this whatever Redis answered, so the
+		// lock is done with here even when the outcome in Redis is unknown.
+		l.released = true
+		return l.client.releaseQueued(ctx, l, q)
+	}
+	n, err := releaseScript.Run(ctx, l.client.rdb, l.keys.all(), l.token, l.keys.channel).Int64()
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", l.name, err)
 	}
 	l.released = true
 	if n != 1 {
+		l.reportLost()
 		return ErrNotHeld
 	}
 	return nil

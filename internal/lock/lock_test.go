@@ -13,10 +13,13 @@ import (
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
-// obtain takes name or fails the test.
+// obtain takes name or fails the test. A waiting Obtain (Options.Wait) gives up after the guard:
+// a broken queue must fail the test, not hang it.
 func obtain(t testing.TB, c *lock.Client, name string, ttl time.Duration, opt *lock.Options) *lock.Lock {
 	t.Helper()
-	l, err := c.Obtain(context.Background(), name, ttl, opt)
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	l, err := c.Obtain(ctx, name, ttl, opt)
 	if err != nil {
 		t.Fatalf("Obtain(%q): %v", name, err)
 	}

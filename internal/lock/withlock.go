@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -26,43 +27,14 @@ func (c *Client) WithLock(ctx context.Context, name string, ttl time.Duration, f
 	}, opt)
 }
 
-// WithLocks is WithLock for several names at once, all or nothing: it obtains them one by one
-// in ascending (byte-wise) order of name — the same order in every process, so two callers
-// never wait for each other in a cycle — and gives back the ones it holds if any cannot be had.
-// The retry strategy and ctx's deadline bound the whole acquisition, not each lock.
-// locks[i] passed to fn is the lock for names[i]. Duplicate names are an error.
+// WithLocks is WithLock for several names at once, all or nothing (see ObtainAll). locks[i]
+// passed to fn is the lock for names[i].
 func (c *Client) WithLocks(ctx context.Context, names []string, ttl time.Duration, fn func(ctx context.Context, locks []*Lock) error, opt *Options) error {
-	if len(names) == 0 {
-		return errors.New("lock: no names to lock")
+	locks, err := c.ObtainAll(ctx, names, ttl, opt)
+	if err != nil {
+		return err
 	}
-	order := make([]int, len(names))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int {
-		switch {
-		case names[a] < names[b]:
-			return -1
-		case names[a] > names[b]:
-			return 1
-		}
-		return 0
-	})
-	for i := 1; i < len(order); i++ {
-		if names[order[i]] == names[order[i-1]] {
-			return fmt.Errorf("lock: name %q given twice", names[order[i]])
-		}
-	}
-
-	locks := make([]*Lock, len(names))
 	defer releaseAll(ctx, locks)
-	for _, i := range order {
-		l, err := c.Obtain(ctx, names[i], ttl, opt)
-		if err != nil {
-			return err
-		}
-		locks[i] = l
-	}
 
 	base := ctx
 	if opt != nil && opt.Detached {
@@ -78,21 +50,61 @@ func (c *Client) WithLocks(ctx context.Context, names []string, ttl time.Duratio
 	defer wg.Wait()
 	defer close(stop)
 
-	err := fn(work, locks)
+	err = fn(work, locks)
 	if err != nil && errors.Is(context.Cause(work), ErrNotHeld) && !errors.Is(err, ErrNotHeld) {
 		return fmt.Errorf("%w (%w)", err, ErrNotHeld)
 	}
 	return err
 }
 
+// ObtainAll obtains a lock on every name, all or nothing, for carts and other work that needs
+// several resources at once. It takes them one by one in ascending (byte-wise) order of name —
+// the same order in every process, so two callers never wait for each other in a cycle — and
+// gives back the ones it holds if any cannot be had. ctx's deadline (and opt) bound the whole
+// acquisition, not each lock. locks[i] is the lock for names[i]. Duplicate names are an error.
+// Release them together with ReleaseAll. Errors are those of Obtain.
+func (c *Client) ObtainAll(ctx context.Context, names []string, ttl time.Duration, opt *Options) ([]*Lock, error) {
+	if len(names) == 0 {
+		return nil, errors.New("lock: no names to lock")
+	}
+	order := make([]int, len(names))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(names[a], names[b]) })
+	for i := 1; i < len(order); i++ {
+		if names[order[i]] == names[order[i-1]] {
+			return nil, fmt.Errorf("lock: name %q given twice", names[order[i]])
+		}
+	}
+	locks := make([]*Lock, len(names))
+	for _, i := range order {
+		l, err := c.Obtain(ctx, names[i], ttl, opt)
+		if err != nil {
+			releaseAll(ctx, locks)
+			return nil, err
+		}
+		locks[i] = l
+	}
+	return locks, nil
+}
+
+// ReleaseAll releases every lock (nil entries are skipped) and returns the errors of those that
+// could not be released cleanly (see Lock.Release).
+func ReleaseAll(ctx context.Context, locks []*Lock) error {
+	var errs []error
+	for _, l := range locks {
+		if l != nil {
+			errs = append(errs, l.Release(ctx))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // releaseAll releases every lock obtained so far, ignoring errors: a lock that cannot be
 // released expires with its lease, and the caller's outcome does not depend on it.
 func releaseAll(ctx context.Context, locks []*Lock) {
-	for _, l := range locks {
-		if l != nil {
-			_ = l.Release(ctx)
-		}
-	}
+	_ = ReleaseAll(ctx, locks)
 }
 
 // keepAlive refreshes every lock each ttl/3 until stop is closed. It cancels the work with
@@ -116,7 +128,21 @@ func keepAlive(work context.Context, locks []*Lock, ttl time.Duration, cancel co
 				return
 			}
 			ctx, done := context.WithDeadline(work, l.Until())
+			// go-redis does not give up a call when its context ends (unless the client has
+			// ContextTimeoutEnabled): a refresh stuck on an unresponsive server would keep
+			// the work running past the lease for as long as the client's read timeout, or
+			// for ever. So the lease's end cancels the work by itself.
+			expired := make(chan struct{})
+			stopWatch := context.AfterFunc(ctx, func() {
+				defer close(expired)
+				if !time.Now().Before(l.Until()) {
+					cancel(fmt.Errorf("%w: lease of %q ran out while refreshing it", ErrNotHeld, l.name))
+				}
+			})
 			err := l.Refresh(ctx, ttl)
+			if !stopWatch() {
+				<-expired
+			}
 			done()
 			if errors.Is(err, ErrNotHeld) {
 				cancel(fmt.Errorf("%w: %q was taken or expired", ErrNotHeld, l.name))

@@ -74,10 +74,19 @@ func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replic
 		wait = 5 * time.Second // generous: these tests are about correctness, not contention
 	}
 	svc := stock.NewService(store,
-		stock.NewRedisLocker(lock.New(rdb), stock.LockConfig{TTL: o.lockTTL, Wait: wait}),
+		stock.NewRedisLocker(newLockClient(t, rdb, w.prefix), stock.LockConfig{TTL: o.lockTTL, Wait: wait}),
 		stock.Config{Defense: d, KeyPrefix: w.prefix, ConflictRetries: 50},
 		stock.NewMetrics(reg))
 	return &replica{svc: svc, store: store, registry: reg, redis: rdb, pool: pool}
+}
+
+// newLockClient returns a lock client closed when the test ends (a client that waited holds a
+// subscription).
+func newLockClient(t testing.TB, rdb redis.UniversalClient, prefix string) *lock.Client {
+	t.Helper()
+	c := lock.New(rdb, lock.WithNamespace(prefix))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 func createProduct(t testing.TB, r *replica, sku string, units int64) int64 {

@@ -38,7 +38,10 @@ type LockConfig struct {
 	TTL time.Duration
 	// Wait bounds how long an order waits for its locks. Default 2s.
 	Wait time.Duration
-	// Retry is how waiting is paced. Default: exponential backoff from 1ms to 50ms, full jitter.
+	// Retry, when set, makes waiters poll Redis as it says, the way most lock libraries do.
+	// Nil (the default) waits without polling: a replica's waiters for a product queue in
+	// arrival order, only the first contends in Redis, woken by the holder's release, and a
+	// holder hands the lock straight to the next waiter of its replica (lock.Options.Wait).
 	Retry lock.RetryStrategy
 }
 
@@ -48,9 +51,6 @@ func (c LockConfig) withDefaults() LockConfig {
 	}
 	if c.Wait <= 0 {
 		c.Wait = 2 * time.Second
-	}
-	if c.Retry == nil {
-		c.Retry = lock.Exponential(time.Millisecond, 50*time.Millisecond)
 	}
 	return c
 }
@@ -76,7 +76,7 @@ func (r *RedisLocker) WithLocks(ctx context.Context, names []string, fn func(ctx
 			fences[i] = l.Fence()
 		}
 		return fn(ctx, fences)
-	}, &lock.Options{Retry: r.cfg.Retry, Detached: true})
+	}, &lock.Options{Wait: r.cfg.Retry == nil, Retry: r.cfg.Retry, Detached: true})
 	if ran {
 		if errors.Is(err, lock.ErrNotHeld) && !errors.Is(err, ErrLockLost) {
 			return fmt.Errorf("%w: %w", ErrLockLost, err)

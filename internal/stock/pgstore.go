@@ -108,6 +108,21 @@ func (s *PGStore) restockRefusal(ctx context.Context, tx pgx.Tx, id, fence int64
 	return &CaughtError{Layer: LayerFence, ProductID: id, Err: fmt.Errorf("%w: fence %d is older than %d", ErrLockLost, fence, current)}
 }
 
+// StockLevels implements Store.
+func (s *PGStore) StockLevels(ctx context.Context, ids []int64) (map[int64]int64, error) {
+	rows, _ := s.pool.Query(ctx, `SELECT id, stock FROM products WHERE id = ANY($1)`, ids)
+	levels := make(map[int64]int64, len(ids))
+	var id, stock int64
+	_, err := pgx.ForEachRow(rows, []any{&id, &stock}, func() error {
+		levels[id] = stock
+		return nil
+	})
+	if err != nil {
+		return nil, dbError("read stock levels", err)
+	}
+	return levels, nil
+}
+
 // Audit implements Store.
 func (s *PGStore) Audit(ctx context.Context, id int64) (Audit, error) {
 	var a Audit

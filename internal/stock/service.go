@@ -201,8 +201,37 @@ func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderRe
 	return OrderResult{Order: order}, err
 }
 
+// precheck refuses, without taking any lock, an order that cannot succeed: a product that does
+// not exist, or one whose committed stock is already short. Stock only grows by restocks, so a
+// short read is a true answer at the moment it was read; after a flash sale sells out, this is
+// what answers the crowd, instead of every buyer queueing for the lock to learn the same thing.
+// It decides nothing for the orders it lets through: those take the whole defended path.
+func (s *Service) precheck(ctx context.Context, items []Item) error {
+	ids := make([]int64, len(items))
+	for i, it := range items {
+		ids[i] = it.ProductID
+	}
+	levels, err := s.store.StockLevels(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, it := range items {
+		level, ok := levels[it.ProductID]
+		switch {
+		case !ok:
+			return &ProductNotFoundError{ProductID: it.ProductID}
+		case level < it.Quantity:
+			return &SoldOutError{ProductID: it.ProductID, Requested: it.Quantity, Available: level}
+		}
+	}
+	return nil
+}
+
 // purchase runs the defended purchase of items, retrying version conflicts.
 func (s *Service) purchase(ctx context.Context, customerID string, items []Item, rec *IdempotencyRecord) (Order, error) {
+	if err := s.precheck(ctx, items); err != nil {
+		return Order{}, err
+	}
 	p := Purchase{OrderID: uuid.Must(uuid.NewV7()), CustomerID: customerID, Items: items, Defense: s.cfg.Defense, Idempotency: rec}
 	var order Order
 	run := func(ctx context.Context, fences []int64) error {

@@ -178,7 +178,7 @@ func TestUnavailableDependencies(t *testing.T) {
 	deadRedis := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = deadRedis.Close() })
 	noRedis := stock.NewService(stock.NewPGStore(healthy.pool),
-		stock.NewRedisLocker(lock.New(deadRedis), stock.LockConfig{}),
+		stock.NewRedisLocker(newLockClient(t, deadRedis, w.prefix), stock.LockConfig{}),
 		stock.Config{Defense: stock.DefaultDefense(), KeyPrefix: w.prefix}, nil)
 	if _, err := noRedis.PlaceOrder(context.Background(), order("c", one(id, 1))); !errors.Is(err, stock.ErrUnavailable) {
 		t.Errorf("redis down: err = %v, want ErrUnavailable", err)
@@ -190,7 +190,7 @@ func TestUnavailableDependencies(t *testing.T) {
 	}
 	t.Cleanup(deadPool.Close)
 	noPostgres := stock.NewService(stock.NewPGStore(deadPool),
-		stock.NewRedisLocker(lock.New(healthy.redis), stock.LockConfig{}),
+		stock.NewRedisLocker(newLockClient(t, healthy.redis, w.prefix), stock.LockConfig{}),
 		stock.Config{Defense: stock.DefaultDefense(), KeyPrefix: w.prefix}, nil)
 	if _, err := noPostgres.PlaceOrder(context.Background(), order("c", one(id, 1))); !errors.Is(err, stock.ErrUnavailable) {
 		t.Errorf("postgres down: err = %v, want ErrUnavailable", err)

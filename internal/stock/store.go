@@ -17,6 +17,9 @@ type Store interface {
 	// token. Errors: *ProductNotFoundError, ErrLockLost (a newer fence wrote the row),
 	// ErrUnavailable.
 	Restock(ctx context.Context, id, quantity, fence int64) (Product, error)
+	// StockLevels returns the current stock of each product in ids that exists. Errors:
+	// ErrUnavailable.
+	StockLevels(ctx context.Context, ids []int64) (map[int64]int64, error)
 	// Audit accounts for product id's stock. Errors: *ProductNotFoundError, ErrUnavailable.
 	Audit(ctx context.Context, id int64) (Audit, error)
 	// Order returns the order with id. Errors: ErrOrderNotFound, ErrUnavailable.

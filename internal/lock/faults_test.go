@@ -1,0 +1,446 @@
+package lock_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stocksvc/stocksvc/internal/lock"
+	"github.com/stocksvc/stocksvc/internal/testenv"
+)
+
+// fencedSet is storage that checks fencing tokens, on the test's private Redis: it stores
+// ARGV[2] at KEYS[1] only if the fence ARGV[1] is at least the largest fence it accepted
+// (kept at KEYS[2]). Returns 1 when written, 0 when refused.
+var fencedSet = redis.NewScript(`
+local highest = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[1]) < highest then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[2], ARGV[1])
+return 1
+`)
+
+const (
+	storageKey   = "storage"
+	storageFence = "storage:fence"
+	// pausedHolderEnv tells the test binary to act as the holder of TestPausedHolderIsFencedOff;
+	// its value is the address of the Redis to use.
+	pausedHolderEnv = "LOCK_TEST_PAUSED_HOLDER_REDIS"
+)
+
+// write stores value with fence in the fenced storage and says what became of it.
+func write(ctx context.Context, rdb *redis.Client, fence int64, value string) string {
+	n, err := fencedSet.Run(ctx, rdb, []string{storageKey, storageFence}, fence, value).Int()
+	switch {
+	case err != nil:
+		return "error " + err.Error()
+	case n == 1:
+		return "written"
+	default:
+		return "refused"
+	}
+}
+
+// TestHelperPausedHolder is the holder process of TestPausedHolderIsFencedOff; run on its own
+// it does nothing. It obtains the lock with a short lease and no refresh, prints its fence,
+// and once told to go on (a line on stdin), writes to the fenced storage and releases,
+// printing what became of each.
+func TestHelperPausedHolder(t *testing.T) {
+	addr := os.Getenv(pausedHolderEnv)
+	if addr == "" {
+		t.Skip("runs only as the child process of TestPausedHolderIsFencedOff")
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	l, err := lock.New(rdb).Obtain(ctx, lockName("", "paused"), 500*time.Millisecond, nil)
+	if err != nil {
+		t.Fatalf("Obtain: %v", err)
+	}
+	fmt.Printf("fence %d\n", l.Fence())
+	if !bufio.NewScanner(os.Stdin).Scan() {
+		t.Fatal("stdin closed before the go-ahead")
+	}
+	fmt.Printf("write %s\n", write(ctx, rdb, l.Fence(), "child"))
+	switch err := l.Release(ctx); {
+	case err == nil:
+		fmt.Println("release ok")
+	case errors.Is(err, lock.ErrNotHeld):
+		fmt.Println("release not-held")
+	default:
+		fmt.Printf("release error %v\n", err)
+	}
+}
+
+// TestPausedHolderIsFencedOff stops a holder process (SIGSTOP) until its lease runs out, takes
+// the lock and writes, then lets the holder go on: its late write carries a smaller fence and
+// the storage refuses it, and its late Release reports ErrNotHeld and leaves the new holder's
+// lock in place.
+func TestPausedHolderIsFencedOff(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	rdb := srv.Client()
+	name := lockName("", "paused")
+
+	child := exec.Command(os.Args[0], "-test.run=^TestHelperPausedHolder$", "-test.count=1", "-test.timeout=60s")
+	child.Env = append(os.Environ(), pausedHolderEnv+"="+srv.Addr())
+	child.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stderr strings.Builder
+	child.Stderr = &stderr
+	stdin, err := child.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatalf("start holder process: %v", err)
+	}
+	exited := false
+	t.Cleanup(func() {
+		if !exited {
+			_ = child.Process.Signal(syscall.SIGCONT)
+			_ = child.Process.Kill()
+			_ = child.Wait()
+		}
+	})
+	lines := bufio.NewScanner(stdout)
+	// next returns the value of the child's next line that starts with key.
+	next := func(key string) string {
+		t.Helper()
+		for lines.Scan() {
+			if v, ok := strings.CutPrefix(lines.Text(), key+" "); ok {
+				return v
+			}
+		}
+		t.Fatalf("holder process ended without printing %q; stderr:\n%s", key, stderr.String())
+		return ""
+	}
+
+	childFence, err := strconv.ParseInt(next("fence"), 10, 64)
+	if err != nil {
+		t.Fatalf("holder's fence: %v", err)
+	}
+	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP holder: %v", err)
+	}
+	waitExpired(t, rdb, name)
+
+	l := obtain(t, lock.New(rdb), name, time.Minute, nil)
+	if l.Fence() <= childFence {
+		t.Errorf("new holder's fence %d is not above the paused holder's %d", l.Fence(), childFence)
+	}
+	if got := write(t.Context(), rdb, l.Fence(), "parent"); got != "written" {
+		t.Fatalf("new holder's write: %s", got)
+	}
+
+	if err := child.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("SIGCONT holder: %v", err)
+	}
+	if _, err := io.WriteString(stdin, "go on\n"); err != nil {
+		t.Fatalf("tell holder to go on: %v", err)
+	}
+	if got, want := next("write"), "refused"; got != want {
+		t.Errorf("paused holder's late write: %s, want %s", got, want)
+	}
+	if got, want := next("release"), "not-held"; got != want {
+		t.Errorf("paused holder's late Release: %s, want %s", got, want)
+	}
+	_ = stdin.Close()
+	err = child.Wait()
+	exited = true
+	if err != nil {
+		t.Errorf("holder process: %v; stderr:\n%s", err, stderr.String())
+	}
+
+	if got := value(t, rdb, storageKey); got != "parent" {
+		t.Errorf("storage holds %q, want the new holder's write", got)
+	}
+	if got := value(t, rdb, name); got != l.Token() {
+		t.Errorf("lock key holds %q after the paused holder's Release, want the new holder's token", got)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Errorf("new holder's Release: %v", err)
+	}
+}
+
+// TestFenceGrowsAcrossRestart restarts Redis empty (no persistence) between grants: the fences
+// issued afterwards are still larger than every fence issued before.
+func TestFenceGrowsAcrossRestart(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	rdb := srv.Client()
+	c := lock.New(rdb)
+	name := lockName("", "restart")
+	var highest int64
+	for restart := range 3 {
+		if restart > 0 {
+			srv.Restart()
+			if exists(t, rdb, fenceKey(name)) {
+				t.Fatal("the fencing counter survived a restart without persistence: the test restarts nothing")
+			}
+		}
+		for i := range 20 {
+			l := obtain(t, c, name, time.Minute, nil)
+			if l.Fence() <= highest {
+				t.Errorf("after %d restarts, grant %d: fence %d is not above the highest before, %d", restart, i, l.Fence(), highest)
+			}
+			highest = max(highest, l.Fence())
+			if err := l.Release(t.Context()); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+		}
+	}
+}
+
+// events records what happened, in order, from any goroutine.
+type events struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (e *events) add(ev string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.list = append(e.list, ev)
+}
+
+func (e *events) get() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.list...)
+}
+
+// TestPausedRedisCancelsHolder pauses Redis (SIGSTOP) while A works under WithLock with a short
+// lease, and B polls for the same lock. A cannot refresh; its work must be cancelled with
+// ErrNotHeld by the time its lease ends — without an answer from Redis, however long the
+// client's calls would hang — and before B obtains the lock once Redis resumes.
+func TestPausedRedisCancelsHolder(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		opt  redis.Options // for A's client; Addr is filled in
+	}{
+		{name: "default client"},
+		{name: "client without read timeout", opt: redis.Options{ReadTimeout: -1}},
+		{name: "client honouring contexts", opt: redis.Options{ContextTimeoutEnabled: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := testenv.StartRedis(t)
+			opt := tt.opt
+			opt.Addr = srv.Addr()
+			rdbA := redis.NewClient(&opt)
+			defer rdbA.Close()
+			rdbB := srv.Client()
+			name := lockName("", "paused-redis")
+			const ttl = 300 * time.Millisecond
+			var ev events
+			var fenceA, fenceB int64
+			var causeA, errA, errB error
+
+			working := make(chan struct{})
+			cancelled := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				errA = lock.New(rdbA).WithLock(t.Context(), name, ttl, func(ctx context.Context, l *lock.Lock) error {
+					fenceA = l.Fence()
+					ev.add("A obtained")
+					close(working)
+					select {
+					case <-ctx.Done():
+					case <-time.After(guard):
+						return errGuard
+					}
+					causeA = context.Cause(ctx)
+					ev.add("A cancelled") // and its work stops here
+					close(cancelled)
+					return ctx.Err()
+				}, nil)
+			})
+			select {
+			case <-working:
+			case <-time.After(guard):
+				t.Fatal("A never started working")
+			}
+			// B's connection is up before the pause, so nothing but the pause holds B up.
+			if err := rdbB.Ping(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			srv.Pause()
+			paused := time.Now()
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				l, err := lock.New(rdbB).Obtain(ctx, name, time.Minute, &lock.Options{Retry: lock.Linear(time.Millisecond, 5*time.Millisecond)})
+				if err != nil {
+					errB = err
+					return
+				}
+				ev.add("B obtained")
+				fenceB = l.Fence()
+				errB = l.Release(ctx)
+			})
+			// Redis answers nothing until A's work is cancelled: A must notice on its own.
+			select {
+			case <-cancelled:
+				t.Logf("A's work was cancelled %v after Redis paused (lease %v)", time.Since(paused), ttl)
+			case <-time.After(guard):
+				t.Error("A's work was not cancelled while Redis was paused")
+			}
+			srv.Resume()
+			wg.Wait()
+
+			if !errors.Is(causeA, lock.ErrNotHeld) {
+				t.Errorf("cause of A's cancellation = %v, want ErrNotHeld", causeA)
+			}
+			if !errors.Is(errA, lock.ErrNotHeld) {
+				t.Errorf("A's WithLock = %v, want an error matching ErrNotHeld", errA)
+			}
+			if errB != nil {
+				t.Fatalf("B: %v", errB)
+			}
+			if got, want := ev.get(), []string{"A obtained", "A cancelled", "B obtained"}; !slices.Equal(got, want) {
+				t.Errorf("events %q, want %q", got, want)
+			}
+			if fenceB <= fenceA {
+				t.Errorf("B's fence %d is not above A's %d", fenceB, fenceA)
+			}
+		})
+	}
+}
+
+// lostReply makes the next script a client runs reach Redis twice, as when its reply is lost
+// and go-redis sends the command again (it retries timeouts and broken connections by itself,
+// scripts included).
+type lostReply struct{ armed atomic.Bool }
+
+func (h *lostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *lostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && h.armed.Load() {
+			if err := next(ctx, cmd); err != nil {
+				return err // NOSCRIPT: Script.Run tries again with EVAL
+			}
+			h.armed.Store(false)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestLostReplyIsRecognised sends the script that grants a lock twice, as a client retrying
+// after a lost reply does: the second run must see that the first one already granted the lock
+// to the same caller, instead of reporting it held by someone else (the caller would then wait
+// for itself until the lease ran out, and nobody would hold the lock meanwhile).
+func TestLostReplyIsRecognised(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	tests := []struct {
+		name string
+		// run obtains a lock while the hook is armed where the grant happens; it returns the
+		// lock's token and fence.
+		run func(t *testing.T, rdb *redis.Client, prefix string, h *lostReply) (name, token string, fence int64, err error)
+	}{
+		{
+			name: "single attempt",
+			run: func(t *testing.T, rdb *redis.Client, prefix string, h *lostReply) (string, string, int64, error) {
+				name := lockName(prefix, "once")
+				h.armed.Store(true)
+				l, err := lock.New(rdb).Obtain(ctx, name, time.Minute, nil)
+				if err != nil {
+					return name, "", 0, err
+				}
+				return name, l.Token(), l.Fence(), l.Release(ctx)
+			},
+		},
+		{
+			name: "wait",
+			run: func(t *testing.T, rdb *redis.Client, prefix string, h *lostReply) (string, string, int64, error) {
+				name := lockName(prefix, "wait")
+				c := newWaitingClient(t, rdb, prefix, nil)
+				h.armed.Store(true)
+				wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				l, err := c.Obtain(wctx, name, time.Minute, &lock.Options{Wait: true})
+				if err != nil {
+					return name, "", 0, err
+				}
+				return name, l.Token(), l.Fence(), l.Release(ctx)
+			},
+		},
+		{
+			name: "handoff",
+			run: func(t *testing.T, rdb *redis.Client, prefix string, h *lostReply) (string, string, int64, error) {
+				name := lockName(prefix, "handoff")
+				c := newWaitingClient(t, rdb, prefix, nil)
+				holder := obtain(t, c, name, time.Minute, &lock.Options{Wait: true})
+				var wg sync.WaitGroup
+				var l *lock.Lock
+				var err error
+				wg.Go(func() {
+					wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+					defer cancel()
+					l, err = c.Obtain(wctx, name, time.Minute, &lock.Options{Wait: true})
+				})
+				waitFor(t, func() bool { return lock.QueueLen(c, name) == 1 })
+				h.armed.Store(true)
+				if err := holder.Release(ctx); err != nil {
+					t.Errorf("holder's Release: %v", err)
+				}
+				wg.Wait()
+				if err != nil {
+					return name, "", 0, err
+				}
+				return name, l.Token(), l.Fence(), l.Release(ctx)
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rdb, prefix := testenv.Redis(t)
+			h := &lostReply{}
+			rdb.AddHook(h)
+			name, token, fence, err := tt.run(t, rdb, prefix, h)
+			if err != nil {
+				t.Fatalf("got %v, want the lock", err)
+			}
+			if h.armed.Load() {
+				t.Fatal("no script was sent twice: the test tested nothing")
+			}
+			if token == "" || fence <= 0 {
+				t.Errorf("lock with token %q and fence %d", token, fence)
+			}
+			if got, want := value(t, rdb, fenceKey(name)), strconv.FormatInt(fence, 10); got != want {
+				t.Errorf("fencing counter %s, want the lock's fence %s", got, want)
+			}
+			if exists(t, rdb, name) {
+				t.Errorf("lock still held after Release")
+			}
+		})
+	}
+}

@@ -1,0 +1,330 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stocksvc/stocksvc/internal/lock"
+	"github.com/stocksvc/stocksvc/internal/testenv"
+)
+
+// redlockOptions give live nodes room under the race detector on a busy machine: one that
+// missed the default 50ms would count as failed and make a test about quorums flaky.
+var redlockOptions = lock.RedlockOptions{NodeTimeout: 500 * time.Millisecond}
+
+// startRedlock starts n independent redis-servers of the test's own and returns a Redlock over
+// them, the servers and a client of each (for looking at keys).
+func startRedlock(t *testing.T, n int) (*lock.Redlock, []*testenv.RedisServer, []*redis.Client) {
+	t.Helper()
+	servers := make([]*testenv.RedisServer, n)
+	clients := make([]*redis.Client, n)
+	for i := range servers {
+		servers[i] = testenv.StartRedis(t)
+		clients[i] = servers[i].Client()
+	}
+	r, err := lock.NewRedlock(clients, redlockOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, servers, clients
+}
+
+// holders returns the indexes of the nodes among those at indexes on which name is held with
+// token; nil indexes means every node.
+func holders(t *testing.T, clients []*redis.Client, indexes []int, name, token string) []int {
+	t.Helper()
+	var held []int
+	for i, c := range clients {
+		if indexes != nil && !slices.Contains(indexes, i) {
+			continue
+		}
+		if value(t, c, name) == token {
+			held = append(held, i)
+		}
+	}
+	return held
+}
+
+// addrs returns the addresses of the servers at indexes.
+func addrs(servers []*testenv.RedisServer, indexes []int) []string {
+	var a []string
+	for _, i := range indexes {
+		a = append(a, servers[i].Addr())
+	}
+	slices.Sort(a)
+	return a
+}
+
+// failedAddrs returns the sorted addresses a QuorumError names.
+func failedAddrs(e *lock.QuorumError) []string {
+	var a []string
+	for _, n := range e.Nodes {
+		a = append(a, n.Addr)
+	}
+	slices.Sort(a)
+	return a
+}
+
+// TestRedlockObtainNeedsQuorum kills nodes of five before obtaining: with a majority alive the
+// lock is obtained, refreshed and released on every live node; without one, Obtain gives up
+// within its wait budget with a *QuorumError naming the dead nodes, and leaves no grant behind.
+func TestRedlockObtainNeedsQuorum(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		killed  []int
+		wantErr bool
+	}{
+		{killed: nil},
+		{killed: []int{4}},
+		{killed: []int{1, 3}},
+		{killed: []int{0, 2, 4}, wantErr: true},
+		{killed: []int{0, 1, 2, 3, 4}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(fmtInts("killed", tt.killed), func(t *testing.T) {
+			t.Parallel()
+			r, servers, clients := startRedlock(t, 5)
+			quorumName := lockName("", "quorum")
+			for _, i := range tt.killed {
+				servers[i].Kill()
+			}
+			alive := slices.DeleteFunc([]int{0, 1, 2, 3, 4}, func(i int) bool { return slices.Contains(tt.killed, i) })
+			// The wait budget: retry until it is spent.
+			budget, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			l, err := r.Obtain(budget, quorumName, 10*time.Second, &lock.Options{Retry: lock.Linear(10*time.Millisecond, 50*time.Millisecond)})
+
+			if tt.wantErr {
+				if !errors.Is(err, lock.ErrNotObtained) {
+					t.Fatalf("Obtain = %v, want an error matching ErrNotObtained", err)
+				}
+				var qe *lock.QuorumError
+				if !errors.As(err, &qe) {
+					t.Fatalf("Obtain = %T %v, want a *QuorumError", err, err)
+				}
+				// The last round may have run into the deadline on live nodes too, so the
+				// killed nodes must be named, and nothing that is not a node.
+				got := failedAddrs(qe)
+				for _, a := range addrs(servers, tt.killed) {
+					if !slices.Contains(got, a) {
+						t.Errorf("QuorumError names %v, want it to name killed node %s", got, a)
+					}
+				}
+				for _, a := range got {
+					if !slices.Contains(addrs(servers, []int{0, 1, 2, 3, 4}), a) {
+						t.Errorf("QuorumError names %s, which is no node", a)
+					}
+				}
+				if qe.Op != "obtain" || qe.Got >= qe.Needed || qe.Needed != 3 || qe.Total != 5 {
+					t.Errorf("QuorumError = {Op %q Got %d Needed %d Total %d}, want obtain, below 3 of 5", qe.Op, qe.Got, qe.Needed, qe.Total)
+				}
+				for _, i := range alive {
+					if exists(t, clients[i], quorumName) {
+						t.Errorf("node %d keeps a grant of the failed obtain", i)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Obtain: %v", err)
+			}
+			if got := holders(t, clients, alive, quorumName, l.Token()); !slices.Equal(got, alive) {
+				t.Errorf("held on nodes %v, want every live node %v", got, alive)
+			}
+			if l.Fence() <= 0 {
+				t.Errorf("Fence() = %d, want > 0", l.Fence())
+			}
+			ctx := t.Context()
+			if err := l.Refresh(ctx, 10*time.Second); err != nil {
+				t.Errorf("Refresh: %v", err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			for _, i := range alive {
+				if exists(t, clients[i], quorumName) {
+					t.Errorf("node %d still holds the lock after Release", i)
+				}
+			}
+		})
+	}
+}
+
+// TestRedlockRestartedNodesDoNotAdmitSecondHolder restarts a minority of the nodes empty while
+// A holds the lock on all five: the restarted nodes grant the lock to B, but B reaches no
+// quorum, so A and B never both hold it.
+func TestRedlockRestartedNodesDoNotAdmitSecondHolder(t *testing.T) {
+	t.Parallel()
+	for _, restarted := range [][]int{{0}, {1, 3}} {
+		t.Run(fmtInts("restarted", restarted), func(t *testing.T) {
+			t.Parallel()
+			r, servers, clients := startRedlock(t, 5)
+			restartName := lockName("", "restart")
+			// B is another process: its own clients, its own Redlock.
+			bClients := make([]*redis.Client, len(servers))
+			for i, s := range servers {
+				bClients[i] = s.Client()
+			}
+			b, err := lock.NewRedlock(bClients, redlockOptions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := t.Context()
+			a, err := r.Obtain(ctx, restartName, 30*time.Second, nil)
+			if err != nil {
+				t.Fatalf("A: Obtain: %v", err)
+			}
+			for _, i := range restarted {
+				servers[i].Restart()
+			}
+
+			_, err = b.Obtain(ctx, restartName, 30*time.Second, nil)
+			var qe *lock.QuorumError
+			if !errors.As(err, &qe) || !errors.Is(err, lock.ErrNotObtained) {
+				t.Fatalf("B: Obtain while A holds a quorum = %v, want a *QuorumError matching ErrNotObtained", err)
+			}
+			if qe.Got != len(restarted) {
+				t.Errorf("B got %d nodes, want the %d restarted ones", qe.Got, len(restarted))
+			}
+			if got, want := len(holders(t, clients, nil, restartName, a.Token())), 5-len(restarted); got != want {
+				t.Errorf("A holds %d nodes, want %d", got, want)
+			}
+			if err := a.Refresh(ctx, 30*time.Second); err != nil {
+				t.Errorf("A: Refresh with a quorum left: %v", err)
+			}
+			if err := a.Release(ctx); err != nil {
+				t.Fatalf("A: Release: %v", err)
+			}
+			bl, err := b.Obtain(ctx, restartName, 30*time.Second, nil)
+			if err != nil {
+				t.Fatalf("B: Obtain after A released: %v", err)
+			}
+			defer bl.Release(ctx)
+			if bl.Fence() <= a.Fence() {
+				t.Errorf("B's fence %d is not above A's %d", bl.Fence(), a.Fence())
+			}
+		})
+	}
+}
+
+// TestRedlockRefresh refreshes a lock after it was lost on some nodes (deleted, as an expiry
+// or an operator would) or some nodes went down: the refresh holds while a majority still has
+// the lock, and otherwise fails with a *QuorumError matching ErrNotHeld that names the nodes.
+func TestRedlockRefresh(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		deleted []int // nodes on which the key is deleted, as an expiry or an operator would
+		killed  []int // nodes that are down
+		wantErr error
+	}{
+		{name: "held everywhere"},
+		{name: "lost on two", deleted: []int{0, 4}},
+		{name: "two down", killed: []int{1, 2}},
+		{name: "lost on one, one down", deleted: []int{3}, killed: []int{0}},
+		{name: "lost on three", deleted: []int{0, 1, 2}, wantErr: lock.ErrNotHeld},
+		{name: "lost on two, one down", deleted: []int{0, 1}, killed: []int{4}, wantErr: lock.ErrNotHeld},
+		{name: "lost everywhere", deleted: []int{0, 1, 2, 3, 4}, wantErr: lock.ErrNotHeld},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r, servers, clients := startRedlock(t, 5)
+			refreshName := lockName("", "refresh")
+			ctx := t.Context()
+			l, err := r.Obtain(ctx, refreshName, 5*time.Second, nil)
+			if err != nil {
+				t.Fatalf("Obtain: %v", err)
+			}
+			for _, i := range tt.deleted {
+				del(t, clients[i], refreshName)
+			}
+			for _, i := range tt.killed {
+				servers[i].Kill()
+			}
+
+			err = l.Refresh(ctx, time.Minute)
+
+			if tt.wantErr != nil {
+				var qe *lock.QuorumError
+				if !errors.Is(err, tt.wantErr) || !errors.As(err, &qe) {
+					t.Fatalf("Refresh = %v, want a *QuorumError matching %v", err, tt.wantErr)
+				}
+				if got, want := failedAddrs(qe), addrs(servers, append(slices.Clone(tt.deleted), tt.killed...)); !cmp.Equal(got, want) {
+					t.Errorf("QuorumError names %v, want the nodes that lost the key or are down %v", got, want)
+				}
+				if qe.Op != "refresh" {
+					t.Errorf("QuorumError.Op = %q, want refresh", qe.Op)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Refresh: %v", err)
+			}
+			if time.Until(l.Until()) <= 5*time.Second {
+				t.Errorf("Until() is %v away after a refresh to a minute", time.Until(l.Until()))
+			}
+			for i, c := range clients {
+				if slices.Contains(tt.deleted, i) || slices.Contains(tt.killed, i) {
+					continue
+				}
+				if ttl := c.PTTL(ctx, refreshName).Val(); ttl <= 5*time.Second {
+					t.Errorf("node %d: PTTL = %v after a refresh to a minute", i, ttl)
+				}
+			}
+		})
+	}
+}
+
+// TestRedlockReleaseDeletesOnEveryNode releases a lock held on all five nodes: no node keeps
+// it, a second Release reports ErrNotHeld, and the next holder's fence is larger.
+func TestRedlockReleaseDeletesOnEveryNode(t *testing.T) {
+	t.Parallel()
+	r, _, clients := startRedlock(t, 5)
+	releaseName := lockName("", "release")
+	ctx := t.Context()
+	first, err := r.Obtain(ctx, releaseName, time.Minute, nil)
+	if err != nil {
+		t.Fatalf("Obtain: %v", err)
+	}
+	if got := holders(t, clients, nil, releaseName, first.Token()); len(got) != 5 {
+		t.Fatalf("held on nodes %v, want all five", got)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	for i, c := range clients {
+		if exists(t, c, releaseName) {
+			t.Errorf("node %d still holds the lock after Release", i)
+		}
+	}
+	if err := first.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("second Release = %v, want ErrNotHeld", err)
+	}
+	second, err := r.Obtain(ctx, releaseName, time.Minute, nil)
+	if err != nil {
+		t.Fatalf("Obtain after Release: %v", err)
+	}
+	defer second.Release(ctx)
+	if second.Fence() <= first.Fence() {
+		t.Errorf("second fence %d is not above the first %d", second.Fence(), first.Fence())
+	}
+}
+
+// fmtInts names a subtest after a list of node indexes.
+func fmtInts(what string, ints []int) string {
+	if len(ints) == 0 {
+		return what + " none"
+	}
+	s := what
+	for _, i := range ints {
+		s += " " + string(rune('0'+i))
+	}
+	return s
+}
