@@ -93,7 +93,9 @@ func newPool(ctx context.Context, databaseURL string, maxConns int) (*pgxpool.Po
 // newRedis connects to Redis in the topology mode names: one server ("single"), a master found
 // through Sentinel ("sentinel", with ?master_name= and the sentinels as host and ?addr=), or a
 // Cluster ("cluster", seed nodes as host and ?addr=). The lock's keys of one name share a hash
-// tag, so its scripts work on a Cluster too.
+// tag, so its scripts work on a Cluster too. Context deadlines are applied to Redis calls
+// (go-redis ignores them otherwise), so that a lock wait budget or a release bound holds even
+// when Redis stops answering.
 func newRedis(redisURL, mode string) (redis.UniversalClient, error) {
 	switch mode {
 	case "sentinel":
@@ -104,18 +106,21 @@ func newRedis(redisURL, mode string) (redis.UniversalClient, error) {
 		if opts.MasterName == "" {
 			return nil, errors.New("parse REDIS_URL for sentinel: no ?master_name=")
 		}
+		opts.ContextTimeoutEnabled = true
 		return redis.NewFailoverClient(opts), nil
 	case "cluster":
 		opts, err := redis.ParseClusterURL(redisURL)
 		if err != nil {
 			return nil, fmt.Errorf("parse REDIS_URL for cluster: %w", err)
 		}
+		opts.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(opts), nil
 	default:
 		opts, err := redis.ParseURL(redisURL)
 		if err != nil {
 			return nil, fmt.Errorf("parse REDIS_URL: %w", err)
 		}
+		opts.ContextTimeoutEnabled = true
 		return redis.NewClient(opts), nil
 	}
 }

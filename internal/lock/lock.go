@@ -22,6 +22,18 @@ var (
 	ErrNotHeld = errors.New("lock: not held")
 )
 
+// reservation is how long a lock released to the next waiting client stays reserved for it:
+// long enough for the client to hear about it and claim it, short enough that a client that
+// vanished meanwhile holds nobody up for long. recheck bounds how long a waiter sleeps between
+// looks at the lock, so that a lost announcement costs at most that.
+const (
+	reservation = 200 * time.Millisecond
+	recheck     = 200 * time.Millisecond
+	// listKeep is how long the list of waiting clients outlives its last update; a client
+	// that crashed while listed costs one expired reservation.
+	listKeep = time.Minute
+)
+
 // releaseTimeout bounds Release. Release deliberately ignores its caller's cancellation (a lock
 // left behind blocks everyone until its TTL), so it needs a bound of its own.
 const releaseTimeout = 2 * time.Second
@@ -78,9 +90,10 @@ func (c *Client) Close() error {
 type Options struct {
 	// Wait makes Obtain wait for the lock until ctx's deadline (or cancellation), without
 	// polling: waiters of one Client queue in arrival order and only the first of them
-	// contends in Redis, woken by the holder's release (pub/sub) or, should that message be
-	// lost, when the holder's lease runs out. A holder releasing a lock with waiters of its own
-	// Client queued hands it straight to the next one. Wait takes precedence over Retry.
+	// contends in Redis; clients take turns in the order they asked, each woken by a message
+	// when the lock is reserved for it (and every 200 ms in case one was lost). A holder
+	// releasing a lock that only its own Client's waiters want hands it straight to the next
+	// one. Wait takes precedence over Retry.
 	Wait bool
 
 	// Retry polls instead: it decides whether and when to try again while the lock is held by
@@ -186,11 +199,11 @@ type attempt struct {
 	pttl     time.Duration // the holder's remaining lease, when not obtained
 }
 
-// try runs the obtain script once. waiting records the client among the lock's waiters;
-// marked says it was recorded by an earlier try.
-func (c *Client) try(ctx context.Context, k keys, token string, ttl time.Duration, opt *Options, waiting, marked bool) (attempt, error) {
+// try runs the obtain script once. waiting puts the client in the lock's list of waiting
+// clients when it finds the lock held; listed says it may be there already.
+func (c *Client) try(ctx context.Context, k keys, token string, ttl time.Duration, opt *Options, waiting, listed bool) (attempt, error) {
 	reply, err := obtainScript.Run(ctx, c.rdb, k.all(), token, ttl.Milliseconds(),
-		flag(opt.fenced()), c.id, flag(waiting), flag(marked)).Int64Slice()
+		flag(opt.fenced()), c.id, flag(waiting), flag(listed), listKeep.Milliseconds()).Int64Slice()
 	if err != nil {
 		return attempt{}, err
 	}
@@ -367,14 +380,24 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.released = true
 		return l.client.releaseQueued(ctx, l, q)
 	}
-	n, err := releaseScript.Run(ctx, l.client.rdb, l.keys.all(), l.token, l.keys.channel).Int64()
+	reply, err := l.client.release(ctx, l.keys, l.token, "", 0, false)
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", l.name, err)
 	}
 	l.released = true
-	if n != 1 {
+	if reply[0] < 0 {
 		l.reportLost()
 		return ErrNotHeld
 	}
 	return nil
+}
+
+// release runs the release script: see releaseScript for newToken and the reply.
+func (c *Client) release(ctx context.Context, k keys, token, newToken string, ttl time.Duration, fenced bool) ([]int64, error) {
+	reply, err := releaseScript.Run(ctx, c.rdb, k.all(), token, newToken, max(ttl, time.Millisecond).Milliseconds(),
+		c.id, k.channel, reservation.Milliseconds(), flag(fenced), listKeep.Milliseconds()).Int64Slice()
+	if err == nil && len(reply) != 2 {
+		err = fmt.Errorf("unexpected reply %v", reply)
+	}
+	return reply, err
 }

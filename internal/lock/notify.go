@@ -62,7 +62,11 @@ func (c *Client) startSubscription() *subscription {
 		// go-redis reconnects and resubscribes by itself; announcements lost meanwhile are
 		// covered by the waiters' lease timers.
 		for msg := range s.ps.Channel() {
-			c.wake(strings.TrimPrefix(msg.Channel, channelPrefix))
+			// The message names the client the lock was reserved for; only its waiter
+			// has anything to do.
+			if msg.Payload == c.id {
+				c.wake(strings.TrimPrefix(msg.Channel, channelPrefix))
+			}
 		}
 	}()
 	return s
@@ -74,7 +78,8 @@ func (s *subscription) close() error {
 	return err
 }
 
-// wake tells the head of name's queue, if this client has one, that the lock was released.
+// wake tells the head of name's queue, if this client has one, that the lock was reserved for
+// it.
 func (c *Client) wake(name string) {
 	k := keysFor(name)
 	c.mu.Lock()

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"slices"
 	"time"
 )
@@ -32,9 +31,9 @@ type waiter struct {
 // grant gives a waiter its turn: the lock itself, handed off, or the right to contend for it.
 type grant struct {
 	lock *Lock
-	// yield says the lock was just released because another client's waiter was recorded:
-	// pause briefly before contending, so that waiter has a fair chance at it.
-	yield bool
+	// listed says the client is in the lock's list of waiting clients: the lock went to
+	// another client, and this one waits for its reservation rather than trying at once.
+	listed bool
 }
 
 // obtainQueued is Obtain with Options.Wait.
@@ -46,7 +45,7 @@ func (c *Client) obtainQueued(ctx context.Context, name string, ttl time.Duratio
 		q = &queue{notify: make(chan struct{})}
 		c.queues[k.lock] = q
 	}
-	yield := false
+	listed := false
 	if q.busy {
 		w := &waiter{ttl: ttl, fenced: opt.fenced(), turn: make(chan grant, 1)}
 		q.waiters = append(q.waiters, w)
@@ -56,7 +55,7 @@ func (c *Client) obtainQueued(ctx context.Context, name string, ttl time.Duratio
 			if g.lock != nil {
 				return g.lock, handedOff, nil
 			}
-			yield = g.yield
+			listed = g.listed
 		case <-ctx.Done():
 			c.mu.Lock()
 			if !w.granted {
@@ -78,82 +77,85 @@ func (c *Client) obtainQueued(ctx context.Context, name string, ttl time.Duratio
 		c.mu.Unlock()
 	}
 
-	l, how, marked, err := c.contend(ctx, name, k, q, ttl, opt, yield)
+	l, how, listed, err := c.contend(ctx, name, k, q, ttl, opt, listed)
 	if err != nil {
-		c.advance(k, q, marked)
+		c.advance(k, q, listed)
 		return nil, how, err
 	}
 	return l, how, nil
 }
 
 // contend is the head of the queue trying for the lock in Redis until it has it or ctx ends.
-// Between attempts it sleeps until the holder's release is announced, or its lease runs out.
-// marked reports whether the client was recorded among the lock's waiters.
-func (c *Client) contend(ctx context.Context, name string, k keys, q *queue, ttl time.Duration, opt *Options, yield bool) (l *Lock, how outcome, marked bool, err error) {
+// When it finds the lock held, it joins the lock's list of waiting clients and sleeps until the
+// lock is reserved for it (a message naming this client), looking again at least every recheck.
+// listed says the client is (or may be) in that list; with it set, contend first waits for its
+// reservation instead of trying at once.
+func (c *Client) contend(ctx context.Context, name string, k keys, q *queue, ttl time.Duration, opt *Options, listed bool) (l *Lock, how outcome, stillListed bool, err error) {
 	how = firstTry
-	if yield {
+	if listed {
 		how = contended
-		// About the time another client's waiter needs to hear the release and answer it.
-		if err := sleep(ctx, time.Duration(mrand.Int64N(int64(2*time.Millisecond)))); err != nil {
-			return nil, how, false, waitError(name, err)
-		}
 	}
 	token := rand.Text()
 	subscribed := false
+	tryNow := !listed
+	wait := recheck
 	for {
-		// Take the notification channel before the attempt, so that a release announced
-		// while the attempt is in flight still wakes us.
+		attempted := tryNow
+		// Take the notification channel before anything else, so that a reservation
+		// announced meanwhile still wakes us.
 		c.mu.Lock()
 		notify := q.notify
 		c.mu.Unlock()
-		start := time.Now()
-		a, err := c.try(ctx, k, token, ttl, opt, true, marked)
-		if err != nil {
-			return nil, how, marked, attemptError(ctx, name, err, how == contended)
+		if tryNow {
+			start := time.Now()
+			a, err := c.try(ctx, k, token, ttl, opt, true, listed)
+			if err != nil {
+				return nil, how, listed, attemptError(ctx, name, err, how == contended)
+			}
+			if a.obtained {
+				c.mu.Lock()
+				q.holder = token
+				c.mu.Unlock()
+				return c.newLock(name, k, token, a.fence, ttl, opt.fenced(), start), how, false, nil
+			}
+			how, listed, wait = contended, true, a.pttl
 		}
-		if a.obtained {
-			c.mu.Lock()
-			q.holder = token
-			c.mu.Unlock()
-			return c.newLock(name, k, token, a.fence, ttl, opt.fenced(), start), how, false, nil
-		}
-		how, marked = contended, true
+		tryNow = true
 		if !subscribed {
 			subscribed = true
-			if err := c.subscribe(ctx); err == nil {
-				continue // a release between the attempt and the subscription went unheard
-			} else if ctx.Err() != nil {
-				return nil, how, marked, waitError(name, ctx.Err())
+			if err := c.subscribe(ctx); err == nil && attempted {
+				continue // a reservation made before the subscription went unheard: look now
+			} else if err != nil && ctx.Err() != nil {
+				return nil, how, listed, waitError(name, ctx.Err())
 			}
-			// Without a subscription the lease timer below still wakes us.
+			// Without a subscription the recheck timer below still wakes us.
 		}
-		wait := a.pttl
-		if wait <= 0 {
-			wait = 100 * time.Millisecond // held without a lease (not by this package): look again soon
+		if wait <= 0 || wait > recheck {
+			wait = recheck
 		}
-		wait += time.Duration(mrand.Int64N(int64(2 * time.Millisecond)))
 		timer := time.NewTimer(wait)
 		select {
 		case <-notify:
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, how, marked, waitError(name, ctx.Err())
+			return nil, how, listed, waitError(name, ctx.Err())
 		}
 		timer.Stop()
+		wait = recheck
 	}
 }
 
-// advance gives the turn to the next waiter, or marks the queue idle. marked says the giver was
-// recorded among the lock's waiters in Redis; if nobody follows, the record is removed so that
-// holders elsewhere go back to handing the lock to their own waiters.
-func (c *Client) advance(k keys, q *queue, marked bool) {
+// advance gives the turn to the next waiter, or marks the queue idle. listed says the client is
+// in the lock's list of waiting clients: the next waiter inherits the place; if nobody follows,
+// the client leaves the list (passing on a reservation made for it meanwhile).
+func (c *Client) advance(k keys, q *queue, listed bool) {
 	c.mu.Lock()
 	if len(q.waiters) > 0 {
 		w := q.waiters[0]
 		q.waiters = q.waiters[1:]
 		w.granted = true
-		w.turn <- grant{}
+		w.turn <- grant{listed: listed}
 		c.mu.Unlock()
 		return
 	}
@@ -162,10 +164,11 @@ func (c *Client) advance(k keys, q *queue, marked bool) {
 		delete(c.queues, k.lock)
 	}
 	c.mu.Unlock()
-	if marked {
+	if listed {
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
-		_ = forgetScript.Run(ctx, c.rdb, k.all(), c.id).Err() // best effort: the record expires anyway
+		// Best effort: an entry left behind costs one reservation that expires unclaimed.
+		_ = forgetScript.Run(ctx, c.rdb, k.all(), "", "", "", c.id, k.channel, reservation.Milliseconds()).Err()
 	}
 }
 
@@ -179,8 +182,8 @@ func (c *Client) heldQueue(l *Lock) *queue {
 	return nil
 }
 
-// releaseQueued releases a lock held by the queue q: straight to the next waiter if there is
-// one, otherwise back to Redis. l.mu is held.
+// releaseQueued releases a lock held by the queue q: to the next waiting client if another is
+// listed, else straight to this client's next waiter, else back to Redis. l.mu is held.
 func (c *Client) releaseQueued(ctx context.Context, l *Lock, q *queue) error {
 	c.mu.Lock()
 	q.holder = ""
@@ -193,13 +196,13 @@ func (c *Client) releaseQueued(ctx context.Context, l *Lock, q *queue) error {
 	c.mu.Unlock()
 
 	if next == nil {
-		n, err := releaseScript.Run(ctx, c.rdb, l.keys.all(), l.token, l.keys.channel).Int64()
+		reply, err := c.release(ctx, l.keys, l.token, "", 0, false)
 		// Waiters that queued while the lock was being released get the turn now.
 		c.advance(l.keys, q, false)
 		if err != nil {
 			return fmt.Errorf("lock: release %q: %w", l.name, err)
 		}
-		if n != 1 {
+		if reply[0] < 0 {
 			l.reportLost()
 			return ErrNotHeld
 		}
@@ -208,15 +211,11 @@ func (c *Client) releaseQueued(ctx context.Context, l *Lock, q *queue) error {
 
 	token := rand.Text()
 	start := time.Now()
-	reply, err := handoffScript.Run(ctx, c.rdb, l.keys.all(), l.token, token, next.ttl.Milliseconds(),
-		c.id, l.keys.channel, flag(next.fenced)).Int64Slice()
+	reply, err := c.release(ctx, l.keys, l.token, token, next.ttl, next.fenced)
 	switch {
 	case err != nil:
 		next.turn <- grant{}
 		return fmt.Errorf("lock: release %q: %w", l.name, err)
-	case len(reply) != 2:
-		next.turn <- grant{}
-		return fmt.Errorf("lock: release %q: unexpected reply %v", l.name, reply)
 	case reply[0] == 1:
 		c.mu.Lock()
 		q.holder = token
@@ -224,7 +223,10 @@ func (c *Client) releaseQueued(ctx context.Context, l *Lock, q *queue) error {
 		next.turn <- grant{lock: c.newLock(l.name, l.keys, token, reply[1], next.ttl, next.fenced, start)}
 		return nil
 	case reply[0] == 0:
-		next.turn <- grant{yield: true}
+		next.turn <- grant{listed: true}
+		return nil
+	case reply[0] == 2:
+		next.turn <- grant{}
 		return nil
 	default:
 		next.turn <- grant{}

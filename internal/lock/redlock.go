@@ -195,7 +195,7 @@ func (r *Redlock) each(ctx context.Context, fn func(ctx context.Context, i int, 
 func (r *Redlock) release(ctx context.Context, k keys, token string) int {
 	var n atomic.Int64
 	r.each(ctx, func(ctx context.Context, _ int, c *Client) {
-		if v, err := releaseScript.Run(ctx, c.rdb, k.all(), token, k.channel).Int64(); err == nil && v == 1 {
+		if reply, err := c.release(ctx, k, token, "", 0, false); err == nil && reply[0] >= 0 {
 			n.Add(1)
 		}
 	})

@@ -7,7 +7,7 @@ import "github.com/redis/go-redis/v9"
 //
 //	KEYS[1] the lock: its value is the holder's token, its TTL the lease
 //	KEYS[2] the fencing counter of the lock's name
-//	KEYS[3] the set of clients with a waiter parked on the lock (see obtainScript)
+//	KEYS[3] the list of clients waiting for the lock, in the order they asked
 //
 // Every script keeps to as few Redis commands as it can: each one counts when the lock is hot.
 
@@ -29,12 +29,19 @@ local function fence()
 end
 `
 
-// obtainScript takes the lock if it is free.
+// Waiting clients form a FIFO in KEYS[3]: a list of client ids, each at most once. A holder
+// that releases while the list is not empty does not free the lock for whoever asks first: it
+// reserves it ("r:<client id>", for reservation milliseconds) for the client at the front and
+// publishes that id, so replicas take turns in the order they asked, and each reservation wakes
+// exactly one waiter. A reservation nobody claims expires quickly; waiters also look again on
+// a short timer, so a lost message costs little.
+
+// obtainScript takes the lock if it is free or reserved for this client.
 //
 // ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] "1" to issue a fencing token, ARGV[4] the client's
-// id, ARGV[5] "1" if the caller waits for a release (it is then recorded in KEYS[3], so the
-// holder knows to release rather than hand the lock to a waiter of its own), ARGV[6] "1" if the
-// caller was recorded there before.
+// id, ARGV[5] "1" if the caller waits (it then joins the list of waiting clients when it finds
+// the lock held), ARGV[6] "1" if the caller may be in that list (it is taken off when it gets
+// the lock), ARGV[7] how long to keep the list, in ms.
 //
 // Returns {1, fence} when obtained, {2, fence} when re-entered (the lease is extended and the
 // holder's fence returned), and {0, pttl} when held by someone else.
@@ -45,74 +52,98 @@ end
 // that as held by someone else would leave the caller waiting for itself until the lease ran
 // out, with the lock held by no one.
 var obtainScript = redis.NewScript(fenceLua + `
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local function take()
   if ARGV[6] == '1' then
-    redis.call('SREM', KEYS[3], ARGV[4])
+    redis.call('LREM', KEYS[3], 0, ARGV[4])
   end
   if ARGV[3] ~= '1' then
     return {1, 0}
   end
   return {1, fence()}
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return take()
+end
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {2, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
+if holder == 'r:' .. ARGV[4] then
+  -- The holder that reserved it took this client off the list already.
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if ARGV[3] ~= '1' then
+    return {1, 0}
+  end
+  return {1, fence()}
+end
 if ARGV[5] == '1' then
-  redis.call('SADD', KEYS[3], ARGV[4])
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  if not redis.call('LPOS', KEYS[3], ARGV[4]) then
+    redis.call('RPUSH', KEYS[3], ARGV[4])
+  end
+  redis.call('PEXPIRE', KEYS[3], ARGV[7])
 end
 return {0, redis.call('PTTL', KEYS[1])}
 `)
 
-// handoffScript passes the lock from its holder to the next waiter of the same client, in one
-// round trip and with every guarantee of a fresh obtain: a new token, a full lease and a new
-// fencing token. If a waiter of another client is recorded, it releases instead (and
-// publishes the release), so that other replicas get their turn.
-//
-// ARGV[1] old token, ARGV[2] new token, ARGV[3] ttl in ms, ARGV[4] the client's id,
-// ARGV[5] the release channel, ARGV[6] "1" to issue a fencing token.
-// Returns {1, fence} when handed off, {0, 0} when released for others, {-1, 0} when the old
-// token no longer held the lock. A lock already held with the new token was handed off by an
-// earlier run of this same call, sent again by go-redis after a lost reply: it answers
-// {1, fence} again rather than orphan the lock under a token its waiter never learns.
-var handoffScript = redis.NewScript(fenceLua + `
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[2] then
-  if ARGV[6] ~= '1' then
-    return {1, 0}
+// passOnLua gives a lock that is being let go to the client at the front of the list, if any:
+// it reserves the lock for that client and publishes its id. Returns whether it did.
+// ARGV[4] is the caller's id (skipped: a stale entry of its own), ARGV[5] the channel and
+// ARGV[6] the reservation in ms.
+const passOnLua = `
+local function passOn()
+  local front = redis.call('LPOP', KEYS[3])
+  if front == ARGV[4] then
+    front = redis.call('LPOP', KEYS[3])
   end
-  return {1, tonumber(redis.call('GET', KEYS[2]))}
+  if not front then
+    return false
+  end
+  redis.call('SET', KEYS[1], 'r:' .. front, 'PX', ARGV[6])
+  redis.call('PUBLISH', ARGV[5], front)
+  return true
+end
+`
+
+// releaseScript lets a lock go: to the next waiting client (see above); else, when the caller
+// names a waiter of its own (ARGV[2], a new token), to it directly — a new token, a full lease
+// (ARGV[3] ms) and a new fencing token, in one round trip; else it deletes the lock.
+//
+// ARGV[1] holder's token, ARGV[2] new token or "", ARGV[3] ttl in ms for the new token,
+// ARGV[4] client id, ARGV[5] channel, ARGV[6] reservation in ms, ARGV[7] "1" to issue a
+// fencing token, ARGV[8] how long to keep the list, in ms.
+//
+// Returns {1, fence} when handed to the caller's waiter, {0, 0} when reserved for another
+// client (the caller, if it has a waiter, joins the back of the list), {2, 0} when deleted, and
+// {-1, 0} when ARGV[1] no longer held the lock. A lock already held with the new token was
+// handed off by an earlier run of this same call, resent after a lost reply: it answers
+// {1, fence} again rather than orphan the lock under a token its waiter never learns.
+var releaseScript = redis.NewScript(fenceLua + passOnLua + `
+local holder = redis.call('GET', KEYS[1])
+if ARGV[2] ~= '' and holder == ARGV[2] then
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
 if holder ~= ARGV[1] then
   return {-1, 0}
 end
-local waiting = redis.call('SCARD', KEYS[3])
-if waiting > 1 or (waiting == 1 and redis.call('SISMEMBER', KEYS[3], ARGV[4]) == 0) then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[5], '1')
+if passOn() then
+  if ARGV[2] ~= '' then
+    if not redis.call('LPOS', KEYS[3], ARGV[4]) then
+      redis.call('RPUSH', KEYS[3], ARGV[4])
+    end
+    redis.call('PEXPIRE', KEYS[3], ARGV[8])
+  end
   return {0, 0}
 end
+if ARGV[2] == '' then
+  redis.call('DEL', KEYS[1])
+  return {2, 0}
+end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-if ARGV[6] ~= '1' then
+if ARGV[7] ~= '1' then
   return {1, 0}
 end
 return {1, fence()}
-`)
-
-// releaseScript deletes the lock only while it still holds the caller's token, and announces
-// the release on the lock's channel when someone is recorded as waiting.
-// KEYS[1] lock, KEYS[3] waiters (KEYS[2] unused); ARGV[1] token, ARGV[2] channel.
-// Returns 1 when released, 0 when not held.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-redis.call('DEL', KEYS[1])
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  redis.call('PUBLISH', ARGV[2], '1')
-end
-return 1
 `)
 
 // refreshScript extends the lease only while the lock still holds the caller's token.
@@ -133,8 +164,15 @@ end
 return -2
 `)
 
-// forgetScript removes the client from the waiters of a lock it no longer waits for.
-// KEYS[3] waiters; ARGV[1] client id.
-var forgetScript = redis.NewScript(`
-return redis.call('SREM', KEYS[3], ARGV[1])
+// forgetScript takes a client that stopped waiting off the list and, if the lock was reserved
+// for it meanwhile, passes the reservation on (or frees the lock).
+// ARGV[4] client id, ARGV[5] channel, ARGV[6] reservation in ms (ARGV[1..3] unused).
+var forgetScript = redis.NewScript(passOnLua + `
+redis.call('LREM', KEYS[3], 0, ARGV[4])
+if redis.call('GET', KEYS[1]) == 'r:' .. ARGV[4] then
+  if not passOn() then
+    redis.call('DEL', KEYS[1])
+  end
+end
+return 1
 `)

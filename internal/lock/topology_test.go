@@ -3,10 +3,8 @@ package lock_test
 import (
 	"context"
 	"errors"
-	"os/exec"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,36 +33,10 @@ type cluster struct {
 	rdb   *redis.ClusterClient
 }
 
-// startCluster starts three cluster-enabled servers, joins them with redis-cli and waits until
-// every node reports the cluster healthy.
+// startCluster starts a cluster of three masters (testenv.StartCluster) with a client of it.
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	if _, err := exec.LookPath("redis-cli"); err != nil {
-		t.Fatalf("redis-cli, needed to create a cluster, is not installed: %v", err)
-	}
-	cl := &cluster{}
-	create := []string{"--cluster", "create"}
-	for range 3 {
-		// The cluster bus gets a free port of its own: the default, port+10000, may be
-		// taken or beyond 65535.
-		n := testenv.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000", "--cluster-port", strconv.Itoa(testenv.FreePort(t)))
-		cl.nodes = append(cl.nodes, n)
-		create = append(create, n.Addr())
-	}
-	create = append(create, "--cluster-replicas", "0", "--cluster-yes")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, "redis-cli", create...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli %s: %v\n%s", strings.Join(create, " "), err, out)
-	}
-	for _, n := range cl.nodes {
-		rdb := n.Client()
-		eventually(t, 30*time.Second, "cluster_state:ok on "+n.Addr(), func() bool {
-			info, err := rdb.ClusterInfo(ctx).Result()
-			return err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3")
-		})
-	}
+	cl := &cluster{nodes: testenv.StartCluster(t, 3).Nodes}
 	cl.rdb = cl.newClient(t)
 	return cl
 }
@@ -305,28 +277,8 @@ const masterName = "mymaster"
 
 func startSentinel(t *testing.T) *sentinel {
 	t.Helper()
-	s := &sentinel{master: testenv.StartRedis(t)}
-	s.replica = testenv.StartRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(s.master.Port))
-	for range 3 {
-		s.sentinels = append(s.sentinels, testenv.StartSentinel(t,
-			"sentinel monitor "+masterName+" 127.0.0.1 "+strconv.Itoa(s.master.Port)+" 2",
-			"sentinel down-after-milliseconds "+masterName+" 1000",
-			"sentinel failover-timeout "+masterName+" 5000"))
-	}
-	ctx := t.Context()
-	for _, sn := range s.sentinels {
-		sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr()})
-		eventually(t, 10*time.Second, "sentinel "+sn.Addr()+" knows the master and the replica", func() bool {
-			addr, err := sc.GetMasterAddrByName(ctx, masterName).Result()
-			if err != nil || strings.Join(addr, ":") != s.master.Addr() {
-				return false
-			}
-			replicas, err := sc.Replicas(ctx, masterName).Result()
-			return err == nil && len(replicas) == 1
-		})
-		_ = sc.Close()
-	}
-	return s
+	g := testenv.StartSentinelGroup(t)
+	return &sentinel{master: g.Master, replica: g.Replica, sentinels: g.Sentinels}
 }
 
 // newClient returns a failover client that finds the master through the sentinels, closed when

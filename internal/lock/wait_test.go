@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -216,4 +217,92 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// TestWaitClientsTakeTurnsInOrder lists two other clients behind a holder, one after the other,
+// and checks that the lock goes to them in that order: a release reserves it for the client at
+// the front rather than freeing it for whoever asks first.
+func TestWaitClientsTakeTurnsInOrder(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	name := lockName(prefix, "turns")
+	holderClient := newWaitingClient(t, rdb, prefix, nil)
+	held := obtain(t, holderClient, name, time.Minute, nil)
+
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	var errs errorList
+	for i, label := range []string{"first", "second", "third"} {
+		c := newWaitingClient(t, rdb, prefix, nil)
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			l, err := c.Obtain(ctx, name, time.Minute, &lock.Options{Wait: true})
+			if err != nil {
+				errs.add(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, label)
+			mu.Unlock()
+			if err := l.Release(ctx); err != nil {
+				errs.add(err)
+			}
+		})
+		waitFor(t, func() bool { return listLen(t, rdb, name+":waiters") == int64(i+1) })
+	}
+	if err := held.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	errs.report(t)
+	if got := strings.Join(order, ","); got != "first,second,third" {
+		t.Errorf("turns went %s, want first,second,third", got)
+	}
+	if exists(t, rdb, name) {
+		t.Errorf("lock %s still held after everyone released", name)
+	}
+}
+
+// TestWaitReservationForVanishedClientExpires lists a client that no longer exists: the lock is
+// reserved for it on release, and the real waiter gets the lock once the reservation expires.
+func TestWaitReservationForVanishedClientExpires(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	name := lockName(prefix, "vanished")
+	a, b := newWaitingClient(t, rdb, prefix, nil), newWaitingClient(t, rdb, prefix, nil)
+	held := obtain(t, a, name, time.Minute, nil)
+	if err := rdb.RPush(context.Background(), name+":waiters", "a-client-that-crashed").Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		l, err := b.Obtain(ctx, name, time.Second, &lock.Options{Wait: true})
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { return listLen(t, rdb, name+":waiters") == 2 })
+	if err := held.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if v := value(t, rdb, name); v != "r:a-client-that-crashed" {
+		t.Fatalf("after release the lock is %q, want it reserved for the client at the front", v)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter behind a vanished client: %v", err)
+	}
+}
+
+func listLen(t *testing.T, rdb *redis.Client, key string) int64 {
+	t.Helper()
+	n, err := rdb.LLen(context.Background(), key).Result()
+	if err != nil {
+		t.Fatalf("LLEN %s: %v", key, err)
+	}
+	return n
 }
