@@ -16,11 +16,12 @@
 // costs at least one network round trip, so the second condition always holds in practice.
 //
 // With Options.Wait, the waiters of one Client for one name queue in arrival order and only the
-// first contends in Redis. Clients that find the lock held join a list in Redis; a holder that
-// lets go reserves the lock for the client at the front and publishes its id (one pattern
-// subscription per Client), so clients take turns in the order they asked. With no other client
-// waiting, a holder hands the lock to the next waiter of its own Client in one script — new
-// token, new lease, new fencing token.
+// first contends in Redis. Clients that find the lock held join a list in Redis with a ticket
+// (the token they will hold it with); a holder that lets go gives the lock to the ticket at the
+// front and publishes the client's id and fencing token (one pattern subscription per Client),
+// so clients take turns in the order they asked, with no round trip of the waiter's own. With
+// no other client waiting, a holder hands the lock to the next waiter of its own Client in one
+// script — new token, new lease, new fencing token.
 //
 // The lock is an efficiency device: it keeps contenders from doing the same work at once. It is
 // not, by itself, a correctness guarantee — a lease can expire under a paused holder. Correctness

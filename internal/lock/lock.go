@@ -22,15 +22,13 @@ var (
 	ErrNotHeld = errors.New("lock: not held")
 )
 
-// reservation is how long a lock released to the next waiting client stays reserved for it:
-// long enough for the client to hear about it and claim it, short enough that a client that
-// vanished meanwhile holds nobody up for long. recheck bounds how long a waiter sleeps between
-// looks at the lock, so that a lost announcement costs at most that.
+// recheck bounds how long a waiter sleeps between looks at the lock, so that a lost
+// announcement costs at most that.
 const (
-	reservation = 200 * time.Millisecond
-	recheck     = 200 * time.Millisecond
-	// listKeep is how long the list of waiting clients outlives its last update; a client
-	// that crashed while listed costs one expired reservation.
+	recheck = 200 * time.Millisecond
+	// listKeep is how long the list of waiting clients outlives its last update. A client
+	// that crashed while listed may be given the lock once, which then expires with the
+	// lease it asked for — as if it had crashed holding it.
 	listKeep = time.Minute
 )
 
@@ -90,8 +88,8 @@ func (c *Client) Close() error {
 type Options struct {
 	// Wait makes Obtain wait for the lock until ctx's deadline (or cancellation), without
 	// polling: waiters of one Client queue in arrival order and only the first of them
-	// contends in Redis; clients take turns in the order they asked, each woken by a message
-	// when the lock is reserved for it (and every 200 ms in case one was lost). A holder
+	// contends in Redis; clients take turns in the order they asked, each given the lock by
+	// its holder and told by a message (and looking every 200 ms in case one was lost). A holder
 	// releasing a lock that only its own Client's waiters want hands it straight to the next
 	// one. Wait takes precedence over Retry.
 	Wait bool
@@ -395,7 +393,7 @@ func (l *Lock) Release(ctx context.Context) error {
 // release runs the release script: see releaseScript for newToken and the reply.
 func (c *Client) release(ctx context.Context, k keys, token, newToken string, ttl time.Duration, fenced bool) ([]int64, error) {
 	reply, err := releaseScript.Run(ctx, c.rdb, k.all(), token, newToken, max(ttl, time.Millisecond).Milliseconds(),
-		c.id, k.channel, reservation.Milliseconds(), flag(fenced), listKeep.Milliseconds()).Int64Slice()
+		c.id, k.channel, flag(fenced), listKeep.Milliseconds()).Int64Slice()
 	if err == nil && len(reply) != 2 {
 		err = fmt.Errorf("unexpected reply %v", reply)
 	}

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,11 +63,17 @@ func (c *Client) startSubscription() *subscription {
 		// go-redis reconnects and resubscribes by itself; announcements lost meanwhile are
 		// covered by the waiters' lease timers.
 		for msg := range s.ps.Channel() {
-			// The message names the client the lock was reserved for; only its waiter
-			// has anything to do.
-			if msg.Payload == c.id {
-				c.wake(strings.TrimPrefix(msg.Channel, channelPrefix))
+			// "<client id> <fence>": the client the lock was given to, and its fencing
+			// token. Only that client's waiter has anything to do.
+			id, fence, ok := strings.Cut(msg.Payload, " ")
+			if !ok || id != c.id {
+				continue
 			}
+			f, err := strconv.ParseInt(fence, 10, 64)
+			if err != nil {
+				continue // not ours to read; the waiter finds its token on its next look
+			}
+			c.deliver(strings.TrimPrefix(msg.Channel, channelPrefix), f)
 		}
 	}()
 	return s
@@ -78,12 +85,13 @@ func (s *subscription) close() error {
 	return err
 }
 
-// wake tells the head of name's queue, if this client has one, that the lock was reserved for
-// it.
-func (c *Client) wake(name string) {
+// deliver tells the head of name's queue, if this client has one, that the lock was given to
+// its ticket with fencing token fence.
+func (c *Client) deliver(name string, fence int64) {
 	k := keysFor(name)
 	c.mu.Lock()
 	if q := c.queues[k.lock]; q != nil {
+		q.delivered = &delivery{token: q.ticket, fence: fence}
 		close(q.notify)
 		q.notify = make(chan struct{})
 	}

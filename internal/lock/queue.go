@@ -18,6 +18,19 @@ type queue struct {
 	holder  string    // the token of the lock a waiter of this client holds, if one does
 	waiters []*waiter // after the one that is busy, in arrival order
 	notify  chan struct{}
+
+	// While the client is listed among the lock's waiters in Redis: ticket is the token its
+	// ticket names (the head's), since a moment known to precede any grant to it, and
+	// delivered the grant announced for it, if one was.
+	ticket    string
+	since     time.Time
+	delivered *delivery
+}
+
+// delivery is an announced grant: the lock was set to token, with fencing token fence.
+type delivery struct {
+	token string
+	fence int64
 }
 
 // waiter is one Obtain waiting for its turn.
@@ -31,8 +44,8 @@ type waiter struct {
 // grant gives a waiter its turn: the lock itself, handed off, or the right to contend for it.
 type grant struct {
 	lock *Lock
-	// listed says the client is in the lock's list of waiting clients: the lock went to
-	// another client, and this one waits for its reservation rather than trying at once.
+	// listed says the client is in the lock's list of waiting clients with the queue's
+	// ticket: the new head waits to be given the lock rather than trying at once.
 	listed bool
 }
 
@@ -68,7 +81,7 @@ func (c *Client) obtainQueued(ctx context.Context, name string, ttl time.Duratio
 			if g := <-w.turn; g.lock != nil {
 				_ = g.lock.Release(ctx)
 			} else {
-				c.advance(k, q, false)
+				c.advance(k, q, g.listed)
 			}
 			return nil, contended, waitError(name, ctx.Err())
 		}
@@ -86,35 +99,55 @@ func (c *Client) obtainQueued(ctx context.Context, name string, ttl time.Duratio
 }
 
 // contend is the head of the queue trying for the lock in Redis until it has it or ctx ends.
-// When it finds the lock held, it joins the lock's list of waiting clients and sleeps until the
-// lock is reserved for it (a message naming this client), looking again at least every recheck.
-// listed says the client is (or may be) in that list; with it set, contend first waits for its
-// reservation instead of trying at once.
+// When it finds the lock held, it joins the lock's list of waiting clients with a ticket (its
+// token) and sleeps until the lock is given to it — a message naming this client — looking
+// again at least every recheck. listed says the client is listed already with the queue's
+// ticket, which the head then takes over; it waits to be given the lock instead of trying.
 func (c *Client) contend(ctx context.Context, name string, k keys, q *queue, ttl time.Duration, opt *Options, listed bool) (l *Lock, how outcome, stillListed bool, err error) {
 	how = firstTry
-	if listed {
+	// A ticket on file is reused whatever the turn says: Redis may give the lock to it at any
+	// moment (after a release whose reply was lost, say), and a head with another token would
+	// then wait while the lock sat under a token nobody holds.
+	c.mu.Lock()
+	token := q.ticket
+	if token == "" {
+		token, listed = rand.Text(), false
+	} else if listed {
 		how = contended
+	} else {
+		listed = true // may be on file: leave the list when the lock is had, but try at once
 	}
-	token := rand.Text()
+	c.mu.Unlock()
 	subscribed := false
-	tryNow := !listed
+	tryNow := how != contended
 	wait := recheck
 	for {
 		attempted := tryNow
-		// Take the notification channel before anything else, so that a reservation
-		// announced meanwhile still wakes us.
+		// Take the notification channel and look for a grant before anything else, so that
+		// a grant announced meanwhile is not missed.
 		c.mu.Lock()
 		notify := q.notify
+		if d := q.delivered; d != nil && d.token == token {
+			since := q.since
+			c.clearTicket(q, token)
+			c.mu.Unlock()
+			return c.newLock(name, k, token, d.fence, ttl, opt.fenced(), since), contended, false, nil
+		}
 		c.mu.Unlock()
 		if tryNow {
 			start := time.Now()
+			// The attempt may list the client with this token as its ticket, and the lock
+			// may be given to it before the reply is back: record the ticket first.
+			c.mu.Lock()
+			q.ticket, q.since = token, start
+			c.mu.Unlock()
 			a, err := c.try(ctx, k, token, ttl, opt, true, listed)
 			if err != nil {
 				return nil, how, listed, attemptError(ctx, name, err, how == contended)
 			}
 			if a.obtained {
 				c.mu.Lock()
-				q.holder = token
+				c.clearTicket(q, token)
 				c.mu.Unlock()
 				return c.newLock(name, k, token, a.fence, ttl, opt.fenced(), start), how, false, nil
 			}
@@ -124,7 +157,7 @@ func (c *Client) contend(ctx context.Context, name string, k keys, q *queue, ttl
 		if !subscribed {
 			subscribed = true
 			if err := c.subscribe(ctx); err == nil && attempted {
-				continue // a reservation made before the subscription went unheard: look now
+				continue // a grant announced before the subscription went unheard: look now
 			} else if err != nil && ctx.Err() != nil {
 				return nil, how, listed, waitError(name, ctx.Err())
 			}
@@ -146,9 +179,16 @@ func (c *Client) contend(ctx context.Context, name string, k keys, q *queue, ttl
 	}
 }
 
+// clearTicket records that the head holding token holds the lock: the client is off the list.
+// c.mu is held.
+func (c *Client) clearTicket(q *queue, token string) {
+	q.holder, q.ticket, q.delivered = token, "", nil
+}
+
 // advance gives the turn to the next waiter, or marks the queue idle. listed says the client is
-// in the lock's list of waiting clients: the next waiter inherits the place; if nobody follows,
-// the client leaves the list (passing on a reservation made for it meanwhile).
+// in the lock's list of waiting clients: the next waiter takes over the ticket; if nobody
+// follows, the client leaves the list, passing the lock on if it was given to the ticket
+// meanwhile.
 func (c *Client) advance(k keys, q *queue, listed bool) {
 	c.mu.Lock()
 	if len(q.waiters) > 0 {
@@ -159,7 +199,8 @@ func (c *Client) advance(k keys, q *queue, listed bool) {
 		c.mu.Unlock()
 		return
 	}
-	q.busy = false
+	ticket := q.ticket
+	q.busy, q.ticket, q.delivered = false, "", nil
 	if c.queues[k.lock] == q {
 		delete(c.queues, k.lock)
 	}
@@ -167,8 +208,9 @@ func (c *Client) advance(k keys, q *queue, listed bool) {
 	if listed {
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
-		// Best effort: an entry left behind costs one reservation that expires unclaimed.
-		_ = forgetScript.Run(ctx, c.rdb, k.all(), "", "", "", c.id, k.channel, reservation.Milliseconds()).Err()
+		// Best effort: a ticket left behind may be given the lock once, which then expires
+		// with its lease.
+		_ = forgetScript.Run(ctx, c.rdb, k.all(), ticket, "", "", c.id, k.channel).Err()
 	}
 }
 
@@ -211,6 +253,11 @@ func (c *Client) releaseQueued(ctx context.Context, l *Lock, q *queue) error {
 
 	token := rand.Text()
 	start := time.Now()
+	// The next waiter's token is its ticket if the lock goes to another client: it must be
+	// known before the reply, since the lock may be given to it any time after the script.
+	c.mu.Lock()
+	q.ticket, q.since, q.delivered = token, start, nil
+	c.mu.Unlock()
 	reply, err := c.release(ctx, l.keys, l.token, token, next.ttl, next.fenced)
 	switch {
 	case err != nil:
@@ -218,7 +265,7 @@ func (c *Client) releaseQueued(ctx context.Context, l *Lock, q *queue) error {
 		return fmt.Errorf("lock: release %q: %w", l.name, err)
 	case reply[0] == 1:
 		c.mu.Lock()
-		q.holder = token
+		c.clearTicket(q, token)
 		c.mu.Unlock()
 		next.turn <- grant{lock: c.newLock(l.name, l.keys, token, reply[1], next.ttl, next.fenced, start)}
 		return nil

@@ -8,6 +8,7 @@ import "github.com/redis/go-redis/v9"
 //	KEYS[1] the lock: its value is the holder's token, its TTL the lease
 //	KEYS[2] the fencing counter of the lock's name
 //	KEYS[3] the list of clients waiting for the lock, in the order they asked
+//	KEYS[4] the tickets of those clients (see below)
 //
 // Every script keeps to as few Redis commands as it can: each one counts when the lock is hot.
 
@@ -29,79 +30,80 @@ local function fence()
 end
 `
 
-// Waiting clients form a FIFO in KEYS[3]: a list of client ids, each at most once. A holder
-// that releases while the list is not empty does not free the lock for whoever asks first: it
-// reserves it ("r:<client id>", for reservation milliseconds) for the client at the front and
-// publishes that id, so replicas take turns in the order they asked, and each reservation wakes
-// exactly one waiter. A reservation nobody claims expires quickly; waiters also look again on
-// a short timer, so a lost message costs little.
+// Waiting clients form a FIFO in KEYS[3], a list of client ids (each at most once), and each
+// leaves a ticket in KEYS[4]: the token its waiter will hold the lock with, the lease it wants
+// and whether it wants a fencing token. A holder that lets go while the list is not empty does
+// not free the lock for whoever asks first: it gives it to the client at the front — sets the
+// lock to that client's token with its lease and a new fencing token, exactly what that client
+// would have done itself — and publishes "<client id> <fence>". The waiter holds the lock as
+// soon as the message arrives, without a round trip of its own, and clients take turns in the
+// order they asked. A waiter whose message is lost finds its own token in the lock when it
+// next looks (at least every recheck); a client that stops waiting takes its ticket back, and
+// passes the lock on if it was given it meanwhile.
 
-// obtainScript takes the lock if it is free or reserved for this client.
+// obtainScript takes the lock if it is free.
 //
 // ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] "1" to issue a fencing token, ARGV[4] the client's
-// id, ARGV[5] "1" if the caller waits (it then joins the list of waiting clients when it finds
-// the lock held), ARGV[6] "1" if the caller may be in that list (it is taken off when it gets
-// the lock), ARGV[7] how long to keep the list, in ms.
+// id, ARGV[5] "1" if the caller waits (it then joins the list and leaves its ticket when it finds
+// the lock held), ARGV[6] "1" if the caller may be listed (it leaves the list when it gets the
+// lock), ARGV[7] how long to keep the list, in ms.
 //
-// Returns {1, fence} when obtained, {2, fence} when re-entered (the lease is extended and the
-// holder's fence returned), and {0, pttl} when held by someone else.
-//
-// A lock already held with ARGV[1] is re-entered whoever asks: tokens are random, so that is
-// either Options.Token or this very attempt sent again — go-redis resends a script whose reply
-// timed out or whose connection broke, and the first run may have granted the lock. Reporting
-// that as held by someone else would leave the caller waiting for itself until the lease ran
-// out, with the lock held by no one.
+// Returns {1, fence} when obtained, {2, fence} when the lock already holds ARGV[1] — re-entered
+// (the lease is extended and the holder's fence returned), given to this waiter by the last
+// holder, or granted by an earlier run of this same attempt that go-redis resent after a lost
+// reply — and {0, pttl} when held by someone else.
 var obtainScript = redis.NewScript(fenceLua + `
-local function take()
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[6] == '1' then
     redis.call('LREM', KEYS[3], 0, ARGV[4])
+    redis.call('HDEL', KEYS[4], ARGV[4])
   end
   if ARGV[3] ~= '1' then
     return {1, 0}
   end
   return {1, fence()}
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return take()
-end
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
+if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {2, tonumber(redis.call('GET', KEYS[2]) or '0')}
-end
-if holder == 'r:' .. ARGV[4] then
-  -- The holder that reserved it took this client off the list already.
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  if ARGV[3] ~= '1' then
-    return {1, 0}
-  end
-  return {1, fence()}
 end
 if ARGV[5] == '1' then
   if not redis.call('LPOS', KEYS[3], ARGV[4]) then
     redis.call('RPUSH', KEYS[3], ARGV[4])
   end
+  redis.call('HSET', KEYS[4], ARGV[4], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
   redis.call('PEXPIRE', KEYS[3], ARGV[7])
+  redis.call('PEXPIRE', KEYS[4], ARGV[7])
 end
 return {0, redis.call('PTTL', KEYS[1])}
 `)
 
-// passOnLua gives a lock that is being let go to the client at the front of the list, if any:
-// it reserves the lock for that client and publishes its id. Returns whether it did.
-// ARGV[4] is the caller's id (skipped: a stale entry of its own), ARGV[5] the channel and
-// ARGV[6] the reservation in ms.
+// passOnLua gives a lock that is being let go to the client at the front of the list, if any
+// (see above). Entries of the caller itself (ARGV[4]) and entries without a ticket are dropped.
+// ARGV[5] is the channel. Returns whether it gave the lock to someone.
 const passOnLua = `
 local function passOn()
-  local front = redis.call('LPOP', KEYS[3])
-  if front == ARGV[4] then
-    front = redis.call('LPOP', KEYS[3])
+  while true do
+    local front = redis.call('LPOP', KEYS[3])
+    if not front then
+      return false
+    end
+    local ticket = redis.call('HGET', KEYS[4], front)
+    redis.call('HDEL', KEYS[4], front)
+    if front ~= ARGV[4] and ticket then
+      local token, ttl, fenced = string.match(ticket, '^(%S+) (%d+) (%d)$')
+      if token then
+        redis.call('SET', KEYS[1], token, 'PX', ttl)
+        local f = 0
+        if fenced == '1' then
+          f = fence()
+        end
+        -- %d: concatenating a Lua number would print a large fence in exponent form.
+        redis.call('PUBLISH', ARGV[5], front .. ' ' .. string.format('%d', f))
+        return true
+      end
+    end
   end
-  if not front then
-    return false
-  end
-  redis.call('SET', KEYS[1], 'r:' .. front, 'PX', ARGV[6])
-  redis.call('PUBLISH', ARGV[5], front)
-  return true
 end
 `
 
@@ -110,14 +112,14 @@ end
 // (ARGV[3] ms) and a new fencing token, in one round trip; else it deletes the lock.
 //
 // ARGV[1] holder's token, ARGV[2] new token or "", ARGV[3] ttl in ms for the new token,
-// ARGV[4] client id, ARGV[5] channel, ARGV[6] reservation in ms, ARGV[7] "1" to issue a
-// fencing token, ARGV[8] how long to keep the list, in ms.
+// ARGV[4] client id, ARGV[5] channel, ARGV[6] "1" to issue a fencing token for the new token,
+// ARGV[7] how long to keep the list, in ms.
 //
-// Returns {1, fence} when handed to the caller's waiter, {0, 0} when reserved for another
-// client (the caller, if it has a waiter, joins the back of the list), {2, 0} when deleted, and
-// {-1, 0} when ARGV[1] no longer held the lock. A lock already held with the new token was
-// handed off by an earlier run of this same call, resent after a lost reply: it answers
-// {1, fence} again rather than orphan the lock under a token its waiter never learns.
+// Returns {1, fence} when handed to the caller's waiter, {0, 0} when given to another client
+// (the caller's waiter, if any, joins the back of the list with ARGV[2] as its ticket), {2, 0}
+// when deleted, and {-1, 0} when ARGV[1] no longer held the lock. A lock already held with the
+// new token was handed off by an earlier run of this same call, resent after a lost reply: it
+// answers {1, fence} again rather than orphan the lock under a token its waiter never learns.
 var releaseScript = redis.NewScript(fenceLua + passOnLua + `
 local holder = redis.call('GET', KEYS[1])
 if ARGV[2] ~= '' and holder == ARGV[2] then
@@ -131,7 +133,9 @@ if passOn() then
     if not redis.call('LPOS', KEYS[3], ARGV[4]) then
       redis.call('RPUSH', KEYS[3], ARGV[4])
     end
-    redis.call('PEXPIRE', KEYS[3], ARGV[8])
+    redis.call('HSET', KEYS[4], ARGV[4], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[6])
+    redis.call('PEXPIRE', KEYS[3], ARGV[7])
+    redis.call('PEXPIRE', KEYS[4], ARGV[7])
   end
   return {0, 0}
 end
@@ -140,7 +144,7 @@ if ARGV[2] == '' then
   return {2, 0}
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-if ARGV[7] ~= '1' then
+if ARGV[6] ~= '1' then
   return {1, 0}
 end
 return {1, fence()}
@@ -164,12 +168,13 @@ end
 return -2
 `)
 
-// forgetScript takes a client that stopped waiting off the list and, if the lock was reserved
-// for it meanwhile, passes the reservation on (or frees the lock).
-// ARGV[4] client id, ARGV[5] channel, ARGV[6] reservation in ms (ARGV[1..3] unused).
-var forgetScript = redis.NewScript(passOnLua + `
+// forgetScript takes a client that stopped waiting off the list and, if the lock was given to
+// its ticket (ARGV[1]) meanwhile, passes the lock on (or frees it).
+// ARGV[1] the ticket's token, ARGV[4] client id, ARGV[5] channel (ARGV[2..3] unused).
+var forgetScript = redis.NewScript(fenceLua + passOnLua + `
 redis.call('LREM', KEYS[3], 0, ARGV[4])
-if redis.call('GET', KEYS[1]) == 'r:' .. ARGV[4] then
+redis.call('HDEL', KEYS[4], ARGV[4])
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) == ARGV[1] then
   if not passOn() then
     redis.call('DEL', KEYS[1])
   end

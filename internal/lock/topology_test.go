@@ -126,7 +126,7 @@ func TestCluster(t *testing.T) {
 		a := lock.New(cl.rdb)
 		b := waitingClients(t, cl.rdb, 1)[0]
 		for _, name := range checked {
-			// A holder and a recorded waiter: the lock, its counter and its waiters exist.
+			// A holder and a listed waiter: the lock, its counter, the list and the tickets exist.
 			held := obtain(t, a, name, time.Minute, nil)
 			var wg sync.WaitGroup
 			var l *lock.Lock
@@ -143,7 +143,7 @@ func TestCluster(t *testing.T) {
 				for _, keys := range where {
 					n += len(keys)
 				}
-				return n == 3
+				return n == 4
 			})
 			release(t, held)
 			wg.Wait()
@@ -153,8 +153,8 @@ func TestCluster(t *testing.T) {
 			release(t, l)
 
 			owner := cl.node(t, name).Addr()
-			if len(where) != 1 || len(where[owner]) != 3 {
-				t.Errorf("keys of %s are on %v, want all three on %s, the node of its slot", name, where, owner)
+			if len(where) != 1 || len(where[owner]) != 4 {
+				t.Errorf("keys of %s are on %v, want all four on %s, the node of its slot", name, where, owner)
 			}
 			var slots []int64
 			for _, k := range where[owner] {

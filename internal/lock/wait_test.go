@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -265,15 +266,20 @@ func TestWaitClientsTakeTurnsInOrder(t *testing.T) {
 	}
 }
 
-// TestWaitReservationForVanishedClientExpires lists a client that no longer exists: the lock is
-// reserved for it on release, and the real waiter gets the lock once the reservation expires.
-func TestWaitReservationForVanishedClientExpires(t *testing.T) {
+// TestWaitGrantToVanishedClientExpires lists a client that no longer exists, with its ticket:
+// on release the lock is given to that ticket, and the real waiter gets the lock once the
+// short lease the vanished client asked for expires. An entry without a ticket is skipped.
+func TestWaitGrantToVanishedClientExpires(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
 	name := lockName(prefix, "vanished")
 	a, b := newWaitingClient(t, rdb, prefix, nil), newWaitingClient(t, rdb, prefix, nil)
 	held := obtain(t, a, name, time.Minute, nil)
-	if err := rdb.RPush(context.Background(), name+":waiters", "a-client-that-crashed").Err(); err != nil {
+	ctx := context.Background()
+	if err := rdb.RPush(ctx, name+":waiters", "no-ticket", "crashed").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, name+":tickets", "crashed", "dead-token 300 1").Err(); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
@@ -286,12 +292,12 @@ func TestWaitReservationForVanishedClientExpires(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitFor(t, func() bool { return listLen(t, rdb, name+":waiters") == 2 })
-	if err := held.Release(context.Background()); err != nil {
+	waitFor(t, func() bool { return listLen(t, rdb, name+":waiters") == 3 })
+	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if v := value(t, rdb, name); v != "r:a-client-that-crashed" {
-		t.Fatalf("after release the lock is %q, want it reserved for the client at the front", v)
+	if v := value(t, rdb, name); v != "dead-token" {
+		t.Fatalf("after release the lock is %q, want it given to the first ticket in line", v)
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("waiter behind a vanished client: %v", err)
@@ -305,4 +311,52 @@ func listLen(t *testing.T, rdb *redis.Client, key string) int64 {
 		t.Fatalf("LLEN %s: %v", key, err)
 	}
 	return n
+}
+
+// TestWaitGrantAnnouncement listens to the release channel while one client gives the lock to
+// another's waiter: the message names that client and the fencing token it was given, exactly
+// as the waiter ends up holding it, so the waiter needs no round trip of its own.
+func TestWaitGrantAnnouncement(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	name := lockName(prefix, "announce")
+	ps := rdb.Subscribe(context.Background(), "lock-released:"+name)
+	t.Cleanup(func() { _ = ps.Close() })
+	if _, err := ps.Receive(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a, b := newWaitingClient(t, rdb, prefix, nil), newWaitingClient(t, rdb, prefix, nil)
+	held := obtain(t, a, name, time.Minute, nil)
+	got := make(chan *lock.Lock, 1)
+	var errs errorList
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		l, err := b.Obtain(ctx, name, time.Minute, &lock.Options{Wait: true})
+		if err != nil {
+			errs.add(err)
+		}
+		got <- l
+	}()
+	waitFor(t, func() bool { return listLen(t, rdb, name+":waiters") == 1 })
+	if err := held.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := ps.ReceiveMessage(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	errs.report(t)
+	if l == nil {
+		t.Fatal("the waiter got no lock")
+	}
+	defer l.Release(context.Background())
+	id, fence, ok := strings.Cut(msg.Payload, " ")
+	if !ok || id == "" || fence != strconv.FormatInt(l.Fence(), 10) {
+		t.Errorf("announcement %q, want \"<client id> %d\" (a plain integer fence)", msg.Payload, l.Fence())
+	}
+	if l.Fence() <= held.Fence() {
+		t.Errorf("waiter's fence %d is not above the holder's %d", l.Fence(), held.Fence())
+	}
 }
