@@ -18,13 +18,7 @@ import (
 // eventually polls cond until it holds, failing the test after limit.
 func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, limit)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Poll(t, limit, what, cond)
 }
 
 // cluster is a Redis Cluster of three masters started by the test.

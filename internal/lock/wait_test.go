@@ -211,18 +211,12 @@ func TestWaitGivesUpAtDeadline(t *testing.T) {
 // waitFor polls an observable condition until it holds, failing the test after a while.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Poll(t, 10*time.Second, "condition", cond)
 }
 
 // TestWaitClientsTakeTurnsInOrder lists two other clients behind a holder, one after the other,
-// and checks that the lock goes to them in that order: a release reserves it for the client at
-// the front rather than freeing it for whoever asks first.
+// and checks that the lock goes to them in that order: a release gives it to the client at the
+// front rather than freeing it for whoever asks first.
 func TestWaitClientsTakeTurnsInOrder(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)

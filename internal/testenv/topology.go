@@ -44,7 +44,7 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 	known := "cluster_known_nodes:" + strconv.Itoa(masters)
 	for _, n := range cl.Nodes {
 		rdb := n.Client()
-		poll(t, 30*time.Second, "cluster_state:ok on "+n.Addr(), func() bool {
+		Poll(t, 30*time.Second, "cluster_state:ok on "+n.Addr(), func() bool {
 			info, err := rdb.ClusterInfo(ctx).Result()
 			return err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, known)
 		})
@@ -84,7 +84,7 @@ func StartSentinelGroup(t testing.TB) *SentinelGroup {
 	ctx := context.Background()
 	for _, sn := range g.Sentinels {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr()})
-		poll(t, 10*time.Second, "sentinel "+sn.Addr()+" knows the master and the replica", func() bool {
+		Poll(t, 10*time.Second, "sentinel "+sn.Addr()+" knows the master and the replica", func() bool {
 			addr, err := sc.GetMasterAddrByName(ctx, g.MasterName).Result()
 			if err != nil || strings.Join(addr, ":") != g.Master.Addr() {
 				return false
@@ -106,8 +106,9 @@ func (g *SentinelGroup) SentinelAddrs() []string {
 	return addrs
 }
 
-// poll waits until cond holds, failing the test after limit.
-func poll(t testing.TB, limit time.Duration, what string, cond func() bool) {
+// Poll waits until cond holds, checking every 10 ms, and fails the test after limit. It is for
+// conditions a test can only observe, never a stand-in for synchronising with its own code.
+func Poll(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for !cond() {
