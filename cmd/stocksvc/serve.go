@@ -63,7 +63,10 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	store := stock.NewPGStore(pool)
 	locks := lock.New(rdb, lock.WithNamespace(cfg.RedisPrefix), lock.WithObserver(lockprom.New(reg, "stocksvc")))
 	defer locks.Close()
-	locker := stock.NewRedisLocker(locks, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
+	// Idempotency claims go through a client of their own, so that the lock metrics count
+	// product locks only.
+	locker := stock.NewRedisLocker(locks, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry,
+		Claims: lock.New(rdb, lock.WithNamespace(cfg.RedisPrefix))})
 	svc := stock.NewService(store, locker, stock.Config{
 		Defense:     cfg.defense,
 		MaxQuantity: cfg.MaxQuantity,

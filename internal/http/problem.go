@@ -141,8 +141,12 @@ func problemFor(err error) *problem {
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	p := problemFor(err)
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
-		// The client went away; nobody will read the answer.
+		// The client went away; nobody will read the answer, and it is no server failure.
 		p = newProblem("unavailable", "the request was cancelled")
+		p.Instance = r.URL.Path
+		s.log.DebugContext(r.Context(), "client went away", slog.String("request_id", requestID(r.Context())), slog.Any("error", err))
+		writeProblem(w, p)
+		return
 	}
 	// The request id is in the X-Request-ID header, not the body, so that a replayed outcome
 	// is byte for byte the stored one.

@@ -444,3 +444,60 @@ func TestLostReplyIsRecognised(t *testing.T) {
 		})
 	}
 }
+
+// droppedReply lets the next script a client runs reach Redis and run there, then reports a
+// timeout instead of its reply: what a caller sees when its deadline strikes mid-call.
+type droppedReply struct{ armed atomic.Bool }
+
+func (h *droppedReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *droppedReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *droppedReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && err == nil && h.armed.CompareAndSwap(true, false) {
+			return errDropped
+		}
+		return err
+	}
+}
+
+var errDropped = errors.New("i/o timeout (reply dropped by the test)")
+
+// TestDroppedReplyLeavesNoLock: an attempt whose script granted the lock but whose reply never
+// came back fails — and must not leave the lock held by a token nobody has, which would stop
+// everyone for the whole lease. The lock is freed, or given to the next client in line.
+func TestDroppedReplyLeavesNoLock(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opt  *lock.Options
+	}{{"single attempt", nil}, {"wait", &lock.Options{Wait: true}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb, prefix := testenv.Redis(t)
+			h := &droppedReply{}
+			rdb.AddHook(h)
+			name := lockName(prefix, "dropped")
+			c := newWaitingClient(t, rdb, prefix, nil)
+			h.armed.Store(true)
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			if l, err := c.Obtain(ctx, name, time.Minute, tc.opt); err == nil {
+				t.Fatalf("Obtain = %v, nil; want the dropped reply's error", l.Token())
+			}
+			if h.armed.Load() {
+				t.Fatal("no reply was dropped: the test tested nothing")
+			}
+			if exists(t, rdb, name) {
+				t.Fatalf("the lock is held by the attempt whose reply was dropped (value %q)", value(t, rdb, name))
+			}
+			// Anyone can take it at once.
+			other := newWaitingClient(t, rdb, prefix, nil)
+			release(t, obtain(t, other, name, time.Minute, nil))
+		})
+	}
+}

@@ -231,9 +231,9 @@ func (c *Client) newLock(name string, k keys, token string, fence int64, ttl tim
 // obtainPolling is Obtain without a queue: one attempt, then as the retry strategy says.
 func (c *Client) obtainPolling(ctx context.Context, name string, ttl time.Duration, opt *Options) (*Lock, outcome, error) {
 	k := keysFor(name)
-	token := rand.Text()
+	token, own := rand.Text(), true
 	if opt != nil && opt.Token != "" {
-		token = opt.Token
+		token, own = opt.Token, false
 	}
 	retry := opt.retry()
 	deadline, hasDeadline := ctx.Deadline()
@@ -242,6 +242,9 @@ func (c *Client) obtainPolling(ctx context.Context, name string, ttl time.Durati
 		start := time.Now()
 		a, err := c.try(ctx, k, token, ttl, opt, false, false)
 		if err != nil {
+			if own {
+				c.abandon(k, token)
+			}
 			return nil, how, attemptError(ctx, name, err, how == contended)
 		}
 		if a.obtained {
@@ -259,12 +262,24 @@ func (c *Client) obtainPolling(ctx context.Context, name string, ttl time.Durati
 }
 
 // attemptError classifies a failed attempt. A deadline that strikes mid-call after the key was
-// seen held ends a wait for a holder, not a Redis failure.
+// seen held ends a wait for a holder, not a Redis failure — whatever error the client made of
+// it (a context error, or an i/o timeout when it applies deadlines to the connection).
 func attemptError(ctx context.Context, name string, err error, wasHeld bool) error {
-	if wasHeld && ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+	if wasHeld && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return ErrNotObtained
 	}
 	return fmt.Errorf("lock: obtain %q: %w", name, err)
+}
+
+// abandon undoes an attempt whose outcome is unknown (its reply never came: a timeout, a broken
+// connection). The script may have run and granted the lock to token, which nobody would then
+// hold or release until the lease ran out; so the lock is let go if it holds token, passed to
+// the next client in line if there is one, and token's ticket is withdrawn. Best effort, on a
+// context of its own: the caller's may be what ended the attempt.
+func (c *Client) abandon(k keys, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	_ = forgetScript.Run(ctx, c.rdb, k.all(), token, "", "", c.id, k.channel).Err()
 }
 
 // waitError classifies the end of a wait for a holder: a deadline means the lock was not

@@ -143,7 +143,9 @@ func (c *Client) contend(ctx context.Context, name string, k keys, q *queue, ttl
 			c.mu.Unlock()
 			a, err := c.try(ctx, k, token, ttl, opt, true, listed)
 			if err != nil {
-				return nil, how, listed, attemptError(ctx, name, err, how == contended)
+				// The attempt may have listed the client, or granted it the lock: the
+				// caller's advance withdraws the ticket and lets such a grant go.
+				return nil, how, true, attemptError(ctx, name, err, how == contended)
 			}
 			if a.obtained {
 				c.mu.Lock()

@@ -38,6 +38,9 @@ type LockConfig struct {
 	TTL time.Duration
 	// Wait bounds how long an order waits for its locks. Default 2s.
 	Wait time.Duration
+	// Claims is the client idempotency claims are taken with. Default: the same client as the
+	// product locks. A separate one keeps claims out of the product locks' metrics.
+	Claims *lock.Client
 	// Retry, when set, makes waiters poll Redis as it says, the way most lock libraries do.
 	// Nil (the default) waits without polling: a replica's waiters for a product queue in
 	// arrival order, only the first contends in Redis, woken by the holder's release, and a
@@ -59,6 +62,9 @@ var _ Locker = (*RedisLocker)(nil)
 
 // NewRedisLocker returns a Locker that takes its locks through client.
 func NewRedisLocker(client *lock.Client, cfg LockConfig) *RedisLocker {
+	if cfg.Claims == nil {
+		cfg.Claims = client
+	}
 	return &RedisLocker{client: client, cfg: cfg.withDefaults()}
 }
 
@@ -83,9 +89,10 @@ func (r *RedisLocker) WithLocks(ctx context.Context, names []string, fn func(ctx
 		}
 		return err
 	}
-	if ctx.Err() == nil && waitCtx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
-		// The wait budget ran out in the middle of a Redis call: still a lock that could not
-		// be had in time. An unreachable Redis fails fast with a dial error instead.
+	if ctx.Err() == nil && waitCtx.Err() != nil {
+		// The wait budget ran out in the middle of a Redis call (the client reports a
+		// context error or an i/o timeout): still a lock that could not be had in time. An
+		// unreachable Redis fails fast with a dial error instead.
 		return fmt.Errorf("%w: locks not obtained within %v: %w", ErrBusy, r.cfg.Wait, err)
 	}
 	return r.obtainError(ctx, err)
@@ -93,7 +100,7 @@ func (r *RedisLocker) WithLocks(ctx context.Context, names []string, fn func(ctx
 
 // Claim implements Locker.
 func (r *RedisLocker) Claim(ctx context.Context, name string, ttl time.Duration) (func(), error) {
-	l, err := r.client.Obtain(ctx, name, ttl, &lock.Options{Fenceless: true})
+	l, err := r.cfg.Claims.Obtain(ctx, name, ttl, &lock.Options{Fenceless: true})
 	if err != nil {
 		if errors.Is(err, lock.ErrNotObtained) {
 			return nil, errClaimed

@@ -47,10 +47,11 @@ const (
 	outcomeSoldOut   = "sold_out"
 	outcomeBusy      = "busy"
 	outcomeRejected  = "rejected"
+	outcomeCancelled = "cancelled"
 	outcomeError     = "error"
 )
 
-var allOutcomes = []string{outcomeConfirmed, outcomeReplayed, outcomeSoldOut, outcomeBusy, outcomeRejected, outcomeError}
+var allOutcomes = []string{outcomeConfirmed, outcomeReplayed, outcomeSoldOut, outcomeBusy, outcomeRejected, outcomeCancelled, outcomeError}
 
 func (m *Metrics) caught(l Layer) {
 	if m != nil {

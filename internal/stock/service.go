@@ -377,6 +377,8 @@ func (s *Service) countOutcome(res OrderResult, err error) {
 		s.metrics.outcome(outcomeBusy)
 	case errors.Is(err, ErrInvalid), errors.Is(err, ErrProductNotFound), errors.Is(err, ErrIdempotencyKeyReused):
 		s.metrics.outcome(outcomeRejected)
+	case errors.Is(err, context.Canceled):
+		s.metrics.outcome(outcomeCancelled)
 	default:
 		s.metrics.outcome(outcomeError)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
 func TestValidateOrder(t *testing.T) {
@@ -388,4 +389,45 @@ func TestCreateProductTrimsSKUAndName(t *testing.T) {
 	if _, err := r.svc.CreateProduct(context.Background(), stock.NewProduct{SKU: "SKU-1", Name: "other", Stock: 1}); !errors.Is(err, stock.ErrDuplicateSKU) {
 		t.Errorf("same sku without the spaces: err = %v, want ErrDuplicateSKU", err)
 	}
+}
+
+// TestClientGoneIsCountedAsCancelled: a buyer who gives up while waiting for the product's lock
+// is not a server error: the answer says so and the outcome metric counts it apart.
+func TestClientGoneIsCountedAsCancelled(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+	id := createProduct(t, r, "gone", 5)
+	l, err := lock.New(r.redis).Obtain(context.Background(), fmt.Sprintf("%slock:product:{%d}", w.prefix, id), time.Minute, nil)
+	if err != nil {
+		t.Fatalf("hold the lock: %v", err)
+	}
+	defer l.Release(context.Background())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.svc.PlaceOrder(ctx, order("c", one(id, 1)))
+		done <- err
+	}()
+	// The order waits for the lock: the lock's waiters list shows it.
+	waitForCondition(t, func() bool {
+		n, _ := r.redis.LLen(context.Background(), fmt.Sprintf("%slock:product:{%d}:waiters", w.prefix, id)).Result()
+		return n == 1
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if got := counterValue(t, r.registry, "stocksvc_orders_total", "outcome", "cancelled"); got != 1 {
+		t.Errorf("cancelled outcomes = %v, want 1", got)
+	}
+	if got := counterValue(t, r.registry, "stocksvc_orders_total", "outcome", "error"); got != 0 {
+		t.Errorf("error outcomes = %v, want 0", got)
+	}
+}
+
+func waitForCondition(t *testing.T, cond func() bool) {
+	t.Helper()
+	testenv.Poll(t, 10*time.Second, "condition", cond)
 }
