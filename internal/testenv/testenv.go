@@ -15,6 +15,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -24,10 +26,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver that postgresReady queries with
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 	"github.com/redis/go-redis/v9"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
+	"github.com/testcontainers/testcontainers-go/wait"
 	"go.uber.org/goleak"
 
 	"github.com/stocksvc/stocksvc/migrations"
@@ -145,8 +151,11 @@ func (s *servers) setUp() {
 // startContainers starts whichever server the environment did not name.
 func (s *servers) startContainers(ctx context.Context) error {
 	provider, err := testcontainers.NewDockerProvider()
+	var host string
 	if err == nil {
-		err = provider.Health(ctx)
+		if err = provider.Health(ctx); err == nil {
+			host, err = provider.DaemonHost(ctx)
+		}
 		_ = provider.Close()
 	}
 	if err != nil {
@@ -155,7 +164,7 @@ func (s *servers) startContainers(ctx context.Context) error {
 	if s.postgresURL == "" {
 		pg, err := tcpostgres.Run(ctx, postgresImage,
 			tcpostgres.WithDatabase("postgres"), tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"),
-			tcpostgres.BasicWaitStrategies())
+			testcontainers.WithWaitStrategy(postgresReady()), publishOn(host, "5432/tcp"))
 		if pg != nil {
 			s.containers = append(s.containers, pg)
 		}
@@ -167,7 +176,7 @@ func (s *servers) startContainers(ctx context.Context) error {
 		}
 	}
 	if s.redisURL == "" {
-		rc, err := tcredis.Run(ctx, redisImage)
+		rc, err := tcredis.Run(ctx, redisImage, publishOn(host, "6379/tcp"))
 		if rc != nil {
 			s.containers = append(s.containers, rc)
 		}
@@ -179,6 +188,45 @@ func (s *servers) startContainers(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// publishOn publishes a container's port on the loopback interface only when the tests reach
+// the Docker engine through loopback (a local engine, or TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1):
+// Docker's default, every interface, would open a password-known database to the network for
+// no use. A remote engine keeps the default, as its loopback is not ours.
+func publishOn(host, port string) testcontainers.CustomizeRequestOption {
+	return testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+		if !isLoopback(host) {
+			return
+		}
+		p, err := network.ParsePort(port)
+		if err != nil {
+			return // a constant of this file; the test then fails to reach the server and says so
+		}
+		if hc.PortBindings == nil {
+			hc.PortBindings = network.PortMap{}
+		}
+		hc.PortBindings[p] = []network.PortBinding{{HostIP: netip.AddrFrom4([4]byte{127, 0, 0, 1}), HostPort: ""}}
+	})
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// postgresReady waits until a query over the published port succeeds. It asks the server
+// itself rather than counting "ready to accept connections" lines in the log (the module's
+// default): the official image logs that line once for its set-up server and once more for the
+// real one, but an image that skips set-up (a data volume, a derived image) logs it only once
+// and would never be taken for ready.
+func postgresReady() wait.Strategy {
+	return wait.ForSQL("5432/tcp", "pgx", func(host string, port network.Port) string {
+		return fmt.Sprintf("postgres://postgres:postgres@%s/postgres?sslmode=disable", net.JoinHostPort(host, port.Port()))
+	}).WithStartupTimeout(2 * time.Minute)
 }
 
 // ensureTemplate builds, once per schema and server, a database holding the migrated schema,
