@@ -2,6 +2,7 @@ package main
 
 import (
 	"compress/gzip"
+	"errors"
 	"io"
 	"math"
 	"os"
@@ -132,5 +133,48 @@ func TestComparisonTable(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+// TestReportVerdict: a run cut short by Ctrl-C is neither a pass nor a finding (k6's own
+// non-zero exit on interruption included), unless what did run broke an invariant.
+func TestReportVerdict(t *testing.T) {
+	t.Parallel()
+	held := []invariant{{name: "no oversell", ok: true, detail: "0 units"}}
+	broken := []invariant{{name: "no oversell", ok: false, detail: "3 units"}}
+	k6Interrupted := errors.New("exit status 105")
+	cases := []struct {
+		name       string
+		stopped    bool
+		k6Err      error
+		invariants []invariant
+		want       error
+		verdict    string
+	}{
+		{"completed", false, nil, held, nil, "verdict       PASS"},
+		{"violation", false, nil, broken, errFailed, "verdict       FAIL"},
+		{"k6 failed", false, errors.New("exit status 99"), held, errFailed, "verdict       FAIL"},
+		{"stopped", true, k6Interrupted, held, errStopped, "verdict       STOPPED early"},
+		{"stopped with a violation", true, k6Interrupted, broken, errFailed, "verdict       FAIL"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var out strings.Builder
+			h := &harness{opts: options{replicas: 1, duration: 30 * time.Second}, w: &out}
+			run := &saleRun{killed: -1, stopped: c.stopped, k6Err: c.k6Err, dir: t.TempDir(),
+				replicas: []replicaReport{{name: "r1"}}}
+			run.summary.State.TestRunDurationMs = 12_000
+			err := h.report(run, c.invariants, nil, timing{})
+			if !errors.Is(err, c.want) || (c.want == nil && err != nil) {
+				t.Errorf("report() = %v, want %v", err, c.want)
+			}
+			if !strings.Contains(out.String(), c.verdict) {
+				t.Errorf("summary lacks %q:\n%s", c.verdict, out.String())
+			}
+			if stoppedLine := strings.Contains(out.String(), "stopped       by a signal after 12.0s of 30s"); stoppedLine != c.stopped {
+				t.Errorf("summary says stopped = %v, want %v:\n%s", stoppedLine, c.stopped, out.String())
+			}
+		})
 	}
 }

@@ -54,16 +54,30 @@ type options struct {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		if !errors.Is(err, errFailed) {
-			fmt.Fprintln(os.Stderr, "loadtest:", err)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	switch {
+	case err == nil:
+	case errors.Is(err, errFailed):
+		os.Exit(1)
+	case errors.Is(err, errStopped) || ctx.Err() != nil:
+		// The shell's convention for a command ended by Ctrl-C, so that scripts and CI can tell
+		// "stopped" from both "passed" and "found a violation".
+		if !errors.Is(err, errStopped) {
+			fmt.Fprintln(os.Stderr, "loadtest: stopped by a signal:", err)
 		}
+		os.Exit(130)
+	default:
+		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
 }
 
-// errFailed means the run completed and found violations; the summary already said which.
-var errFailed = errors.New("verdict: FAIL")
+var (
+	// errFailed means the run completed and found violations; the summary already said which.
+	errFailed = errors.New("verdict: FAIL")
+	// errStopped means a signal ended the load early and what ran broke no invariant.
+	errStopped = errors.New("verdict: stopped early")
+)
 
 func parseOptions(args []string, usage io.Writer) (options, error) {
 	var o options

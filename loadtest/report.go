@@ -60,7 +60,8 @@ func saleTiming(ctx context.Context, run *saleRun) (timing, error) {
 	return t, nil
 }
 
-// report prints the one-screen summary and returns errFailed when anything failed.
+// report prints the one-screen summary and returns errFailed when anything failed, else
+// errStopped when a signal cut the load short.
 func (h *harness) report(run *saleRun, invariants []invariant, ledgers map[int64]productLedger, t timing) error {
 	s := run.summary
 	secs := s.State.TestRunDurationMs / 1000
@@ -120,7 +121,11 @@ func (h *harness) report(run *saleRun, invariants []invariant, ledgers map[int64
 		failed = true
 		h.printf("k6 thresholds FAILED: %s\n", strings.Join(thresholds, "; "))
 	}
-	if run.k6Err != nil && len(thresholds) == 0 {
+	if run.stopped {
+		h.printf("stopped       by a signal after %.1fs of %v; the figures above cover what ran, the checks below all of it\n", secs, h.opts.duration)
+	}
+	// k6 exits non-zero when it is interrupted; that is not a finding.
+	if run.k6Err != nil && len(thresholds) == 0 && !run.stopped {
 		failed = true
 		h.printf("k6 exited with %v (see %s)\n", run.k6Err, filepath.Join(run.dir, "k6.log"))
 	}
@@ -139,14 +144,20 @@ func (h *harness) report(run *saleRun, invariants []invariant, ledgers map[int64
 		h.printf("  %s %s: %s\n", mark, inv.name, inv.detail)
 	}
 	verdict := "PASS"
-	if failed {
+	switch {
+	case failed:
 		verdict = "FAIL"
+	case run.stopped:
+		verdict = "STOPPED early, no violation in what ran"
 	}
 	h.printf("verdict       %s\n", verdict)
 	h.printf("report        %s\nsummary       %s\nlogs          %s\n\n",
 		filepath.Join(run.dir, "report.html"), filepath.Join(run.dir, "summary.txt"), run.dir)
-	if failed {
+	switch {
+	case failed:
 		return errFailed
+	case run.stopped:
+		return errStopped
 	}
 	return nil
 }

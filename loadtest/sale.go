@@ -45,6 +45,7 @@ type saleRun struct {
 	replicas  []replicaReport
 	balancer  map[string]int64 // requests per replica, as HAProxy counted them
 	killed    int              // index of the replica killed mid-run, or -1
+	stopped   bool             // Ctrl-C (or SIGTERM) ended the load before its time
 	k6Err     error
 	k6Started time.Time
 	k6Ended   time.Time
@@ -239,6 +240,7 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 	case <-k6.done:
 	case <-ctx.Done():
 		// Ctrl-C: let k6 stop its scenarios and still run teardown and the summary.
+		run.stopped = true
 		k6.signal(syscall.SIGINT)
 		<-k6.done
 	}
