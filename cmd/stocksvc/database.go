@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -90,13 +91,17 @@ func newPool(ctx context.Context, databaseURL string, maxConns int) (*pgxpool.Po
 	return pool, nil
 }
 
-// newRedis connects to Redis in the topology mode names: one server ("single"), a master found
-// through Sentinel ("sentinel", with ?master_name= and the sentinels as host and ?addr=), or a
-// Cluster ("cluster", seed nodes as host and ?addr=). The lock's keys of one name share a hash
-// tag, so its scripts work on a Cluster too. Context deadlines are applied to Redis calls
-// (go-redis ignores them otherwise), so that a lock wait budget or a release bound holds even
-// when Redis stops answering.
+// newRedis returns the client for mode (single, sentinel or cluster). Every client bounds its
+// commands by their contexts, so a lock's wait budget holds even when Redis hangs.
+//
+// A refused dial is not retried within a command unless REDIS_URL asks for it with
+// dialer_retries (sentinel and cluster URLs accept it): go-redis already retries a failed
+// command (max_retries, 3 by default, with backoff), and its default of 5 dials per attempt on
+// top of that kept an order waiting for a Redis that was down for over 3 s, past its lock wait
+// budget, before it could answer 503.
 func newRedis(redisURL, mode string) (redis.UniversalClient, error) {
+	u, err := url.Parse(redisURL)
+	ownDialRetries := err != nil || !u.Query().Has("dialer_retries")
 	switch mode {
 	case "sentinel":
 		opts, err := redis.ParseFailoverURL(redisURL)
@@ -107,6 +112,9 @@ func newRedis(redisURL, mode string) (redis.UniversalClient, error) {
 			return nil, errors.New("parse REDIS_URL for sentinel: no ?master_name=")
 		}
 		opts.ContextTimeoutEnabled = true
+		if ownDialRetries {
+			opts.DialerRetries = 1
+		}
 		return redis.NewFailoverClient(opts), nil
 	case "cluster":
 		opts, err := redis.ParseClusterURL(redisURL)
@@ -114,6 +122,9 @@ func newRedis(redisURL, mode string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("parse REDIS_URL for cluster: %w", err)
 		}
 		opts.ContextTimeoutEnabled = true
+		if ownDialRetries {
+			opts.DialerRetries = 1
+		}
 		return redis.NewClusterClient(opts), nil
 	default:
 		opts, err := redis.ParseURL(redisURL)
@@ -121,8 +132,21 @@ func newRedis(redisURL, mode string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("parse REDIS_URL: %w", err)
 		}
 		opts.ContextTimeoutEnabled = true
+		if ownDialRetries {
+			opts.DialerRetries = 1
+		}
 		return redis.NewClient(opts), nil
 	}
+}
+
+// redisLogger sends go-redis's own messages (failed dials, dropped pub/sub connections) to the
+// service's log instead of the standard logger's plain text on stderr. They come in bursts
+// while Redis is down, one per failed dial, and say nothing that readiness and the failed
+// requests do not already log, so they go out at debug level.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis client", slog.String("message", fmt.Sprintf(format, v...)))
 }
 
 // waitFor calls ping until it succeeds or timeout passes, so that replicas started together

@@ -21,6 +21,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
@@ -43,6 +45,8 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		return err
 	}
 	log := newLogger(cfg, stderr)
+	// go-redis logs through one process-wide logger; a process runs one service.
+	redis.SetLogger(redisLogger{log})
 	if len(rest) > 0 && rest[0] == "migrate" {
 		return runMigrate(ctx, cfg, rest[1:], stdout, log)
 	}
