@@ -20,7 +20,7 @@ type proc struct {
 	err  error // set before done is closed
 }
 
-// supervisor owns every child process. stopAll stops them in reverse order of start; it is
+// supervisor owns every child process. stopAll stops those still running, together; it is
 // deferred by the harness, so children are stopped on every way out, Ctrl-C included.
 type supervisor struct {
 	mu    sync.Mutex
@@ -93,14 +93,17 @@ func (p *proc) wait() error {
 	return p.err
 }
 
-// stopAll stops every process still running, newest first.
+// stopAll stops every process still running, all at once: a replica spends its shutdown
+// delay with readiness failing before it drains, and one after another they would add up.
 func (s *supervisor) stopAll(grace time.Duration) error {
 	s.mu.Lock()
 	procs := slices.Clone(s.procs)
 	s.mu.Unlock()
-	var errs []error
-	for _, p := range slices.Backward(procs) {
-		errs = append(errs, p.stop(grace))
+	errs := make([]error, len(procs))
+	var wg sync.WaitGroup
+	for i, p := range procs {
+		wg.Go(func() { errs[i] = p.stop(grace) })
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }

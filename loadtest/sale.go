@@ -265,14 +265,19 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 	if counts, err := haproxyRequests(scrapeCtx, stats); err == nil {
 		run.balancer = counts
 	}
+	// Together: each waits out its shutdown delay (readiness failing) before it drains.
+	var stopping sync.WaitGroup
 	for i, p := range replicas {
 		if i != run.killed {
-			run.replicas[i].exit = p.stop(20 * time.Second)
-			if run.replicas[i].exit == nil {
-				run.replicas[i].exit = p.err
-			}
+			stopping.Go(func() {
+				run.replicas[i].exit = p.stop(20 * time.Second)
+				if run.replicas[i].exit == nil {
+					run.replicas[i].exit = p.err
+				}
+			})
 		}
 	}
+	stopping.Wait()
 
 	if err := readJSON(filepath.Join(run.dir, "summary.json"), &run.summary); err != nil {
 		return nil, fmt.Errorf("k6 left no usable summary (see %s): %w", filepath.Join(run.dir, "k6.log"), err)

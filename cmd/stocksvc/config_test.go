@@ -48,7 +48,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		MaxQuantity:    10,
 		RequestTimeout: 10 * time.Second,
 		ShutdownGrace:  15 * time.Second,
-		ShutdownDelay:  0,
+		ShutdownDelay:  2 * time.Second,
 		StartupTimeout: 30 * time.Second,
 		IdempotencyTTL: 24 * time.Hour,
 		Defense:        "lock,version,guard",

@@ -153,9 +153,18 @@ func serveEnv(t testing.TB, prefix string, extra map[string]string) map[string]s
 	return env
 }
 
-// startRun starts run with env and waits until it listens. The instance is stopped and joined
-// when the test ends, if the test has not done so.
+// startRun starts run with env and waits until it is ready to serve the API. The instance is
+// stopped and joined when the test ends, if the test has not done so.
 func startRun(t *testing.T, env map[string]string) *instance {
+	t.Helper()
+	in := launch(t, env)
+	in.await(t, "ready")
+	return in
+}
+
+// launch starts run with env without waiting for anything. The instance is stopped and joined
+// when the test ends, if the test has not done so.
+func launch(t *testing.T, env map[string]string) *instance {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{Logs: newLogSink(), cancel: cancel, done: make(chan struct{})}
@@ -171,28 +180,32 @@ func startRun(t *testing.T, env map[string]string) *instance {
 			t.Errorf("run did not return within %v of cancellation; logs:\n%s", startTimeout, in.Logs)
 		}
 	})
+	tr := &http.Transport{}
+	in.client = &http.Client{Transport: tr, Timeout: startTimeout}
+	t.Cleanup(tr.CloseIdleConnections) // runs before the stop above: cleanups are last in, first out
+	return in
+}
 
+// await waits for the log line msg, which must carry the address run listens on, and sets
+// the instance's address from it.
+func (in *instance) await(t *testing.T, msg string) {
+	t.Helper()
 	wctx, wcancel := context.WithTimeout(context.Background(), startTimeout)
 	defer wcancel()
-	rec, err := in.Logs.wait(wctx, in.done, "listening")
+	rec, err := in.Logs.wait(wctx, in.done, msg)
 	if err != nil {
 		select {
 		case <-in.done:
-			t.Fatalf("run returned %v before listening; logs:\n%s", in.err, in.Logs)
+			t.Fatalf("run returned %v before logging %q; logs:\n%s", in.err, msg, in.Logs)
 		default:
 		}
 		t.Fatalf("%v; logs:\n%s", err, in.Logs)
 	}
 	addr, _ := rec["addr"].(string)
 	if addr == "" {
-		t.Fatalf("listening line without addr: %v", rec)
+		t.Fatalf("%s line without addr: %v", msg, rec)
 	}
 	in.Addr, in.URL = addr, "http://"+addr
-
-	tr := &http.Transport{}
-	in.client = &http.Client{Transport: tr, Timeout: startTimeout}
-	t.Cleanup(tr.CloseIdleConnections) // runs before the stop above: cleanups are last in, first out
-	return in
 }
 
 // stop cancels run's context, as SIGTERM does, and returns what run returns.

@@ -7,10 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
@@ -21,6 +25,11 @@ import (
 )
 
 // serve runs the API until ctx ends, then drains and shuts down in order.
+//
+// It listens before its dependencies answer: while it waits for Postgres and Redis and
+// migrates, /healthz says the process is alive and everything else, /readyz included, says
+// 503 (stockhttp.Starting). An orchestrator then neither restarts a replica that is only
+// waiting for its database nor routes orders to it.
 func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger) error {
 	log.InfoContext(ctx, "starting", cfg.logAttrs()...)
 	if cfg.defense != stock.DefaultDefense() {
@@ -28,45 +37,52 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 			slog.String("defense", cfg.defense.String()))
 	}
 
-	// Wait until the service's own database answers (creating it on the way if need be), so
-	// that replicas started together with Postgres do not give up on the first refusal.
-	if err := waitFor(ctx, "postgres", cfg.StartupTimeout, func(ctx context.Context) error {
-		if err := ensureDatabase(ctx, cfg.DatabaseURL, log); err != nil {
-			return err
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	var handler handlerSwitch
+	handler.set(stockhttp.Starting(log))
+	srv := &http.Server{
+		Handler:           &handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      cfg.RequestTimeout + 5*time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
 		}
-		return pingDatabase(ctx, cfg.DatabaseURL)
-	}, log); err != nil {
-		return err
-	}
-	if err := migrations.Up(cfg.DatabaseURL); err != nil {
-		return err
-	}
-	pool, err := newPool(ctx, cfg.DatabaseURL, cfg.DBMaxConns)
+		return nil
+	})
+	log.InfoContext(ctx, "listening", slog.String("addr", ln.Addr().String()))
+
+	deps, err := openDependencies(gctx, cfg, log)
 	if err != nil {
-		return err
+		_ = srv.Close()
+		serveErr := g.Wait()
+		if ctx.Err() != nil {
+			// Asked to stop before it was ready: nothing was served, nothing to drain.
+			stopSignals()
+			log.InfoContext(context.WithoutCancel(ctx), "stopped before ready", slog.Any("reason", context.Cause(ctx)))
+			return nil
+		}
+		return errors.Join(err, serveErr)
 	}
-	defer pool.Close()
-	rdb, err := newRedis(cfg.RedisURL, cfg.RedisMode)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	if err := waitFor(ctx, "postgres", cfg.StartupTimeout, pool.Ping, log); err != nil {
-		return err
-	}
-	if err := waitFor(ctx, "redis", cfg.StartupTimeout, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, log); err != nil {
-		return err
-	}
+	defer deps.close()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	store := stock.NewPGStore(pool)
-	locks := lock.New(rdb, lock.WithNamespace(cfg.RedisPrefix), lock.WithObserver(lockprom.New(reg, "stocksvc")))
+	store := stock.NewPGStore(deps.pool)
+	locks := lock.New(deps.rdb, lock.WithNamespace(cfg.RedisPrefix), lock.WithObserver(lockprom.New(reg, "stocksvc")))
 	defer locks.Close()
 	// Idempotency claims go through a client of their own, so that the lock metrics count
 	// product locks only.
 	locker := stock.NewRedisLocker(locks, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry,
-		Claims: lock.New(rdb, lock.WithNamespace(cfg.RedisPrefix))})
+		Claims: lock.New(deps.rdb, lock.WithNamespace(cfg.RedisPrefix))})
 	svc := stock.NewService(store, locker, stock.Config{
 		Defense:     cfg.defense,
 		MaxQuantity: cfg.MaxQuantity,
@@ -77,10 +93,10 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 		Service:    svc,
 		AdminToken: cfg.AdminToken,
 		Ready: func(ctx context.Context) error {
-			if err := pool.Ping(ctx); err != nil {
+			if err := deps.pool.Ping(ctx); err != nil {
 				return fmt.Errorf("postgres: %w", err)
 			}
-			if err := rdb.Ping(ctx).Err(); err != nil {
+			if err := deps.rdb.Ping(ctx).Err(); err != nil {
 				return fmt.Errorf("redis: %w", err)
 			}
 			return nil
@@ -90,27 +106,9 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 		Gatherer:       reg,
 		RequestTimeout: cfg.RequestTimeout,
 	})
-	srv := &http.Server{
-		Handler:           api,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      cfg.RequestTimeout + 5*time.Second,
-		IdleTimeout:       60 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
-	}
+	handler.set(api)
+	log.InfoContext(ctx, "ready", slog.String("addr", ln.Addr().String()))
 
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		log.InfoContext(ctx, "listening", slog.String("addr", ln.Addr().String()))
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve: %w", err)
-		}
-		return nil
-	})
 	g.Go(func() error {
 		purgeIdempotencyKeys(gctx, svc, cfg.IdempotencyTTL, log)
 		return nil
@@ -133,6 +131,64 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	}
 	log.InfoContext(context.WithoutCancel(ctx), "stopped")
 	return nil
+}
+
+// dependencies are the connections the API runs on.
+type dependencies struct {
+	pool *pgxpool.Pool
+	rdb  redis.UniversalClient
+}
+
+func (d dependencies) close() {
+	_ = d.rdb.Close()
+	d.pool.Close()
+}
+
+// openDependencies waits until the service's own database answers (creating it on the way if
+// need be, so that replicas started together with Postgres do not give up on the first
+// refusal), migrates it, and opens the pools once Postgres and Redis both answer.
+func openDependencies(ctx context.Context, cfg config, log *slog.Logger) (dependencies, error) {
+	if err := waitFor(ctx, "postgres", cfg.StartupTimeout, func(ctx context.Context) error {
+		if err := ensureDatabase(ctx, cfg.DatabaseURL, log); err != nil {
+			return err
+		}
+		return pingDatabase(ctx, cfg.DatabaseURL)
+	}, log); err != nil {
+		return dependencies{}, err
+	}
+	if err := migrations.Up(cfg.DatabaseURL); err != nil {
+		return dependencies{}, err
+	}
+	pool, err := newPool(ctx, cfg.DatabaseURL, cfg.DBMaxConns)
+	if err != nil {
+		return dependencies{}, err
+	}
+	rdb, err := newRedis(cfg.RedisURL, cfg.RedisMode)
+	if err != nil {
+		pool.Close()
+		return dependencies{}, err
+	}
+	d := dependencies{pool: pool, rdb: rdb}
+	if err := waitFor(ctx, "postgres", cfg.StartupTimeout, pool.Ping, log); err != nil {
+		d.close()
+		return dependencies{}, err
+	}
+	if err := waitFor(ctx, "redis", cfg.StartupTimeout, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, log); err != nil {
+		d.close()
+		return dependencies{}, err
+	}
+	return d, nil
+}
+
+// handlerSwitch serves whichever handler was set last: the start-up answers, then the API.
+type handlerSwitch struct {
+	current atomic.Pointer[http.Handler]
+}
+
+func (h *handlerSwitch) set(next http.Handler) { h.current.Store(&next) }
+
+func (h *handlerSwitch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*h.current.Load()).ServeHTTP(w, r)
 }
 
 // purgeIdempotencyKeys forgets idempotency keys older than ttl, hourly, until ctx ends. With

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -65,7 +66,7 @@ func TestRunServesAndStops(t *testing.T) {
 	if err := in.stop(t); err != nil {
 		t.Fatalf("run after cancellation = %v, want nil; logs:\n%s", err, in.Logs)
 	}
-	for _, msg := range []string{"starting", "listening", "shutting down", "stopped"} {
+	for _, msg := range []string{"starting", "listening", "ready", "shutting down", "stopped"} {
 		if n := in.Logs.count(msg); n != 1 {
 			t.Errorf("%q logged %d times, want once", msg, n)
 		}
@@ -274,8 +275,8 @@ func TestRunStartupFailures(t *testing.T) {
 				t.Errorf("run still starting after 15s with a 1s start-up timeout; logs:\n%s", logs)
 				<-done // join it anyway; the test binary's timeout is the last resort
 			}
-			if _, ok := logs.find("listening"); ok {
-				t.Errorf("run logged listening although start-up failed")
+			if _, ok := logs.find("ready"); ok {
+				t.Errorf("run logged ready although start-up failed")
 			}
 		})
 	}
@@ -298,5 +299,111 @@ func TestRunCreatesItsDatabase(t *testing.T) {
 	in.createProduct(t, env["STOCKSVC_ADMIN_TOKEN"], "fresh", 1) // the schema is there
 	if err := in.stop(t); err != nil {
 		t.Fatalf("run = %v, want nil", err)
+	}
+}
+
+// TestRunAnswersWhileStarting: with Redis down at start, the replica listens at once and says
+// where it stands — /healthz 200 (alive: restarting it would not help), /readyz and the API 503
+// unavailable problems with Retry-After — and when Redis comes up it turns ready on the same
+// address and sells.
+func TestRunAnswersWhileStarting(t *testing.T) {
+	t.Parallel()
+	_, prefix := testenv.Redis(t)
+	down := testenv.StartRedis(t)
+	down.Kill()
+	env := serveEnv(t, prefix, map[string]string{"REDIS_URL": "redis://" + down.Addr() + "/0"})
+	in := launch(t, env)
+	in.await(t, "listening")
+
+	get := func(method, path string) (*http.Response, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, in.URL+path, strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		res, err := in.client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s while starting: %v", method, path, err)
+		}
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatalf("%s %s while starting: read body: %v", method, path, err)
+		}
+		return res, body
+	}
+	if res, body := get(http.MethodGet, "/healthz"); res.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz while starting: status %d, want 200: %s", res.StatusCode, body)
+	}
+	for _, rt := range [][2]string{{http.MethodGet, "/readyz"}, {http.MethodPost, "/v1/orders"}, {http.MethodGet, "/v1/products/1"}} {
+		res, body := get(rt[0], rt[1])
+		var p struct {
+			Status int    `json:"status"`
+			Code   string `json:"code"`
+			Detail string `json:"detail"`
+		}
+		_ = json.Unmarshal(body, &p)
+		if res.StatusCode != http.StatusServiceUnavailable || p.Code != "unavailable" || p.Status != http.StatusServiceUnavailable ||
+			!strings.Contains(p.Detail, "starting") {
+			t.Errorf("%s %s while starting: status %d, body %s; want a 503 unavailable problem saying it is starting", rt[0], rt[1], res.StatusCode, body)
+		}
+		if ct := res.Header.Get("Content-Type"); ct != "application/problem+json" {
+			t.Errorf("%s %s while starting: Content-Type %q", rt[0], rt[1], ct)
+		}
+		if res.Header.Get("Retry-After") == "" || res.Header.Get("X-Request-ID") == "" {
+			t.Errorf("%s %s while starting: Retry-After %q, X-Request-ID %q; want both", rt[0], rt[1],
+				res.Header.Get("Retry-After"), res.Header.Get("X-Request-ID"))
+		}
+	}
+	if _, ok := in.Logs.find("ready"); ok {
+		t.Fatalf("ready logged while Redis is down; logs:\n%s", in.Logs)
+	}
+
+	down.Restart()
+	listening := in.Addr
+	in.await(t, "ready")
+	if in.Addr != listening {
+		t.Errorf("ready on %s, but listened on %s", in.Addr, listening)
+	}
+	if res := in.call(t, http.MethodGet, "/readyz", nil, nil); res.Status != http.StatusOK {
+		t.Errorf("GET /readyz once ready: status %d: %s", res.Status, res.Body)
+	}
+	id := in.createProduct(t, env["STOCKSVC_ADMIN_TOKEN"], "late-start", 1)
+	order := map[string]any{"customer_id": "alice", "items": []map[string]any{{"product_id": id, "quantity": 1}}}
+	if res := in.call(t, http.MethodPost, "/v1/orders", order, nil); res.Status != http.StatusCreated {
+		t.Errorf("order once ready: status %d: %s", res.Status, res.Body)
+	}
+	if err := in.stop(t); err != nil {
+		t.Fatalf("run = %v, want nil", err)
+	}
+}
+
+// TestRunStopsWhileStarting: a SIGTERM while the replica still waits for its dependencies ends
+// it at once and cleanly (nil, the listener closed), instead of after the start-up timeout.
+func TestRunStopsWhileStarting(t *testing.T) {
+	t.Parallel()
+	_, prefix := testenv.Redis(t)
+	env := serveEnv(t, prefix, map[string]string{
+		"REDIS_URL":                "redis://127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) + "/0",
+		"STOCKSVC_STARTUP_TIMEOUT": "10m",
+	})
+	in := launch(t, env)
+	in.await(t, "listening")
+	if _, err := in.Logs.wait(t.Context(), in.done, "waiting for dependency"); err != nil {
+		t.Fatalf("%v; logs:\n%s", err, in.Logs)
+	}
+	if err := in.stop(t); err != nil {
+		t.Fatalf("run = %v, want nil; logs:\n%s", err, in.Logs)
+	}
+	if _, ok := in.Logs.find("stopped before ready"); !ok {
+		t.Errorf("no stopped before ready line; logs:\n%s", in.Logs)
+	}
+	if got := in.stops.Load(); got != 1 {
+		t.Errorf("stopSignals called %d times, want once", got)
+	}
+	if conn, err := net.Dial("tcp", in.Addr); err == nil {
+		conn.Close()
+		t.Errorf("%s still accepts connections after run returned", in.Addr)
 	}
 }
