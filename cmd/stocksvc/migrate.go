@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/golang-migrate/migrate/v4"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/stocksvc/stocksvc/migrations"
 )
@@ -35,8 +36,21 @@ func runMigrate(ctx context.Context, cfg config, args []string, stdout io.Writer
 		return fmt.Errorf("migrate: unknown arguments %q (%s)", args, usage)
 	}
 
-	if err := ensureDatabase(ctx, cfg.DatabaseURL, log); err != nil {
-		return err
+	// Only up creates the database: asking for the version, or to roll back, of a database
+	// that does not exist must not leave an empty one behind.
+	if args[0] == "up" {
+		if err := ensureDatabase(ctx, cfg.DatabaseURL, log); err != nil {
+			return err
+		}
+	}
+	// Connect once first: the migrator's driver says less when it cannot, and leaves a
+	// connection pool behind.
+	if err := pingDatabase(ctx, cfg.DatabaseURL); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "3D000" { // invalid_catalog_name
+			return fmt.Errorf("migrate %s: the database does not exist yet (migrate up, or starting the service, creates it): %w", args[0], err)
+		}
+		return fmt.Errorf("migrate %s: %w", args[0], err)
 	}
 	m, err := migrations.New(cfg.DatabaseURL)
 	if err != nil {

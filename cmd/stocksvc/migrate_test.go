@@ -104,6 +104,25 @@ func TestMigrateCreatesMissingDatabase(t *testing.T) {
 	mustMigrate(t, db.URL, atVersion1, "version")
 }
 
+// TestMigrateReadsDoNotCreateDatabase: only "migrate up" creates a missing database; "version"
+// and "down" say it does not exist and leave nothing behind.
+func TestMigrateReadsDoNotCreateDatabase(t *testing.T) {
+	t.Parallel()
+	db := newScratchDatabase(t)
+	for _, args := range [][]string{{"version"}, {"down"}, {"down", "all"}} {
+		out, err := migrateCmd(t, db.URL, args...)
+		if err == nil || !strings.Contains(err.Error(), "does not exist yet") {
+			t.Errorf("migrate %q on a missing database = %v, want an error saying it does not exist yet", args, err)
+		}
+		if out != "" {
+			t.Errorf("migrate %q printed %q, want nothing", args, out)
+		}
+		if db.exists(t) {
+			t.Fatalf("migrate %q created database %s", args, db.Name)
+		}
+	}
+}
+
 func TestMigrateBadArguments(t *testing.T) {
 	t.Parallel()
 	db := newScratchDatabase(t)

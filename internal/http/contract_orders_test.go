@@ -212,6 +212,8 @@ func TestPlaceOrderMediaType(t *testing.T) {
 	}{
 		{name: "json", contentType: "application/json", wantStatus: http.StatusCreated},
 		{name: "json with charset", contentType: "application/json; charset=utf-8", wantStatus: http.StatusCreated},
+		{name: "json with upper-case charset", contentType: "application/json;charset=UTF-8", wantStatus: http.StatusCreated},
+		{name: "json in latin-1", contentType: "application/json;charset=iso-8859-1", wantStatus: http.StatusUnsupportedMediaType},
 		{name: "text/plain", contentType: "text/plain", wantStatus: http.StatusUnsupportedMediaType},
 		{name: "form", contentType: "application/x-www-form-urlencoded", wantStatus: http.StatusUnsupportedMediaType},
 		{name: "json suffix", contentType: "application/problem+json", wantStatus: http.StatusUnsupportedMediaType},
@@ -235,9 +237,9 @@ func TestPlaceOrderMediaType(t *testing.T) {
 			})
 		}
 	})
-	// Exactly the two accepted requests sold.
-	if a := audit(t, in.URL, id); a.Sold != 2 || !a.Consistent {
-		t.Errorf("audit = %+v, want 2 sold", a)
+	// Exactly the three accepted requests sold.
+	if a := audit(t, in.URL, id); a.Sold != 3 || !a.Consistent {
+		t.Errorf("audit = %+v, want 3 sold", a)
 	}
 }
 
@@ -412,8 +414,12 @@ func TestPlaceOrderUnavailable(t *testing.T) {
 					header["Idempotency-Key"] = key
 				}
 				res := postOrder(t, broken.URL, newOrder("c", orderItem{id, 1}), header)
-				wantProblem(t, res, "unavailable", "/v1/orders")
+				p := wantProblem(t, res, "unavailable", "/v1/orders")
 				wantRetryAfter(t, res)
+				// The advice to retry with the same key goes to those who sent one.
+				if advised := strings.Contains(p.Detail, "Idempotency-Key"); advised != (key != "") {
+					t.Errorf("detail %q with Idempotency-Key %q: mentions the key = %v", p.Detail, key, advised)
+				}
 			}
 			wantUntouched(t, healthy.URL, id, 5)
 
@@ -434,7 +440,9 @@ func TestGetProductUnavailable(t *testing.T) {
 
 	path := "/v1/products/" + itoa(id)
 	res := call(t, request{Method: http.MethodGet, URL: broken.URL + path})
-	wantProblem(t, res, "unavailable", path)
+	if p := wantProblem(t, res, "unavailable", path); strings.Contains(p.Detail, "Idempotency-Key") {
+		t.Errorf("detail of a GET mentions Idempotency-Key: %q", p.Detail)
+	}
 	wantRetryAfter(t, res)
 }
 

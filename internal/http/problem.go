@@ -55,7 +55,7 @@ var problemTypes = map[string]problemType{
 	"idempotency-key-in-flight": {409, "Idempotency key in flight", "A request with this Idempotency-Key is still being processed; retry after it finishes."},
 	"idempotency-key-reused":    {422, "Idempotency key reused", "This Idempotency-Key was first used with a different request body."},
 	"busy":                      {429, "Busy", "The product is contended and the order could not be attempted in time; nothing was sold. Retry after Retry-After seconds."},
-	"unavailable":               {503, "Unavailable", "Postgres or Redis could not be reached, or the request timed out. Retry after Retry-After seconds."},
+	"unavailable":               {503, "Unavailable", "Postgres or Redis could not be reached, the request timed out, or the replica is still starting. Retry after Retry-After seconds."},
 	"internal":                  {500, "Internal error", "Something unexpected failed; the request id identifies it in the logs."},
 }
 
@@ -129,7 +129,7 @@ func problemFor(err error) *problem {
 		p.retryAfter = 1
 		return p
 	case errors.Is(err, stock.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		p := newProblem("unavailable", "a backing service did not answer in time; try again (with the same Idempotency-Key, safely)")
+		p := newProblem("unavailable", "Postgres or Redis could not be reached or did not answer in time; try again")
 		p.retryAfter = 2
 		return p
 	}
@@ -151,6 +151,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	// The request id is in the X-Request-ID header, not the body, so that a replayed outcome
 	// is byte for byte the stored one.
 	p.Instance = r.URL.Path
+	if p.Code == "unavailable" && r.Method == http.MethodPost && r.Header.Get("Idempotency-Key") != "" {
+		p.Detail += " with the same Idempotency-Key: it is safe, whatever became of this attempt"
+	}
 	if p.Status >= 500 {
 		s.log.ErrorContext(r.Context(), "request failed",
 			slog.String("request_id", requestID(r.Context())), slog.String("code", p.Code), slog.Any("error", err))

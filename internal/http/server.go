@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -104,14 +105,16 @@ func (s *Server) routes(metricsHandler http.Handler) *chi.Mux {
 		s.writeError(w, r, badRequest("not-found", "no route for "+r.URL.Path))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		var allow []string
 		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 			if r.Match(chi.NewRouteContext(), m, req.URL.Path) {
-				w.Header().Add("Allow", m)
+				allow = append(allow, m)
 				if m == http.MethodGet {
-					w.Header().Add("Allow", http.MethodHead) // served by GetHead
+					allow = append(allow, http.MethodHead) // served by GetHead
 				}
 			}
 		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
 		s.writeError(w, req, badRequest("method-not-allowed", req.Method+" is not allowed on "+req.URL.Path))
 	})
 

@@ -125,8 +125,17 @@ func (s *Service) Restock(ctx context.Context, id, quantity int64) (Product, err
 	if !s.cfg.Defense.Lock {
 		return s.store.Restock(ctx, id, quantity, 0)
 	}
+	// A product that does not exist needs no lock to say so, and taking one would leave its
+	// fencing counter behind in Redis for good.
+	levels, err := s.store.StockLevels(ctx, []int64{id})
+	if err != nil {
+		return Product{}, err
+	}
+	if _, ok := levels[id]; !ok {
+		return Product{}, &ProductNotFoundError{ProductID: id}
+	}
 	var prod Product
-	err := s.locker.WithLocks(ctx, []string{s.productLock(id)}, func(ctx context.Context, fences []int64) error {
+	err = s.locker.WithLocks(ctx, []string{s.productLock(id)}, func(ctx context.Context, fences []int64) error {
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.PurchaseTimeout)
 		defer cancel()
 		var err error
@@ -215,12 +224,15 @@ func (s *Service) precheck(ctx context.Context, items []Item) error {
 	if err != nil {
 		return err
 	}
+	// A product that does not exist makes the whole cart wrong, whatever else is short: it is
+	// answered first, so the answer does not depend on the order of the items.
 	for _, it := range items {
-		level, ok := levels[it.ProductID]
-		switch {
-		case !ok:
+		if _, ok := levels[it.ProductID]; !ok {
 			return &ProductNotFoundError{ProductID: it.ProductID}
-		case level < it.Quantity:
+		}
+	}
+	for _, it := range items {
+		if level := levels[it.ProductID]; level < it.Quantity {
 			return &SoldOutError{ProductID: it.ProductID, Requested: it.Quantity, Available: level}
 		}
 	}

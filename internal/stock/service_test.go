@@ -102,6 +102,13 @@ func TestCartIsAllOrNothing(t *testing.T) {
 	if a := mustAudit(t, r, plenty); a.Stock != 10 || a.Sold != 0 {
 		t.Errorf("plenty after refused cart: %+v, want untouched", a)
 	}
+	// A product that does not exist is the answer, whichever item comes first (the missing
+	// id sorts after the scarce one here).
+	_, err = r.svc.PlaceOrder(context.Background(), order("c", one(scarce, 2), one(scarce+1000, 1)))
+	var missing *stock.ProductNotFoundError
+	if !errors.As(err, &missing) || missing.ProductID != scarce+1000 {
+		t.Errorf("cart with a short and a missing product: err = %v, want product %d not found", err, scarce+1000)
+	}
 	res, err := r.svc.PlaceOrder(context.Background(), order("c", one(scarce, 1), one(plenty, 2)))
 	if err != nil {
 		t.Fatalf("cart: %v", err)
@@ -325,6 +332,11 @@ func TestRestockUnderLockAndFence(t *testing.T) {
 	}
 	if _, err := r.svc.Restock(context.Background(), id+1000, 1); !errors.Is(err, stock.ErrProductNotFound) {
 		t.Errorf("restock of a missing product: err = %v, want ErrProductNotFound", err)
+	}
+	// Asking about a product that does not exist leaves nothing behind in Redis.
+	pattern := fmt.Sprintf("%s*{%d}*", w.prefix, id+1000)
+	if keys, err := r.redis.Keys(context.Background(), pattern).Result(); err != nil || len(keys) > 0 {
+		t.Errorf("Redis keys %s after restocking a missing product: %q (err %v), want none", pattern, keys, err)
 	}
 	if _, err := r.svc.Restock(context.Background(), id, 0); !errors.Is(err, stock.ErrInvalid) {
 		t.Errorf("restock of 0: err = %v, want ErrInvalid", err)
