@@ -501,3 +501,48 @@ func TestDroppedReplyLeavesNoLock(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisDownFailsQueuedWaiters: with Redis gone, waiters queued behind the one that contends
+// get its failure, not ErrNotObtained — however long the redis client spends retrying its
+// dials (go-redis's defaults here) and however many are queued, none is told the lock was busy.
+func TestRedisDownFailsQueuedWaiters(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := lock.New(rdb)
+	t.Cleanup(func() { _ = c.Close() })
+	release(t, obtain(t, c, "down", time.Minute, &lock.Options{Wait: true})) // Redis was up
+
+	srv.Kill()
+	const waiters = 8
+	errs := make([]error, waiters)
+	var wg sync.WaitGroup
+	for i := range waiters {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			l, err := c.Obtain(ctx, "down", time.Minute, &lock.Options{Wait: true})
+			if err == nil {
+				_ = l.Release(context.Background())
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err == nil || errors.Is(err, lock.ErrNotObtained) || errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("waiter %d with Redis down: %v, want Redis's error", i, err)
+		}
+	}
+
+	// Back up: the client works again.
+	srv.Restart()
+	testenv.Poll(t, 30*time.Second, "the lock to be obtainable once Redis is back", func() bool {
+		l, err := c.Obtain(t.Context(), "down", time.Minute, &lock.Options{Wait: true})
+		if err != nil {
+			return false
+		}
+		return l.Release(context.Background()) == nil
+	})
+}

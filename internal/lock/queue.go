@@ -41,12 +41,14 @@ type waiter struct {
 	granted bool       // a grant is promised; it may still be on its way
 }
 
-// grant gives a waiter its turn: the lock itself, handed off, or the right to contend for it.
+// grant gives a waiter its turn: the lock itself, handed off, or the right to contend for it;
+// or, with err, the failure of the attempt ahead of it, which it shares instead of a turn.
 type grant struct {
 	lock *Lock
 	// listed says the client is in the lock's list of waiting clients with the queue's
 	// ticket: the new head waits to be given the lock rather than trying at once.
 	listed bool
+	err    error
 }
 
 // obtainQueued is Obtain with Options.Wait.
@@ -65,6 +67,9 @@ func (c *Client) obtainQueued(ctx context.Context, name string, ttl time.Duratio
 		c.mu.Unlock()
 		select {
 		case g := <-w.turn:
+			if g.err != nil {
+				return nil, contended, g.err
+			}
 			if g.lock != nil {
 				return g.lock, handedOff, nil
 			}
@@ -77,10 +82,10 @@ func (c *Client) obtainQueued(ctx context.Context, name string, ttl time.Duratio
 				return nil, contended, waitError(name, ctx.Err())
 			}
 			c.mu.Unlock()
-			// The turn was given as we gave up: pass it on.
+			// The turn was given as we gave up: pass it on (a shared failure is no turn).
 			if g := <-w.turn; g.lock != nil {
 				_ = g.lock.Release(ctx)
-			} else {
+			} else if g.err == nil {
 				c.advance(k, q, g.listed)
 			}
 			return nil, contended, waitError(name, ctx.Err())
@@ -92,10 +97,28 @@ func (c *Client) obtainQueued(ctx context.Context, name string, ttl time.Duratio
 
 	l, how, listed, err := c.contend(ctx, name, k, q, ttl, opt, listed)
 	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, ErrNotObtained) {
+			// Redis failed the head, after the redis client's own retries. The waiters
+			// queued behind it would each meet the same Redis in turn, and those still
+			// queued when their time ran out would be told the lock was busy: they share
+			// the failure now instead. Waiters that arrive later try for themselves.
+			c.failWaiters(q, err)
+		}
 		c.advance(k, q, listed)
 		return nil, how, err
 	}
 	return l, how, nil
+}
+
+// failWaiters ends the wait of every waiter queued on q with err.
+func (c *Client) failWaiters(q *queue, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range q.waiters {
+		w.granted = true
+		w.turn <- grant{err: err}
+	}
+	q.waiters = nil
 }
 
 // contend is the head of the queue trying for the lock in Redis until it has it or ctx ends.
