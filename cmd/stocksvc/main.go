@@ -29,10 +29,18 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, stop, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "stocksvc:", err)
+		if !errors.As(err, new(loggedError)) {
+			fmt.Fprintln(os.Stderr, "stocksvc:", err)
+		}
 		os.Exit(1)
 	}
 }
+
+// loggedError is an error the service's log already holds, as its last line: printing it again
+// in plain text would break a log read as JSON lines.
+type loggedError struct{ error }
+
+func (e loggedError) Unwrap() error { return e.error }
 
 // run is the whole program. stopSignals restores default signal handling once shutdown has
 // begun, so a second Ctrl-C ends the process at once.
@@ -53,7 +61,11 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 	if len(rest) > 0 {
 		return fmt.Errorf("unknown command %q (want no command, or migrate)", rest[0])
 	}
-	return serve(ctx, stopSignals, cfg, log)
+	if err := serve(ctx, stopSignals, cfg, log); err != nil {
+		log.ErrorContext(context.WithoutCancel(ctx), "exiting", slog.Any("error", err))
+		return loggedError{err}
+	}
+	return nil
 }
 
 func newLogger(cfg config, w io.Writer) *slog.Logger {

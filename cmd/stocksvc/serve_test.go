@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -266,8 +268,9 @@ func TestRunStartupFailures(t *testing.T) {
 			logs := newLogSink()
 			done := make(chan error, 1)
 			go func() { done <- run(context.Background(), func() {}, nil, envOf(env), &strings.Builder{}, logs) }()
+			var err error
 			select {
-			case err := <-done:
+			case err = <-done:
 				if err == nil || !strings.Contains(err.Error(), tt.want) {
 					t.Errorf("run = %v, want an error containing %q; logs:\n%s", err, tt.want, logs)
 				}
@@ -277,6 +280,16 @@ func TestRunStartupFailures(t *testing.T) {
 			}
 			if _, ok := logs.find("ready"); ok {
 				t.Errorf("run logged ready although start-up failed")
+			}
+			// The reason is the log's last line, as JSON, and main does not print it again.
+			if rec, ok := logs.find("exiting"); !ok || rec["level"] != "ERROR" || !strings.Contains(fmt.Sprint(rec["error"]), tt.want) {
+				t.Errorf("exiting line = %v (found %v), want an ERROR line with the reason; logs:\n%s", rec, ok, logs)
+			}
+			if !errors.As(err, new(loggedError)) {
+				t.Errorf("run's error %v is not marked as logged: main would print it again", err)
+			}
+			if len(logs.bad) > 0 {
+				t.Errorf("log lines that are not JSON: %q", logs.bad)
 			}
 		})
 	}
