@@ -43,6 +43,7 @@ type replicaOptions struct {
 	lockTTL  time.Duration
 	lockWait time.Duration
 	maxConns int32
+	redisURL string // instead of the world's Redis
 }
 
 func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replica {
@@ -58,7 +59,11 @@ func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replic
 	if err != nil {
 		t.Fatalf("connect postgres: %v", err)
 	}
-	opts, err := redis.ParseURL(w.redisURL)
+	redisURL := w.redisURL
+	if o.redisURL != "" {
+		redisURL = o.redisURL
+	}
+	opts, err := redis.ParseURL(redisURL)
 	if err != nil {
 		t.Fatalf("parse redis url: %v", err)
 	}

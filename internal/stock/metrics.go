@@ -42,16 +42,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 const (
-	outcomeConfirmed = "confirmed"
-	outcomeReplayed  = "replayed"
-	outcomeSoldOut   = "sold_out"
-	outcomeBusy      = "busy"
-	outcomeRejected  = "rejected"
-	outcomeCancelled = "cancelled"
-	outcomeError     = "error"
+	outcomeConfirmed   = "confirmed"
+	outcomeReplayed    = "replayed"
+	outcomeSoldOut     = "sold_out"
+	outcomeBusy        = "busy"
+	outcomeRejected    = "rejected"
+	outcomeCancelled   = "cancelled"
+	outcomeUnavailable = "unavailable"
+	outcomeError       = "error"
 )
 
-var allOutcomes = []string{outcomeConfirmed, outcomeReplayed, outcomeSoldOut, outcomeBusy, outcomeRejected, outcomeCancelled, outcomeError}
+var allOutcomes = []string{outcomeConfirmed, outcomeReplayed, outcomeSoldOut, outcomeBusy, outcomeRejected, outcomeCancelled, outcomeUnavailable, outcomeError}
 
 func (m *Metrics) caught(l Layer) {
 	if m != nil {

@@ -391,6 +391,9 @@ func (s *Service) countOutcome(res OrderResult, err error) {
 		s.metrics.outcome(outcomeRejected)
 	case errors.Is(err, context.Canceled):
 		s.metrics.outcome(outcomeCancelled)
+	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		// What the API answers 503: a dependency down or slow, not a fault of the service.
+		s.metrics.outcome(outcomeUnavailable)
 	default:
 		s.metrics.outcome(outcomeError)
 	}

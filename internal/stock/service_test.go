@@ -439,6 +439,27 @@ func TestClientGoneIsCountedAsCancelled(t *testing.T) {
 	}
 }
 
+// TestOrderWithRedisDownCountsUnavailable: an order that cannot reach Redis is ErrUnavailable
+// and counted as unavailable, apart from the service's own errors.
+func TestOrderWithRedisDownCountsUnavailable(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	id := createProduct(t, w.replica(t, stock.DefaultDefense(), replicaOptions{}), "no-redis", 5)
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{redisURL: fmt.Sprintf("redis://127.0.0.1:%d/0", testenv.FreePort(t))})
+	if _, err := r.svc.PlaceOrder(context.Background(), order("c", one(id, 1))); !errors.Is(err, stock.ErrUnavailable) {
+		t.Fatalf("order with Redis down: err = %v, want ErrUnavailable", err)
+	}
+	if got := counterValue(t, r.registry, "stocksvc_orders_total", "outcome", "unavailable"); got != 1 {
+		t.Errorf("unavailable outcomes = %v, want 1", got)
+	}
+	if got := counterValue(t, r.registry, "stocksvc_orders_total", "outcome", "error"); got != 0 {
+		t.Errorf("error outcomes = %v, want 0", got)
+	}
+	if a := mustAudit(t, r, id); a.Stock != 5 || a.Sold != 0 {
+		t.Errorf("audit = %+v, want nothing sold", a)
+	}
+}
+
 func waitForCondition(t *testing.T, cond func() bool) {
 	t.Helper()
 	testenv.Poll(t, 10*time.Second, "condition", cond)
