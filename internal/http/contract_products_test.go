@@ -138,6 +138,8 @@ func TestGetProductNotFound(t *testing.T) {
 		{name: "negative", id: "-1"},
 		{name: "fraction", id: "1.5"},
 		{name: "overflows int64", id: "99999999999999999999"},
+		{name: "leading zero", id: "0" + itoa(id)},
+		{name: "plus sign", id: "+" + itoa(id)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -122,8 +122,10 @@ func (s *Server) handleGetOrder(w http.ResponseWriter, r *http.Request) {
 // productID reads the {id} path parameter. An id that is not a positive integer names no
 // product, so it is answered as one that does not exist.
 func productID(r *http.Request) (int64, error) {
-	id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
-	if err != nil || id < 1 {
+	raw := chi.URLParam(r, "id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	// One URL per product: "01" or "+1" name no product, rather than product 1 under an alias.
+	if err != nil || id < 1 || strconv.FormatInt(id, 10) != raw {
 		return 0, stock.ErrProductNotFound
 	}
 	return id, nil
