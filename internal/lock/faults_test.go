@@ -502,47 +502,57 @@ func TestDroppedReplyLeavesNoLock(t *testing.T) {
 	}
 }
 
-// TestRedisDownFailsQueuedWaiters: with Redis gone, waiters queued behind the one that contends
-// get its failure, not ErrNotObtained — however long the redis client spends retrying its
-// dials (go-redis's defaults here) and however many are queued, none is told the lock was busy.
-func TestRedisDownFailsQueuedWaiters(t *testing.T) {
+// TestRedisFailureIsNotContention: when Redis fails, a crowd of waiters for one lock in one
+// client is told so, never ErrNotObtained (which means the lock was seen held) — with Redis gone
+// (refused connections, however long go-redis's default dial retries take: the waiters queued
+// behind the one contending share its failure), and with Redis paused (connections taken,
+// nothing answered: the waits end with their deadline). Once Redis is back, the client works.
+func TestRedisFailureIsNotContention(t *testing.T) {
 	t.Parallel()
-	srv := testenv.StartRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c := lock.New(rdb)
-	t.Cleanup(func() { _ = c.Close() })
-	release(t, obtain(t, c, "down", time.Minute, &lock.Options{Wait: true})) // Redis was up
+	for _, tc := range []struct {
+		name          string
+		fail, recover func(*testenv.RedisServer)
+		budget        time.Duration
+		wantDeadline  bool
+	}{
+		{"down", (*testenv.RedisServer).Kill, (*testenv.RedisServer).Restart, 5 * time.Second, false},
+		{"paused", (*testenv.RedisServer).Pause, (*testenv.RedisServer).Resume, time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := testenv.StartRedis(t)
+			c := newWaitingClient(t, srv.Client(), "", nil)
+			wait := &lock.Options{Wait: true}
+			release(t, obtain(t, c, "failing", time.Minute, wait)) // Redis was up
 
-	srv.Kill()
-	const waiters = 8
-	errs := make([]error, waiters)
-	var wg sync.WaitGroup
-	for i := range waiters {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-			defer cancel()
-			l, err := c.Obtain(ctx, "down", time.Minute, &lock.Options{Wait: true})
-			if err == nil {
-				_ = l.Release(context.Background())
+			tc.fail(srv)
+			errs := make([]error, 8)
+			var wg sync.WaitGroup
+			for i := range errs {
+				wg.Go(func() {
+					ctx, cancel := context.WithTimeout(t.Context(), tc.budget)
+					defer cancel()
+					// A short lease: a paused server runs the unanswered attempts when it
+					// resumes, possibly after the client's clean-up.
+					l, err := c.Obtain(ctx, "failing", 2*time.Second, wait)
+					if err == nil {
+						_ = l.Release(context.Background())
+					}
+					errs[i] = err
+				})
 			}
-			errs[i] = err
+			wg.Wait()
+			for i, err := range errs {
+				if err == nil || errors.Is(err, lock.ErrNotObtained) || errors.Is(err, context.DeadlineExceeded) != tc.wantDeadline {
+					t.Errorf("waiter %d: %v, want Redis's failure (a deadline: %v), not ErrNotObtained", i, err, tc.wantDeadline)
+				}
+			}
+
+			tc.recover(srv)
+			testenv.Poll(t, 30*time.Second, "the lock to be obtainable once Redis is back", func() bool {
+				l, err := c.Obtain(t.Context(), "failing", time.Minute, wait)
+				return err == nil && l.Release(context.Background()) == nil
+			})
 		})
 	}
-	wg.Wait()
-	for i, err := range errs {
-		if err == nil || errors.Is(err, lock.ErrNotObtained) || errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("waiter %d with Redis down: %v, want Redis's error", i, err)
-		}
-	}
-
-	// Back up: the client works again.
-	srv.Restart()
-	testenv.Poll(t, 30*time.Second, "the lock to be obtainable once Redis is back", func() bool {
-		l, err := c.Obtain(t.Context(), "down", time.Minute, &lock.Options{Wait: true})
-		if err != nil {
-			return false
-		}
-		return l.Release(context.Background()) == nil
-	})
 }

@@ -25,6 +25,15 @@ type queue struct {
 	ticket    string
 	since     time.Time
 	delivered *delivery
+
+	// inCall says the head is waiting for the reply to an attempt, failed that its last
+	// attempt got no reply, and answered is when Redis last replied to one. A waiter whose
+	// time runs out while the head's attempt is unanswered or has failed, with no reply since
+	// it began, has learned nothing about the lock: Redis is not answering, which it must not
+	// report as the lock being busy.
+	inCall   bool
+	failed   bool
+	answered time.Time
 }
 
 // delivery is an announced grant: the lock was set to token, with fencing token fence.
@@ -52,14 +61,20 @@ type grant struct {
 }
 
 // obtainQueued is Obtain with Options.Wait.
-func (c *Client) obtainQueued(ctx context.Context, name string, ttl time.Duration, opt *Options) (*Lock, outcome, error) {
+func (c *Client) obtainQueued(ctx context.Context, name string, ttl time.Duration, opt *Options) (l *Lock, how outcome, err error) {
 	k := keysFor(name)
+	began := time.Now()
 	c.mu.Lock()
 	q := c.queues[k.lock]
 	if q == nil {
 		q = &queue{notify: make(chan struct{})}
 		c.queues[k.lock] = q
 	}
+	defer func() {
+		if errors.Is(err, ErrNotObtained) && c.unanswered(q, began) {
+			err = fmt.Errorf("lock: obtain %q: Redis did not answer while this waited: %w", name, context.DeadlineExceeded)
+		}
+	}()
 	listed := false
 	if q.busy {
 		w := &waiter{ttl: ttl, fenced: opt.fenced(), turn: make(chan grant, 1)}
@@ -95,7 +110,7 @@ func (c *Client) obtainQueued(ctx context.Context, name string, ttl time.Duratio
 		c.mu.Unlock()
 	}
 
-	l, how, listed, err := c.contend(ctx, name, k, q, ttl, opt, listed)
+	l, how, listed, err = c.contend(ctx, name, k, q, ttl, opt, listed)
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, ErrNotObtained) {
 			// Redis failed the head, after the redis client's own retries. The waiters
@@ -108,6 +123,15 @@ func (c *Client) obtainQueued(ctx context.Context, name string, ttl time.Duratio
 		return nil, how, err
 	}
 	return l, how, nil
+}
+
+// unanswered reports whether a wait on q that began at began learned nothing about the lock:
+// no waiter of this client holds it, the head's attempt is unanswered or failed, and Redis has
+// not replied to an attempt since.
+func (c *Client) unanswered(q *queue, began time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return q.holder == "" && (q.inCall || q.failed) && q.answered.Before(began)
 }
 
 // failWaiters ends the wait of every waiter queued on q with err.
@@ -162,9 +186,15 @@ func (c *Client) contend(ctx context.Context, name string, k keys, q *queue, ttl
 			// The attempt may list the client with this token as its ticket, and the lock
 			// may be given to it before the reply is back: record the ticket first.
 			c.mu.Lock()
-			q.ticket, q.since = token, start
+			q.ticket, q.since, q.inCall = token, start, true
 			c.mu.Unlock()
 			a, err := c.try(ctx, k, token, ttl, opt, true, listed)
+			c.mu.Lock()
+			q.inCall, q.failed = false, err != nil
+			if err == nil {
+				q.answered = time.Now()
+			}
+			c.mu.Unlock()
 			if err != nil {
 				// The attempt may have listed the client, or granted it the lock: the
 				// caller's advance withdraws the ticket and lets such a grant go.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/stocksvc/stocksvc/internal/lock"
@@ -90,24 +89,11 @@ func (r *RedisLocker) WithLocks(ctx context.Context, names []string, fn func(ctx
 		}
 		return err
 	}
-	if ctx.Err() == nil && waitCtx.Err() != nil && timedOut(err) {
-		// The wait budget ran out in the middle of a Redis call (the client reports a
-		// context error or an i/o timeout): still a lock that could not be had in time, as
-		// a slow answer is what a busy Redis gives. A refused or broken connection is not
-		// contention, however long the client spent retrying it: that falls through to
-		// obtainError and means Redis is unavailable.
-		return fmt.Errorf("%w: locks not obtained within %v: %w", ErrBusy, r.cfg.Wait, err)
-	}
+	// Contention is what package lock says it is: ErrNotObtained, the lock seen held (or held
+	// by a waiter of this replica) until the wait budget ran out. Anything else that ended the
+	// wait — a refused connection however long the client spent retrying it, or a budget that
+	// ran out before Redis answered at all — means Redis is unavailable, not the product busy.
 	return r.obtainError(ctx, err)
-}
-
-// timedOut reports whether err is a deadline that passed rather than an answer or a failure.
-func timedOut(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // Claim implements Locker.

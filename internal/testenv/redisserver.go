@@ -68,9 +68,10 @@ func newRedisServer(t testing.TB, args []string) *RedisServer {
 // Addr is the server's host:port.
 func (s *RedisServer) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 
-// Client returns a new client of the server, closed when the test ends.
+// Client returns a new client of the server, closed when the test ends. Its commands end with
+// their contexts, as the service's do, so that a paused server cannot hold a test past them.
 func (s *RedisServer) Client() *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
 	s.t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
 }
