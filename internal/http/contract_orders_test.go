@@ -114,6 +114,7 @@ func TestPlaceOrderInvalid(t *testing.T) {
 		{name: "empty customer id", body: newOrder("", orderItem{a, 1}), wantField: "customer_id"},
 		{name: "missing customer id", body: map[string]any{"items": []any{map[string]any{"product_id": a, "quantity": 1}}}, wantField: "customer_id"},
 		{name: "customer id of 65 characters", body: newOrder(repeat("c", 65), orderItem{a, 1}), wantField: "customer_id"},
+		{name: "NUL in customer id", body: newOrder("a\u0000b", orderItem{a, 1}), wantField: "customer_id"},
 	}
 	t.Run("cases", func(t *testing.T) {
 		for _, tt := range tests {
@@ -180,6 +181,7 @@ func TestPlaceOrderMalformed(t *testing.T) {
 		{name: "trailing garbage", body: valid + ` x`},
 		{name: "empty body", body: ``},
 		{name: "only whitespace", body: " \n\t "},
+		{name: "invalid UTF-8", body: `{"customer_id": "c` + "\xff" + `", "items": [{"product_id": ` + itoa(id) + `, "quantity": 1}]}`},
 	}
 	t.Run("cases", func(t *testing.T) {
 		for _, tt := range tests {

@@ -73,6 +73,8 @@ func TestCreateProductErrors(t *testing.T) {
 		{name: "sku too long", body: map[string]any{"sku": repeat("s", 65), "name": "n", "stock": 1}, code: "invalid-request", wantField: "sku"},
 		{name: "empty name", body: map[string]any{"sku": "noname", "name": "", "stock": 1}, code: "invalid-request", wantField: "name"},
 		{name: "name too long", body: map[string]any{"sku": "longname", "name": repeat("n", 201), "stock": 1}, code: "invalid-request", wantField: "name"},
+		{name: "NUL in sku", body: map[string]any{"sku": "nul\u0000", "name": "n", "stock": 1}, code: "invalid-request", wantField: "sku"},
+		{name: "NUL in name", body: map[string]any{"sku": "nulname", "name": "a\u0000b", "stock": 1}, code: "invalid-request", wantField: "name"},
 		{name: "syntax error", body: `{"sku": "x",`, code: "malformed-json"},
 		{name: "stock is a string", body: `{"sku": "x", "name": "n", "stock": "7"}`, code: "malformed-json", wantField: "stock"},
 		{name: "fractional stock", body: `{"sku": "x", "name": "n", "stock": 1.5}`, code: "malformed-json", wantField: "stock"},

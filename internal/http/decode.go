@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 )
 
 // decodeJSON reads the request body into dst, strictly: JSON only, exactly one object (not
@@ -28,6 +29,10 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) err
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	if err != nil {
 		return s.decodeError(err)
+	}
+	// encoding/json would quietly turn invalid UTF-8 into U+FFFD and store what was not sent.
+	if !utf8.Valid(body) {
+		return badRequest("malformed-json", "the body is not valid UTF-8")
 	}
 	// encoding/json accepts null for a struct and leaves it untouched; a missing object is
 	// malformed, not an object with every field empty.

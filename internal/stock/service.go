@@ -97,7 +97,27 @@ func (s *Service) CreateProduct(ctx context.Context, p NewProduct) (Product, err
 	case p.Stock < 0 || p.Stock > MaxStock:
 		return Product{}, &ValidationError{Field: "stock", Reason: fmt.Sprintf("must be between 0 and %d", MaxStock)}
 	}
+	if err := plainText("sku", p.SKU); err != nil {
+		return Product{}, err
+	}
+	if err := plainText("name", p.Name); err != nil {
+		return Product{}, err
+	}
 	return s.store.CreateProduct(ctx, p)
+}
+
+// plainText refuses text Postgres cannot store (NUL, invalid UTF-8) and control characters,
+// which have no place in an identifier or a name and would otherwise surface as a 500.
+func plainText(field, v string) error {
+	if !utf8.ValidString(v) {
+		return &ValidationError{Field: field, Reason: "must be valid UTF-8"}
+	}
+	for _, r := range v {
+		if r < 0x20 || r == 0x7f {
+			return &ValidationError{Field: field, Reason: "must not contain control characters"}
+		}
+	}
+	return nil
 }
 
 // Product returns the product with id. Errors: *ProductNotFoundError, ErrUnavailable.
@@ -317,10 +337,11 @@ func (s *Service) validateOrder(req OrderRequest) ([]Item, error) {
 	case len(req.IdempotencyKey) > MaxIdempotencyKeyLen:
 		return nil, &ValidationError{Field: "Idempotency-Key", Reason: fmt.Sprintf("must be at most %d characters", MaxIdempotencyKeyLen)}
 	}
-	for _, r := range req.IdempotencyKey {
-		if r < 0x20 || r == 0x7f {
-			return nil, &ValidationError{Field: "Idempotency-Key", Reason: "must not contain control characters"}
-		}
+	if err := plainText("customer_id", req.CustomerID); err != nil {
+		return nil, err
+	}
+	if err := plainText("Idempotency-Key", req.IdempotencyKey); err != nil {
+		return nil, err
 	}
 	items := slices.Clone(req.Items)
 	slices.SortStableFunc(items, func(a, b Item) int { return cmpInt64(a.ProductID, b.ProductID) })

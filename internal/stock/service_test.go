@@ -34,6 +34,9 @@ func TestValidateOrder(t *testing.T) {
 		{"no customer", order("", one(1, 1)), "customer_id"},
 		{"blank customer", order("  ", one(1, 1)), "customer_id"},
 		{"long customer", order(strings.Repeat("c", stock.MaxCustomerIDLen+1), one(1, 1)), "customer_id"},
+		{"NUL in customer", order("a\x00b", one(1, 1)), "customer_id"},
+		{"control character in customer", order("a\x1bb", one(1, 1)), "customer_id"},
+		{"customer not UTF-8", order("a\xffb", one(1, 1)), "customer_id"},
 		{"no items", order("c"), "items"},
 		{"too many items", order("c", many...), "items"},
 		{"zero quantity", order("c", one(1, 0)), "items[0].quantity"},
@@ -353,7 +356,8 @@ func TestCreateProductRules(t *testing.T) {
 	if _, err := r.svc.CreateProduct(context.Background(), stock.NewProduct{SKU: "x", Name: "y", Stock: 1}); !errors.Is(err, stock.ErrDuplicateSKU) {
 		t.Errorf("duplicate sku: err = %v, want ErrDuplicateSKU", err)
 	}
-	for _, p := range []stock.NewProduct{{SKU: "", Name: "n"}, {SKU: " ", Name: "n"}, {SKU: "s", Name: ""}, {SKU: "s", Name: "\t"}, {SKU: "s", Name: "n", Stock: -1}, {SKU: strings.Repeat("s", 65), Name: "n"}} {
+	for _, p := range []stock.NewProduct{{SKU: "", Name: "n"}, {SKU: " ", Name: "n"}, {SKU: "s", Name: ""}, {SKU: "s", Name: "\t"}, {SKU: "s", Name: "n", Stock: -1}, {SKU: strings.Repeat("s", 65), Name: "n"},
+		{SKU: "s\x00", Name: "n"}, {SKU: "s", Name: "n\x00m"}, {SKU: "s", Name: "bad \xff"}, {SKU: "s\x7f", Name: "n"}} {
 		if _, err := r.svc.CreateProduct(context.Background(), p); !errors.Is(err, stock.ErrInvalid) {
 			t.Errorf("CreateProduct(%+v): err = %v, want ErrInvalid", p, err)
 		}
