@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -554,5 +555,95 @@ func TestRedisFailureIsNotContention(t *testing.T) {
 				return err == nil && l.Release(context.Background()) == nil
 			})
 		})
+	}
+}
+
+// stalledDials holds every new connection's dial, once armed, until released: what a client
+// sees of a Redis that takes connections and never answers, on new connections only.
+type stalledDials struct {
+	armed   atomic.Bool
+	stalled chan struct{} // closed at the first stalled dial
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *stalledDials) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if h.armed.Load() {
+			h.once.Do(func() { close(h.stalled) })
+			select {
+			case <-h.release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+func (h *stalledDials) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *stalledDials) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestStalledSubscriptionBlocksNoOtherLock: a waiter's first wait starts the client's
+// subscription to release announcements. If Redis does not answer it, the client's other locks
+// must go on regardless: nothing may wait on Redis while holding what every lock of the client
+// shares.
+func TestStalledSubscriptionBlocksNoOtherLock(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	c := newWaitingClient(t, rdb, prefix, nil)
+	wait := &lock.Options{Wait: true}
+	held, free := lockName(prefix, "held"), lockName(prefix, "free")
+	release(t, obtain(t, c, free, time.Minute, wait)) // a pooled connection for what follows
+
+	other := newWaitingClient(t, rdb, prefix, nil)
+	holder := obtain(t, other, held, time.Minute, nil)
+
+	h := &stalledDials{stalled: make(chan struct{}), release: make(chan struct{})}
+	rdb.AddHook(h)
+	h.armed.Store(true)
+	var unstall sync.Once
+	defer unstall.Do(func() { close(h.release) })
+
+	// obtainAndRelease reports, on the channel it returns, how a turn on name went.
+	obtainAndRelease := func(name string) <-chan error {
+		result := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			l, err := c.Obtain(ctx, name, time.Minute, wait)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			result <- err
+		}()
+		return result
+	}
+
+	// A waiter for the held lock subscribes, on a new connection: its dial stalls.
+	waiting := obtainAndRelease(held)
+	<-h.stalled
+
+	// Meanwhile the free lock is had and let go, over the connection already pooled. (If it
+	// waits for the stalled dial instead, the guard below lets the dial go, so that the test
+	// fails rather than hangs.)
+	done := obtainAndRelease(free)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("another lock while the subscription stalls: %v", err)
+		}
+	case <-time.After(guard):
+		unstall.Do(func() { close(h.release) })
+		t.Errorf("another lock of the client waited for the stalled subscription (%v, released after %v)", <-done, guard)
+	}
+	h.armed.Store(false)
+	unstall.Do(func() { close(h.release) })
+	release(t, holder) // the waiter gets it once the subscription is through, or by its timer
+	if err := <-waiting; err != nil {
+		t.Errorf("the waiter behind the stalled subscription: %v", err)
 	}
 }

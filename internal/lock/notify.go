@@ -40,13 +40,19 @@ func (c *Client) subscribe(ctx context.Context) error {
 	}
 }
 
+// startSubscription starts the subscription's goroutine, which subscribes. c.mu is held: the
+// caller must not wait on Redis here, as every lock of the client shares that mutex, so the
+// PubSub is made without a channel (no I/O) and the goroutine does the subscribing.
 func (c *Client) startSubscription() *subscription {
 	pattern := channelPrefix + escapeGlob(c.namespace) + "*"
-	s := &subscription{ps: c.rdb.PSubscribe(context.Background(), pattern), ready: make(chan struct{}), done: make(chan struct{})}
+	s := &subscription{ps: c.rdb.PSubscribe(context.Background()), ready: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := s.ps.Receive(ctx)
+		err := s.ps.PSubscribe(ctx, pattern)
+		if err == nil {
+			_, err = s.ps.Receive(ctx)
+		}
 		cancel()
 		if err != nil {
 			s.err = fmt.Errorf("lock: subscribe to %s: %w", pattern, err)

@@ -96,9 +96,12 @@ func (r *RedisLocker) WithLocks(ctx context.Context, names []string, fn func(ctx
 	return r.obtainError(ctx, err)
 }
 
-// Claim implements Locker.
+// Claim implements Locker. A claim is one SET: if Redis has not answered it within the wait
+// budget of a lock, it is not answering.
 func (r *RedisLocker) Claim(ctx context.Context, name string, ttl time.Duration) (func(), error) {
-	l, err := r.cfg.Claims.Obtain(ctx, name, ttl, &lock.Options{Fenceless: true})
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.Wait)
+	defer cancel()
+	l, err := r.cfg.Claims.Obtain(cctx, name, ttl, &lock.Options{Fenceless: true})
 	if err != nil {
 		if errors.Is(err, lock.ErrNotObtained) {
 			return nil, errClaimed

@@ -60,6 +60,10 @@ func TestWithLocksRedisFailureIsUnavailable(t *testing.T) {
 			if n := ran.Load(); n != 1 {
 				t.Errorf("the work ran %d times, want once (only while Redis was up)", n)
 			}
+			// An idempotency claim, bounded by the wait budget like the locks.
+			if _, err := locker.Claim(ctx, "claim:{1}", time.Minute); !errors.Is(err, stock.ErrUnavailable) {
+				t.Errorf("claim with Redis failing: %v, want ErrUnavailable", err)
+			}
 
 			tc.recover(srv)
 			testenv.Poll(t, 30*time.Second, "orders to go through once Redis is back", func() bool { return order() == nil })
