@@ -470,17 +470,25 @@ var errDropped = errors.New("i/o timeout (reply dropped by the test)")
 
 // TestDroppedReplyLeavesNoLock: an attempt whose script granted the lock but whose reply never
 // came back fails — and must not leave the lock held by a token nobody has, which would stop
-// everyone for the whole lease. The lock is freed, or given to the next client in line.
+// everyone for the whole lease. The lock is freed, or given to the next client in line. When
+// the clean-up is lost too, the lock stays held under that token, and the client's next attempt
+// on the name sweeps it instead of waiting out the lease (a minute, against a wait of 5 s).
 func TestDroppedReplyLeavesNoLock(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name string
-		opt  *lock.Options
-	}{{"single attempt", nil}, {"wait", &lock.Options{Wait: true}}} {
+		name        string
+		opt         *lock.Options
+		cleanupLost bool
+	}{
+		{"single attempt", nil, false},
+		{"wait", &lock.Options{Wait: true}, false},
+		{"single attempt, clean-up lost", nil, true},
+		{"wait, clean-up lost", &lock.Options{Wait: true}, true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rdb, prefix := testenv.Redis(t)
-			h := &droppedReply{}
+			h := &lostCleanup{lose: tc.cleanupLost}
 			rdb.AddHook(h)
 			name := lockName(prefix, "dropped")
 			c := newWaitingClient(t, rdb, prefix, nil)
@@ -493,12 +501,23 @@ func TestDroppedReplyLeavesNoLock(t *testing.T) {
 			if h.armed.Load() {
 				t.Fatal("no reply was dropped: the test tested nothing")
 			}
-			if exists(t, rdb, name) {
-				t.Fatalf("the lock is held by the attempt whose reply was dropped (value %q)", value(t, rdb, name))
+			if !tc.cleanupLost {
+				if exists(t, rdb, name) {
+					t.Fatalf("the lock is held by the attempt whose reply was dropped (value %q)", value(t, rdb, name))
+				}
+				// Anyone can take it at once.
+				other := newWaitingClient(t, rdb, prefix, nil)
+				release(t, obtain(t, other, name, time.Minute, nil))
+				return
 			}
-			// Anyone can take it at once.
-			other := newWaitingClient(t, rdb, prefix, nil)
-			release(t, obtain(t, other, name, time.Minute, nil))
+			if !exists(t, rdb, name) {
+				t.Fatal("the lock is free: the clean-up was not lost, and the test tests nothing")
+			}
+			l, err := c.Obtain(ctx, name, time.Minute, &lock.Options{Wait: true})
+			if err != nil {
+				t.Fatalf("next Obtain with the orphaned lock still on its lease: %v", err)
+			}
+			release(t, l)
 		})
 	}
 }
@@ -645,5 +664,33 @@ func TestStalledSubscriptionBlocksNoOtherLock(t *testing.T) {
 	release(t, holder) // the waiter gets it once the subscription is through, or by its timer
 	if err := <-waiting; err != nil {
 		t.Errorf("the waiter behind the stalled subscription: %v", err)
+	}
+}
+
+// lostCleanup is droppedReply that, with lose, also fails the next script, the attempt's
+// clean-up, without running it: an attempt that took the lock, whose caller never learned it,
+// and whose clean-up never reached Redis — what a paused Redis can leave when it runs them in
+// the wrong order.
+type lostCleanup struct {
+	droppedReply
+	lose    bool
+	dropped atomic.Bool // the reply was dropped; the next script is the clean-up
+}
+
+func (h *lostCleanup) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	dropping := h.droppedReply.ProcessHook(next)
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name != "evalsha" && name != "eval" {
+			return next(ctx, cmd)
+		}
+		if h.lose && h.dropped.CompareAndSwap(true, false) {
+			return errors.New("connection reset (clean-up lost by the test)")
+		}
+		armed := h.armed.Load()
+		err := dropping(ctx, cmd)
+		if armed && !h.armed.Load() {
+			h.dropped.Store(true)
+		}
+		return err
 	}
 }

@@ -48,6 +48,9 @@ type Client struct {
 	queues map[string]*queue // by lock key: this client's waiters
 	sub    *subscription     // started on the first wait
 	closed bool
+	// orphans are, by lock key, the tokens of attempts whose outcome is unknown and whose
+	// clean-up failed too: Redis may still run them. The next attempt on the key sweeps them.
+	orphans map[string][]string
 }
 
 // Option configures a Client.
@@ -238,6 +241,7 @@ func (c *Client) obtainPolling(ctx context.Context, name string, ttl time.Durati
 	retry := opt.retry()
 	deadline, hasDeadline := ctx.Deadline()
 	how := firstTry
+	c.sweep(ctx, k)
 	for failed := 1; ; failed++ {
 		start := time.Now()
 		a, err := c.try(ctx, k, token, ttl, opt, false, false)
@@ -279,7 +283,37 @@ func attemptError(ctx context.Context, name string, err error, wasHeld bool) err
 func (c *Client) abandon(k keys, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	_ = forgetScript.Run(ctx, c.rdb, k.all(), token, "", "", c.id, k.channel).Err()
+	if err := forgetScript.Run(ctx, c.rdb, k.all(), token, "", "", c.id, k.channel).Err(); err != nil {
+		c.addOrphan(k, token)
+	}
+}
+
+// addOrphan records token as an attempt on k that Redis may still run.
+func (c *Client) addOrphan(k keys, token string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.orphans == nil {
+		c.orphans = map[string][]string{}
+	}
+	c.orphans[k.lock] = append(c.orphans[k.lock], token)
+}
+
+// sweep clears, before an attempt on k, what earlier attempts of this client may have left:
+// without it, a lock that a paused Redis granted to an attempt nobody waits for any more would
+// stop everyone until its lease ran out. Tokens it cannot sweep now are kept for the next time.
+func (c *Client) sweep(ctx context.Context, k keys) {
+	c.mu.Lock()
+	tokens := c.orphans[k.lock]
+	delete(c.orphans, k.lock)
+	c.mu.Unlock()
+	for i, token := range tokens {
+		if err := sweepScript.Run(ctx, c.rdb, k.all(), token, "", "", c.id, k.channel).Err(); err != nil {
+			for _, t := range tokens[i:] {
+				c.addOrphan(k, t)
+			}
+			return
+		}
+	}
 }
 
 // waitError classifies the end of a wait for a holder: a deadline means the lock was not

@@ -188,6 +188,7 @@ func (c *Client) contend(ctx context.Context, name string, k keys, q *queue, ttl
 			c.mu.Lock()
 			q.ticket, q.since, q.inCall = token, start, true
 			c.mu.Unlock()
+			c.sweep(ctx, k) // part of the attempt: waiters behind it wait on Redis here too
 			a, err := c.try(ctx, k, token, ttl, opt, true, listed)
 			c.mu.Lock()
 			q.inCall, q.failed = false, err != nil
@@ -263,9 +264,11 @@ func (c *Client) advance(k keys, q *queue, listed bool) {
 	if listed {
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
-		// Best effort: a ticket left behind may be given the lock once, which then expires
-		// with its lease.
-		_ = forgetScript.Run(ctx, c.rdb, k.all(), ticket, "", "", c.id, k.channel).Err()
+		// A ticket left behind may be given the lock once; the next attempt on the key
+		// sweeps it, or it expires with its lease.
+		if err := forgetScript.Run(ctx, c.rdb, k.all(), ticket, "", "", c.id, k.channel).Err(); err != nil {
+			c.addOrphan(k, ticket)
+		}
 	}
 }
 

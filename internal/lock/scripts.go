@@ -181,3 +181,22 @@ if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 1
 `)
+
+// sweepScript clears what an attempt left behind when neither its reply nor its clean-up got
+// through (a paused Redis runs both when it resumes, in an order nobody chose): if the lock
+// holds the attempt's token, it goes to the next client in line or is freed, and the client's
+// ticket is withdrawn if it still names that token. ARGV[1] the token, ARGV[4] client id,
+// ARGV[5] channel (ARGV[2..3] unused).
+var sweepScript = redis.NewScript(fenceLua + passOnLua + `
+local ticket = redis.call('HGET', KEYS[4], ARGV[4])
+if ticket and string.match(ticket, '^(%S+)') == ARGV[1] then
+  redis.call('HDEL', KEYS[4], ARGV[4])
+  redis.call('LREM', KEYS[3], 0, ARGV[4])
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if not passOn() then
+    redis.call('DEL', KEYS[1])
+  end
+end
+return 1
+`)
