@@ -97,6 +97,7 @@ func (c *Client) deliver(name string, fence int64) {
 	k := keysFor(name)
 	c.mu.Lock()
 	if q := c.queues[k.lock]; q != nil {
+		q.answered = time.Now()
 		q.delivered = &delivery{token: q.ticket, fence: fence}
 		close(q.notify)
 		q.notify = make(chan struct{})

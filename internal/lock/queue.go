@@ -164,9 +164,14 @@ func (c *Client) contend(ctx context.Context, name string, k keys, q *queue, ttl
 	} else {
 		listed = true // may be on file: leave the list when the lock is had, but try at once
 	}
+	// A head taking over a listed ticket waits to be given the lock, unless Redis has said
+	// nothing about it for a recheck: then nobody may be left to give it (a lease that ran out
+	// with no release, a grant lost in a stall), and a turn shorter than a recheck, handed on
+	// and on while requests keep coming, would otherwise never look.
+	stale := time.Since(q.answered) >= recheck
 	c.mu.Unlock()
 	subscribed := false
-	tryNow := how != contended
+	tryNow := how != contended || stale
 	wait := recheck
 	for {
 		attempted := tryNow
@@ -328,6 +333,9 @@ func (c *Client) releaseQueued(ctx context.Context, l *Lock, q *queue) error {
 		next.turn <- grant{lock: c.newLock(l.name, l.keys, token, reply[1], next.ttl, next.fenced, start)}
 		return nil
 	case reply[0] == 0:
+		c.mu.Lock()
+		q.answered = time.Now() // Redis listed the next waiter just now: it can wait to be given it
+		c.mu.Unlock()
 		next.turn <- grant{listed: true}
 		return nil
 	case reply[0] == 2:

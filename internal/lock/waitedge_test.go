@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -305,5 +306,43 @@ func TestWaitNamespace(t *testing.T) {
 			}
 			release(t, l)
 		})
+	}
+}
+
+// TestShortTurnsStillLook: the lock is held under a token nobody will release (an attempt a
+// stalled Redis ran late) for longer than a waiter waits, and this client's requests keep
+// arriving, one every 40 ms, each waiting 1 s: after the first, every head gets its turn with
+// about 40 ms left. Each takes over the listed ticket; if it only waited to be given the lock,
+// none would look again and every request would fail as long as requests kept coming, long after
+// the lease ran out (what a black-box run saw after a Redis stall). A head that has heard nothing
+// from Redis for a recheck looks.
+func TestShortTurnsStillLook(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	c := newWaitingClient(t, rdb, prefix, nil)
+	name := lockName(prefix, "short-turns")
+	if err := rdb.Set(t.Context(), name, "nobody", 2*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wait := &lock.Options{Wait: true}
+	var obtained atomic.Int32
+	var wg sync.WaitGroup
+	arrivals := time.NewTicker(40 * time.Millisecond) // the load's arrival schedule
+	defer arrivals.Stop()
+	for range 75 { // 3 s of requests; the lease runs out after 2 s
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			l, err := c.Obtain(ctx, name, time.Minute, wait)
+			if err == nil {
+				obtained.Add(1)
+				_ = l.Release(context.Background())
+			}
+		})
+		<-arrivals.C
+	}
+	wg.Wait()
+	if obtained.Load() == 0 {
+		t.Fatal("no request got the lock, although its lease ran out a second before the last one arrived")
 	}
 }
