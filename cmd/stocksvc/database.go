@@ -111,31 +111,31 @@ func newRedis(redisURL, mode string) (redis.UniversalClient, error) {
 		if opts.MasterName == "" {
 			return nil, errors.New("parse REDIS_URL for sentinel: no ?master_name=")
 		}
-		opts.ContextTimeoutEnabled = true
-		if ownDialRetries {
-			opts.DialerRetries = 1
-		}
+		tune(&opts.ContextTimeoutEnabled, &opts.DialerRetries, ownDialRetries)
 		return redis.NewFailoverClient(opts), nil
 	case "cluster":
 		opts, err := redis.ParseClusterURL(redisURL)
 		if err != nil {
 			return nil, fmt.Errorf("parse REDIS_URL for cluster: %w", err)
 		}
-		opts.ContextTimeoutEnabled = true
-		if ownDialRetries {
-			opts.DialerRetries = 1
-		}
+		tune(&opts.ContextTimeoutEnabled, &opts.DialerRetries, ownDialRetries)
 		return redis.NewClusterClient(opts), nil
 	default:
 		opts, err := redis.ParseURL(redisURL)
 		if err != nil {
 			return nil, fmt.Errorf("parse REDIS_URL: %w", err)
 		}
-		opts.ContextTimeoutEnabled = true
-		if ownDialRetries {
-			opts.DialerRetries = 1
-		}
+		tune(&opts.ContextTimeoutEnabled, &opts.DialerRetries, ownDialRetries)
 		return redis.NewClient(opts), nil
+	}
+}
+
+// tune applies the service's settings to one topology's client options: commands bounded by
+// their contexts, and one dial per command attempt unless the URL chose otherwise.
+func tune(contextTimeout *bool, dialerRetries *int, ownDialRetries bool) {
+	*contextTimeout = true
+	if ownDialRetries {
+		*dialerRetries = 1
 	}
 }
 

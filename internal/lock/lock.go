@@ -241,7 +241,10 @@ func (c *Client) obtainPolling(ctx context.Context, name string, ttl time.Durati
 	retry := opt.retry()
 	deadline, hasDeadline := ctx.Deadline()
 	how := firstTry
-	c.sweep(ctx, k)
+	c.mu.Lock()
+	orphans := c.takeOrphans(k)
+	c.mu.Unlock()
+	c.sweep(ctx, k, orphans)
 	for failed := 1; ; failed++ {
 		start := time.Now()
 		a, err := c.try(ctx, k, token, ttl, opt, false, false)
@@ -284,33 +287,35 @@ func (c *Client) abandon(k keys, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := forgetScript.Run(ctx, c.rdb, k.all(), token, "", "", c.id, k.channel).Err(); err != nil {
-		c.addOrphan(k, token)
+		c.addOrphans(k, token)
 	}
 }
 
-// addOrphan records token as an attempt on k that Redis may still run.
-func (c *Client) addOrphan(k keys, token string) {
+// addOrphans records tokens as attempts on k that Redis may still run.
+func (c *Client) addOrphans(k keys, tokens ...string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.orphans == nil {
 		c.orphans = map[string][]string{}
 	}
-	c.orphans[k.lock] = append(c.orphans[k.lock], token)
+	c.orphans[k.lock] = append(c.orphans[k.lock], tokens...)
 }
 
-// sweep clears, before an attempt on k, what earlier attempts of this client may have left:
-// without it, a lock that a paused Redis granted to an attempt nobody waits for any more would
-// stop everyone until its lease ran out. Tokens it cannot sweep now are kept for the next time.
-func (c *Client) sweep(ctx context.Context, k keys) {
-	c.mu.Lock()
+// takeOrphans removes and returns the orphans of k. c.mu is held.
+func (c *Client) takeOrphans(k keys) []string {
 	tokens := c.orphans[k.lock]
 	delete(c.orphans, k.lock)
-	c.mu.Unlock()
+	return tokens
+}
+
+// sweep clears, before an attempt on k, what earlier attempts of this client may have left
+// (tokens, taken with takeOrphans): without it, a lock that a paused Redis granted to an attempt
+// nobody waits for any more would stop everyone until its lease ran out. Tokens it cannot sweep
+// now are kept for the next time.
+func (c *Client) sweep(ctx context.Context, k keys, tokens []string) {
 	for i, token := range tokens {
 		if err := sweepScript.Run(ctx, c.rdb, k.all(), token, "", "", c.id, k.channel).Err(); err != nil {
-			for _, t := range tokens[i:] {
-				c.addOrphan(k, t)
-			}
+			c.addOrphans(k, tokens[i:]...)
 			return
 		}
 	}

@@ -192,8 +192,9 @@ func (c *Client) contend(ctx context.Context, name string, k keys, q *queue, ttl
 			// may be given to it before the reply is back: record the ticket first.
 			c.mu.Lock()
 			q.ticket, q.since, q.inCall = token, start, true
+			orphans := c.takeOrphans(k)
 			c.mu.Unlock()
-			c.sweep(ctx, k) // part of the attempt: waiters behind it wait on Redis here too
+			c.sweep(ctx, k, orphans) // part of the attempt: waiters behind it wait on Redis here too
 			a, err := c.try(ctx, k, token, ttl, opt, true, listed)
 			c.mu.Lock()
 			q.inCall, q.failed = false, err != nil
@@ -267,13 +268,8 @@ func (c *Client) advance(k keys, q *queue, listed bool) {
 	}
 	c.mu.Unlock()
 	if listed {
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		defer cancel()
-		// A ticket left behind may be given the lock once; the next attempt on the key
-		// sweeps it, or it expires with its lease.
-		if err := forgetScript.Run(ctx, c.rdb, k.all(), ticket, "", "", c.id, k.channel).Err(); err != nil {
-			c.addOrphan(k, ticket)
-		}
+		// The ticket is withdrawn (and a grant to it passed on), like an abandoned attempt.
+		c.abandon(k, ticket)
 	}
 }
 
