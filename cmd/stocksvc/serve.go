@@ -79,16 +79,15 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	store := stock.NewPGStore(deps.pool)
 	locks := lock.New(deps.rdb, lock.WithNamespace(cfg.RedisPrefix), lock.WithObserver(lockprom.New(reg, "stocksvc")))
 	defer locks.Close()
-	// Idempotency claims go through a client of their own, so that the lock metrics count
-	// product locks only.
-	locker := stock.NewRedisLocker(locks, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry,
-		Claims: lock.New(deps.rdb, lock.WithNamespace(cfg.RedisPrefix))})
+	locker := stock.NewRedisLocker(locks, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
 	svc := stock.NewService(store, locker, stock.Config{
 		Defense:     cfg.defense,
 		MaxQuantity: cfg.MaxQuantity,
-		KeyPrefix:   cfg.RedisPrefix,
-		ClaimTTL:    cfg.RequestTimeout + cfg.LockTTL,
+		QueueWait:   cfg.LockWait,
 	}, stock.NewMetrics(reg))
+	// After the HTTP server has shut down no order can arrive; Close returns once the queued
+	// ones are decided (their handlers have already been answered by then).
+	defer svc.Close()
 	api := stockhttp.New(stockhttp.Config{
 		Service:    svc,
 		AdminToken: cfg.AdminToken,

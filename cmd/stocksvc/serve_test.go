@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -147,8 +145,9 @@ func TestRunShutdownFinishesInFlightRequest(t *testing.T) {
 	in := startRun(t, env)
 	id := in.createProduct(t, env["STOCKSVC_ADMIN_TOKEN"], "in-flight", 1)
 
-	// The name the service locks a product under (stock.Service.productLock).
-	held, err := lock.New(rdb).Obtain(t.Context(), prefix+"lock:product:{"+strconv.FormatInt(id, 10)+"}", time.Minute, nil)
+	// The name the service locks a product under (stock.productLockName).
+	lockName := prefix + "lock:product:{" + strconv.FormatInt(id, 10) + "}"
+	held, err := lock.New(rdb).Obtain(t.Context(), lockName, time.Minute, nil)
 	if err != nil {
 		t.Fatalf("hold the product lock: %v", err)
 	}
@@ -185,16 +184,14 @@ func TestRunShutdownFinishesInFlightRequest(t *testing.T) {
 		}
 	}()
 
-	// The handler claims the idempotency key before it waits for the product lock, so the
-	// claim's existence proves the request is inside the server (stock.Service.claimName).
-	sum := sha256.Sum256([]byte(key))
-	claim := prefix + "idem:{" + hex.EncodeToString(sum[:16]) + "}"
+	// The order's batch waits for the product lock, which lists the replica among the lock's
+	// waiters: proof that the request is inside the server.
 	eventually(t, 10*time.Second, func() (bool, string) {
-		n, err := rdb.Exists(t.Context(), claim).Result()
+		n, err := rdb.LLen(t.Context(), lockName+":waiters").Result()
 		if err != nil {
-			t.Fatalf("look for the idempotency claim: %v", err)
+			t.Fatalf("look for the lock's waiters: %v", err)
 		}
-		return n == 1, "the order has not claimed its idempotency key " + claim
+		return n == 1, "the order's batch is not waiting for " + lockName
 	})
 
 	in.cancel()

@@ -70,22 +70,21 @@ type problemBody struct {
 
 // contractStatus is the status the contract gives each problem code.
 var contractStatus = map[string]int{
-	"invalid-request":           http.StatusUnprocessableEntity,
-	"malformed-json":            http.StatusBadRequest,
-	"unsupported-media-type":    http.StatusUnsupportedMediaType,
-	"body-too-large":            http.StatusRequestEntityTooLarge,
-	"unauthorized":              http.StatusUnauthorized,
-	"admin-disabled":            http.StatusForbidden,
-	"product-not-found":         http.StatusNotFound,
-	"order-not-found":           http.StatusNotFound,
-	"not-found":                 http.StatusNotFound,
-	"method-not-allowed":        http.StatusMethodNotAllowed,
-	"duplicate-sku":             http.StatusConflict,
-	"sold-out":                  http.StatusConflict,
-	"idempotency-key-in-flight": http.StatusConflict,
-	"idempotency-key-reused":    http.StatusUnprocessableEntity,
-	"busy":                      http.StatusTooManyRequests,
-	"unavailable":               http.StatusServiceUnavailable,
+	"invalid-request":        http.StatusUnprocessableEntity,
+	"malformed-json":         http.StatusBadRequest,
+	"unsupported-media-type": http.StatusUnsupportedMediaType,
+	"body-too-large":         http.StatusRequestEntityTooLarge,
+	"unauthorized":           http.StatusUnauthorized,
+	"admin-disabled":         http.StatusForbidden,
+	"product-not-found":      http.StatusNotFound,
+	"order-not-found":        http.StatusNotFound,
+	"not-found":              http.StatusNotFound,
+	"method-not-allowed":     http.StatusMethodNotAllowed,
+	"duplicate-sku":          http.StatusConflict,
+	"sold-out":               http.StatusConflict,
+	"idempotency-key-reused": http.StatusUnprocessableEntity,
+	"busy":                   http.StatusTooManyRequests,
+	"unavailable":            http.StatusServiceUnavailable,
 }
 
 // wantProblem checks that res is the problem the contract describes for code, answered to a
@@ -242,3 +241,19 @@ func deadEndpoint(t testing.TB) string {
 
 // repeat returns s n times; shorthand for building over-long fields.
 func repeat(s string, n int) string { return strings.Repeat(s, n) }
+
+// gaugeValue reads an unlabelled gauge from the instance's registry.
+func gaugeValue(t testing.TB, in *instance, name string) float64 {
+	t.Helper()
+	families, err := in.Registry.Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("gauge %s not found", name)
+	return 0
+}

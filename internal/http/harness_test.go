@@ -111,7 +111,7 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	svc := stock.NewService(
 		stock.NewPGStore(pool),
 		stock.NewRedisLocker(locks, stock.LockConfig{TTL: o.lockTTL, Wait: o.lockWait}),
-		stock.Config{Defense: defense, MaxQuantity: o.maxQuantity, KeyPrefix: c.prefix},
+		stock.Config{Defense: defense, MaxQuantity: o.maxQuantity, QueueWait: o.lockWait},
 		stock.NewMetrics(reg),
 	)
 	ready := o.ready
@@ -134,6 +134,7 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	srv := httptest.NewServer(api)
 	t.Cleanup(func() {
 		srv.Close()
+		svc.Close()
 		_ = locks.Close()
 		_ = rdb.Close()
 		pool.Close()

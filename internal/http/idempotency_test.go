@@ -2,27 +2,19 @@ package stockhttp_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/stocksvc/stocksvc/internal/lock"
+	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
 // Contract: the Idempotency-Key header of POST /v1/orders.
 
 func keyHeader(key string) map[string]string {
 	return map[string]string{"Idempotency-Key": key}
-}
-
-// claimName is the Redis lock a request holds on its idempotency key while it runs (see
-// stock.Service.claimName).
-func claimName(prefix, key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return prefix + "idem:{" + hex.EncodeToString(sum[:16]) + "}"
 }
 
 func TestIdempotentReplay(t *testing.T) {
@@ -98,28 +90,71 @@ func TestIdempotencyKeyReused(t *testing.T) {
 	wantUntouched(t, in.URL, b, 10)
 }
 
-func TestIdempotencyKeyInFlight(t *testing.T) {
+// TestIdempotencyKeyWhileFirstIsQueued sends the same keyed request twice while the product's
+// lock is held elsewhere, so that both wait in the replica's queue — and, behind a first batch
+// that is already waiting for the lock, in the same batch. The second is answered with the
+// first's order, replayed: one sale, and nobody told to come back later.
+func TestIdempotencyKeyWhileFirstIsQueued(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	in := c.start(t, instanceOptions{})
-	id := createProduct(t, in.URL, "in-flight", 10)
-	const key = "slow-key"
-	body := newOrder("c", orderItem{id, 1})
+	in := c.start(t, instanceOptions{lockWait: 10 * time.Second})
+	id := createProduct(t, in.URL, "queued-key", 10)
+	lockName := c.prefix + "lock:product:{" + itoa(id) + "}"
+	release := holdLock(t, in, lockName, nil)
 
-	// Another request holds the key, as the service would while it works.
-	release := holdLock(t, in, claimName(c.prefix, key), &lock.Options{Fenceless: true})
-	res := postOrder(t, in.URL, body, keyHeader(key))
-	wantProblem(t, res, "idempotency-key-in-flight", "/v1/orders")
-	wantRetryAfter(t, res)
-	wantUntouched(t, in.URL, id, 10)
+	// Requests run in goroutines, which must not stop the test: they hand back their errors.
+	type answer struct {
+		res response
+		err error
+	}
+	post := func(body any, header map[string]string, out chan<- answer) {
+		res, err := send(context.Background(), http.DefaultClient,
+			request{Method: http.MethodPost, URL: in.URL + "/v1/orders", Body: body, Header: header})
+		out <- answer{res, err}
+	}
+	got := func(ch <-chan answer) response {
+		t.Helper()
+		a := <-ch
+		if a.err != nil {
+			t.Fatalf("order: %v", a.err)
+		}
+		return a.res
+	}
 
-	// The in-flight answer stored nothing: once the key is free the request runs.
+	// A first order's batch begins and waits for the lock: its replica is listed as waiting.
+	first := make(chan answer, 1)
+	go post(newOrder("first", orderItem{id, 1}), nil, first)
+	testenv.Poll(t, 10*time.Second, "the first batch to wait for the lock", func() bool {
+		n, err := in.Redis.LLen(context.Background(), lockName+":waiters").Result()
+		return err == nil && n == 1
+	})
+
+	const key = "queued-key"
+	body := newOrder("c", orderItem{id, 2})
+	twins := make(chan answer, 2)
+	for range 2 {
+		go post(body, keyHeader(key), twins)
+	}
+	testenv.Poll(t, 10*time.Second, "both keyed orders to be queued", func() bool {
+		return gaugeValue(t, in, "stocksvc_orders_queued") == 2
+	})
 	release()
-	res = postOrder(t, in.URL, body, keyHeader(key))
-	wantJSON(t, res, http.StatusCreated, nil)
-	wantHeader(t, res, "Idempotent-Replayed", "")
-	if a := audit(t, in.URL, id); a.Sold != 1 {
-		t.Errorf("audit = %+v, want one sale", a)
+
+	wantJSON(t, got(first), http.StatusCreated, nil)
+	var a, b orderBody
+	resA, resB := got(twins), got(twins)
+	wantJSON(t, resA, http.StatusCreated, &a)
+	wantJSON(t, resB, http.StatusCreated, &b)
+	if a.ID != b.ID {
+		t.Errorf("the two requests with one key got orders %s and %s, want one order", a.ID, b.ID)
+	}
+	replayed := []string{resA.Header.Get("Idempotent-Replayed"), resB.Header.Get("Idempotent-Replayed")}
+	slices.Sort(replayed)
+	if !slices.Equal(replayed, []string{"", "true"}) {
+		t.Errorf("Idempotent-Replayed headers = %q, want one fresh answer and one replay", replayed)
+	}
+	if a := audit(t, in.URL, id); a.Sold != 3 || a.Stock != 7 {
+		t.Errorf("audit = %+v, want 3 sold: 1 to the first order, 2 once to the key", a)
 	}
 }
 
@@ -253,7 +288,7 @@ func TestIdempotencyConcurrent(t *testing.T) {
 	wg.Wait()
 
 	orderIDs := map[string]int{}
-	fresh, replayed, inFlight := 0, 0, 0
+	fresh, replayed := 0, 0
 	for i, res := range results {
 		if errs[i] != nil {
 			t.Errorf("request %d: %v", i, errs[i])
@@ -269,14 +304,11 @@ func TestIdempotencyConcurrent(t *testing.T) {
 			} else {
 				fresh++
 			}
-		case http.StatusConflict:
-			wantProblem(t, res, "idempotency-key-in-flight", "/v1/orders")
-			inFlight++
 		default:
-			t.Errorf("request %d: status %d, want 201 or 409: %s", i, res.Status, res.Body)
+			t.Errorf("request %d: status %d, want 201: %s", i, res.Status, res.Body)
 		}
 	}
-	t.Logf("%d created, %d replayed, %d in flight", fresh, replayed, inFlight)
+	t.Logf("%d created, %d replayed", fresh, replayed)
 	if fresh != 1 {
 		t.Errorf("%d responses created an order, want exactly 1", fresh)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 
@@ -40,23 +41,22 @@ type problemType struct {
 }
 
 var problemTypes = map[string]problemType{
-	"invalid-request":           {422, "Invalid request", "A field breaks a rule; `field` names it and `detail` says which rule."},
-	"malformed-json":            {400, "Malformed JSON", "The body is not a JSON object of the expected shape: a syntax error, a wrong type, an unknown field, or trailing data."},
-	"unsupported-media-type":    {415, "Unsupported media type", "Request bodies must be sent as Content-Type: application/json."},
-	"body-too-large":            {413, "Body too large", "Request bodies are limited to 1 MiB."},
-	"unauthorized":              {401, "Unauthorized", "Admin routes need Authorization: Bearer <STOCKSVC_ADMIN_TOKEN>."},
-	"admin-disabled":            {403, "Admin disabled", "No STOCKSVC_ADMIN_TOKEN is configured, so admin routes are off."},
-	"product-not-found":         {404, "Product not found", "No product has this id; `product_id` names it when known."},
-	"order-not-found":           {404, "Order not found", "No order has this id."},
-	"not-found":                 {404, "Not found", "No route matches this path."},
-	"method-not-allowed":        {405, "Method not allowed", "The route exists but not for this method; see the Allow header."},
-	"duplicate-sku":             {409, "Duplicate SKU", "Another product already uses this SKU."},
-	"sold-out":                  {409, "Sold out", "Not enough stock for the order; nothing was sold. `product_id` names the product that is short."},
-	"idempotency-key-in-flight": {409, "Idempotency key in flight", "A request with this Idempotency-Key is still being processed; retry after it finishes."},
-	"idempotency-key-reused":    {422, "Idempotency key reused", "This Idempotency-Key was first used with a different request body."},
-	"busy":                      {429, "Busy", "The product is contended and the order could not be attempted in time; nothing was sold. Retry after Retry-After seconds."},
-	"unavailable":               {503, "Unavailable", "Postgres or Redis could not be reached, the request timed out, or the replica is still starting. Retry after Retry-After seconds."},
-	"internal":                  {500, "Internal error", "Something unexpected failed; the request id identifies it in the logs."},
+	"invalid-request":        {422, "Invalid request", "A field breaks a rule; `field` names it and `detail` says which rule."},
+	"malformed-json":         {400, "Malformed JSON", "The body is not a JSON object of the expected shape: a syntax error, a wrong type, an unknown field, or trailing data."},
+	"unsupported-media-type": {415, "Unsupported media type", "Request bodies must be sent as Content-Type: application/json."},
+	"body-too-large":         {413, "Body too large", "Request bodies are limited to 1 MiB."},
+	"unauthorized":           {401, "Unauthorized", "Admin routes need Authorization: Bearer <STOCKSVC_ADMIN_TOKEN>."},
+	"admin-disabled":         {403, "Admin disabled", "No STOCKSVC_ADMIN_TOKEN is configured, so admin routes are off."},
+	"product-not-found":      {404, "Product not found", "No product has this id; `product_id` names it when known."},
+	"order-not-found":        {404, "Order not found", "No order has this id."},
+	"not-found":              {404, "Not found", "No route matches this path."},
+	"method-not-allowed":     {405, "Method not allowed", "The route exists but not for this method; see the Allow header."},
+	"duplicate-sku":          {409, "Duplicate SKU", "Another product already uses this SKU."},
+	"sold-out":               {409, "Sold out", "Not enough stock for the order; nothing was sold. `product_id` names the product that is short."},
+	"idempotency-key-reused": {422, "Idempotency key reused", "This Idempotency-Key was first used with a different request body."},
+	"busy":                   {429, "Busy", "The product is contended and the order could not be attempted in time; nothing was sold. Retry after Retry-After seconds."},
+	"unavailable":            {503, "Unavailable", "Postgres or Redis could not be reached, the request timed out, or the replica is still starting. Retry after Retry-After seconds."},
+	"internal":               {500, "Internal error", "Something unexpected failed; the request id identifies it in the logs."},
 }
 
 func newProblem(code, detail string) *problem {
@@ -89,6 +89,7 @@ func problemFor(err error) *problem {
 		invalid   *stock.ValidationError
 		soldOut   *stock.SoldOutError
 		noProduct *stock.ProductNotFoundError
+		busy      *stock.BusyError
 	)
 	switch {
 	case errors.As(err, &reqErr):
@@ -116,9 +117,9 @@ func problemFor(err error) *problem {
 		return newProblem("duplicate-sku", "another product already uses this sku")
 	case errors.Is(err, stock.ErrIdempotencyKeyReused):
 		return newProblem("idempotency-key-reused", "this Idempotency-Key was first used with a different request")
-	case errors.Is(err, stock.ErrIdempotencyKeyInFlight):
-		p := newProblem("idempotency-key-in-flight", "a request with this Idempotency-Key is still in flight")
-		p.retryAfter = 1
+	case errors.As(err, &busy):
+		p := newProblem("busy", "the product is contended; nothing was sold, try again")
+		p.retryAfter = max(1, int(math.Ceil(busy.RetryAfter.Seconds())))
 		return p
 	case errors.Is(err, stock.ErrBusy):
 		p := newProblem("busy", "the product is contended; nothing was sold, try again")

@@ -73,6 +73,10 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	return c
 }
 
+// Namespace returns the prefix given with WithNamespace: the one the names of the client's
+// locks start with.
+func (c *Client) Namespace() string { return c.namespace }
+
 // Close stops the client's release subscription, if it has one. Waiters still waiting fall
 // back to timers at the holder's remaining lease. Locks are not released.
 func (c *Client) Close() error {

@@ -3,6 +3,7 @@ package stock
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 var (
@@ -27,19 +28,29 @@ var (
 	// ErrIdempotencyKeyReused means the idempotency key was first used with a different
 	// request.
 	ErrIdempotencyKeyReused = errors.New("stock: idempotency key reused with a different request")
-	// ErrIdempotencyKeyInFlight means a request with the same idempotency key is being
-	// processed right now, possibly by another replica.
-	ErrIdempotencyKeyInFlight = errors.New("stock: idempotency key in flight")
 	// ErrLockLost means a lock lease ended while its holder was working, and a defense layer
 	// refused the holder's write; nothing was sold.
 	ErrLockLost = errors.New("stock: lock lost")
+	// ErrConflict means a write was refused because what it was decided from no longer holds:
+	// a condition of its UPDATE matched no row (the row changed since it was read), or another
+	// request stored an outcome under one of its idempotency keys first. Nothing was written;
+	// the batch is decided again from a fresh read.
+	ErrConflict = errors.New("stock: write conflict")
 )
 
-// errVersionConflict means the row changed between read and write; the purchase is retried.
-var errVersionConflict = errors.New("stock: version conflict")
+// BusyError is ErrBusy with a hint of when trying again is worth it.
+type BusyError struct {
+	// RetryAfter is how long the product's queue is expected to take to drain.
+	RetryAfter time.Duration
+	Reason     string
+}
 
-// errIdempotencyKeyTaken means another request stored an outcome under the same key first.
-var errIdempotencyKeyTaken = errors.New("stock: idempotency key taken")
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("stock: busy: %s (retry after %v)", e.Reason, e.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrBusy) hold.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 
 // ValidationError names the field that breaks a rule.
 type ValidationError struct {
@@ -97,8 +108,8 @@ const (
 )
 
 // CaughtError reports that a defense layer refused a write that an earlier layer let through.
-// It wraps what the refusal means for the order: a version conflict (retried), ErrLockLost or a
-// *SoldOutError.
+// It wraps what the refusal means for the batch: ErrConflict (decided again from a fresh read)
+// or ErrLockLost (nothing sold; the orders are answered busy).
 type CaughtError struct {
 	Layer     Layer
 	ProductID int64

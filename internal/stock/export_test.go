@@ -2,8 +2,8 @@ package stock
 
 import "context"
 
-// SetAfterRead installs a hook that runs inside the purchase transaction after a product's
-// stock was read and before it is written, so tests can open the race window at will.
-func SetAfterRead(s *PGStore, hook func(ctx context.Context, productID int64)) {
+// SetAfterRead installs a hook that runs between a batch's read and its write, so that tests can
+// open the race window at will.
+func SetAfterRead(s *Service, hook func(ctx context.Context)) {
 	s.afterRead = hook
 }

@@ -80,8 +80,9 @@ func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replic
 	}
 	svc := stock.NewService(store,
 		stock.NewRedisLocker(newLockClient(t, rdb, w.prefix), stock.LockConfig{TTL: o.lockTTL, Wait: wait}),
-		stock.Config{Defense: d, KeyPrefix: w.prefix, ConflictRetries: 50},
+		stock.Config{Defense: d, ConflictRetries: 50, QueueWait: wait},
 		stock.NewMetrics(reg))
+	t.Cleanup(svc.Close)
 	return &replica{svc: svc, store: store, registry: reg, redis: rdb, pool: pool}
 }
 
@@ -140,8 +141,8 @@ func counterValue(t testing.TB, g prometheus.Gatherer, name, label, value string
 	return 0
 }
 
-// gate holds the first purchase that reaches it inside its transaction, between the read and
-// the write, until the test opens it; every later purchase passes straight through.
+// gate holds the first batch that reaches it between its read and its write until the test
+// opens it; every later batch passes straight through.
 type gate struct {
 	once    sync.Once
 	reached chan struct{}
@@ -152,7 +153,7 @@ func newGate() *gate {
 	return &gate{reached: make(chan struct{}), open: make(chan struct{})}
 }
 
-func (g *gate) hook(ctx context.Context, _ int64) {
+func (g *gate) hook(ctx context.Context) {
 	first := false
 	g.once.Do(func() { first = true })
 	if !first {

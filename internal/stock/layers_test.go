@@ -15,9 +15,10 @@ import (
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
-// Each test below opens the race window by hand: purchase A reads the stock and is held at the
-// gate; purchase B runs to completion; then A resumes and tries to write. Exactly one layer is
-// on, so the layer that refuses A's write is the one under test.
+// Each test below opens the race window by hand: A's batch reads the stock and is held at the
+// gate; purchase B runs to completion on another replica; then A resumes and tries to write.
+// Exactly one layer is on, so the layer that refuses A's write is the one under test; A's batch
+// then reads again and is decided from what is left.
 
 // race runs the A/B interleaving and returns A's and B's results.
 func race(t *testing.T, a, b *replica, g *gate, reqA, reqB stock.OrderRequest, between func()) (resA, resB error) {
@@ -48,7 +49,7 @@ func TestVersionLayerCatchesConcurrentWrite(t *testing.T) {
 	a, b := w.replica(t, d, replicaOptions{}), w.replica(t, d, replicaOptions{})
 	id := createProduct(t, a, "version", 5)
 	g := newGate()
-	stock.SetAfterRead(a.store, g.hook)
+	stock.SetAfterRead(a.svc, g.hook)
 
 	errA, errB := race(t, a, b, g, order("a", one(id, 1)), order("b", one(id, 1)), nil)
 	if errA != nil || errB != nil {
@@ -69,7 +70,7 @@ func TestGuardLayerCatchesLastUnitRace(t *testing.T) {
 	a, b := w.replica(t, d, replicaOptions{}), w.replica(t, d, replicaOptions{})
 	id := createProduct(t, a, "guard", 1)
 	g := newGate()
-	stock.SetAfterRead(a.store, g.hook)
+	stock.SetAfterRead(a.svc, g.hook)
 
 	errA, errB := race(t, a, b, g, order("a", one(id, 1)), order("b", one(id, 1)), nil)
 	if errB != nil {
@@ -94,18 +95,15 @@ func TestCheckConstraintCatchesWhatNothingElseStops(t *testing.T) {
 	a, b := w.replica(t, d, replicaOptions{}), w.replica(t, d, replicaOptions{})
 	id := createProduct(t, a, "check", 1)
 	g := newGate()
-	stock.SetAfterRead(a.store, g.hook)
+	stock.SetAfterRead(a.svc, g.hook)
 
 	errA, errB := race(t, a, b, g, order("a", one(id, 1)), order("b", one(id, 1)), nil)
 	if errB != nil {
 		t.Fatalf("B: %v, want success", errB)
 	}
-	if !errors.Is(errA, stock.ErrSoldOut) {
-		t.Fatalf("A: %v, want sold out", errA)
-	}
-	var caught *stock.CaughtError
-	if !errors.As(errA, &caught) || caught.Layer != stock.LayerCheck {
-		t.Fatalf("A: %v, want it caught by the check layer", errA)
+	var sold *stock.SoldOutError
+	if !errors.As(errA, &sold) || sold.Available != 0 {
+		t.Fatalf("A: %v, want sold out with 0 available", errA)
 	}
 	if got := catches(t, a, stock.LayerCheck); got != 1 {
 		t.Errorf("check catches = %v, want 1", got)
@@ -127,7 +125,7 @@ func TestFenceCatchesHolderWhoseLockExpired(t *testing.T) {
 	b := w.replica(t, d, replicaOptions{})
 	id := createProduct(t, a, "fence", 5)
 	g := newGate()
-	stock.SetAfterRead(a.store, g.hook)
+	stock.SetAfterRead(a.svc, g.hook)
 
 	expire := func() {
 		key := fmt.Sprintf("%slock:product:{%d}", w.prefix, id)
@@ -159,7 +157,7 @@ func TestNaiveWriteOversells(t *testing.T) {
 	a, b := w.replica(t, naive, replicaOptions{}), w.replica(t, naive, replicaOptions{})
 	id := createProduct(t, a, "naive", 1)
 	g := newGate()
-	stock.SetAfterRead(a.store, g.hook)
+	stock.SetAfterRead(a.svc, g.hook)
 
 	errA, errB := race(t, a, b, g, order("a", one(id, 1)), order("b", one(id, 1)), nil)
 	if errA != nil || errB != nil {

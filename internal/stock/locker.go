@@ -4,27 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/stocksvc/stocksvc/internal/lock"
 )
 
-// Locker gives exclusive access to named resources across every replica.
+// Locker gives a holder exclusive access to products across every replica.
 type Locker interface {
-	// WithLocks runs fn while holding a lock on every name; fences[i] is the fencing token of
-	// names[i]. fn's context is cancelled if a lock is lost. It returns ErrBusy when the locks
-	// could not be had within the wait budget, ErrUnavailable (wrapped) when the lock service
-	// is unreachable, the context's error when ctx ends, and otherwise fn's error.
-	WithLocks(ctx context.Context, names []string, fn func(ctx context.Context, fences []int64) error) error
-
-	// Claim takes name for ttl without waiting. It returns a function that gives the claim
-	// back, errClaimed when someone else holds it, and ErrUnavailable (wrapped) when the lock
-	// service is unreachable.
-	Claim(ctx context.Context, name string, ttl time.Duration) (release func(), err error)
+	// WithProducts runs fn while holding the lock of every product in ids, taken in ascending
+	// id order; fences holds the fencing token of each product's lock. fn's context is
+	// cancelled if a lock is lost. It returns ErrBusy when the locks could not be had within
+	// the wait budget, ErrUnavailable (wrapped) when the lock service is unreachable, the
+	// context's error when ctx ends, and otherwise fn's error.
+	WithProducts(ctx context.Context, ids []int64, fn func(ctx context.Context, fences map[int64]int64) error) error
 }
 
-// errClaimed means a claim is held by someone else.
-var errClaimed = errors.New("stock: claimed")
+// productLockName is the name of a product's lock: the one place it is built. The prefix is the
+// lock client's namespace (STOCKSVC_REDIS_PREFIX), so that the client hears releases of exactly
+// these locks; the braces make the id the Redis Cluster hash tag.
+func productLockName(prefix string, id int64) string {
+	return prefix + "lock:product:{" + strconv.FormatInt(id, 10) + "}"
+}
 
 // RedisLocker is the Locker over package lock.
 type RedisLocker struct {
@@ -36,15 +38,11 @@ type RedisLocker struct {
 type LockConfig struct {
 	// TTL is the lease of each lock; it is refreshed while the work runs. Default 10s.
 	TTL time.Duration
-	// Wait bounds how long an order waits for its locks. Default 2s.
+	// Wait bounds how long a batch waits for its locks. Default 2s.
 	Wait time.Duration
-	// Claims is the client idempotency claims are taken with. Default: the same client as the
-	// product locks. A separate one keeps claims out of the product locks' metrics.
-	Claims *lock.Client
 	// Retry, when set, makes waiters poll Redis as it says, the way most lock libraries do.
-	// Nil (the default) waits without polling: a replica's waiters for a product queue in
-	// arrival order, only the first contends in Redis, woken by the holder's release, and a
-	// holder hands the lock straight to the next waiter of its replica (lock.Options.Wait).
+	// Nil (the default) waits without polling: clients take turns in the order they asked,
+	// each given the lock by the last holder and told by a message (lock.Options.Wait).
 	Retry lock.RetryStrategy
 }
 
@@ -60,26 +58,30 @@ func (c LockConfig) withDefaults() LockConfig {
 
 var _ Locker = (*RedisLocker)(nil)
 
-// NewRedisLocker returns a Locker that takes its locks through client.
+// NewRedisLocker returns a Locker that takes its locks through client; the lock names start
+// with the client's namespace.
 func NewRedisLocker(client *lock.Client, cfg LockConfig) *RedisLocker {
-	if cfg.Claims == nil {
-		cfg.Claims = client
-	}
 	return &RedisLocker{client: client, cfg: cfg.withDefaults()}
 }
 
-// WithLocks implements Locker. The wait budget bounds only the acquisition: once the locks are
-// held the work is detached from it and from the caller's cancellation (a purchase that has
-// started is allowed to finish so its outcome is known), and only a lost lock cancels it.
-func (r *RedisLocker) WithLocks(ctx context.Context, names []string, fn func(ctx context.Context, fences []int64) error) error {
+// WithProducts implements Locker. The wait budget bounds only the acquisition: once the locks
+// are held the work is detached from it and from the caller's cancellation (a batch that has
+// started is allowed to finish so that its outcome is known), and only a lost lock cancels it.
+func (r *RedisLocker) WithProducts(ctx context.Context, ids []int64, fn func(ctx context.Context, fences map[int64]int64) error) error {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		names[i] = productLockName(r.client.Namespace(), id)
+	}
 	waitCtx, cancel := context.WithTimeout(ctx, r.cfg.Wait)
 	defer cancel()
 	ran := false
 	err := r.client.WithLocks(waitCtx, names, r.cfg.TTL, func(ctx context.Context, locks []*lock.Lock) error {
 		ran = true
-		fences := make([]int64, len(locks))
+		fences := make(map[int64]int64, len(locks))
 		for i, l := range locks {
-			fences[i] = l.Fence()
+			fences[ids[i]] = l.Fence()
 		}
 		return fn(ctx, fences)
 	}, &lock.Options{Wait: r.cfg.Retry == nil, Retry: r.cfg.Retry, Detached: true})
@@ -89,34 +91,13 @@ func (r *RedisLocker) WithLocks(ctx context.Context, names []string, fn func(ctx
 		}
 		return err
 	}
-	// Contention is what package lock says it is: ErrNotObtained, the lock seen held (or held
-	// by a waiter of this replica) until the wait budget ran out. Anything else that ended the
-	// wait — a refused connection however long the client spent retrying it, or a budget that
-	// ran out before Redis answered at all — means Redis is unavailable, not the product busy.
-	return r.obtainError(ctx, err)
-}
-
-// Claim implements Locker. A claim is one SET: if Redis has not answered it within the wait
-// budget of a lock, it is not answering.
-func (r *RedisLocker) Claim(ctx context.Context, name string, ttl time.Duration) (func(), error) {
-	cctx, cancel := context.WithTimeout(ctx, r.cfg.Wait)
-	defer cancel()
-	l, err := r.cfg.Claims.Obtain(cctx, name, ttl, &lock.Options{Fenceless: true})
-	if err != nil {
-		if errors.Is(err, lock.ErrNotObtained) {
-			return nil, errClaimed
-		}
-		return nil, r.obtainError(ctx, err)
-	}
-	return func() { _ = l.Release(ctx) }, nil
-}
-
-// obtainError turns a failure to obtain into the package's errors: contention is ErrBusy, the
-// caller's own cancellation stays what it is, and anything else means Redis is unavailable.
-func (r *RedisLocker) obtainError(ctx context.Context, err error) error {
+	// Contention is what package lock says it is: ErrNotObtained, the lock seen held until the
+	// wait budget ran out. Anything else that ended the wait — a refused connection however
+	// long the client spent retrying it, or a budget that ran out before Redis answered at
+	// all — means Redis is unavailable, not the product busy.
 	switch {
 	case errors.Is(err, lock.ErrNotObtained):
-		return fmt.Errorf("%w: locks not obtained within %v", ErrBusy, r.cfg.Wait)
+		return &BusyError{RetryAfter: r.cfg.Wait, Reason: fmt.Sprintf("locks not obtained within %v", r.cfg.Wait)}
 	case ctx.Err() != nil:
 		return fmt.Errorf("obtain locks: %w", context.Cause(ctx))
 	default:

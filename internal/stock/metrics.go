@@ -1,6 +1,10 @@
 package stock
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics counts what the purchase path does, for Prometheus. A nil *Metrics counts nothing.
 type Metrics struct {
@@ -8,7 +12,16 @@ type Metrics struct {
 	outcomes  *prometheus.CounterVec
 	conflicts prometheus.Counter
 	units     prometheus.Counter
+
+	batchOrders   prometheus.Histogram
+	batchDuration prometheus.Histogram
+	ordersPerLock prometheus.Histogram
+	shedOrders    prometheus.Counter
+	queued        prometheus.Gauge
 }
+
+// batchSizeBuckets fit batches of one order up to the default cap of 256.
+var batchSizeBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}
 
 // NewMetrics creates the purchase metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -29,6 +42,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "stocksvc_units_sold_total",
 			Help: "Units sold in confirmed orders.",
 		}),
+		batchOrders: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "stocksvc_batch_orders",
+			Help:    "Orders decided together in one batch (one read, at most one write).",
+			Buckets: batchSizeBuckets,
+		}),
+		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "stocksvc_batch_duration_seconds",
+			Help:    "Time to decide one batch: lock wait, read, write, release.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5},
+		}),
+		ordersPerLock: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "stocksvc_orders_per_lock",
+			Help:    "Orders decided under one acquisition of a product's lock.",
+			Buckets: batchSizeBuckets,
+		}),
+		queued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stocksvc_orders_queued",
+			Help: "Orders waiting in this replica's product queues for their batch to begin.",
+		}),
+		shedOrders: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stocksvc_orders_shed_total",
+			Help: "Orders refused at once (429 busy) because their product's queue would not reach them within the lock wait.",
+		}),
 	}
 	// Create every series up front so dashboards show zeros rather than gaps.
 	for _, l := range []Layer{LayerVersion, LayerGuard, LayerFence, LayerCheck} {
@@ -37,7 +73,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, o := range allOutcomes {
 		m.outcomes.WithLabelValues(o)
 	}
-	reg.MustRegister(m.catches, m.outcomes, m.conflicts, m.units)
+	reg.MustRegister(m.catches, m.outcomes, m.conflicts, m.units, m.batchOrders, m.batchDuration, m.ordersPerLock, m.shedOrders, m.queued)
 	return m
 }
 
@@ -75,5 +111,29 @@ func (m *Metrics) conflict() {
 func (m *Metrics) sold(units int64) {
 	if m != nil {
 		m.units.Add(float64(units))
+	}
+}
+
+// batch records one batch of orders; locked says it was decided under the products' locks.
+func (m *Metrics) batch(orders int, took time.Duration, locked bool) {
+	if m != nil {
+		m.batchOrders.Observe(float64(orders))
+		m.batchDuration.Observe(took.Seconds())
+		if locked {
+			m.ordersPerLock.Observe(float64(orders))
+		}
+	}
+}
+
+func (m *Metrics) shed() {
+	if m != nil {
+		m.shedOrders.Inc()
+	}
+}
+
+// queue records orders joining (n > 0) or leaving (n < 0) the product queues.
+func (m *Metrics) queue(n int) {
+	if m != nil {
+		m.queued.Add(float64(n))
 	}
 }

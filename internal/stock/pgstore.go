@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"time"
 
@@ -11,17 +13,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
 )
-
-// errNoRecord means no idempotency record exists under the key.
-var errNoRecord = errors.New("stock: no idempotency record")
 
 // PGStore is the Store on Postgres.
 type PGStore struct {
 	pool *pgxpool.Pool
-	// afterRead, when set, runs inside the purchase transaction right after a product's stock
-	// was read and before it is written. Tests use it to open the race window at will.
-	afterRead func(ctx context.Context, productID int64)
 }
 
 var _ Store = (*PGStore)(nil)
@@ -64,7 +61,7 @@ func (s *PGStore) Product(ctx context.Context, id int64) (Product, error) {
 // Restock implements Store.
 func (s *PGStore) Restock(ctx context.Context, id, quantity, fence int64) (Product, error) {
 	var prod Product
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, "restock", func(tx pgx.Tx) error {
 		// Without a lock (fence 0) the fence is neither checked nor moved.
 		fenceCheck := ""
 		if fence > 0 {
@@ -89,9 +86,28 @@ func (s *PGStore) Restock(ctx context.Context, id, quantity, fence int64) (Produ
 		return nil
 	})
 	if err != nil {
-		return Product{}, commitError("restock", err)
+		return Product{}, err
 	}
 	return prod, nil
+}
+
+// inTx runs fn in a transaction. fn returns the package's errors (it maps its own driver errors
+// with dbError); beginning and committing are mapped here.
+func (s *PGStore) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return dbError(op+": begin", err)
+	}
+	if err := fn(tx); err != nil {
+		// A rollback that fails leaves nothing behind: Postgres ends the transaction when
+		// the connection goes, and the pool drops a connection it could not roll back.
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return dbError(op+": commit", err)
+	}
+	return nil
 }
 
 // restockRefusal explains why a restock updated no row: the product is missing, or a holder
@@ -106,21 +122,6 @@ func (s *PGStore) restockRefusal(ctx context.Context, tx pgx.Tx, id, fence int64
 		return dbError("restock", err)
 	}
 	return &CaughtError{Layer: LayerFence, ProductID: id, Err: fmt.Errorf("%w: fence %d is older than %d", ErrLockLost, fence, current)}
-}
-
-// StockLevels implements Store.
-func (s *PGStore) StockLevels(ctx context.Context, ids []int64) (map[int64]int64, error) {
-	rows, _ := s.pool.Query(ctx, `SELECT id, stock FROM products WHERE id = ANY($1)`, ids)
-	levels := make(map[int64]int64, len(ids))
-	var id, stock int64
-	_, err := pgx.ForEachRow(rows, []any{&id, &stock}, func() error {
-		levels[id] = stock
-		return nil
-	})
-	if err != nil {
-		return nil, dbError("read stock levels", err)
-	}
-	return levels, nil
 }
 
 // Audit implements Store.
@@ -161,188 +162,6 @@ func (s *PGStore) Order(ctx context.Context, id uuid.UUID) (Order, error) {
 	return o, nil
 }
 
-// PlaceOrder implements Store.
-func (s *PGStore) PlaceOrder(ctx context.Context, p Purchase) (Order, error) {
-	var order Order
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		for i, item := range p.Items {
-			var fence int64
-			if p.Fences != nil {
-				fence = p.Fences[i]
-			}
-			if err := s.take(ctx, tx, p.Defense, item, fence); err != nil {
-				return err
-			}
-		}
-		var err error
-		order, err = insertOrder(ctx, tx, p)
-		return err
-	})
-	if err != nil {
-		return Order{}, commitError("place order", err)
-	}
-	return order, nil
-}
-
-// take decrements one product's stock inside the purchase transaction, under the conditions
-// the defense selects, and explains any refusal by the layer that made it.
-func (s *PGStore) take(ctx context.Context, tx pgx.Tx, d Defense, item Item, fence int64) error {
-	var stock, version int64
-	err := tx.QueryRow(ctx, `SELECT stock, version FROM products WHERE id = $1`, item.ProductID).Scan(&stock, &version)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return &ProductNotFoundError{ProductID: item.ProductID}
-	}
-	if err != nil {
-		return dbError("read stock", err)
-	}
-	if s.afterRead != nil {
-		s.afterRead(ctx, item.ProductID)
-	}
-	// The read is the first check; under the lock it is the one that answers "sold out" in
-	// the normal course. The layers below catch what slipped past it.
-	if stock < item.Quantity {
-		return &SoldOutError{ProductID: item.ProductID, Requested: item.Quantity, Available: stock}
-	}
-
-	sql, args := decrementSQL(d, item, stock, version, fence)
-	tag, err := tx.Exec(ctx, sql, args...)
-	if constraintViolated(err, "23514", "products_stock_nonnegative") {
-		return &CaughtError{Layer: LayerCheck, ProductID: item.ProductID,
-			Err: &SoldOutError{ProductID: item.ProductID, Requested: item.Quantity, Available: stock}}
-	}
-	if err != nil {
-		return dbError("decrement stock", err)
-	}
-	if tag.RowsAffected() == 1 {
-		return nil
-	}
-	return refusal(ctx, tx, d, item, version, fence)
-}
-
-// decrementSQL builds the conditional UPDATE for the selected layers. The naive variant writes
-// back the stock computed from the read, which is precisely what loses concurrent updates.
-func decrementSQL(d Defense, item Item, readStock, readVersion, fence int64) (string, []any) {
-	if d.Naive() {
-		return `UPDATE products SET stock = $2, version = version + 1, updated_at = now() WHERE id = $1`,
-			[]any{item.ProductID, readStock - item.Quantity}
-	}
-	args := []any{item.ProductID, item.Quantity}
-	set := `stock = stock - $2, version = version + 1, updated_at = now()`
-	var where strings.Builder
-	where.WriteString(`id = $1`)
-	if d.Version {
-		args = append(args, readVersion)
-		fmt.Fprintf(&where, ` AND version = $%d`, len(args))
-	}
-	if d.Guard {
-		where.WriteString(` AND stock >= $2`)
-	}
-	if d.Lock {
-		args = append(args, fence)
-		set += fmt.Sprintf(`, fence = $%d`, len(args))
-		fmt.Fprintf(&where, ` AND fence <= $%d`, len(args))
-	}
-	return `UPDATE products SET ` + set + ` WHERE ` + where.String(), args
-}
-
-// refusal re-reads a row whose conditional UPDATE matched nothing and names the layer that
-// refused it. Under READ COMMITTED the re-read sees the newest committed row, the one the UPDATE
-// was evaluated against after waiting for any concurrent writer.
-func refusal(ctx context.Context, tx pgx.Tx, d Defense, item Item, readVersion, fence int64) error {
-	var stock, version, current int64
-	err := tx.QueryRow(ctx, `SELECT stock, version, fence FROM products WHERE id = $1`, item.ProductID).Scan(&stock, &version, &current)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return &ProductNotFoundError{ProductID: item.ProductID}
-	}
-	if err != nil {
-		return dbError("re-read stock", err)
-	}
-	switch {
-	case d.Lock && current > fence:
-		return &CaughtError{Layer: LayerFence, ProductID: item.ProductID,
-			Err: fmt.Errorf("%w: fence %d is older than %d", ErrLockLost, fence, current)}
-	case d.Version && version != readVersion:
-		return &CaughtError{Layer: LayerVersion, ProductID: item.ProductID,
-			Err: fmt.Errorf("%w: read version %d, now %d", errVersionConflict, readVersion, version)}
-	case d.Guard && stock < item.Quantity:
-		return &CaughtError{Layer: LayerGuard, ProductID: item.ProductID,
-			Err: &SoldOutError{ProductID: item.ProductID, Requested: item.Quantity, Available: stock}}
-	default:
-		// The row moved on again between the UPDATE and the re-read; try afresh.
-		return fmt.Errorf("%w: row changed during the check", errVersionConflict)
-	}
-}
-
-// insertOrder writes the order, its items and its idempotency record in one round trip.
-func insertOrder(ctx context.Context, tx pgx.Tx, p Purchase) (Order, error) {
-	ids := make([]int64, len(p.Items))
-	qtys := make([]int64, len(p.Items))
-	for i, it := range p.Items {
-		ids[i], qtys[i] = it.ProductID, it.Quantity
-	}
-	batch := &pgx.Batch{}
-	order := Order{ID: p.OrderID, CustomerID: p.CustomerID, Status: OrderStatusConfirmed, Items: p.Items}
-	batch.Queue(`INSERT INTO orders (id, customer_id, status) VALUES ($1, $2, $3) RETURNING created_at`,
-		p.OrderID, p.CustomerID, OrderStatusConfirmed).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&order.CreatedAt)
-	})
-	batch.Queue(`INSERT INTO order_items (order_id, product_id, quantity)
-	             SELECT $1::uuid, * FROM unnest($2::bigint[], $3::bigint[])`, p.OrderID, ids, qtys)
-	if rec := p.Idempotency; rec != nil {
-		batch.Queue(`INSERT INTO idempotency_keys (key, fingerprint, outcome, order_id) VALUES ($1, $2, $3, $4)`,
-			rec.Key, rec.Fingerprint, outcomeRecordConfirmed, p.OrderID)
-	}
-	err := tx.SendBatch(ctx, batch).Close()
-	if constraintViolated(err, "23505", "idempotency_keys_pkey") {
-		return Order{}, errIdempotencyKeyTaken
-	}
-	if err != nil {
-		return Order{}, dbError("insert order", err)
-	}
-	return order, nil
-}
-
-// IdempotencyRecord implements Store.
-func (s *PGStore) IdempotencyRecord(ctx context.Context, key string) (IdempotencyRecord, error) {
-	rec := IdempotencyRecord{Key: key}
-	var orderID *uuid.UUID
-	var productID, requested, available *int64
-	err := s.pool.QueryRow(ctx, `
-		SELECT fingerprint, outcome, order_id, product_id, requested, available
-		  FROM idempotency_keys WHERE key = $1`, key).
-		Scan(&rec.Fingerprint, &rec.Outcome, &orderID, &productID, &requested, &available)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return IdempotencyRecord{}, errNoRecord
-	}
-	if err != nil {
-		return IdempotencyRecord{}, dbError("get idempotency record", err)
-	}
-	if orderID != nil {
-		rec.OrderID = *orderID
-	}
-	rec.ProductID, rec.Requested, rec.Available = deref(productID), deref(requested), deref(available)
-	return rec, nil
-}
-
-func deref(p *int64) int64 {
-	if p == nil {
-		return 0
-	}
-	return *p
-}
-
-// SaveRefusal implements Store.
-func (s *PGStore) SaveRefusal(ctx context.Context, rec IdempotencyRecord) error {
-	_, err := s.pool.Exec(ctx, `
-		INSERT INTO idempotency_keys (key, fingerprint, outcome, product_id, requested, available)
-		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (key) DO NOTHING`,
-		rec.Key, rec.Fingerprint, outcomeRecordSoldOut, rec.ProductID, rec.Requested, rec.Available)
-	if err != nil {
-		return dbError("save refusal", err)
-	}
-	return nil
-}
-
 // PurgeIdempotencyKeys implements Store.
 func (s *PGStore) PurgeIdempotencyKeys(ctx context.Context, cutoff time.Time) (int64, error) {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < $1`, cutoff)
@@ -358,45 +177,40 @@ func constraintViolated(err error, code, constraint string) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == code && pgErr.ConstraintName == constraint
 }
 
-// dbError translates a driver error into the package's errors, keeping the chain for logs.
-// Errors the store already produced pass through unchanged.
+// dbError translates a driver error into the package's errors, keeping the chain for logs:
+// Postgres's own refusals by their SQLSTATE class, and failures to reach Postgres at all as
+// ErrUnavailable. Anything else — a bug, such as a value pgx cannot encode — stays what it is
+// and becomes a 500, not a misleading 503.
 func dbError(op string, err error) error {
-	if isDomainError(err) {
-		return err
-	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	switch {
+	case errors.As(err, &pgErr):
 		switch {
 		case pgErr.Code == "55P03", pgErr.Code == "40001", pgErr.Code == "40P01":
 			// lock_timeout, serialization failure, deadlock: contention, worth a retry.
 			return fmt.Errorf("%w: %s: %w", ErrBusy, op, err)
-		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "57"), pgErr.Code == "53300":
+		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "57"), strings.HasPrefix(pgErr.Code, "53"):
 			// Connection exceptions, operator intervention (shutdown, statement timeout),
-			// too many connections.
+			// insufficient resources (too many connections, disk full).
 			return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 		}
 		return fmt.Errorf("%s: %w", op, err)
-	}
-	if errors.Is(err, context.Canceled) {
+	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("%s: %w", op, err)
+	case unreachable(err):
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 	}
-	// Dial failures, broken connections, pool exhaustion and deadlines: Postgres did not
-	// answer.
-	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+	return fmt.Errorf("%s: %w", op, err)
 }
 
-// commitError is dbError for the end of a transaction. A failure while committing leaves the
-// outcome unknown to us; the message says so, and an idempotency key makes the retry safe.
-func commitError(op string, err error) error {
-	if isDomainError(err) || errors.Is(err, errVersionConflict) || errors.Is(err, errIdempotencyKeyTaken) {
-		return err
-	}
-	return dbError(op, err)
-}
-
-func isDomainError(err error) bool {
-	var caught *CaughtError
-	return errors.As(err, &caught) ||
-		errors.Is(err, ErrProductNotFound) || errors.Is(err, ErrSoldOut) || errors.Is(err, ErrBusy) ||
-		errors.Is(err, ErrUnavailable) || errors.Is(err, ErrLockLost) || errors.Is(err, ErrDuplicateSKU)
+// unreachable reports whether err says Postgres could not be reached or did not answer: a
+// failed dial, a broken or closed connection, a deadline, a closed pool.
+func unreachable(err error) bool {
+	var (
+		connectErr *pgconn.ConnectError
+		netErr     net.Error
+	)
+	return errors.As(err, &connectErr) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, puddle.ErrClosedPool)
 }

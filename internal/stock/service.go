@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -34,26 +32,31 @@ type Config struct {
 	Defense Defense
 	// MaxQuantity is the most units of one product an order may ask for. Default 10.
 	MaxQuantity int64
-	// KeyPrefix starts every lock name, so that several deployments (or tests) can share one
-	// Redis. Default "stocksvc:".
-	KeyPrefix string
-	// PurchaseTimeout bounds the database work of one purchase once its locks are held.
+	// PurchaseTimeout bounds the database work of one batch once its locks are held.
 	// Default 5s.
 	PurchaseTimeout time.Duration
-	// ConflictRetries is how many times a purchase is retried after a version conflict before
-	// the order is refused as busy. Default 8.
+	// ConflictRetries is how many times a batch is decided again after its write was refused
+	// (a version conflict, say) before its orders are answered busy. Default 8.
 	ConflictRetries int
-	// ClaimTTL is the longest a request can keep its idempotency key marked in flight; it
-	// must outlast the longest request. Default 30s.
-	ClaimTTL time.Duration
+	// QueueWait is the longest an order may expect to wait in its product's queue before its
+	// batch begins; an order that would wait longer is refused busy at once. Use the lock wait:
+	// a batch that begins later than that would likely not get the lock in time either.
+	// Default 2s.
+	QueueWait time.Duration
+	// MaxBatchOrders caps the orders decided in one batch. Default 256: enough that a batch
+	// carries every order that gathered while the previous one committed at the highest rates
+	// measured (docs/benchmarks.md), small enough that one batch's write stays a few
+	// milliseconds, far inside the lock lease and the latency budget.
+	MaxBatchOrders int
+	// MaxBatchUnits caps the units one batch takes, so that one batch's decrement stays
+	// bounded whatever MaxQuantity allows. Default MaxBatchOrders × MaxQuantity: at the default
+	// settings the order cap binds first.
+	MaxBatchUnits int64
 }
 
 func (c Config) withDefaults() Config {
 	if c.MaxQuantity <= 0 {
 		c.MaxQuantity = 10
-	}
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = "stocksvc:"
 	}
 	if c.PurchaseTimeout <= 0 {
 		c.PurchaseTimeout = 5 * time.Second
@@ -61,23 +64,47 @@ func (c Config) withDefaults() Config {
 	if c.ConflictRetries <= 0 {
 		c.ConflictRetries = 8
 	}
-	if c.ClaimTTL <= 0 {
-		c.ClaimTTL = 30 * time.Second
+	if c.QueueWait <= 0 {
+		c.QueueWait = 2 * time.Second
+	}
+	if c.MaxBatchOrders <= 0 {
+		c.MaxBatchOrders = 256
+	}
+	if c.MaxBatchUnits <= 0 {
+		c.MaxBatchUnits = int64(c.MaxBatchOrders) * c.MaxQuantity
 	}
 	return c
 }
 
 // Service sells stock through the defense layers its Config selects.
+//
+// An order for one product joins that product's queue on this replica (batcher.go); the queue's
+// worker decides what gathered as one batch (decide, below): under the product's lock, one read
+// of the stock and of the batch's idempotency keys, first-fit allocation in arrival order
+// (allocate.go), one write (Store.Commit). A cart — several products — is decided alone, under
+// the locks of all its products.
 type Service struct {
 	store   Store
 	locker  Locker
 	cfg     Config
 	metrics *Metrics
+	batches *batcher
+	// afterRead, when set, runs between a batch's read and its write. Tests use it to open the
+	// race window at will.
+	afterRead func(ctx context.Context)
 }
 
-// NewService returns a Service. metrics may be nil.
+// NewService returns a Service. metrics may be nil. Close it to let queued orders finish.
 func NewService(store Store, locker Locker, cfg Config, metrics *Metrics) *Service {
-	return &Service{store: store, locker: locker, cfg: cfg.withDefaults(), metrics: metrics}
+	s := &Service{store: store, locker: locker, cfg: cfg.withDefaults(), metrics: metrics}
+	s.batches = newBatcher(s.cfg.MaxBatchOrders, s.cfg.MaxBatchUnits, s.cfg.QueueWait, metrics)
+	s.batches.decide = s.decideQueued
+	return s
+}
+
+// Close refuses new orders and returns once every queued order has been decided.
+func (s *Service) Close() {
+	s.batches.close()
 }
 
 // CreateProduct validates p and stores it, with surrounding spaces trimmed from SKU and name.
@@ -136,7 +163,7 @@ func (s *Service) Order(ctx context.Context, id uuid.UUID) (Order, error) {
 }
 
 // Restock adds quantity units to product id, under the product's lock when the lock layer is
-// on (so a restock never races a purchase's read-check-write). Errors: *ValidationError,
+// on (so a restock never races a batch's read-decide-write). Errors: *ValidationError,
 // *ProductNotFoundError, ErrBusy, ErrLockLost, ErrUnavailable.
 func (s *Service) Restock(ctx context.Context, id, quantity int64) (Product, error) {
 	if quantity < 1 || quantity > MaxStock {
@@ -147,19 +174,19 @@ func (s *Service) Restock(ctx context.Context, id, quantity int64) (Product, err
 	}
 	// A product that does not exist needs no lock to say so, and taking one would leave its
 	// fencing counter behind in Redis for good.
-	levels, err := s.store.StockLevels(ctx, []int64{id})
+	snap, err := s.store.Snapshot(ctx, []int64{id}, nil)
 	if err != nil {
 		return Product{}, err
 	}
-	if _, ok := levels[id]; !ok {
+	if _, ok := snap.Levels[id]; !ok {
 		return Product{}, &ProductNotFoundError{ProductID: id}
 	}
 	var prod Product
-	err = s.locker.WithLocks(ctx, []string{s.productLock(id)}, func(ctx context.Context, fences []int64) error {
+	err = s.locker.WithProducts(ctx, []int64{id}, func(ctx context.Context, fences map[int64]int64) error {
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.PurchaseTimeout)
 		defer cancel()
 		var err error
-		prod, err = s.store.Restock(ctx, id, quantity, fences[0])
+		prod, err = s.store.Restock(ctx, id, quantity, fences[id])
 		return err
 	})
 	if layer, ok := caughtBy(err); ok {
@@ -175,11 +202,18 @@ func (s *Service) PurgeIdempotencyKeys(ctx context.Context, retention time.Durat
 
 // PlaceOrder buys every item of req, all or nothing.
 //
-// Errors: *ValidationError; *ProductNotFoundError; *SoldOutError (nothing was sold);
-// ErrIdempotencyKeyReused; ErrIdempotencyKeyInFlight; ErrBusy (contention: locks not obtained
-// in time, or version conflicts beyond the retry budget; nothing was sold); ErrLockLost (a
-// lock expired mid-purchase and a defense layer refused the write; nothing was sold);
-// ErrUnavailable (Postgres or Redis unreachable).
+// An order with an Idempotency-Key is decided once: a request with a key that already has a
+// stored outcome — stored by an earlier batch, on any replica, or by an earlier order of the
+// same batch — is answered with that outcome (Replayed), never bought again. The key's record
+// is written in the same transaction as the order, so Postgres alone keeps one order per key.
+//
+// Errors: *ValidationError; *ProductNotFoundError; *SoldOutError (nothing was sold; Replayed
+// when it is a stored answer); ErrIdempotencyKeyReused; ErrBusy (the product's queue is full,
+// its lock could not be had in time, or writes kept conflicting; nothing was sold — a
+// *BusyError says when to retry); ErrLockLost (a lock expired mid-batch and a defense layer
+// refused the write; nothing was sold); ErrUnavailable (Postgres or Redis unreachable, or the
+// outcome of the commit is unknown: retry with the same key); the context's error when the
+// caller gave up while the order was still queued (nothing was sold).
 func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderResult, err error) {
 	defer func() { s.countOutcome(res, err) }()
 
@@ -187,139 +221,194 @@ func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderRe
 	if err != nil {
 		return OrderResult{}, err
 	}
-	if req.IdempotencyKey == "" {
-		order, err := s.purchase(ctx, req.CustomerID, items, nil)
-		return OrderResult{Order: order}, err
+	t := &ticket{id: uuid.Must(uuid.NewV7()), customerID: req.CustomerID, items: items, key: req.IdempotencyKey}
+	if t.key != "" {
+		t.fingerprint = requestFingerprint(req.CustomerID, items)
 	}
-
-	fingerprint := requestFingerprint(req.CustomerID, items)
-	release, err := s.locker.Claim(ctx, s.claimName(req.IdempotencyKey), s.cfg.ClaimTTL)
-	if errors.Is(err, errClaimed) {
-		// Someone holds the key. If they have finished, what they stored is the answer.
-		res, err := s.replay(ctx, req.IdempotencyKey, fingerprint)
-		if errors.Is(err, errNoRecord) {
-			return OrderResult{}, ErrIdempotencyKeyInFlight
+	var o outcome
+	if len(items) == 1 {
+		o = s.batches.submit(ctx, items[0].ProductID, t)
+	} else {
+		ids := make([]int64, len(items))
+		for i, it := range items {
+			ids[i] = it.ProductID
 		}
-		return res, err
+		o = s.decide(ctx, ids, []*ticket{t}, nil)[0]
 	}
-	if err != nil {
-		return OrderResult{}, err
+	if o.err != nil {
+		return OrderResult{}, o.err
 	}
-	defer release()
-
-	res, err = s.replay(ctx, req.IdempotencyKey, fingerprint)
-	if !errors.Is(err, errNoRecord) {
-		return res, err
-	}
-	rec := &IdempotencyRecord{Key: req.IdempotencyKey, Fingerprint: fingerprint}
-	order, err := s.purchase(ctx, req.CustomerID, items, rec)
-	switch {
-	case errors.Is(err, errIdempotencyKeyTaken):
-		// Our claim lapsed and another request stored its outcome first; Postgres refused
-		// our duplicate, so nothing was sold twice. Answer with theirs.
-		return s.replay(ctx, req.IdempotencyKey, fingerprint)
-	case errors.Is(err, ErrSoldOut):
-		var sold *SoldOutError
-		if errors.As(err, &sold) {
-			rec.Outcome, rec.ProductID, rec.Requested, rec.Available = outcomeRecordSoldOut, sold.ProductID, sold.Requested, sold.Available
-			// Storing the refusal is best effort: if it fails, a retry is simply evaluated
-			// afresh, which is also a correct answer.
-			_ = s.store.SaveRefusal(context.WithoutCancel(ctx), *rec)
-		}
-	}
-	return OrderResult{Order: order}, err
+	return OrderResult{Order: o.order, Replayed: o.replayed}, nil
 }
 
-// precheck refuses, without taking any lock, an order that cannot succeed: a product that does
-// not exist, or one whose committed stock is already short. Stock only grows by restocks, so a
-// short read is a true answer at the moment it was read; after a flash sale sells out, this is
-// what answers the crowd, instead of every buyer queueing for the lock to learn the same thing.
-// It decides nothing for the orders it lets through: those take the whole defended path.
-func (s *Service) precheck(ctx context.Context, items []Item) error {
-	ids := make([]int64, len(items))
-	for i, it := range items {
-		ids[i] = it.ProductID
-	}
-	levels, err := s.store.StockLevels(ctx, ids)
-	if err != nil {
-		return err
-	}
-	// A product that does not exist makes the whole cart wrong, whatever else is short: it is
-	// answered first, so the answer does not depend on the order of the items.
-	for _, it := range items {
-		if _, ok := levels[it.ProductID]; !ok {
-			return &ProductNotFoundError{ProductID: it.ProductID}
+// decideQueued decides one batch of a product's queue. It runs detached from every caller: a
+// client that leaves does not cancel its batch-mates.
+func (s *Service) decideQueued(q *productQueue, tickets []*ticket) []outcome {
+	return s.decide(context.Background(), []int64{q.id}, tickets, &q.hint)
+}
+
+// decide decides tickets, which all want the products ids (ascending), and returns an outcome
+// per ticket. When the hint says so (or there is none) it first reads the stock without the
+// lock: a batch that would sell nothing — products missing, too little stock, replays — is
+// answered from that read, which is true at the moment it was made, without locking.
+// Everything that sells is decided under the products' locks.
+func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h *hint) []outcome {
+	start := time.Now()
+	if s.cfg.Defense.Lock && h.worthLooking(tickets) {
+		if outcomes, ok := s.decideWithoutLock(ctx, ids, tickets, h); ok {
+			s.metrics.batch(len(tickets), time.Since(start), false)
+			return outcomes
 		}
 	}
-	for _, it := range items {
-		if level := levels[it.ProductID]; level < it.Quantity {
-			return &SoldOutError{ProductID: it.ProductID, Requested: it.Quantity, Available: level}
+	var (
+		outcomes []outcome
+		err      error
+	)
+	if s.cfg.Defense.Lock {
+		err = s.locker.WithProducts(ctx, ids, func(ctx context.Context, fences map[int64]int64) error {
+			var err error
+			outcomes, err = s.settle(ctx, ids, tickets, fences, h)
+			return err
+		})
+	} else {
+		// Without a lock there is no lease to lose; detach from the caller so that a batch
+		// that has begun runs to a known outcome, as it does under the lock.
+		outcomes, err = s.settle(context.WithoutCancel(ctx), ids, tickets, nil, h)
+	}
+	if layer, ok := caughtBy(err); ok {
+		s.metrics.caught(layer)
+	}
+	if err != nil {
+		outcomes = make([]outcome, len(tickets))
+		for i := range outcomes {
+			outcomes[i].err = err
+		}
+	}
+	s.metrics.batch(len(tickets), time.Since(start), s.cfg.Defense.Lock)
+	return outcomes
+}
+
+// decideWithoutLock answers tickets from a read made without the lock, if that read sells
+// nothing; ok is false when something would sell, which only the lock may decide.
+func (s *Service) decideWithoutLock(ctx context.Context, ids []int64, tickets []*ticket, h *hint) (outcomes []outcome, ok bool) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.PurchaseTimeout)
+	defer cancel()
+	snap, err := s.store.Snapshot(ctx, ids, ticketKeys(tickets))
+	if err != nil {
+		return failAll(len(tickets), err), true
+	}
+	a := allocate(snap, tickets, nil, s.cfg.Defense)
+	h.saw(ids[0], snap, a.write)
+	if len(a.write.Decrements) > 0 {
+		return nil, false
+	}
+	if len(a.write.Records) > 0 {
+		// The refusals are true whether or not their records are stored: a retry whose record
+		// is missing is decided afresh, which is also a true answer. But a key that another
+		// request stored meanwhile must be answered from its record: that needs a new read.
+		if _, err := s.store.Commit(ctx, a.write); errors.Is(err, ErrConflict) {
+			return nil, false
+		}
+	}
+	return a.outcomes, true
+}
+
+// settle decides tickets under the products' locks (fences; nil without the lock layer): it
+// reads, allocates and writes, and when the write is refused — a condition of the decrement no
+// longer held — reads again, names the layer that refused it, and decides afresh. It returns
+// an outcome per ticket, or the error that failed the whole batch (nothing was sold then, or
+// the outcome is unknown and the error says so).
+func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, fences map[int64]int64, h *hint) ([]outcome, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.PurchaseTimeout)
+	defer cancel()
+	keys := ticketKeys(tickets)
+	var refused *Write // the last write a condition refused, explained by the next read
+	for attempt := 1; ; attempt++ {
+		snap, err := s.store.Snapshot(ctx, ids, keys)
+		if err != nil {
+			return nil, err
+		}
+		if refused != nil {
+			if err := s.explainRefusal(*refused, snap); err != nil {
+				return nil, err
+			}
+		}
+		if s.afterRead != nil {
+			s.afterRead(ctx)
+		}
+		a := allocate(snap, tickets, fences, s.cfg.Defense)
+		h.saw(ids[0], snap, a.write)
+		if a.write.empty() {
+			return a.outcomes, nil
+		}
+		at, err := s.store.Commit(ctx, a.write)
+		if err == nil {
+			for i := range a.outcomes {
+				if a.outcomes[i].err == nil && a.outcomes[i].order.CreatedAt.IsZero() {
+					a.outcomes[i].order.CreatedAt = at
+				}
+			}
+			return a.outcomes, nil
+		}
+		if !errors.Is(err, ErrConflict) {
+			return nil, err
+		}
+		if layer, ok := caughtBy(err); ok {
+			s.metrics.caught(layer) // the CHECK constraint: the read shows what is left
+		} else {
+			refused = &a.write
+		}
+		if attempt > s.cfg.ConflictRetries {
+			return nil, &BusyError{RetryAfter: time.Second, Reason: fmt.Sprintf("%d conflicting writes in a row: %v", attempt, err)}
+		}
+		s.metrics.conflict()
+		// A short random pause lets the writer that beat us finish, and keeps a crowd of
+		// losers from colliding again in lockstep.
+		if err := sleep(ctx, time.Duration(rand.Int64N(int64(attempt)*int64(time.Millisecond)))); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBusy, err)
+		}
+	}
+}
+
+// explainRefusal names, from a fresh read, the layer that refused w's decrement and counts it.
+// A fencing token newer than the batch's means its lease ran out and another holder wrote: the
+// batch must not go on, and the error says so. A version that moved, or stock now short, was a
+// conflict: the batch is decided again from this read. (A key stored meanwhile by another
+// request refuses the write too; no layer is named for it, and the new read replays it.)
+func (s *Service) explainRefusal(w Write, snap Snapshot) error {
+	d := s.cfg.Defense
+	for _, dec := range w.Decrements {
+		now, ok := snap.Levels[dec.ProductID]
+		switch {
+		case !ok:
+		case d.Lock && now.Fence > dec.Fence:
+			return &CaughtError{Layer: LayerFence, ProductID: dec.ProductID,
+				Err: fmt.Errorf("%w: fence %d is older than %d", ErrLockLost, dec.Fence, now.Fence)}
+		case d.Version && now.Version != dec.Read.Version:
+			s.metrics.caught(LayerVersion)
+		case d.Guard && now.Stock < dec.Quantity:
+			s.metrics.caught(LayerGuard)
 		}
 	}
 	return nil
 }
 
-// purchase runs the defended purchase of items, retrying version conflicts.
-func (s *Service) purchase(ctx context.Context, customerID string, items []Item, rec *IdempotencyRecord) (Order, error) {
-	if err := s.precheck(ctx, items); err != nil {
-		return Order{}, err
-	}
-	p := Purchase{OrderID: uuid.Must(uuid.NewV7()), CustomerID: customerID, Items: items, Defense: s.cfg.Defense, Idempotency: rec}
-	var order Order
-	run := func(ctx context.Context, fences []int64) error {
-		ctx, cancel := context.WithTimeout(ctx, s.cfg.PurchaseTimeout)
-		defer cancel()
-		p.Fences = fences
-		for attempt := 1; ; attempt++ {
-			var err error
-			order, err = s.store.PlaceOrder(ctx, p)
-			if layer, ok := caughtBy(err); ok {
-				s.metrics.caught(layer)
-			}
-			if !errors.Is(err, errVersionConflict) {
-				return err
-			}
-			if attempt > s.cfg.ConflictRetries {
-				return fmt.Errorf("%w: %d version conflicts in a row: %w", ErrBusy, attempt, err)
-			}
-			s.metrics.conflict()
-			// A short random pause lets the writer that beat us finish, and keeps a crowd of
-			// losers from colliding again in lockstep.
-			if err := sleep(ctx, time.Duration(rand.Int64N(int64(attempt)*int64(time.Millisecond)))); err != nil {
-				return fmt.Errorf("%w: %w", ErrBusy, err)
-			}
+func ticketKeys(tickets []*ticket) []string {
+	var keys []string
+	for _, t := range tickets {
+		if t.key != "" {
+			keys = append(keys, t.key)
 		}
 	}
-	if !s.cfg.Defense.Lock {
-		// Without a lock there is no lease to lose; detach from the caller so a purchase that
-		// has begun runs to a known outcome, as it does under the lock.
-		return order, run(context.WithoutCancel(ctx), nil)
-	}
-	names := make([]string, len(items))
-	for i, it := range items {
-		names[i] = s.productLock(it.ProductID)
-	}
-	err := s.locker.WithLocks(ctx, names, run)
-	return order, err
+	return keys
 }
 
-// replay answers from the record stored under key, or returns errNoRecord.
-func (s *Service) replay(ctx context.Context, key string, fingerprint []byte) (OrderResult, error) {
-	rec, err := s.store.IdempotencyRecord(ctx, key)
-	if err != nil {
-		return OrderResult{}, err
+func failAll(n int, err error) []outcome {
+	outcomes := make([]outcome, n)
+	for i := range outcomes {
+		outcomes[i].err = err
 	}
-	if string(rec.Fingerprint) != string(fingerprint) {
-		return OrderResult{}, ErrIdempotencyKeyReused
-	}
-	if rec.Outcome == outcomeRecordSoldOut {
-		return OrderResult{}, &SoldOutError{ProductID: rec.ProductID, Requested: rec.Requested, Available: rec.Available, Replayed: true}
-	}
-	order, err := s.store.Order(ctx, rec.OrderID)
-	if err != nil {
-		return OrderResult{}, fmt.Errorf("replay order %s: %w", rec.OrderID, err)
-	}
-	return OrderResult{Order: order, Replayed: true}, nil
+	return outcomes
 }
 
 // validateOrder checks req against the rules and returns its items sorted by product id: the
@@ -384,17 +473,6 @@ func requestFingerprint(customerID string, sortedItems []Item) []byte {
 	return h.Sum(nil)
 }
 
-func (s *Service) productLock(id int64) string {
-	return s.cfg.KeyPrefix + "lock:product:{" + strconv.FormatInt(id, 10) + "}"
-}
-
-// claimName hashes the key: it is client input, and must neither grow Redis keys without bound
-// nor smuggle a hash tag of its own.
-func (s *Service) claimName(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return s.cfg.KeyPrefix + "idem:{" + hex.EncodeToString(sum[:16]) + "}"
-}
-
 func (s *Service) countOutcome(res OrderResult, err error) {
 	switch {
 	case err == nil && res.Replayed:
@@ -406,7 +484,7 @@ func (s *Service) countOutcome(res OrderResult, err error) {
 		}
 	case errors.Is(err, ErrSoldOut):
 		s.metrics.outcome(outcomeSoldOut)
-	case errors.Is(err, ErrBusy), errors.Is(err, ErrLockLost), errors.Is(err, ErrIdempotencyKeyInFlight):
+	case errors.Is(err, ErrBusy), errors.Is(err, ErrLockLost):
 		s.metrics.outcome(outcomeBusy)
 	case errors.Is(err, ErrInvalid), errors.Is(err, ErrProductNotFound), errors.Is(err, ErrIdempotencyKeyReused):
 		s.metrics.outcome(outcomeRejected)

@@ -190,7 +190,7 @@ func TestUnavailableDependencies(t *testing.T) {
 	t.Cleanup(func() { _ = deadRedis.Close() })
 	noRedis := stock.NewService(stock.NewPGStore(healthy.pool),
 		stock.NewRedisLocker(newLockClient(t, deadRedis, w.prefix), stock.LockConfig{}),
-		stock.Config{Defense: stock.DefaultDefense(), KeyPrefix: w.prefix}, nil)
+		stock.Config{Defense: stock.DefaultDefense()}, nil)
 	if _, err := noRedis.PlaceOrder(context.Background(), order("c", one(id, 1))); !errors.Is(err, stock.ErrUnavailable) {
 		t.Errorf("redis down: err = %v, want ErrUnavailable", err)
 	}
@@ -202,7 +202,7 @@ func TestUnavailableDependencies(t *testing.T) {
 	t.Cleanup(deadPool.Close)
 	noPostgres := stock.NewService(stock.NewPGStore(deadPool),
 		stock.NewRedisLocker(newLockClient(t, healthy.redis, w.prefix), stock.LockConfig{}),
-		stock.Config{Defense: stock.DefaultDefense(), KeyPrefix: w.prefix}, nil)
+		stock.Config{Defense: stock.DefaultDefense()}, nil)
 	if _, err := noPostgres.PlaceOrder(context.Background(), order("c", one(id, 1))); !errors.Is(err, stock.ErrUnavailable) {
 		t.Errorf("postgres down: err = %v, want ErrUnavailable", err)
 	}
@@ -242,71 +242,41 @@ func TestIdempotencySurvivesCrashAfterCommit(t *testing.T) {
 	}
 }
 
-// grantingLocker grants every idempotency claim, as if the Redis claim had expired under a
-// stalled request. It shows that Postgres alone keeps one order per key.
-type grantingLocker struct{ stock.Locker }
-
-func (grantingLocker) Claim(context.Context, string, time.Duration) (func(), error) {
-	return func() {}, nil
-}
-
-// waitingSignal is a lock retry strategy that reports, once, that its caller found the lock
-// held and is about to wait.
-type waitingSignal struct {
-	once    sync.Once
-	waiting chan struct{}
-}
-
-func (w *waitingSignal) Backoff(int) time.Duration {
-	w.once.Do(func() { close(w.waiting) })
-	return time.Millisecond
-}
-
-// TestIdempotencyKeyIsUniqueInPostgresEvenWithoutClaim parks request A inside its transaction,
-// lets request B (same key, its claim wrongly granted) get past the idempotency check and queue
-// for the product lock, then lets A commit. B's purchase must be refused by the key's unique
-// index and answered with A's order: one order per key, whatever Redis says.
-func TestIdempotencyKeyIsUniqueInPostgresEvenWithoutClaim(t *testing.T) {
+// TestIdempotencyKeyIsUniqueInPostgres runs two requests with one key on two replicas at once,
+// with no lock between them (version and guard only): A reads, finds no record for the key and
+// is held between its read and its write; B reads, finds none either, and commits its order.
+// When A writes, Postgres refuses the key's second record, A's batch reads again and answers
+// with B's order: one order per key, whatever the timing, decided in Postgres alone.
+func TestIdempotencyKeyIsUniqueInPostgres(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	mk := func(retry lock.RetryStrategy) (*stock.Service, *stock.PGStore) {
-		r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
-		locker := grantingLocker{stock.NewRedisLocker(lock.New(r.redis), stock.LockConfig{Wait: 10 * time.Second, Retry: retry})}
-		return stock.NewService(r.store, locker, stock.Config{Defense: stock.DefaultDefense(), KeyPrefix: w.prefix}, nil), r.store
-	}
-	svcA, storeA := mk(nil)
-	bWaiting := &waitingSignal{waiting: make(chan struct{})}
-	svcB, _ := mk(bWaiting)
-	seed := w.replica(t, stock.DefaultDefense(), replicaOptions{})
-	id := createProduct(t, seed, "dup-key", 5)
+	d := stock.Defense{Version: true, Guard: true, Check: true}
+	a, b := w.replica(t, d, replicaOptions{}), w.replica(t, d, replicaOptions{})
+	id := createProduct(t, a, "dup-key", 5)
 	g := newGate()
-	stock.SetAfterRead(storeA, g.hook)
+	stock.SetAfterRead(a.svc, g.hook)
 	req := stock.OrderRequest{CustomerID: "c", Items: []stock.Item{one(id, 1)}, IdempotencyKey: "dup-" + uuid.NewString()}
 
 	type result struct {
 		res stock.OrderResult
 		err error
 	}
-	aDone, bDone := make(chan result, 1), make(chan result, 1)
+	aDone := make(chan result, 1)
 	go func() {
-		res, err := svcA.PlaceOrder(context.Background(), req)
+		res, err := a.svc.PlaceOrder(context.Background(), req)
 		aDone <- result{res, err}
 	}()
 	<-g.reached
-	go func() {
-		res, err := svcB.PlaceOrder(context.Background(), req)
-		bDone <- result{res, err}
-	}()
-	<-bWaiting.waiting
+	resB, errB := b.svc.PlaceOrder(context.Background(), req)
 	close(g.open)
-	a, b := <-aDone, <-bDone
-	if a.err != nil || b.err != nil {
-		t.Fatalf("A: %v, B: %v; want both answered with the one order", a.err, b.err)
+	resA := <-aDone
+	if resA.err != nil || errB != nil {
+		t.Fatalf("A: %v, B: %v; want both answered with the one order", resA.err, errB)
 	}
-	if a.res.Replayed || !b.res.Replayed || a.res.Order.ID != b.res.Order.ID {
-		t.Errorf("A = %+v, B = %+v; want A's order, replayed to B", a.res, b.res)
+	if resB.Replayed || !resA.res.Replayed || resA.res.Order.ID != resB.Order.ID {
+		t.Errorf("A = %+v, B = %+v; want B's order, replayed to A", resA.res, resB)
 	}
-	if au := mustAudit(t, seed, id); au.Sold != 1 || au.Stock != 4 {
+	if au := mustAudit(t, a, id); au.Sold != 1 || au.Stock != 4 {
 		t.Errorf("audit = %+v, want exactly 1 sold", au)
 	}
 }

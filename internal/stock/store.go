@@ -8,66 +8,89 @@ import (
 )
 
 // Store keeps products, orders and idempotency records.
+//
+// The purchase path needs two calls: Snapshot reads what a batch of orders is decided from, and
+// Commit writes what was decided, in one transaction. Deciding — which order gets stock, which
+// is refused — is the Service's, never the store's: "sold out" is an outcome, not a store error.
+// Every error a method returns is one of the package's exported errors (possibly wrapped), so a
+// Store can be written, or faked, outside this package.
 type Store interface {
 	// CreateProduct stores a new product. Errors: ErrDuplicateSKU, ErrUnavailable.
 	CreateProduct(ctx context.Context, p NewProduct) (Product, error)
 	// Product returns the product with id. Errors: *ProductNotFoundError, ErrUnavailable.
 	Product(ctx context.Context, id int64) (Product, error)
 	// Restock adds quantity units to product id. fence, when not zero, is the caller's fencing
-	// token. Errors: *ProductNotFoundError, ErrLockLost (a newer fence wrote the row),
-	// ErrUnavailable.
+	// token. Errors: *ProductNotFoundError, a *CaughtError wrapping ErrLockLost (a newer fence
+	// wrote the row), ErrUnavailable.
 	Restock(ctx context.Context, id, quantity, fence int64) (Product, error)
-	// StockLevels returns the current stock of each product in ids that exists. Errors:
-	// ErrUnavailable.
-	StockLevels(ctx context.Context, ids []int64) (map[int64]int64, error)
 	// Audit accounts for product id's stock. Errors: *ProductNotFoundError, ErrUnavailable.
 	Audit(ctx context.Context, id int64) (Audit, error)
 	// Order returns the order with id. Errors: ErrOrderNotFound, ErrUnavailable.
 	Order(ctx context.Context, id uuid.UUID) (Order, error)
-	// PlaceOrder takes the stock for every item and stores the order, all in one transaction,
-	// guarded by the layers p.Defense selects. Errors: *ProductNotFoundError, *SoldOutError
-	// (possibly inside a *CaughtError), a *CaughtError wrapping a version conflict or
-	// ErrLockLost, errIdempotencyKeyTaken, ErrBusy, ErrUnavailable.
-	PlaceOrder(ctx context.Context, p Purchase) (Order, error)
-	// IdempotencyRecord returns the record stored under key. Errors: errNoRecord,
-	// ErrUnavailable.
-	IdempotencyRecord(ctx context.Context, key string) (IdempotencyRecord, error)
-	// SaveRefusal stores a sold-out outcome under rec.Key unless the key already has a record.
-	// Errors: ErrUnavailable.
-	SaveRefusal(ctx context.Context, rec IdempotencyRecord) error
+
+	// Snapshot reads the stock level of each product in ids that exists, and the records
+	// stored under each key in keys that has one. Errors: ErrBusy, ErrUnavailable.
+	Snapshot(ctx context.Context, ids []int64, keys []string) (Snapshot, error)
+	// Commit applies w in one transaction: every decrement under the conditions w.Defense
+	// selects, and the orders and records, all or nothing. It returns the orders' creation
+	// time. Errors: ErrConflict (nothing written: a condition refused a decrement, or a key
+	// already has a record); a *CaughtError wrapping ErrConflict when the CHECK constraint
+	// refused a decrement; ErrBusy (Postgres lock contention); ErrUnavailable (Postgres
+	// unreachable, or the transaction's outcome is unknown: the connection failed while it
+	// committed and the store could not find out whether it had).
+	Commit(ctx context.Context, w Write) (time.Time, error)
+
 	// PurgeIdempotencyKeys deletes the records created before cutoff and reports how many.
+	// Errors: ErrUnavailable.
 	PurgeIdempotencyKeys(ctx context.Context, cutoff time.Time) (int64, error)
 }
 
-// Purchase is an order ready to be written.
-type Purchase struct {
-	OrderID    uuid.UUID
-	CustomerID string
-	// Items are sorted by ascending product id, with no product twice.
-	Items []Item
-	// Fences holds the fencing token for each item's product lock, aligned with Items; nil when
-	// the lock layer is off.
-	Fences  []int64
-	Defense Defense
-	// Idempotency, when not nil, is stored with the order in the same transaction.
-	Idempotency *IdempotencyRecord
+// Level is a product's row as one read saw it: the stock, and the version and fence the
+// conditional decrement checks.
+type Level struct {
+	Stock   int64
+	Version int64
+	Fence   int64
 }
 
-// Idempotency outcomes.
-const (
-	outcomeRecordConfirmed = "confirmed"
-	outcomeRecordSoldOut   = "sold_out"
-)
+// Snapshot is what a batch of orders is decided from.
+type Snapshot struct {
+	// Levels has an entry for each product that exists.
+	Levels map[int64]Level
+	// Records has an entry for each idempotency key that has a stored outcome.
+	Records map[string]IdempotencyRecord
+}
 
-// IdempotencyRecord is the stored outcome of a request made with an idempotency key.
+// IdempotencyRecord is the stored outcome of a request made with an idempotency key: a
+// confirmed order, or a refusal for lack of stock.
 type IdempotencyRecord struct {
 	Key         string
 	Fingerprint []byte
-	// Outcome is "confirmed" (OrderID is set) or "sold_out" (ProductID, Requested and
-	// Available describe the refusal).
-	Outcome   string
-	OrderID   uuid.UUID
+	// Order is the confirmed order (in a Write only its ID is read); nil for a refusal.
+	Order *Order
+	// SoldOut describes the refusal; nil for a confirmed order.
+	SoldOut *SoldOutError
+}
+
+// Write is everything one batch commits.
+type Write struct {
+	Defense Defense
+	// Decrements are the products the batch takes stock from, one entry per product, in
+	// ascending id order.
+	Decrements []Decrement
+	// Orders are the confirmed orders (ID, CustomerID and Items are written).
+	Orders []Order
+	// Records are the idempotency records of the batch's keyed orders, confirmed or refused.
+	Records []IdempotencyRecord
+}
+
+// Decrement takes Quantity units of a product: the sum over the batch's confirmed orders.
+type Decrement struct {
 	ProductID int64
-	Requested int64
-	Available int64
+	Quantity  int64
+	// Read is the row the batch was decided from; the version condition compares with it, and
+	// the naive write (no layer) writes Read.Stock - Quantity back.
+	Read Level
+	// Fence is the batch's fencing token for the product's lock; 0 without the lock layer.
+	Fence int64
 }

@@ -1,0 +1,160 @@
+package stock
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"sync/atomic"
+
+	"github.com/google/uuid"
+)
+
+// ticket is one order waiting to be decided: validated, with its id chosen and, when it has an
+// idempotency key, the fingerprint its key is bound to.
+type ticket struct {
+	id          uuid.UUID
+	customerID  string
+	items       []Item // ascending product id, no product twice
+	key         string
+	fingerprint []byte
+	// gone is set when the caller stopped waiting after the ticket's batch had begun: if the
+	// batch has not decided it yet, it is left out, unsold.
+	gone atomic.Bool
+}
+
+// outcome is what a ticket was told: an order (new or replayed), or err — a refusal
+// (*SoldOutError, *ProductNotFoundError, ErrIdempotencyKeyReused) or the failure of its batch.
+type outcome struct {
+	order    Order
+	replayed bool
+	err      error
+}
+
+// allocation is what one read decides for a batch: an outcome per ticket, in the tickets'
+// order, and the write that makes the confirmed ones true.
+type allocation struct {
+	outcomes []outcome
+	write    Write
+	// confirmed lists the indexes of the tickets the write confirms.
+	confirmed []int
+}
+
+// allocate decides a batch from snap: first fit in arrival order. Each ticket in turn is
+// confirmed if every one of its items fits in what the tickets before it left, and is refused
+// otherwise, whole — so a refusal is true when it is decided: the stock left for that ticket,
+// after the ones before it, was short (Available says how much), even if a later, smaller ticket
+// fits. A key with a stored record is answered from it; a key seen earlier in the same batch is
+// answered with that earlier ticket's outcome. fences holds the batch's fencing token per
+// product (nil without the lock). It needs no I/O, so the rules are tested without servers.
+func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, d Defense) allocation {
+	a := allocation{outcomes: make([]outcome, len(tickets))}
+	left := make(map[int64]int64, len(snap.Levels))
+	for id, l := range snap.Levels {
+		left[id] = l.Stock
+	}
+	taken := map[int64]int64{}
+	first := map[string]int{} // key → the ticket of this batch whose outcome it stores
+	for i, t := range tickets {
+		if t.gone.Load() {
+			a.outcomes[i] = outcome{err: errGone}
+			continue
+		}
+		if t.key != "" {
+			if rec, ok := snap.Records[t.key]; ok {
+				a.outcomes[i] = replay(rec, t.fingerprint)
+				continue
+			}
+			if j, ok := first[t.key]; ok {
+				a.outcomes[i] = replayTicket(a.outcomes[j], tickets[j].fingerprint, t.fingerprint)
+				continue
+			}
+		}
+		if missing, ok := firstMissing(t.items, snap.Levels); ok {
+			// Nothing is stored for a product that does not exist: a retry is decided again.
+			a.outcomes[i] = outcome{err: &ProductNotFoundError{ProductID: missing}}
+			continue
+		}
+		if t.key != "" {
+			first[t.key] = i
+		}
+		if short := firstShort(t.items, left); short != nil {
+			a.outcomes[i] = outcome{err: short}
+			if t.key != "" {
+				a.write.Records = append(a.write.Records, IdempotencyRecord{Key: t.key, Fingerprint: t.fingerprint, SoldOut: short})
+			}
+			continue
+		}
+		for _, it := range t.items {
+			left[it.ProductID] -= it.Quantity
+			taken[it.ProductID] += it.Quantity
+		}
+		order := Order{ID: t.id, CustomerID: t.customerID, Status: OrderStatusConfirmed, Items: t.items}
+		a.outcomes[i] = outcome{order: order}
+		a.confirmed = append(a.confirmed, i)
+		a.write.Orders = append(a.write.Orders, order)
+		if t.key != "" {
+			a.write.Records = append(a.write.Records, IdempotencyRecord{Key: t.key, Fingerprint: t.fingerprint, Order: &order})
+		}
+	}
+	for id, qty := range taken {
+		a.write.Decrements = append(a.write.Decrements, Decrement{ProductID: id, Quantity: qty, Read: snap.Levels[id], Fence: fences[id]})
+	}
+	slices.SortFunc(a.write.Decrements, func(x, y Decrement) int { return cmpInt64(x.ProductID, y.ProductID) })
+	a.write.Defense = d
+	return a
+}
+
+// errGone is the outcome of a ticket left out because its caller had gone; nobody reads it.
+var errGone = errors.New("stock: the caller stopped waiting before the order was decided")
+
+// empty reports whether the write has nothing to commit.
+func (w Write) empty() bool {
+	return len(w.Decrements) == 0 && len(w.Orders) == 0 && len(w.Records) == 0
+}
+
+// firstMissing returns the first item's product that snap does not have.
+func firstMissing(items []Item, levels map[int64]Level) (int64, bool) {
+	for _, it := range items {
+		if _, ok := levels[it.ProductID]; !ok {
+			return it.ProductID, true
+		}
+	}
+	return 0, false
+}
+
+// firstShort returns the refusal for the first item that does not fit in left, or nil.
+func firstShort(items []Item, left map[int64]int64) *SoldOutError {
+	for _, it := range items {
+		if l := left[it.ProductID]; l < it.Quantity {
+			return &SoldOutError{ProductID: it.ProductID, Requested: it.Quantity, Available: l}
+		}
+	}
+	return nil
+}
+
+// replay answers a ticket from the record stored under its key.
+func replay(rec IdempotencyRecord, fingerprint []byte) outcome {
+	if !bytes.Equal(rec.Fingerprint, fingerprint) {
+		return outcome{err: ErrIdempotencyKeyReused}
+	}
+	if rec.SoldOut != nil {
+		refusal := *rec.SoldOut
+		refusal.Replayed = true
+		return outcome{err: &refusal}
+	}
+	return outcome{order: *rec.Order, replayed: true}
+}
+
+// replayTicket answers a ticket whose key an earlier ticket of the same batch used, with that
+// ticket's outcome, as a retry arriving after it was stored would be.
+func replayTicket(earlier outcome, earlierFingerprint, fingerprint []byte) outcome {
+	if !bytes.Equal(earlierFingerprint, fingerprint) {
+		return outcome{err: ErrIdempotencyKeyReused}
+	}
+	if sold, ok := earlier.err.(*SoldOutError); ok {
+		refusal := *sold
+		refusal.Replayed = true
+		return outcome{err: &refusal}
+	}
+	return outcome{order: earlier.order, replayed: true}
+}

@@ -1,0 +1,256 @@
+package stock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// batcher is a replica's queue of orders for each product. Orders for one product join its
+// queue; one worker at a time takes what has gathered (up to a cap) and has it decided as one
+// batch — one lock acquisition, one read, one write — then takes what gathered meanwhile. There
+// is no timer: while a batch waits for the lock and commits, the next one gathers, so a quiet
+// product's lone order is decided at once and a hot product's orders share each round trip.
+//
+// The queue is also where overload is refused: an order that would not be reached within the
+// patience (the lock wait) is turned away at once, with a Retry-After measured from how fast
+// the queue drains, instead of waiting to be told "busy" later.
+type batcher struct {
+	decide    func(q *productQueue, batch []*ticket) []outcome
+	maxOrders int
+	maxUnits  int64
+	patience  time.Duration
+	metrics   *Metrics
+
+	mu      sync.Mutex
+	queues  map[int64]*productQueue
+	closed  bool
+	swept   time.Time
+	workers sync.WaitGroup
+}
+
+// maxWaiting bounds one product's queue whatever the measured drain rate says, so that memory
+// stays bounded before the first batch has been measured.
+const maxWaiting = 16384
+
+// idleKeep is how long an idle product's queue (and what it learned: drain rate, stock seen) is
+// kept before it is forgotten.
+const idleKeep = time.Minute
+
+// productQueue is one product's queue on this replica.
+type productQueue struct {
+	id int64
+
+	// Guarded by batcher.mu.
+	waiting []*waiter
+	running bool          // a worker is deciding this queue's batches
+	idle    time.Time     // when the worker last found the queue empty
+	cycle   time.Duration // smoothed time one batch takes from taken to answered; 0: none yet
+
+	// Owned by the worker: only the one running at a time reads and writes it.
+	hint hint
+}
+
+// waiter is an order in a queue.
+type waiter struct {
+	t    *ticket
+	done chan outcome // buffered: answering never blocks the worker
+	// taken says the order is in a batch.
+	taken bool
+}
+
+func newBatcher(maxOrders int, maxUnits int64, patience time.Duration, m *Metrics) *batcher {
+	return &batcher{maxOrders: maxOrders, maxUnits: maxUnits, patience: patience, metrics: m, queues: map[int64]*productQueue{}}
+}
+
+// submit queues t for product id and returns its outcome. If ctx ends first, the context's
+// error is returned: t leaves the queue if it is still there, and if its batch has begun, the
+// batch leaves it out unless it has already decided it — then it is sold, and only a retry with
+// the same idempotency key can tell the caller so.
+func (b *batcher) submit(ctx context.Context, id int64, t *ticket) outcome {
+	w := &waiter{t: t, done: make(chan outcome, 1)}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return outcome{err: fmt.Errorf("%w: the replica is shutting down", ErrUnavailable)}
+	}
+	b.sweepIdle()
+	q := b.queues[id]
+	if q == nil {
+		q = &productQueue{id: id}
+		b.queues[id] = q
+	}
+	if wait, ok := b.admit(q); !ok {
+		b.mu.Unlock()
+		b.metrics.shed()
+		return outcome{err: &BusyError{RetryAfter: wait,
+			Reason: fmt.Sprintf("%d orders for product %d are queued ahead on this replica, about %v of work", len(q.waiting), id, wait.Round(time.Millisecond))}}
+	}
+	q.waiting = append(q.waiting, w)
+	b.metrics.queue(1)
+	if !q.running {
+		q.running = true
+		b.workers.Add(1)
+		go b.work(q)
+	}
+	b.mu.Unlock()
+
+	select {
+	case o := <-w.done:
+		return o
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	if w.taken {
+		t.gone.Store(true)
+	} else {
+		for i, x := range q.waiting {
+			if x == w {
+				q.waiting = append(q.waiting[:i:i], q.waiting[i+1:]...)
+				b.metrics.queue(-1)
+				break
+			}
+		}
+	}
+	b.mu.Unlock()
+	return outcome{err: fmt.Errorf("waiting for the order to be decided: %w", context.Cause(ctx))}
+}
+
+// admit decides whether one more order may join q: only if its batch can be expected to begin
+// within the patience, judged from how long q's batches have been taking. The batch it will be
+// in begins once the batch running now and every full batch ahead of it are done. It returns the
+// expected wait. b.mu is held.
+func (b *batcher) admit(q *productQueue) (time.Duration, bool) {
+	ahead := len(q.waiting)
+	if ahead >= maxWaiting {
+		return max(q.cycle, time.Second), false
+	}
+	batches := ahead / b.maxOrders
+	if q.running {
+		batches++
+	}
+	wait := time.Duration(batches) * q.cycle
+	return wait, wait <= b.patience
+}
+
+// work decides q's batches until the queue is empty.
+func (b *batcher) work(q *productQueue) {
+	defer b.workers.Done()
+	for {
+		b.mu.Lock()
+		if len(q.waiting) == 0 {
+			q.running, q.idle = false, time.Now()
+			b.mu.Unlock()
+			return
+		}
+		batch := b.take(q)
+		b.mu.Unlock()
+
+		start := time.Now()
+		tickets := make([]*ticket, len(batch))
+		for i, w := range batch {
+			tickets[i] = w.t
+		}
+		outcomes := b.decide(q, tickets)
+		for i, w := range batch {
+			w.done <- outcomes[i]
+		}
+		took := time.Since(start)
+		b.mu.Lock()
+		q.cycle = smooth(q.cycle, took)
+		b.mu.Unlock()
+	}
+}
+
+// take removes the next batch from q: the oldest orders, up to maxOrders and maxUnits (at least
+// one order). b.mu is held.
+func (b *batcher) take(q *productQueue) []*waiter {
+	n, units := 0, int64(0)
+	for n < len(q.waiting) && n < b.maxOrders {
+		u := units + q.waiting[n].t.items[0].Quantity
+		if n > 0 && u > b.maxUnits {
+			break
+		}
+		units = u
+		n++
+	}
+	batch := q.waiting[:n:n]
+	// A new slice for the rest, so that the batch's waiters are not kept alive by the queue.
+	q.waiting = append([]*waiter(nil), q.waiting[n:]...)
+	for _, w := range batch {
+		w.taken = true
+	}
+	b.metrics.queue(-n)
+	return batch
+}
+
+// sweepIdle forgets queues idle for longer than idleKeep, at most every few seconds. b.mu is
+// held.
+func (b *batcher) sweepIdle() {
+	now := time.Now()
+	if now.Sub(b.swept) < idleKeep/10 {
+		return
+	}
+	b.swept = now
+	for id, q := range b.queues {
+		if !q.running && len(q.waiting) == 0 && now.Sub(q.idle) > idleKeep {
+			delete(b.queues, id)
+		}
+	}
+}
+
+// close refuses new orders and waits for the queued ones to be decided.
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.workers.Wait()
+}
+
+// smooth folds sample into an exponentially weighted average (weight 1/4), so that one slow
+// batch does not make the queue refuse everybody.
+func smooth(avg, sample time.Duration) time.Duration {
+	if avg == 0 {
+		return sample
+	}
+	return avg + (sample-avg)/4
+}
+
+// hint is what a product's worker remembers between batches, to decide whether a batch is worth
+// a look at the stock before taking the lock.
+type hint struct {
+	known bool  // the product exists
+	stock int64 // its stock after the last batch, as this replica saw it
+}
+
+// worthLooking reports whether the batch should read the stock before taking the lock: when the
+// product is not known to exist (a missing product takes no lock, and leaves no fencing counter
+// behind in Redis), or when the last batch left too little for any of these orders (then the
+// batch is most likely refused whole, and refusing needs no lock). A stale hint costs one read
+// or one lock, never a wrong answer: whatever is sold is decided under the lock.
+func (h *hint) worthLooking(tickets []*ticket) bool {
+	if h == nil || !h.known {
+		return true
+	}
+	for _, t := range tickets {
+		if t.items[0].Quantity <= h.stock {
+			return false
+		}
+	}
+	return true
+}
+
+// saw records what a read of product id showed and what the batch takes from it.
+func (h *hint) saw(id int64, snap Snapshot, w Write) {
+	if h == nil {
+		return
+	}
+	l, ok := snap.Levels[id]
+	h.known, h.stock = ok, l.Stock
+	for _, d := range w.Decrements {
+		if d.ProductID == id {
+			h.stock -= d.Quantity
+		}
+	}
+}

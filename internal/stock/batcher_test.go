@@ -1,0 +1,206 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stocksvc/stocksvc/internal/testenv"
+)
+
+// The queue's rules need no servers: a test stands in for the batch's decision and holds each
+// batch until it lets it go.
+
+// heldDecisions records each batch handed to it and holds it until release is called.
+type heldDecisions struct {
+	mu      sync.Mutex
+	batches [][]*ticket
+	arrived chan int // the size of each batch, as it begins
+	release chan struct{}
+}
+
+func newHeldDecisions() *heldDecisions {
+	return &heldDecisions{arrived: make(chan int, 100), release: make(chan struct{}, 100)}
+}
+
+func (h *heldDecisions) decide(_ *productQueue, batch []*ticket) []outcome {
+	h.mu.Lock()
+	h.batches = append(h.batches, batch)
+	h.mu.Unlock()
+	h.arrived <- len(batch)
+	<-h.release
+	out := make([]outcome, len(batch))
+	for i, t := range batch {
+		out[i].order = Order{ID: t.id}
+	}
+	return out
+}
+
+func newTestBatcher(t *testing.T, maxOrders int, maxUnits int64, patience time.Duration) (*batcher, *heldDecisions) {
+	h := newHeldDecisions()
+	b := newBatcher(maxOrders, maxUnits, patience, nil)
+	b.decide = h.decide
+	t.Cleanup(func() {
+		close(h.release) // lets every held batch go
+		b.close()
+	})
+	return b, h
+}
+
+// submitAsync submits an order for product 1 and returns where its outcome will arrive.
+func submitAsync(ctx context.Context, b *batcher, qty int64) <-chan outcome {
+	out := make(chan outcome, 1)
+	go func() { out <- b.submit(ctx, 1, tk("c", item(1, qty))) }()
+	return out
+}
+
+// queued waits until product 1's queue holds n orders.
+func queued(t *testing.T, b *batcher, n int) {
+	t.Helper()
+	testenv.Poll(t, 10*time.Second, "the queue to hold "+strconv.Itoa(n)+" orders", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		q := b.queues[1]
+		return q != nil && len(q.waiting) == n
+	})
+}
+
+func TestBatcherGathersWhileABatchIsBeingDecided(t *testing.T) {
+	b, h := newTestBatcher(t, 3, 100, time.Minute)
+	first := submitAsync(context.Background(), b, 1)
+	if n := <-h.arrived; n != 1 {
+		t.Fatalf("first batch has %d orders, want the lone order at once", n)
+	}
+	// While it is decided, five more gather: they go in batches of at most three, in order.
+	var rest []<-chan outcome
+	for range 5 {
+		rest = append(rest, submitAsync(context.Background(), b, 1))
+		queued(t, b, len(rest))
+	}
+	h.release <- struct{}{}
+	if err := (<-first).err; err != nil {
+		t.Fatalf("first order: %v", err)
+	}
+	if n := <-h.arrived; n != 3 {
+		t.Errorf("second batch has %d orders, want 3 (the cap)", n)
+	}
+	h.release <- struct{}{}
+	if n := <-h.arrived; n != 2 {
+		t.Errorf("third batch has %d orders, want the remaining 2", n)
+	}
+	h.release <- struct{}{}
+	for i, ch := range rest {
+		if o := <-ch; o.err != nil {
+			t.Errorf("order %d: %v", i, o.err)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.batches) != 3 {
+		t.Fatalf("%d batches, want 3", len(h.batches))
+	}
+}
+
+func TestBatcherCapsUnits(t *testing.T) {
+	b, h := newTestBatcher(t, 100, 5, time.Minute)
+	first := submitAsync(context.Background(), b, 1)
+	<-h.arrived
+	var rest []<-chan outcome
+	for _, q := range []int64{3, 2, 1, 4} {
+		rest = append(rest, submitAsync(context.Background(), b, q))
+		queued(t, b, len(rest))
+	}
+	h.release <- struct{}{}
+	<-first
+	if n := <-h.arrived; n != 2 {
+		t.Errorf("batch has %d orders, want 2 (3+2 units reach the cap of 5)", n)
+	}
+	h.release <- struct{}{}
+	if n := <-h.arrived; n != 2 {
+		t.Errorf("batch has %d orders, want 2 (1+4 units)", n)
+	}
+	h.release <- struct{}{}
+	for _, ch := range rest {
+		<-ch
+	}
+}
+
+func TestBatcherRefusesWhatItCannotReachInTime(t *testing.T) {
+	b, h := newTestBatcher(t, 2, 100, 250*time.Millisecond)
+	// An idle queue admits whatever its history: the order's batch begins at once.
+	b.mu.Lock()
+	b.queues[1] = &productQueue{id: 1, cycle: time.Hour}
+	b.mu.Unlock()
+	first := submitAsync(context.Background(), b, 1)
+	<-h.arrived
+	// With batches measured at 100 ms: the running one, then one per 2 orders ahead.
+	b.mu.Lock()
+	b.queues[1].cycle = 100 * time.Millisecond
+	b.mu.Unlock()
+	var admitted []<-chan outcome
+	for range 4 { // the running batch, then batches of 2: the fourth waits 200 ms
+		admitted = append(admitted, submitAsync(context.Background(), b, 1))
+		queued(t, b, len(admitted))
+	}
+	o := b.submit(context.Background(), 1, tk("late", item(1, 1)))
+	var busy *BusyError
+	if !errors.As(o.err, &busy) || !errors.Is(o.err, ErrBusy) {
+		t.Fatalf("order behind four others and a running batch: %v, want a BusyError", o.err)
+	}
+	if busy.RetryAfter != 300*time.Millisecond {
+		t.Errorf("RetryAfter = %v, want 300ms: three batches of 100 ms before its own", busy.RetryAfter)
+	}
+	for range 3 {
+		h.release <- struct{}{}
+	}
+	<-first
+	<-h.arrived
+	for _, ch := range admitted {
+		if o := <-ch; o.err != nil {
+			t.Errorf("admitted order: %v", o.err)
+		}
+	}
+}
+
+func TestBatcherCallerLeavingTheQueue(t *testing.T) {
+	b, h := newTestBatcher(t, 10, 100, time.Minute)
+	first := submitAsync(context.Background(), b, 1)
+	<-h.arrived
+	ctx, cancel := context.WithCancel(context.Background())
+	leaving := submitAsync(ctx, b, 1)
+	queued(t, b, 1)
+	cancel()
+	if o := <-leaving; !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("order whose caller left while queued: %v, want context.Canceled", o.err)
+	}
+	queued(t, b, 0) // it left the queue: no batch will see it
+	h.release <- struct{}{}
+	<-first
+
+	// A caller that leaves once its batch has begun is answered at once, and its ticket is
+	// marked so that the batch, if it has not decided it yet, leaves it out.
+	ctx, cancel = context.WithCancel(context.Background())
+	tkt := tk("g", item(1, 1))
+	out := make(chan outcome, 1)
+	go func() { out <- b.submit(ctx, 1, tkt) }()
+	<-h.arrived
+	cancel()
+	if o := <-out; !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("order whose caller left during its batch: %v, want context.Canceled", o.err)
+	}
+	if !tkt.gone.Load() {
+		t.Errorf("the ticket is not marked gone")
+	}
+	h.release <- struct{}{}
+}
+
+func TestBatcherClosed(t *testing.T) {
+	b, _ := newTestBatcher(t, 10, 100, time.Minute)
+	b.close()
+	if o := b.submit(context.Background(), 1, tk("c", item(1, 1))); !errors.Is(o.err, ErrUnavailable) {
+		t.Errorf("order after close: %v, want ErrUnavailable", o.err)
+	}
+}
