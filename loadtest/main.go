@@ -42,6 +42,8 @@ type options struct {
 	lockWait       time.Duration
 	killAfter      time.Duration
 	compare        bool
+	throughput     bool
+	clients        int
 	pgbenchClients int
 	databaseURL    string
 	redisURL       string
@@ -96,7 +98,9 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.DurationVar(&o.lockWait, "lock-wait", 2*time.Second, "STOCKSVC_LOCK_WAIT of the replicas")
 	fs.DurationVar(&o.killAfter, "kill-after", 0, "SIGKILL one replica this long into the load (0: never)")
 	fs.BoolVar(&o.compare, "compare", false, "compare the default path, polling the lock, the seeds' naive retry policy, the guard alone and a bare pgbench UPDATE")
-	fs.IntVar(&o.pgbenchClients, "pgbench-clients", 8, "pgbench clients in -compare")
+	fs.BoolVar(&o.throughput, "throughput", false, "benchmark: confirmed purchases/s of one hot product in a closed loop, against pgbench in the same run; then latency at 80% and 2× of that peak")
+	fs.IntVar(&o.clients, "clients", 128, "closed-loop clients in -throughput")
+	fs.IntVar(&o.pgbenchClients, "pgbench-clients", 8, "pgbench clients in -compare and -throughput")
 	fs.StringVar(&o.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres server to create the run's database on")
 	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis (the run uses a key prefix of its own and deletes it afterwards)")
 	fs.StringVar(&o.out, "out", "", "directory for reports and logs (default loadtest/out/<time>)")
@@ -111,8 +115,8 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case o.replicas < 1:
 		return o, errors.New("-replicas must be at least 1")
-	case o.stock < 1 || o.rate < 1 || o.vus < 1:
-		return o, errors.New("-stock, -rate and -vus must be positive")
+	case o.stock < 1 || o.rate < 1 || o.vus < 1 || o.clients < 1:
+		return o, errors.New("-stock, -rate, -vus and -clients must be positive")
 	case o.duration < 5*time.Second:
 		return o, errors.New("-duration must be at least 5s")
 	case o.killAfter >= o.duration:
@@ -174,6 +178,9 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	}
 	if o.compare {
 		return h.compare(ctx)
+	}
+	if o.throughput {
+		return h.throughput(ctx)
 	}
 	return h.sale(ctx)
 }

@@ -18,22 +18,31 @@ type replicaMetrics struct {
 	outcomes map[string]float64 // stocksvc_orders_total by outcome
 }
 
-func scrapeReplica(ctx context.Context, port int) (replicaMetrics, error) {
+// scrapeFamilies reads a replica's /metrics.
+func scrapeFamilies(ctx context.Context, port int) (map[string]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", port), nil)
 	if err != nil {
-		return replicaMetrics{}, err
+		return nil, err
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return replicaMetrics{}, err
+		return nil, err
 	}
 	defer res.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(res.Body)
 	if err != nil {
-		return replicaMetrics{}, fmt.Errorf("parse metrics of :%d: %w", port, err)
+		return nil, fmt.Errorf("parse metrics of :%d: %w", port, err)
+	}
+	return families, nil
+}
+
+func scrapeReplica(ctx context.Context, port int) (replicaMetrics, error) {
+	families, err := scrapeFamilies(ctx, port)
+	if err != nil {
+		return replicaMetrics{}, err
 	}
 	m := replicaMetrics{
 		catches:  byLabel(families["stocksvc_defense_catches_total"], "layer"),

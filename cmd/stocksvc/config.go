@@ -39,6 +39,7 @@ type config struct {
 	DemoUnsafe     bool
 	LogFormat      string
 	LogLevel       string
+	DebugAddr      string
 
 	defense stock.Defense
 	retry   lock.RetryStrategy
@@ -99,6 +100,7 @@ func settings() []setting {
 		}},
 		{"STOCKSVC_LOG_FORMAT", "log-format", "json", "log format: json or text", str(func(c *config) *string { return &c.LogFormat })},
 		{"STOCKSVC_LOG_LEVEL", "log-level", "info", "log level: debug, info, warn or error", str(func(c *config) *string { return &c.LogLevel })},
+		{"STOCKSVC_DEBUG_ADDR", "debug-addr", "", "address of the Go profiler (net/http/pprof), e.g. 127.0.0.1:6060; empty turns it off", str(func(c *config) *string { return &c.DebugAddr })},
 	}
 }
 
@@ -246,6 +248,7 @@ func (c config) logAttrs() []any {
 		slog.String("startup_timeout", c.StartupTimeout.String()),
 		slog.String("idempotency_ttl", c.IdempotencyTTL.String()),
 		slog.String("defense", c.defense.String()),
+		slog.String("debug_addr", c.DebugAddr),
 	}
 }
 

@@ -59,6 +59,9 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 		return nil
 	})
 	log.InfoContext(ctx, "listening", slog.String("addr", ln.Addr().String()))
+	if cfg.DebugAddr != "" {
+		g.Go(func() error { return serveDebug(gctx, cfg.DebugAddr) })
+	}
 
 	deps, err := openDependencies(gctx, cfg, log)
 	if err != nil {

@@ -1,0 +1,559 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// The throughput benchmark (-throughput): how many purchases of one hot product the deployment
+// confirms per second, against what Postgres alone does to that product's row — pgbench running
+// the bare conditional decrement, measured in the same run. Then the latency at 80% of that peak
+// and the behaviour at twice it, and where the CPU went.
+//
+// The load comes from vegeta, in this process: a Go HTTP client costs a few tens of
+// microseconds per request, where k6's JavaScript VUs cost several times that, and on a
+// two-core machine the load generator's share is taken from the service's. Every order carries
+// an Idempotency-Key, as a real client's would.
+
+// throughputStock is the hot product's stock: enough that no run sells out, so every answer
+// of the closed loop is a purchase.
+const throughputStock = 1_000_000_000
+
+// cluster is a running deployment: a database and Redis key prefix of its own, the replicas,
+// and HAProxy in front.
+type cluster struct {
+	dir          string
+	sup          *supervisor
+	database     string
+	prefix       string
+	token        string
+	front        int
+	replicaPorts []int
+	debugPorts   []int // each replica's profiler
+	replicas     []*proc
+	haproxy      *proc
+}
+
+// startCluster starts a deployment of h.opts.replicas replicas with the default defense.
+func (h *harness) startCluster(ctx context.Context, label string) (c *cluster, err error) {
+	c = &cluster{dir: filepath.Join(h.out, label), sup: &supervisor{}, token: rand.Text(),
+		prefix: "stocksvc-load:" + rand.Text()[:10] + ":"}
+	defer func() {
+		if err != nil {
+			h.closeCluster(c)
+		}
+	}()
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return nil, err
+	}
+	c.database = fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(label, "-", "_"))
+	dbURL, err := h.createDatabase(ctx, c.database)
+	if err != nil {
+		c.database = ""
+		return nil, err
+	}
+	n := h.opts.replicas
+	ports, err := freePorts(2*n + 2)
+	if err != nil {
+		return nil, err
+	}
+	c.replicaPorts, c.debugPorts, c.front = ports[:n], ports[n:2*n], ports[2*n]
+	for i, port := range c.replicaPorts {
+		env := []string{
+			"STOCKSVC_DEBUG_ADDR=127.0.0.1:" + strconv.Itoa(c.debugPorts[i]),
+			"STOCKSVC_ADDR=127.0.0.1:" + strconv.Itoa(port),
+			"DATABASE_URL=" + dbURL,
+			"REDIS_URL=" + h.opts.redisURL,
+			"STOCKSVC_REDIS_PREFIX=" + c.prefix,
+			"STOCKSVC_ADMIN_TOKEN=" + c.token,
+			"STOCKSVC_LOCK_WAIT=" + h.opts.lockWait.String(),
+			"STOCKSVC_LOG_LEVEL=warn",
+		}
+		name := fmt.Sprintf("r%d", i+1)
+		p, err := c.sup.start(name, filepath.Join(c.dir, name+".log"), env, h.binary)
+		if err != nil {
+			return nil, err
+		}
+		c.replicas = append(c.replicas, p)
+	}
+	for i, p := range c.replicas {
+		if err := waitReady(ctx, p, fmt.Sprintf("http://127.0.0.1:%d/readyz", c.replicaPorts[i]), 60*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	if c.haproxy, err = startHAProxy(c.sup, h.haproxy, c.dir, c.front, ports[2*n+1], c.replicaPorts); err != nil {
+		return nil, err
+	}
+	if err := waitReady(ctx, c.haproxy, fmt.Sprintf("http://127.0.0.1:%d/readyz", c.front), 30*time.Second); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// closeCluster stops everything c started and drops its database and Redis keys.
+func (h *harness) closeCluster(c *cluster) {
+	if err := c.sup.stopAll(20 * time.Second); err != nil {
+		h.printf("  warning: %v\n", err)
+	}
+	h.cleanRedis(c.prefix)
+	if c.database != "" && !h.opts.keep {
+		h.dropDatabase(c.database)
+	}
+}
+
+// profile records a CPU profile of replica i for d into <dir>/r<i+1>.cpu.pprof, from its
+// debug listener.
+func (c *cluster) profile(ctx context.Context, i int, d time.Duration) error {
+	url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", c.debugPorts[i], int(d.Seconds()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: status %d", url, res.StatusCode)
+	}
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(c.dir, fmt.Sprintf("r%d.cpu.pprof", i+1)), b, 0o644)
+}
+
+// createProduct creates a product through the balancer and returns its id.
+func (c *cluster) createProduct(ctx context.Context, sku string, units int64) (int64, error) {
+	body, _ := json.Marshal(map[string]any{"sku": sku, "name": sku, "stock": units})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/products", c.front), bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("create product: %w", err)
+	}
+	defer res.Body.Close()
+	var p struct {
+		ID int64 `json:"id"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&p); err != nil || res.StatusCode != http.StatusCreated {
+		return 0, fmt.Errorf("create product: status %d (%v)", res.StatusCode, err)
+	}
+	return p.ID, nil
+}
+
+// phase is what one load phase measured.
+type phase struct {
+	name       string
+	offered    float64 // requests/s asked for; 0: closed loop
+	window     time.Duration
+	latencies  map[uint16][]time.Duration // by status; 0 is a transport error
+	confirmedS float64
+	cpu        cpuUse
+	batches    batchStats
+}
+
+func (p phase) count(code uint16) int { return len(p.latencies[code]) }
+
+func (p phase) total() int {
+	n := 0
+	for _, l := range p.latencies {
+		n += len(l)
+	}
+	return n
+}
+
+// percentile returns the p-th percentile of the answers with status code, in ms.
+func (p phase) percentile(code uint16, q float64) float64 {
+	ms := make([]float64, len(p.latencies[code]))
+	for i, d := range p.latencies[code] {
+		ms[i] = float64(d) / float64(time.Millisecond)
+	}
+	return percentile(ms, q)
+}
+
+// orderTargeter makes each request a new order of one unit of product, with its own customer
+// and Idempotency-Key.
+func orderTargeter(front int, product int64) vegeta.Targeter {
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/orders", front)
+	var n atomic.Int64
+	return func(t *vegeta.Target) error {
+		i := n.Add(1)
+		t.Method, t.URL = http.MethodPost, url
+		t.Body = fmt.Appendf(nil, `{"customer_id":"c%d","items":[{"product_id":%d,"quantity":1}]}`, i, product)
+		t.Header = http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {uuid.NewString()}}
+		return nil
+	}
+}
+
+// attack runs one phase: a closed loop of clients (rate 0) or an open loop at rate orders/s.
+func (h *harness) attack(ctx context.Context, c *cluster, name string, product int64, clients int, rate float64, d time.Duration) (phase, error) {
+	opts := []func(*vegeta.Attacker){vegeta.KeepAlive(true), vegeta.MaxBody(0), vegeta.Timeout(30 * time.Second)}
+	pacer := vegeta.Pacer(vegeta.Rate{Freq: 0})
+	if rate > 0 {
+		// Enough workers that an arrival never waits for a free one: latency is then measured
+		// from the arrival, with no coordinated omission.
+		opts = append(opts, vegeta.Workers(64), vegeta.MaxWorkers(20000), vegeta.Connections(20000))
+		pacer = vegeta.Rate{Freq: int(math.Round(rate)), Per: time.Second}
+	} else {
+		opts = append(opts, vegeta.Workers(uint64(clients)), vegeta.MaxWorkers(uint64(clients)), vegeta.Connections(clients))
+	}
+	atk := vegeta.NewAttacker(opts...)
+	before, err := c.sample(ctx)
+	if err != nil {
+		return phase{}, err
+	}
+	p := phase{name: name, offered: rate, latencies: map[uint16][]time.Duration{}}
+	var first, last time.Time
+	results := atk.Attack(orderTargeter(c.front, product), pacer, d, name)
+	stop := context.AfterFunc(ctx, func() { atk.Stop() })
+	defer stop()
+	for r := range results {
+		if first.IsZero() || r.Timestamp.Before(first) {
+			first = r.Timestamp
+		}
+		if end := r.Timestamp.Add(r.Latency); end.After(last) {
+			last = end
+		}
+		p.latencies[r.Code] = append(p.latencies[r.Code], r.Latency)
+	}
+	if ctx.Err() != nil {
+		return phase{}, ctx.Err()
+	}
+	after, err := c.sample(ctx)
+	if err != nil {
+		return phase{}, err
+	}
+	p.window = last.Sub(first)
+	if p.window > 0 {
+		p.confirmedS = float64(p.count(http.StatusCreated)) / p.window.Seconds()
+	}
+	p.cpu = after.cpu.minus(before.cpu)
+	p.batches = after.batches.minus(before.batches)
+	return p, nil
+}
+
+// throughput runs the benchmark and writes throughput.md.
+func (h *harness) throughput(ctx context.Context) error {
+	anchor, err := h.pgbenchAnchor(ctx)
+	if err != nil {
+		return err
+	}
+	c, err := h.startCluster(ctx, "throughput")
+	if err != nil {
+		return err
+	}
+	defer h.closeCluster(c)
+	product, err := c.createProduct(ctx, "hot", throughputStock)
+	if err != nil {
+		return err
+	}
+	clients, d := h.opts.clients, h.opts.duration
+	h.printf("[throughput] warm-up: %d clients for 3s\n", clients)
+	if _, err := h.attack(ctx, c, "warm-up", product, clients, 0, 3*time.Second); err != nil {
+		return err
+	}
+	h.printf("[throughput] closed loop: %d clients for %v\n", clients, d)
+	profiled := make(chan error, 1)
+	go func() { profiled <- c.profile(ctx, 0, d-time.Second) }()
+	peak, err := h.attack(ctx, c, "closed loop", product, clients, 0, d)
+	if err != nil {
+		return err
+	}
+	if err := <-profiled; err != nil {
+		h.printf("[throughput]   no CPU profile of r1: %v\n", err)
+	} else {
+		h.printf("[throughput]   CPU profile of r1: %s (go tool pprof -top %s %s)\n",
+			filepath.Join(c.dir, "r1.cpu.pprof"), h.binary, filepath.Join(c.dir, "r1.cpu.pprof"))
+	}
+	h.printf("[throughput]   %.0f confirmed/s (%.2f× pgbench)\n", peak.confirmedS, peak.confirmedS/anchor.purchasesPerS)
+	phases := []phase{peak}
+	for _, f := range []float64{0.8, 2} {
+		rate := f * peak.confirmedS
+		h.printf("[throughput] open loop: %.0f orders/s (%.0f%% of the peak) for %v\n", rate, 100*f, d)
+		p, err := h.attack(ctx, c, fmt.Sprintf("open loop at %.0f%% of the peak", 100*f), product, 0, rate, d)
+		if err != nil {
+			return err
+		}
+		phases = append(phases, p)
+	}
+	report := throughputReport(h.opts, anchor, phases)
+	h.printf("\n%s\n", report)
+	path := filepath.Join(h.out, "throughput.md")
+	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
+		return err
+	}
+	h.printf("written to %s\n", path)
+	return nil
+}
+
+func throughputReport(o options, anchor comparison, phases []phase) string {
+	var b strings.Builder
+	peak := phases[0]
+	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy, one product, every order one unit with its own Idempotency-Key; load from vegeta in the harness; pgbench measured in the same run.\n\n", o.replicas)
+	fmt.Fprintf(&b, "| load | offered | confirmed/s | × pgbench | 201 p50 / p99 | 429 | 429 p99 | other answers |\n")
+	fmt.Fprintf(&b, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	fmt.Fprintf(&b, "| pgbench, %d clients, bare `UPDATE ... WHERE stock > 0` | closed | %.0f tx/s | 1.00× | %.1f ms (p99) | | | |\n",
+		o.pgbenchClients, anchor.purchasesPerS, anchor.p99Confirmed)
+	for _, p := range phases {
+		offered := fmt.Sprintf("%d clients", o.clients)
+		if p.offered > 0 {
+			offered = fmt.Sprintf("%.0f/s", p.offered)
+		}
+		other := p.total() - p.count(http.StatusCreated) - p.count(http.StatusTooManyRequests)
+		busyP99 := "–"
+		if p.count(http.StatusTooManyRequests) > 0 {
+			busyP99 = fmt.Sprintf("%.1f ms", p.percentile(http.StatusTooManyRequests, 99))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %.2f× | %.1f / %.1f ms | %d | %s | %d |\n",
+			p.name, offered, p.confirmedS, p.confirmedS/anchor.purchasesPerS,
+			p.percentile(http.StatusCreated, 50), p.percentile(http.StatusCreated, 99),
+			p.count(http.StatusTooManyRequests), busyP99, other)
+	}
+	over := phases[len(phases)-1]
+	fmt.Fprintf(&b, "\nAt twice the peak the deployment confirmed %.0f/s, %.0f%% of the closed-loop peak.\n", over.confirmedS, 100*over.confirmedS/peak.confirmedS)
+	fmt.Fprintf(&b, "\nBatches in the closed loop: %s.\n", peak.batches)
+	fmt.Fprintf(&b, "\nCPU per confirmed order in the closed loop (utime+stime over the window, %d confirmed):\n\n", peak.count(http.StatusCreated))
+	b.WriteString(peak.cpu.table(peak.count(http.StatusCreated), peak.window))
+	return b.String()
+}
+
+// clusterSample is what the harness reads from the machine and the replicas at a phase's ends.
+type clusterSample struct {
+	cpu     cpuUse
+	batches batchStats
+}
+
+func (c *cluster) sample(ctx context.Context) (clusterSample, error) {
+	var s clusterSample
+	var err error
+	if s.cpu, err = c.readCPU(ctx); err != nil {
+		return s, err
+	}
+	for _, port := range c.replicaPorts {
+		b, err := scrapeBatches(ctx, port)
+		if err != nil {
+			return s, err
+		}
+		s.batches = s.batches.plus(b)
+	}
+	return s, nil
+}
+
+// cpuUse is CPU time (user + system) by process group.
+type cpuUse map[string]time.Duration
+
+// cpuGroups lists the groups in the order they are reported.
+var cpuGroups = []string{"replicas", "postgres", "haproxy", "load generator", "redis"}
+
+func (a cpuUse) minus(b cpuUse) cpuUse {
+	out := cpuUse{}
+	for k, v := range a {
+		out[k] = v - b[k]
+	}
+	return out
+}
+
+func (a cpuUse) table(orders int, window time.Duration) string {
+	var b strings.Builder
+	b.WriteString("| process | CPU per confirmed order | share of the window's cores |\n| --- | ---: | ---: |\n")
+	var total time.Duration
+	for _, g := range cpuGroups {
+		total += a[g]
+		fmt.Fprintf(&b, "| %s | %.0f µs | %.2f cores |\n", g, perOrder(a[g], orders), a[g].Seconds()/window.Seconds())
+	}
+	fmt.Fprintf(&b, "| **all of the above** | **%.0f µs** | **%.2f cores** |\n", perOrder(total, orders), total.Seconds()/window.Seconds())
+	fmt.Fprintf(&b, "| whole machine (/proc/stat) | %.0f µs | %.2f cores |\n", perOrder(a["machine"], orders), a["machine"].Seconds()/window.Seconds())
+	return b.String()
+}
+
+func perOrder(d time.Duration, orders int) float64 {
+	if orders == 0 {
+		return math.NaN()
+	}
+	return float64(d.Microseconds()) / float64(orders)
+}
+
+// readCPU sums the CPU time of the cluster's processes, of the shared Postgres and Redis
+// servers, and of this process (the load generator), from /proc. Postgres and Redis are shared
+// with anything else using them, so their figures are upper bounds.
+func (c *cluster) readCPU(ctx context.Context) (cpuUse, error) {
+	use := cpuUse{}
+	for _, p := range c.replicas {
+		use["replicas"] += procCPU(p.cmd.Process.Pid)
+	}
+	use["haproxy"] = procCPU(c.haproxy.cmd.Process.Pid)
+	use["load generator"] = procCPU(os.Getpid())
+	pids, err := pidsNamed("postgres")
+	if err != nil {
+		return nil, err
+	}
+	for _, pid := range pids {
+		use["postgres"] += procCPU(pid)
+	}
+	if pids, err = pidsNamed("redis-server"); err != nil {
+		return nil, err
+	}
+	for _, pid := range pids {
+		use["redis"] += procCPU(pid)
+	}
+	machine, err := machineCPU()
+	if err != nil {
+		return nil, err
+	}
+	use["machine"] = machine
+	return use, ctx.Err()
+}
+
+// clockTick is the unit of /proc's CPU times: USER_HZ, 100 on every Linux this runs on.
+const clockTick = 10 * time.Millisecond
+
+// procCPU returns the user + system time of process pid (0 if it is gone).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) is in parentheses and may hold spaces: count from the last ')'.
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * clockTick
+}
+
+// machineCPU returns the busy time of all cores since boot (everything but idle and iowait).
+func machineCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 8 || fields[0] != "cpu" {
+		return 0, errors.New("unexpected /proc/stat")
+	}
+	var busy int64
+	for i, f := range fields[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, _ := strconv.ParseInt(f, 10, 64)
+		busy += n
+	}
+	return time.Duration(busy) * clockTick, nil
+}
+
+// pidsNamed lists the processes whose command name is name.
+func pidsNamed(name string) ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err == nil && strings.TrimSpace(string(comm)) == name {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// batchStats is the stocksvc_batch_orders histogram, summed over replicas.
+type batchStats struct {
+	count, sum float64
+	buckets    map[float64]float64 // cumulative count by upper bound
+	locked     float64             // batches decided under the lock (stocksvc_orders_per_lock count)
+}
+
+func (a batchStats) plus(b batchStats) batchStats {
+	out := batchStats{count: a.count + b.count, sum: a.sum + b.sum, locked: a.locked + b.locked, buckets: map[float64]float64{}}
+	for k, v := range a.buckets {
+		out.buckets[k] += v
+	}
+	for k, v := range b.buckets {
+		out.buckets[k] += v
+	}
+	return out
+}
+
+func (a batchStats) minus(b batchStats) batchStats {
+	out := batchStats{count: a.count - b.count, sum: a.sum - b.sum, locked: a.locked - b.locked, buckets: map[float64]float64{}}
+	for k, v := range a.buckets {
+		out.buckets[k] = v - b.buckets[k]
+	}
+	return out
+}
+
+// String summarises the batches: how many, their mean size, and the bucket bounds under which
+// half and nine tenths of them fall.
+func (a batchStats) String() string {
+	if a.count == 0 {
+		return "none"
+	}
+	bounds := slices.Sorted(func(yield func(float64) bool) {
+		for k := range a.buckets {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	at := func(q float64) string {
+		for _, ub := range bounds {
+			if a.buckets[ub] >= q*a.count {
+				return fmt.Sprintf("≤ %g", ub)
+			}
+		}
+		return "> the largest bucket"
+	}
+	return fmt.Sprintf("%.0f batches, %.1f orders each on average (median %s, p90 %s), %.0f of them under the lock",
+		a.count, a.sum/a.count, at(0.5), at(0.9), a.locked)
+}
+
+func scrapeBatches(ctx context.Context, port int) (batchStats, error) {
+	families, err := scrapeFamilies(ctx, port)
+	if err != nil {
+		return batchStats{}, err
+	}
+	s := batchStats{buckets: map[float64]float64{}}
+	if f := families["stocksvc_batch_orders"]; f != nil && len(f.GetMetric()) == 1 {
+		h := f.GetMetric()[0].GetHistogram()
+		s.count, s.sum = float64(h.GetSampleCount()), h.GetSampleSum()
+		for _, b := range h.GetBucket() {
+			s.buckets[b.GetUpperBound()] = float64(b.GetCumulativeCount())
+		}
+	}
+	if f := families["stocksvc_orders_per_lock"]; f != nil && len(f.GetMetric()) == 1 {
+		s.locked = float64(f.GetMetric()[0].GetHistogram().GetSampleCount())
+	}
+	return s, nil
+}
