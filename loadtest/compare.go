@@ -41,14 +41,16 @@ func (h *harness) compare(ctx context.Context) error {
 		title string
 		spec  saleSpec
 	}{
-		{"(a) stocksvc default: lock + version + guard; lock waiters queue per replica, woken by release",
-			saleSpec{label: "a-default", defense: defaultDefense, lockRetry: "wait"}},
-		{"(a′) the same layers, the lock polled with exponential backoff (1–50 ms, full jitter)",
-			saleSpec{label: "a2-polling", defense: defaultDefense, lockRetry: "exponential"}},
-		{"(b) the seeds' naive retry: fixed 100 ms sleep, at most 3 retries",
-			saleSpec{label: "b-seed-naive", defense: defaultDefense, lockRetry: "fixed:100ms", lockMaxRetries: 3}},
-		{"(c) the database guard alone, no Redis lock",
-			saleSpec{label: "c-guard-only", defense: "guard", lockRetry: "wait"}},
+		{"(a) stocksvc default: lock + version + guard, orders decided in batches per product and replica (group commit)",
+			saleSpec{label: "a-batched", defense: defaultDefense, lockRetry: "wait"}},
+		{"(a₁) the same, one order per batch (STOCKSVC_MAX_BATCH=1): the previous default, lock waiters woken by release",
+			saleSpec{label: "a1-one-by-one", defense: defaultDefense, lockRetry: "wait", maxBatch: 1}},
+		{"(a′) one order per batch, the lock polled with exponential backoff (1–50 ms, full jitter)",
+			saleSpec{label: "a2-polling", defense: defaultDefense, lockRetry: "exponential", maxBatch: 1}},
+		{"(b) one order per batch, the seeds' naive retry: fixed 100 ms sleep, at most 3 retries",
+			saleSpec{label: "b-seed-naive", defense: defaultDefense, lockRetry: "fixed:100ms", lockMaxRetries: 3, maxBatch: 1}},
+		{"(c) one order per batch, the database guard alone, no Redis lock",
+			saleSpec{label: "c-guard-only", defense: "guard", lockRetry: "wait", maxBatch: 1}},
 	}
 	var rows []comparison
 	for _, c := range configs {

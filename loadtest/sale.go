@@ -30,6 +30,7 @@ type saleSpec struct {
 	defense        string
 	lockRetry      string
 	lockMaxRetries int
+	maxBatch       int // the replicas' STOCKSVC_MAX_BATCH; 0 keeps their default
 	scenarios      string
 	requestLog     bool // k6 writes every request to requests.csv.gz (comparison mode)
 }
@@ -158,6 +159,9 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 		}
 		if spec.defense != defaultDefense {
 			env = append(env, "STOCKSVC_DEMO_UNSAFE=1")
+		}
+		if spec.maxBatch > 0 {
+			env = append(env, "STOCKSVC_MAX_BATCH="+strconv.Itoa(spec.maxBatch))
 		}
 		name := fmt.Sprintf("r%d", i+1)
 		p, err := sup.start(name, filepath.Join(run.dir, name+".log"), env, h.binary)

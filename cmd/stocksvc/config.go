@@ -30,6 +30,7 @@ type config struct {
 	LockRetry      string
 	LockMaxRetries int
 	MaxQuantity    int64
+	MaxBatch       int
 	RequestTimeout time.Duration
 	ShutdownGrace  time.Duration
 	ShutdownDelay  time.Duration
@@ -88,6 +89,7 @@ func settings() []setting {
 		{"STOCKSVC_LOCK_RETRY", "lock-retry", "wait", "how lock waits are paced: wait (queue, woken by releases) or, polling, exponential[:BASE:MAX], linear[:STEP:MAX], fixed:PAUSE, none", str(func(c *config) *string { return &c.LockRetry })},
 		{"STOCKSVC_LOCK_MAX_RETRIES", "lock-max-retries", "0", "cap on polling lock attempts after the first; 0 means only the wait bounds them", integer(func(c *config, n int64) { c.LockMaxRetries = int(n) })},
 		{"STOCKSVC_MAX_QUANTITY", "max-quantity", "10", "most units of one product per order", integer(func(c *config, n int64) { c.MaxQuantity = n })},
+		{"STOCKSVC_MAX_BATCH", "max-batch", "256", "most orders of one product decided together (one lock, one read, one write); 1 decides each order alone", integer(func(c *config, n int64) { c.MaxBatch = int(n) })},
 		{"STOCKSVC_REQUEST_TIMEOUT", "request-timeout", "10s", "bound on each API request", dur(func(c *config) *time.Duration { return &c.RequestTimeout })},
 		{"STOCKSVC_SHUTDOWN_GRACE", "shutdown-grace", "15s", "how long in-flight requests may take to finish after SIGTERM", dur(func(c *config) *time.Duration { return &c.ShutdownGrace })},
 		{"STOCKSVC_SHUTDOWN_DELAY", "shutdown-delay", "2s", "how long /readyz answers 503 before the listener closes, so a balancer can notice", dur(func(c *config) *time.Duration { return &c.ShutdownDelay })},
@@ -153,6 +155,9 @@ func (c *config) validate() error {
 	}
 	if c.MaxQuantity < 1 {
 		errs = append(errs, errors.New("STOCKSVC_MAX_QUANTITY: must be at least 1"))
+	}
+	if c.MaxBatch < 1 || c.MaxBatch > 10000 {
+		errs = append(errs, fmt.Errorf("STOCKSVC_MAX_BATCH: %d is outside 1..10000", c.MaxBatch))
 	}
 	if c.DBMaxConns < 1 {
 		errs = append(errs, errors.New("STOCKSVC_DB_MAX_CONNS: must be at least 1"))
@@ -242,6 +247,7 @@ func (c config) logAttrs() []any {
 		slog.String("lock_retry", c.LockRetry),
 		slog.Int("lock_max_retries", c.LockMaxRetries),
 		slog.Int64("max_quantity", c.MaxQuantity),
+		slog.Int("max_batch", c.MaxBatch),
 		slog.String("request_timeout", c.RequestTimeout.String()),
 		slog.String("shutdown_grace", c.ShutdownGrace.String()),
 		slog.String("shutdown_delay", c.ShutdownDelay.String()),

@@ -84,9 +84,10 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	defer locks.Close()
 	locker := stock.NewRedisLocker(locks, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
 	svc := stock.NewService(store, locker, stock.Config{
-		Defense:     cfg.defense,
-		MaxQuantity: cfg.MaxQuantity,
-		QueueWait:   cfg.LockWait,
+		Defense:        cfg.defense,
+		MaxQuantity:    cfg.MaxQuantity,
+		QueueWait:      cfg.LockWait,
+		MaxBatchOrders: cfg.MaxBatch,
 	}, stock.NewMetrics(reg))
 	// After the HTTP server has shut down no order can arrive; Close returns once the queued
 	// ones are decided (their handlers have already been answered by then).
