@@ -141,19 +141,25 @@ func counterValue(t testing.TB, g prometheus.Gatherer, name, label, value string
 	return 0
 }
 
-// gate holds the first batch that reaches it between its read and its write until the test
-// opens it; every later batch passes straight through.
+// gate holds the first batch of at least min orders that reaches it between its read and its
+// write, until the test opens it; every other batch passes straight through.
 type gate struct {
+	min     int
 	once    sync.Once
 	reached chan struct{}
 	open    chan struct{}
 }
 
-func newGate() *gate {
-	return &gate{reached: make(chan struct{}), open: make(chan struct{})}
+func newGate() *gate { return newGateFor(1) }
+
+func newGateFor(min int) *gate {
+	return &gate{min: min, reached: make(chan struct{}), open: make(chan struct{})}
 }
 
-func (g *gate) hook(ctx context.Context) {
+func (g *gate) hook(ctx context.Context, orders int) {
+	if orders < g.min {
+		return
+	}
 	first := false
 	g.once.Do(func() { first = true })
 	if !first {
@@ -172,4 +178,20 @@ func order(customer string, items ...stock.Item) stock.OrderRequest {
 
 func one(productID, quantity int64) stock.Item {
 	return stock.Item{ProductID: productID, Quantity: quantity}
+}
+
+// gaugeValue reads an unlabelled gauge from a registry.
+func gaugeValue(t testing.TB, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("gauge %s not found", name)
+	return 0
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
@@ -305,5 +306,69 @@ func assertOrdersMatch(t *testing.T, r *replica, productID int64, res loadResult
 		if _, ok := res.orderIDs[id]; !ok {
 			t.Errorf("order %s is in the database but was never confirmed to a client", id)
 		}
+	}
+}
+
+// TestFenceRefusesAWholeBatchWhoseLeaseRanOut gathers three orders into one batch of replica A
+// (behind a first batch that waits for a lock held elsewhere), holds that batch between its read
+// and its write, and deletes A's lock meanwhile — what an expired lease looks like to the others.
+// Replica B takes the lock with a newer fencing token and sells. A's write is refused by the
+// fence: none of its three orders is sold, each is answered ErrLockLost, and the audit is exact.
+func TestFenceRefusesAWholeBatchWhoseLeaseRanOut(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	d := stock.DefaultDefense()
+	a := w.replica(t, d, replicaOptions{lockTTL: 30 * time.Second, lockWait: 20 * time.Second})
+	b := w.replica(t, d, replicaOptions{})
+	id := createProduct(t, a, "fence-batch", 10)
+	lockName := fmt.Sprintf("%slock:product:{%d}", w.prefix, id)
+	ctx := context.Background()
+
+	outside, err := lock.New(a.redis).Obtain(ctx, lockName, time.Minute, nil)
+	if err != nil {
+		t.Fatalf("hold the lock: %v", err)
+	}
+	g := newGateFor(3)
+	stock.SetAfterRead(a.svc, g.hook)
+	results := make(chan error, 4)
+	place := func(customer string) {
+		_, err := a.svc.PlaceOrder(ctx, order(customer, one(id, 1)))
+		results <- err
+	}
+	go place("plug")
+	waitForCondition(t, func() bool { // the plug's batch waits for the lock
+		n, _ := a.redis.LLen(ctx, lockName+":waiters").Result()
+		return n == 1
+	})
+	for _, c := range []string{"x", "y", "z"} {
+		go place(c)
+	}
+	waitForCondition(t, func() bool {
+		return gaugeValue(t, a.registry, "stocksvc_orders_queued") == 3
+	})
+	if err := outside.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if err := <-results; err != nil {
+		t.Fatalf("the plug's order: %v", err)
+	}
+	<-g.reached // the batch of three has read, and holds the lock
+	if n, err := a.redis.Del(ctx, lockName).Result(); err != nil || n != 1 {
+		t.Fatalf("expire A's lock: deleted %d, %v", n, err)
+	}
+	if _, err := b.svc.PlaceOrder(ctx, order("b", one(id, 1))); err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	close(g.open)
+	for range 3 {
+		if err := <-results; !errors.Is(err, stock.ErrLockLost) {
+			t.Errorf("an order of the refused batch: %v, want ErrLockLost", err)
+		}
+	}
+	if got := catches(t, a, stock.LayerFence); got != 1 {
+		t.Errorf("fence catches = %v, want 1", got)
+	}
+	if au := mustAudit(t, a, id); au.Sold != 2 || au.Stock != 8 || !au.Consistent() {
+		t.Errorf("audit = %+v, want 2 sold (the plug and B), consistent", au)
 	}
 }

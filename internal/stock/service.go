@@ -89,9 +89,9 @@ type Service struct {
 	cfg     Config
 	metrics *Metrics
 	batches *batcher
-	// afterRead, when set, runs between a batch's read and its write. Tests use it to open the
-	// race window at will.
-	afterRead func(ctx context.Context)
+	// afterRead, when set, runs between a batch's read and its write, with the number of
+	// orders in the batch. Tests use it to open the race window at will.
+	afterRead func(ctx context.Context, orders int)
 }
 
 // NewService returns a Service. metrics may be nil. Close it to let queued orders finish.
@@ -334,7 +334,7 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, fe
 			}
 		}
 		if s.afterRead != nil {
-			s.afterRead(ctx)
+			s.afterRead(ctx, len(tickets))
 		}
 		a := allocate(snap, tickets, fences, s.cfg.Defense)
 		h.saw(ids[0], snap, a.write)

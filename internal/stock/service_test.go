@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -437,4 +438,44 @@ func TestOrderWithRedisDownCountsUnavailable(t *testing.T) {
 func waitForCondition(t *testing.T, cond func() bool) {
 	t.Helper()
 	testenv.Poll(t, 10*time.Second, "condition", cond)
+}
+
+// TestPostgresFailureMidBatch cuts the replica's Postgres connections between a batch's read and
+// its write: the batch's orders are answered unavailable (retry with the same key), nothing is
+// sold, and the next order goes through on fresh connections.
+func TestPostgresFailureMidBatch(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+	id := createProduct(t, r, "cut", 5)
+	killer, err := pgx.Connect(context.Background(), w.databaseURL)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = killer.Close(context.Background()) })
+	var once sync.Once
+	var killErr error
+	stock.SetAfterRead(r.svc, func(ctx context.Context, _ int) {
+		once.Do(func() {
+			_, killErr = killer.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			                                WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+		})
+	})
+	req := stock.OrderRequest{CustomerID: "c", Items: []stock.Item{one(id, 1)}, IdempotencyKey: "cut-" + uuid.NewString()}
+	if _, err := r.svc.PlaceOrder(context.Background(), req); !errors.Is(err, stock.ErrUnavailable) {
+		t.Fatalf("order whose batch lost Postgres: %v, want ErrUnavailable", err)
+	}
+	if killErr != nil {
+		t.Fatalf("terminate the replica's connections: %v", killErr)
+	}
+	if a := mustAudit(t, r, id); a.Sold != 0 || a.Stock != 5 {
+		t.Errorf("audit = %+v, want nothing sold", a)
+	}
+	res, err := r.svc.PlaceOrder(context.Background(), req)
+	if err != nil || res.Replayed {
+		t.Fatalf("retry with the same key: %+v, %v; want a new order", res, err)
+	}
+	if a := mustAudit(t, r, id); a.Sold != 1 {
+		t.Errorf("audit = %+v, want one sale", a)
+	}
 }

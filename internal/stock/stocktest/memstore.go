@@ -1,0 +1,255 @@
+// Package stocktest provides an in-memory stock.Store, for unit tests of the service's rules
+// and for benchmarks of everything above the database. It keeps the Store contract — the same
+// conditions on every decrement, the same errors — but nothing it holds survives the process,
+// and it is no stand-in for Postgres in integration tests: those run against the real one.
+package stocktest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/stocksvc/stocksvc/internal/stock"
+)
+
+// MemStore is a stock.Store in memory. It is safe for concurrent use; every method is atomic.
+type MemStore struct {
+	mu       sync.Mutex
+	products map[int64]*product
+	orders   map[uuid.UUID]stock.Order
+	records  map[string]record
+	nextID   int64
+	now      func() time.Time
+}
+
+type product struct {
+	p        stock.Product
+	fence    int64
+	received int64
+	sold     int64
+}
+
+type record struct {
+	rec     stock.IdempotencyRecord
+	created time.Time
+}
+
+var _ stock.Store = (*MemStore)(nil)
+
+// NewMemStore returns an empty store.
+func NewMemStore() *MemStore {
+	return &MemStore{products: map[int64]*product{}, orders: map[uuid.UUID]stock.Order{},
+		records: map[string]record{}, now: time.Now}
+}
+
+// CreateProduct implements stock.Store.
+func (m *MemStore) CreateProduct(_ context.Context, p stock.NewProduct) (stock.Product, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, x := range m.products {
+		if x.p.SKU == p.SKU {
+			return stock.Product{}, stock.ErrDuplicateSKU
+		}
+	}
+	m.nextID++
+	now := m.now()
+	x := &product{p: stock.Product{ID: m.nextID, SKU: p.SKU, Name: p.Name, Stock: p.Stock, CreatedAt: now, UpdatedAt: now}, received: p.Stock}
+	m.products[x.p.ID] = x
+	return x.p, nil
+}
+
+// Product implements stock.Store.
+func (m *MemStore) Product(_ context.Context, id int64) (stock.Product, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	x, ok := m.products[id]
+	if !ok {
+		return stock.Product{}, &stock.ProductNotFoundError{ProductID: id}
+	}
+	return x.p, nil
+}
+
+// Restock implements stock.Store.
+func (m *MemStore) Restock(_ context.Context, id, quantity, fence int64) (stock.Product, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	x, ok := m.products[id]
+	if !ok {
+		return stock.Product{}, &stock.ProductNotFoundError{ProductID: id}
+	}
+	if fence > 0 && x.fence > fence {
+		return stock.Product{}, &stock.CaughtError{Layer: stock.LayerFence, ProductID: id,
+			Err: fmt.Errorf("%w: fence %d is older than %d", stock.ErrLockLost, fence, x.fence)}
+	}
+	x.fence = max(x.fence, fence)
+	x.p.Stock += quantity
+	x.p.Version++
+	x.p.UpdatedAt = m.now()
+	x.received += quantity
+	return x.p, nil
+}
+
+// Audit implements stock.Store.
+func (m *MemStore) Audit(_ context.Context, id int64) (stock.Audit, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	x, ok := m.products[id]
+	if !ok {
+		return stock.Audit{}, &stock.ProductNotFoundError{ProductID: id}
+	}
+	return stock.Audit{ProductID: id, Stock: x.p.Stock, Received: x.received, Sold: x.sold}, nil
+}
+
+// Order implements stock.Store.
+func (m *MemStore) Order(_ context.Context, id uuid.UUID) (stock.Order, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.orders[id]
+	if !ok {
+		return stock.Order{}, stock.ErrOrderNotFound
+	}
+	return o, nil
+}
+
+// Snapshot implements stock.Store.
+func (m *MemStore) Snapshot(_ context.Context, ids []int64, keys []string) (stock.Snapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := stock.Snapshot{Levels: make(map[int64]stock.Level, len(ids)), Records: map[string]stock.IdempotencyRecord{}}
+	for _, id := range ids {
+		if x, ok := m.products[id]; ok {
+			s.Levels[id] = stock.Level{Stock: x.p.Stock, Version: x.p.Version, Fence: x.fence}
+		}
+	}
+	for _, k := range keys {
+		if r, ok := m.records[k]; ok {
+			s.Records[k] = r.rec
+		}
+	}
+	return s, nil
+}
+
+// Commit implements stock.Store, with the conditions w.Defense selects, as the Postgres store
+// applies them: all or nothing.
+func (m *MemStore) Commit(_ context.Context, w stock.Write) (time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, d := range w.Decrements {
+		x, ok := m.products[d.ProductID]
+		if !ok {
+			return time.Time{}, fmt.Errorf("%w: product %d is gone", stock.ErrConflict, d.ProductID)
+		}
+		naive := w.Defense == stock.Defense{}
+		refused := w.Defense.Version && x.p.Version != d.Read.Version ||
+			w.Defense.Guard && x.p.Stock < d.Quantity ||
+			w.Defense.Lock && x.fence > d.Fence
+		if refused {
+			return time.Time{}, fmt.Errorf("%w: the decrement of product %d matched no row", stock.ErrConflict, d.ProductID)
+		}
+		left := x.p.Stock - d.Quantity
+		if naive {
+			left = d.Read.Stock - d.Quantity
+		}
+		if left < 0 {
+			return time.Time{}, &stock.CaughtError{Layer: stock.LayerCheck, ProductID: d.ProductID,
+				Err: fmt.Errorf("%w: stock would be %d", stock.ErrConflict, left)}
+		}
+	}
+	for _, r := range w.Records {
+		if _, taken := m.records[r.Key]; taken {
+			return time.Time{}, fmt.Errorf("%w: key %q has a record", stock.ErrConflict, r.Key)
+		}
+	}
+	now := m.now()
+	for _, d := range w.Decrements {
+		x := m.products[d.ProductID]
+		if w.Defense == (stock.Defense{}) {
+			x.p.Stock = d.Read.Stock - d.Quantity
+		} else {
+			x.p.Stock -= d.Quantity
+		}
+		x.p.Version++
+		x.p.UpdatedAt = now
+		x.sold += d.Quantity
+		if w.Defense.Lock {
+			x.fence = d.Fence
+		}
+	}
+	for _, o := range w.Orders {
+		o.CreatedAt = now
+		m.orders[o.ID] = o
+	}
+	for _, r := range w.Records {
+		if r.Order != nil {
+			o := m.orders[r.Order.ID]
+			r.Order = &o
+		}
+		m.records[r.Key] = record{rec: r, created: now}
+	}
+	return now, nil
+}
+
+// PurgeIdempotencyKeys implements stock.Store.
+func (m *MemStore) PurgeIdempotencyKeys(_ context.Context, cutoff time.Time) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	for k, r := range m.records {
+		if r.created.Before(cutoff) {
+			delete(m.records, k)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// LocalLocker is a stock.Locker for a single process: one lock per product, taken in ascending
+// id order, with a fencing token that grows with every grant. It serialises the holders of
+// one process only; replicas need the Redis locker.
+type LocalLocker struct {
+	mu    sync.Mutex
+	locks map[int64]chan struct{} // a product's lock is held while its channel holds a value
+	fence int64
+}
+
+var _ stock.Locker = (*LocalLocker)(nil)
+
+// WithProducts implements stock.Locker. It waits as long as ctx allows.
+func (l *LocalLocker) WithProducts(ctx context.Context, ids []int64, fn func(ctx context.Context, fences map[int64]int64) error) error {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	fences := make(map[int64]int64, len(ids))
+	var held []chan struct{}
+	defer func() {
+		for _, h := range held {
+			<-h
+		}
+	}()
+	for _, id := range ids {
+		l.mu.Lock()
+		if l.locks == nil {
+			l.locks = map[int64]chan struct{}{}
+		}
+		h := l.locks[id]
+		if h == nil {
+			h = make(chan struct{}, 1)
+			l.locks[id] = h
+		}
+		l.mu.Unlock()
+		select {
+		case h <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", stock.ErrBusy, ctx.Err())
+		}
+		held = append(held, h)
+		l.mu.Lock()
+		l.fence++
+		fences[id] = l.fence
+		l.mu.Unlock()
+	}
+	return fn(ctx, fences)
+}

@@ -1,0 +1,241 @@
+package stock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stocktest"
+	"github.com/stocksvc/stocksvc/internal/testenv"
+)
+
+// The Store contract of the purchase path, run against every store: Postgres, and the in-memory
+// one that unit tests and benchmarks use. A store that passes decides nothing itself and writes
+// a batch all or nothing, under exactly the conditions its Defense selects.
+
+func stores(t *testing.T) map[string]func(t *testing.T) stock.Store {
+	return map[string]func(t *testing.T) stock.Store{
+		"postgres": func(t *testing.T) stock.Store {
+			pool, err := pgxpool.New(context.Background(), testenv.DatabaseURL(t))
+			if err != nil {
+				t.Fatalf("connect: %v", err)
+			}
+			t.Cleanup(pool.Close)
+			return stock.NewPGStore(pool)
+		},
+		"memory": func(*testing.T) stock.Store { return stocktest.NewMemStore() },
+	}
+}
+
+func TestStoreContract(t *testing.T) {
+	t.Parallel()
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			for _, tc := range storeCases {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					tc.run(t, open(t))
+				})
+			}
+		})
+	}
+}
+
+type storeCase struct {
+	name string
+	run  func(t *testing.T, s stock.Store)
+}
+
+func mustCreate(t *testing.T, s stock.Store, sku string, units int64) int64 {
+	t.Helper()
+	p, err := s.CreateProduct(context.Background(), stock.NewProduct{SKU: sku, Name: sku, Stock: units})
+	if err != nil {
+		t.Fatalf("create %s: %v", sku, err)
+	}
+	return p.ID
+}
+
+func mustSnapshot(t *testing.T, s stock.Store, ids []int64, keys ...string) stock.Snapshot {
+	t.Helper()
+	snap, err := s.Snapshot(context.Background(), ids, keys)
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	return snap
+}
+
+func stockOf(t *testing.T, s stock.Store, id int64) int64 {
+	t.Helper()
+	return mustSnapshot(t, s, []int64{id}).Levels[id].Stock
+}
+
+// sale is a write of one confirmed order of qty units of product id, read at level l.
+func sale(d stock.Defense, id, qty int64, l stock.Level, fence int64, key string) (stock.Write, stock.Order) {
+	o := stock.Order{ID: uuid.Must(uuid.NewV7()), CustomerID: "c", Status: stock.OrderStatusConfirmed, Items: []stock.Item{{ProductID: id, Quantity: qty}}}
+	w := stock.Write{Defense: d, Decrements: []stock.Decrement{{ProductID: id, Quantity: qty, Read: l, Fence: fence}}, Orders: []stock.Order{o}}
+	if key != "" {
+		w.Records = []stock.IdempotencyRecord{{Key: key, Fingerprint: []byte(key), Order: &o}}
+	}
+	return w, o
+}
+
+var storeCases = []storeCase{
+	{"a snapshot has what exists, and nothing for what does not", func(t *testing.T, s stock.Store) {
+		id := mustCreate(t, s, "snap", 7)
+		snap := mustSnapshot(t, s, []int64{id, id + 1000}, "no-such-key")
+		if l, ok := snap.Levels[id]; !ok || l.Stock != 7 {
+			t.Errorf("level of %d = %+v (%v), want stock 7", id, l, ok)
+		}
+		if _, ok := snap.Levels[id+1000]; ok || len(snap.Records) != 0 {
+			t.Errorf("snapshot %+v, want no level for a missing product and no records", snap)
+		}
+	}},
+	{"a commit writes the decrement, the orders and the records together", func(t *testing.T, s stock.Store) {
+		id := mustCreate(t, s, "commit", 10)
+		l := mustSnapshot(t, s, []int64{id}).Levels[id]
+		w, o := sale(stock.DefaultDefense(), id, 3, l, 5, "k-"+uuid.NewString())
+		refusal := stock.IdempotencyRecord{Key: "r-" + uuid.NewString(), Fingerprint: []byte("r"),
+			SoldOut: &stock.SoldOutError{ProductID: id, Requested: 9, Available: 7}}
+		w.Records = append(w.Records, refusal)
+		at, err := s.Commit(context.Background(), w)
+		if err != nil || at.IsZero() {
+			t.Fatalf("commit = %v, %v; want a time and no error", at, err)
+		}
+		snap := mustSnapshot(t, s, []int64{id}, w.Records[0].Key, refusal.Key)
+		if got := snap.Levels[id]; got.Stock != 7 || got.Version != l.Version+1 || got.Fence != 5 {
+			t.Errorf("level after = %+v, want stock 7, version +1, fence 5", got)
+		}
+		rec := snap.Records[w.Records[0].Key]
+		if rec.Order == nil || rec.Order.ID != o.ID || len(rec.Order.Items) != 1 || rec.Order.Items[0].Quantity != 3 || rec.Order.CreatedAt.IsZero() {
+			t.Errorf("record of the sale = %+v, want order %s with its item and time", rec, o.ID)
+		}
+		if got := snap.Records[refusal.Key].SoldOut; got == nil || *got != *refusal.SoldOut {
+			t.Errorf("record of the refusal = %+v, want %+v", got, refusal.SoldOut)
+		}
+		if got, err := s.Order(context.Background(), o.ID); err != nil || got.ID != o.ID {
+			t.Errorf("order = %+v, %v", got, err)
+		}
+	}},
+	{"the version layer refuses a write read at an older version", func(t *testing.T, s stock.Store) {
+		id := mustCreate(t, s, "version", 10)
+		l := mustSnapshot(t, s, []int64{id}).Levels[id]
+		l.Version--
+		w, o := sale(stock.Defense{Version: true, Check: true}, id, 1, l, 0, "")
+		wantRefused(t, s, w, id, 10, o.ID)
+	}},
+	{"the guard refuses a sum larger than the stock", func(t *testing.T, s stock.Store) {
+		id := mustCreate(t, s, "guard", 2)
+		l := mustSnapshot(t, s, []int64{id}).Levels[id]
+		w, o := sale(stock.Defense{Guard: true, Check: true}, id, 3, l, 0, "")
+		wantRefused(t, s, w, id, 2, o.ID)
+	}},
+	{"the fence refuses an older fencing token", func(t *testing.T, s stock.Store) {
+		id := mustCreate(t, s, "fence", 10)
+		l := mustSnapshot(t, s, []int64{id}).Levels[id]
+		first, _ := sale(stock.DefaultDefense(), id, 1, l, 8, "")
+		if _, err := s.Commit(context.Background(), first); err != nil {
+			t.Fatalf("first write: %v", err)
+		}
+		l = mustSnapshot(t, s, []int64{id}).Levels[id]
+		w, o := sale(stock.DefaultDefense(), id, 1, l, 7, "")
+		wantRefused(t, s, w, id, 9, o.ID)
+	}},
+	{"the CHECK constraint refuses what no condition stopped", func(t *testing.T, s stock.Store) {
+		id := mustCreate(t, s, "check", 1)
+		l := mustSnapshot(t, s, []int64{id}).Levels[id]
+		w, o := sale(stock.Defense{Check: true}, id, 2, l, 0, "")
+		_, err := s.Commit(context.Background(), w)
+		var caught *stock.CaughtError
+		if !errors.As(err, &caught) || caught.Layer != stock.LayerCheck || !errors.Is(err, stock.ErrConflict) {
+			t.Fatalf("commit = %v, want the check layer's ErrConflict", err)
+		}
+		wantNothingWritten(t, s, id, 1, o.ID)
+	}},
+	{"the naive write writes back what it computed", func(t *testing.T, s stock.Store) {
+		id := mustCreate(t, s, "naive", 5)
+		l := mustSnapshot(t, s, []int64{id}).Levels[id]
+		first, _ := sale(stock.Defense{}, id, 1, l, 0, "")
+		second, _ := sale(stock.Defense{}, id, 1, l, 0, "") // read before the first wrote
+		for _, w := range []stock.Write{first, second} {
+			if _, err := s.Commit(context.Background(), w); err != nil {
+				t.Fatalf("naive commit: %v", err)
+			}
+		}
+		if got := stockOf(t, s, id); got != 4 {
+			t.Errorf("stock = %d after two naive sales of 1 from 5, want 4: the lost update", got)
+		}
+	}},
+	{"a key that already has a record refuses the whole write", func(t *testing.T, s stock.Store) {
+		id := mustCreate(t, s, "dup-key", 10)
+		key := "dup-" + uuid.NewString()
+		l := mustSnapshot(t, s, []int64{id}).Levels[id]
+		first, _ := sale(stock.DefaultDefense(), id, 1, l, 1, key)
+		if _, err := s.Commit(context.Background(), first); err != nil {
+			t.Fatalf("first: %v", err)
+		}
+		l = mustSnapshot(t, s, []int64{id}).Levels[id]
+		again, o := sale(stock.DefaultDefense(), id, 1, l, 2, key)
+		if _, err := s.Commit(context.Background(), again); !errors.Is(err, stock.ErrConflict) {
+			t.Fatalf("second write under the same key = %v, want ErrConflict", err)
+		}
+		wantNothingWritten(t, s, id, 9, o.ID)
+	}},
+	{"a cart is all or nothing", func(t *testing.T, s stock.Store) {
+		a, b := mustCreate(t, s, "cart-a", 5), mustCreate(t, s, "cart-b", 5)
+		snap := mustSnapshot(t, s, []int64{a, b})
+		stale := snap.Levels[b]
+		stale.Version--
+		o := stock.Order{ID: uuid.Must(uuid.NewV7()), CustomerID: "c", Status: stock.OrderStatusConfirmed,
+			Items: []stock.Item{{ProductID: a, Quantity: 1}, {ProductID: b, Quantity: 1}}}
+		w := stock.Write{Defense: stock.DefaultDefense(), Orders: []stock.Order{o}, Decrements: []stock.Decrement{
+			{ProductID: a, Quantity: 1, Read: snap.Levels[a], Fence: 1},
+			{ProductID: b, Quantity: 1, Read: stale, Fence: 1},
+		}}
+		if _, err := s.Commit(context.Background(), w); !errors.Is(err, stock.ErrConflict) {
+			t.Fatalf("cart with one stale product = %v, want ErrConflict", err)
+		}
+		wantNothingWritten(t, s, a, 5, o.ID)
+		w.Decrements[1].Read = snap.Levels[b]
+		if _, err := s.Commit(context.Background(), w); err != nil {
+			t.Fatalf("cart: %v", err)
+		}
+		if stockOf(t, s, a) != 4 || stockOf(t, s, b) != 4 {
+			t.Errorf("stocks after the cart: %d, %d; want 4 and 4", stockOf(t, s, a), stockOf(t, s, b))
+		}
+	}},
+	{"a write with only refusals needs no decrement", func(t *testing.T, s stock.Store) {
+		key := "refused-" + uuid.NewString()
+		w := stock.Write{Defense: stock.DefaultDefense(), Records: []stock.IdempotencyRecord{{Key: key, Fingerprint: []byte("f"),
+			SoldOut: &stock.SoldOutError{ProductID: 1, Requested: 2, Available: 0}}}}
+		if _, err := s.Commit(context.Background(), w); err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+		if rec := mustSnapshot(t, s, nil, key).Records[key]; rec.SoldOut == nil {
+			t.Errorf("record = %+v, want the refusal", rec)
+		}
+	}},
+}
+
+// wantRefused commits w, expects ErrConflict, and checks that nothing was written.
+func wantRefused(t *testing.T, s stock.Store, w stock.Write, id, stockLeft int64, order uuid.UUID) {
+	t.Helper()
+	if _, err := s.Commit(context.Background(), w); !errors.Is(err, stock.ErrConflict) {
+		t.Fatalf("commit = %v, want ErrConflict", err)
+	}
+	wantNothingWritten(t, s, id, stockLeft, order)
+}
+
+func wantNothingWritten(t *testing.T, s stock.Store, id, stockLeft int64, order uuid.UUID) {
+	t.Helper()
+	if got := stockOf(t, s, id); got != stockLeft {
+		t.Errorf("stock = %d, want %d untouched", got, stockLeft)
+	}
+	if _, err := s.Order(context.Background(), order); !errors.Is(err, stock.ErrOrderNotFound) {
+		t.Errorf("order %s after a refused write: %v, want ErrOrderNotFound", order, err)
+	}
+}
