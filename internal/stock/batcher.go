@@ -44,9 +44,9 @@ type productQueue struct {
 
 	// Guarded by batcher.mu.
 	waiting []*waiter
-	running bool          // a worker is deciding this queue's batches
-	idle    time.Time     // when the worker last found the queue empty
-	cycle   time.Duration // smoothed time one batch takes from taken to answered; 0: none yet
+	running bool      // a worker is deciding this queue's batches
+	idle    time.Time // when the worker last found the queue empty
+	rate    float64   // smoothed orders decided per second while the worker runs; 0: none yet
 
 	// Owned by the worker: only the one running at a time reads and writes it.
 	hint hint
@@ -117,20 +117,19 @@ func (b *batcher) submit(ctx context.Context, id int64, t *ticket) outcome {
 	return outcome{err: fmt.Errorf("waiting for the order to be decided: %w", context.Cause(ctx))}
 }
 
-// admit decides whether one more order may join q: only if its batch can be expected to begin
-// within the patience, judged from how long q's batches have been taking. The batch it will be
-// in begins once the batch running now and every full batch ahead of it are done. It returns the
-// expected wait. b.mu is held.
+// admit decides whether one more order may join q: only if it can expect its batch to begin
+// within the patience, judged from how fast q has been draining (orders decided per second of
+// batches, smoothed). It returns the expected wait. An idle queue always admits: its order's
+// batch begins at once. b.mu is held.
 func (b *batcher) admit(q *productQueue) (time.Duration, bool) {
 	ahead := len(q.waiting)
 	if ahead >= maxWaiting {
-		return max(q.cycle, time.Second), false
+		return time.Second, false
 	}
-	batches := ahead / b.maxOrders
-	if q.running {
-		batches++
+	if !q.running || q.rate == 0 {
+		return 0, true
 	}
-	wait := time.Duration(batches) * q.cycle
+	wait := time.Duration(float64(ahead+1) / q.rate * float64(time.Second))
 	return wait, wait <= b.patience
 }
 
@@ -156,9 +155,12 @@ func (b *batcher) work(q *productQueue) {
 		for i, w := range batch {
 			w.done <- outcomes[i]
 		}
-		took := time.Since(start)
+		// Measured from the batch's start to its answers: under overload batches are full and
+		// this is the rate the queue drains at; a batch that waited out a stalled lock counts
+		// as slow, which is what it was.
+		rate := float64(len(batch)) / max(time.Since(start), time.Microsecond).Seconds()
 		b.mu.Lock()
-		q.cycle = smooth(q.cycle, took)
+		q.rate = smooth(q.rate, rate)
 		b.mu.Unlock()
 	}
 }
@@ -210,7 +212,7 @@ func (b *batcher) close() {
 
 // smooth folds sample into an exponentially weighted average (weight 1/4), so that one slow
 // batch does not make the queue refuse everybody.
-func smooth(avg, sample time.Duration) time.Duration {
+func smooth(avg, sample float64) float64 {
 	if avg == 0 {
 		return sample
 	}

@@ -132,32 +132,32 @@ func TestBatcherRefusesWhatItCannotReachInTime(t *testing.T) {
 	b, h := newTestBatcher(t, 2, 100, 250*time.Millisecond)
 	// An idle queue admits whatever its history: the order's batch begins at once.
 	b.mu.Lock()
-	b.queues[1] = &productQueue{id: 1, cycle: time.Hour}
+	b.queues[1] = &productQueue{id: 1, rate: 0.001}
 	b.mu.Unlock()
 	first := submitAsync(context.Background(), b, 1)
 	<-h.arrived
-	// With batches measured at 100 ms: the running one, then one per 2 orders ahead.
+	// Draining at 20 orders/s, the queue admits whoever can expect to be reached within
+	// 250 ms: five orders (the fifth at 250 ms), not a sixth (300 ms).
 	b.mu.Lock()
-	b.queues[1].cycle = 100 * time.Millisecond
+	b.queues[1].rate = 20
 	b.mu.Unlock()
 	var admitted []<-chan outcome
-	for range 4 { // the running batch, then batches of 2: the fourth waits 200 ms
+	for range 5 {
 		admitted = append(admitted, submitAsync(context.Background(), b, 1))
 		queued(t, b, len(admitted))
 	}
 	o := b.submit(context.Background(), 1, tk("late", item(1, 1)))
 	var busy *BusyError
 	if !errors.As(o.err, &busy) || !errors.Is(o.err, ErrBusy) {
-		t.Fatalf("order behind four others and a running batch: %v, want a BusyError", o.err)
+		t.Fatalf("order behind five others at 20 orders/s: %v, want a BusyError", o.err)
 	}
 	if busy.RetryAfter != 300*time.Millisecond {
-		t.Errorf("RetryAfter = %v, want 300ms: three batches of 100 ms before its own", busy.RetryAfter)
+		t.Errorf("RetryAfter = %v, want 300ms: six orders at 20 a second", busy.RetryAfter)
 	}
-	for range 3 {
+	for range 4 {
 		h.release <- struct{}{}
 	}
 	<-first
-	<-h.arrived
 	for _, ch := range admitted {
 		if o := <-ch; o.err != nil {
 			t.Errorf("admitted order: %v", o.err)
