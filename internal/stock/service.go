@@ -434,15 +434,18 @@ func (s *Service) validateOrder(req OrderRequest) ([]Item, error) {
 	}
 	items := slices.Clone(req.Items)
 	slices.SortStableFunc(items, func(a, b Item) int { return cmpInt64(a.ProductID, b.ProductID) })
+	// The field is named by the item's place in the request, not in the sorted copy.
+	field := func(it Item, name string) string {
+		return fmt.Sprintf("items[%d].%s", slices.Index(req.Items, it), name)
+	}
 	for i, it := range items {
-		field := fmt.Sprintf("items[%d]", slices.Index(req.Items, it))
 		switch {
 		case it.ProductID < 1:
-			return nil, &ValidationError{Field: field + ".product_id", Reason: "must be a positive product id"}
+			return nil, &ValidationError{Field: field(it, "product_id"), Reason: "must be a positive product id"}
 		case it.Quantity < 1 || it.Quantity > s.cfg.MaxQuantity:
-			return nil, &ValidationError{Field: field + ".quantity", Reason: fmt.Sprintf("must be between 1 and %d", s.cfg.MaxQuantity)}
+			return nil, &ValidationError{Field: field(it, "quantity"), Reason: fmt.Sprintf("must be between 1 and %d", s.cfg.MaxQuantity)}
 		case i > 0 && items[i-1].ProductID == it.ProductID:
-			return nil, &ValidationError{Field: field + ".product_id", Reason: fmt.Sprintf("product %d appears more than once", it.ProductID)}
+			return nil, &ValidationError{Field: field(it, "product_id"), Reason: fmt.Sprintf("product %d appears more than once", it.ProductID)}
 		}
 	}
 	return items, nil
