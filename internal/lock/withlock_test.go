@@ -540,7 +540,6 @@ func (o *orderObserver) Obtained(name string, _ time.Duration, _ bool) {
 	o.names = append(o.names, name)
 }
 func (o *orderObserver) NotObtained(string, time.Duration) {}
-func (o *orderObserver) HandedOff(string, time.Duration)   {}
 func (o *orderObserver) Lost(string)                       {}
 func (o *orderObserver) RefreshFailed(string, error)       {}
 
