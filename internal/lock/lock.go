@@ -290,13 +290,13 @@ func (c *Client) abandon(k keys, o orphan) {
 }
 
 // addOrphans records attempts on k that Redis may still run.
-func (c *Client) addOrphans(k keys, os ...orphan) {
+func (c *Client) addOrphans(k keys, orphans ...orphan) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.orphans == nil {
 		c.orphans = map[string][]orphan{}
 	}
-	c.orphans[k.lock] = append(c.orphans[k.lock], os...)
+	c.orphans[k.lock] = append(c.orphans[k.lock], orphans...)
 }
 
 func (c *Client) forget(ctx context.Context, k keys, o orphan) error {

@@ -52,11 +52,14 @@ end
 // holder, or granted by an earlier run of this same attempt that go-redis resent after a lost
 // reply — and {0, pttl} when held by someone else; a waiter is then in the line, once.
 //
-// A waiter's first attempt may be sent twice (a lost reply): LPOS keeps the second run from
-// listing it again, and LREM on success takes out an entry the first run left if the lock came
-// free in between — either would otherwise have the lock given to a token nobody holds later.
+// SET with both NX and GET (Redis 7.0 and later) takes a free lock or reads its holder in one
+// command. A waiter's first attempt may be sent twice (a lost reply): LPOS keeps the second run
+// from listing it again, and LREM on success takes out an entry the first run left if the lock
+// came free in between — either would otherwise have the lock given, later, to a token nobody
+// holds.
 var obtainScript = redis.NewScript(fenceLua + `
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
+if not holder then
   if ARGV[4] ~= '' then
     redis.call('LREM', KEYS[3], 1, ARGV[4])
   end
@@ -65,7 +68,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return {1, fence()}
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if ARGV[3] ~= '1' then
     return {2, 0}
