@@ -73,7 +73,7 @@ func RawScript() Contender {
 func Ours(name string, clients int, wait, fenceless bool) Contender {
 	settings := "single attempt"
 	if wait {
-		settings = "Options.Wait: local FIFO queue, pub/sub wake-up, same-client handoff"
+		settings = "Options.Wait: one line per lock in Redis, each waiter in it, grant by message"
 	}
 	if fenceless {
 		settings += ", Fenceless"

@@ -87,7 +87,7 @@ func HotKey(ctx context.Context, srv *Server, c Contender, cfg HotKeyConfig) (Ho
 	f := openFleet(c, srv.Addr(), cfg.Workers)
 	// A first obtain and release per client loads the obtain and release scripts and opens a
 	// connection, so that the measurement sees neither. (Scripts used only under contention,
-	// such as package lock's handoff, load on first use: one EVAL per case.)
+	// such as package lock's forget script, load on first use: one EVAL per case.)
 	for i := range f.lockers {
 		if err := warmUp(ctx, f.locker(i), namespace+"warm-up"); err != nil {
 			_ = f.close()

@@ -1,5 +1,5 @@
 // Package lock is a distributed lock over Redis for hot keys: fencing tokens, waiting without
-// polling, fair per-client queues, handoff, re-entrancy, several names at once, Redlock, and
+// polling in first-come-first-served order, re-entrancy, several names at once, Redlock, and
 // metrics hooks. README.md in this directory says what it guarantees and what it does not.
 //
 // A lock is a Redis key set with SET NX PX to a random token; only the holder of the token may
@@ -15,13 +15,13 @@
 // backwards and fewer than one lock per microsecond was ever granted on the name — every grant
 // costs at least one network round trip, so the second condition always holds in practice.
 //
-// With Options.Wait, the waiters of one Client for one name queue in arrival order and only the
-// first contends in Redis. Clients that find the lock held join a list in Redis with a ticket
-// (the token they will hold it with); a holder that lets go gives the lock to the ticket at the
-// front and publishes the client's id and fencing token (one pattern subscription per Client),
-// so clients take turns in the order they asked, with no round trip of the waiter's own. With
-// no other client waiting, a holder hands the lock to the next waiter of its own Client in one
-// script — new token, new lease, new fencing token.
+// With Options.Wait, every waiting Obtain that finds the lock held joins the lock's line in
+// Redis with the token it will hold the lock with; a holder that lets go gives the lock to the
+// waiter at the front and publishes that waiter's id and fencing token (one pattern
+// subscription per Client routes it), so waiters take turns in the order they asked, whichever
+// Client they belong to, with no round trip of the waiter's own. The package does not queue
+// a Client's waiters locally: a service that wants one contender per process and name (to
+// batch work under one lock, as stocksvc does) queues its requests itself.
 //
 // The lock is an efficiency device: it keeps contenders from doing the same work at once. It is
 // not, by itself, a correctness guarantee — a lease can expire under a paused holder. Correctness

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -147,4 +148,39 @@ func result(err error) string {
 		return err.Error()
 	}
 	return "ok"
+}
+
+func ExampleClient_ObtainAll() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	locker := lock.New(rdb)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	// A cart of products 10 and 9. The locks are taken in the order given, so every caller
+	// that may lock overlapping carts sorts them the same way — here by product id, which is
+	// not the byte order of the names ("{10}" < "{9}").
+	run := rand.Text()
+	names := []string{
+		"stocksvc-test:example-" + run + ":lock:product:{9}",
+		"stocksvc-test:example-" + run + ":lock:product:{10}",
+	}
+	for _, name := range names {
+		defer rdb.Del(context.Background(), name+":fence")
+	}
+	locks, err := locker.ObtainAll(ctx, names, 10*time.Second, &lock.Options{Wait: true})
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	for _, l := range locks {
+		fmt.Println("holding", l.Name()[strings.LastIndex(l.Name(), ":")+1:])
+	}
+	if err := lock.ReleaseAll(ctx, locks); err != nil {
+		fmt.Println("release:", err)
+		return
+	}
+	// Output:
+	// holding {9}
+	// holding {10}
 }

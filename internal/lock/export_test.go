@@ -1,11 +1,7 @@
 package lock
 
-// QueueLen reports how many waiters of c wait behind the busy one for name.
-func QueueLen(c *Client, name string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if q := c.queues[keysFor(name).lock]; q != nil {
-		return len(q.waiters)
-	}
-	return 0
-}
+import "time"
+
+// WithRecheck sets how long a waiter sleeps at most between looks at the lock (200 ms unless
+// set), so that tests can tell a waiter woken by its grant message from one that looked again.
+func WithRecheck(d time.Duration) Option { return func(c *Client) { c.recheck = d } }

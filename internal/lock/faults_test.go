@@ -330,10 +330,13 @@ func TestPausedRedisCancelsHolder(t *testing.T) {
 	}
 }
 
-// lostReply makes the next script a client runs reach Redis twice, as when its reply is lost
-// and go-redis sends the command again (it retries timeouts and broken connections by itself,
-// scripts included).
-type lostReply struct{ armed atomic.Bool }
+// lostReply makes the next obtain script a client runs whose reply matches want reach Redis
+// twice, as when its reply is lost and go-redis sends the command again (it retries timeouts
+// and broken connections by itself, scripts included).
+type lostReply struct {
+	armed atomic.Bool
+	want  func(reply []int64) bool
+}
 
 func (h *lostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -343,31 +346,42 @@ func (h *lostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 func (h *lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); (name == "evalsha" || name == "eval") && h.armed.Load() {
-			if err := next(ctx, cmd); err != nil {
-				return err // NOSCRIPT: Script.Run tries again with EVAL
-			}
-			h.armed.Store(false)
+		err := next(ctx, cmd)
+		if name := cmd.Name(); err != nil || name != "evalsha" && name != "eval" || !h.armed.Load() {
+			return err // a NOSCRIPT error: Script.Run tries again with EVAL
 		}
-		return next(ctx, cmd)
+		c, ok := cmd.(*redis.Cmd)
+		if !ok {
+			return err
+		}
+		if reply, rerr := c.Int64Slice(); rerr == nil && len(reply) == 2 && h.want(reply) && h.armed.CompareAndSwap(true, false) {
+			return next(ctx, cmd)
+		}
+		return err
 	}
 }
 
-// TestLostReplyIsRecognised sends the script that grants a lock twice, as a client retrying
-// after a lost reply does: the second run must see that the first one already granted the lock
-// to the same caller, instead of reporting it held by someone else (the caller would then wait
-// for itself until the lease ran out, and nobody would hold the lock meanwhile).
+func granted(reply []int64) bool { return reply[0] == 1 }
+func heldBy(reply []int64) bool  { return reply[0] == 0 }
+
+// TestLostReplyIsRecognised sends a script twice, as a client retrying after a lost reply does.
+// When the first run granted the lock, the second must see that it went to the same caller,
+// instead of reporting it held by someone else (the caller would then wait for itself until
+// the lease ran out, and nobody would hold the lock meanwhile). When the first run put a waiter
+// in line, the second must not put it there again (the lock would later be given a second time
+// to a token nobody holds any more).
 func TestLostReplyIsRecognised(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	tests := []struct {
 		name string
-		// run obtains a lock while the hook is armed where the grant happens; it returns the
-		// lock's token and fence.
+		want func([]int64) bool // the reply of the script sent twice
+		// run obtains a lock with h armed, and releases it; it returns the lock's token and
+		// fence.
 		run func(t *testing.T, rdb *redis.Client, prefix string, h *lostReply) (name, token string, fence int64, err error)
 	}{
 		{
-			name: "single attempt",
+			name: "single attempt", want: granted,
 			run: func(t *testing.T, rdb *redis.Client, prefix string, h *lostReply) (string, string, int64, error) {
 				name := lockName(prefix, "once")
 				h.armed.Store(true)
@@ -379,7 +393,7 @@ func TestLostReplyIsRecognised(t *testing.T) {
 			},
 		},
 		{
-			name: "wait",
+			name: "wait, free", want: granted,
 			run: func(t *testing.T, rdb *redis.Client, prefix string, h *lostReply) (string, string, int64, error) {
 				name := lockName(prefix, "wait")
 				c := newWaitingClient(t, rdb, prefix, nil)
@@ -394,25 +408,42 @@ func TestLostReplyIsRecognised(t *testing.T) {
 			},
 		},
 		{
-			name: "handoff",
+			// The waiter's look after the holder's key was deleted takes the lock.
+			name: "wait, freed while in line", want: granted,
 			run: func(t *testing.T, rdb *redis.Client, prefix string, h *lostReply) (string, string, int64, error) {
-				name := lockName(prefix, "handoff")
-				c := newWaitingClient(t, rdb, prefix, nil)
-				holder := obtain(t, c, name, time.Minute, &lock.Options{Wait: true})
-				var wg sync.WaitGroup
-				var l *lock.Lock
-				var err error
-				wg.Go(func() {
-					wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-					defer cancel()
-					l, err = c.Obtain(wctx, name, time.Minute, &lock.Options{Wait: true})
-				})
-				waitFor(t, func() bool { return lock.QueueLen(c, name) == 1 })
+				name := lockName(prefix, "freed")
+				c := lock.New(rdb, lock.WithNamespace(prefix), lock.WithRecheck(50*time.Millisecond))
+				t.Cleanup(func() { _ = c.Close() })
+				obtain(t, lock.New(rdb), name, time.Minute, nil)
 				h.armed.Store(true)
-				if err := holder.Release(ctx); err != nil {
-					t.Errorf("holder's Release: %v", err)
+				w := startWaiter(t, c, name, time.Minute)
+				waitFor(t, func() bool { return listLen(t, rdb, name+":waiters") == 1 })
+				del(t, rdb, name)
+				l, err := w.result()
+				if err != nil {
+					return name, "", 0, err
 				}
-				wg.Wait()
+				if n := listLen(t, rdb, name+":waiters"); n != 0 {
+					t.Errorf("%d entries left in line by the waiter that took the lock", n)
+				}
+				return name, l.Token(), l.Fence(), l.Release(ctx)
+			},
+		},
+		{
+			// The waiter's first attempt finds the lock held and puts it in line, twice.
+			name: "wait, held", want: heldBy,
+			run: func(t *testing.T, rdb *redis.Client, prefix string, h *lostReply) (string, string, int64, error) {
+				name := lockName(prefix, "held")
+				c := newWaitingClient(t, rdb, prefix, nil)
+				holder := obtain(t, lock.New(rdb), name, time.Minute, nil)
+				h.armed.Store(true)
+				w := startWaiter(t, c, name, time.Minute)
+				waitFor(t, func() bool { return !h.armed.Load() })
+				if n := listLen(t, rdb, name+":waiters"); n != 1 {
+					t.Errorf("waiter is %d times in line, want once", n)
+				}
+				release(t, holder)
+				l, err := w.result()
 				if err != nil {
 					return name, "", 0, err
 				}
@@ -424,7 +455,7 @@ func TestLostReplyIsRecognised(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			rdb, prefix := testenv.Redis(t)
-			h := &lostReply{}
+			h := &lostReply{want: tt.want}
 			rdb.AddHook(h)
 			name, token, fence, err := tt.run(t, rdb, prefix, h)
 			if err != nil {
@@ -440,7 +471,7 @@ func TestLostReplyIsRecognised(t *testing.T) {
 				t.Errorf("fencing counter %s, want the lock's fence %s", got, want)
 			}
 			if exists(t, rdb, name) {
-				t.Errorf("lock still held after Release")
+				t.Errorf("lock still held after Release (value %q): given to a token nobody holds?", value(t, rdb, name))
 			}
 		})
 	}
@@ -523,10 +554,11 @@ func TestDroppedReplyLeavesNoLock(t *testing.T) {
 }
 
 // TestRedisFailureIsNotContention: when Redis fails, a crowd of waiters for one lock in one
-// client is told so, never ErrNotObtained (which means the lock was seen held) — with Redis gone
-// (refused connections, however long go-redis's default dial retries take: the waiters queued
-// behind the one contending share its failure), and with Redis paused (connections taken,
-// nothing answered: the waits end with their deadline). Once Redis is back, the client works.
+// client is told so, each by its own attempt, never ErrNotObtained (which means the lock was
+// seen held) — with Redis gone (refused connections, however long go-redis's default dial
+// retries take), and with Redis paused (connections taken, nothing answered: the waits end with
+// their deadline). Once Redis is back, the client works: the attempts a paused Redis ran late,
+// after their clean-up failed, are swept.
 func TestRedisFailureIsNotContention(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -607,7 +639,7 @@ func (h *stalledDials) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 }
 
 // TestStalledSubscriptionBlocksNoOtherLock: a waiter's first wait starts the client's
-// subscription to release announcements. If Redis does not answer it, the client's other locks
+// subscription to grant messages. If Redis does not answer it, the client's other locks
 // must go on regardless: nothing may wait on Redis while holding what every lock of the client
 // shares.
 func TestStalledSubscriptionBlocksNoOtherLock(t *testing.T) {

@@ -6,12 +6,11 @@ import "strings"
 type keys struct {
 	lock    string
 	fence   string
-	waiters string // FIFO list of the ids of clients waiting for the lock
-	tickets string // hash: client id -> the token, ttl and fencing choice its waiter gets the lock with
-	channel string // where releases are published, for waiters of any client
+	waiters string // the line of waiters, in the order they asked (see scripts.go)
+	channel string // where grants are announced, for waiters of any client
 }
 
-// channelPrefix starts every release channel; a client subscribes to the pattern
+// channelPrefix starts every grant channel; a client subscribes to the pattern
 // channelPrefix + namespace + "*".
 const channelPrefix = "lock-released:"
 
@@ -19,16 +18,16 @@ const channelPrefix = "lock-released:"
 // so that one script can touch them together: the name's own tag when it has one
 // ("lock:product:{42}"), otherwise the whole name becomes the tag ("{name}"). Names are
 // therefore not all distinct keys: "x" and "{x}" are the same lock (use one spelling), and a
-// name must not end in ":fence", ":waiters" or ":tickets" if the name without that suffix is also locked.
+// name must not end in ":fence" or ":waiters" if the name without that suffix is also locked.
 func keysFor(name string) keys {
 	tagged := name
 	if !hasHashTag(name) {
 		tagged = "{" + name + "}"
 	}
-	return keys{lock: tagged, fence: tagged + ":fence", waiters: tagged + ":waiters", tickets: tagged + ":tickets", channel: channelPrefix + name}
+	return keys{lock: tagged, fence: tagged + ":fence", waiters: tagged + ":waiters", channel: channelPrefix + name}
 }
 
-func (k keys) all() []string { return []string{k.lock, k.fence, k.waiters, k.tickets} }
+func (k keys) all() []string { return []string{k.lock, k.fence, k.waiters} }
 
 // hasHashTag reports whether Redis Cluster would hash only part of key: a '{' followed later by
 // a '}' with at least one byte between them (the first such pair decides).

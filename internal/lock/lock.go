@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,13 +23,13 @@ var (
 	ErrNotHeld = errors.New("lock: not held")
 )
 
-// recheck bounds how long a waiter sleeps between looks at the lock, so that a lost
-// announcement costs at most that.
+// recheck bounds how long a waiter sleeps between looks at the lock, so that a lost grant
+// message costs at most that.
 const (
 	recheck = 200 * time.Millisecond
-	// listKeep is how long the list of waiting clients outlives its last update. A client
-	// that crashed while listed may be given the lock once, which then expires with the
-	// lease it asked for — as if it had crashed holding it.
+	// listKeep is how long the line of waiters outlives its last update. A waiter that
+	// crashed while in line may be given the lock once, which then expires with the lease it
+	// asked for — as if it had crashed holding it.
 	listKeep = time.Minute
 )
 
@@ -37,27 +38,32 @@ const (
 const releaseTimeout = 2 * time.Second
 
 // Client obtains locks. It is safe for concurrent use. A Client that has waited for a lock
-// (Options.Wait) holds one Redis subscription for release notifications: Close it when done.
+// (Options.Wait) holds one Redis subscription for grant messages: Close it when done.
 type Client struct {
 	rdb       redis.UniversalClient
-	id        string // names this client among the waiters of a lock
+	id        string // starts the id of each of the client's waiters
 	namespace string
 	obs       Observer
+	recheck   time.Duration
+	seq       atomic.Uint64 // numbers the client's waiters
 
-	mu     sync.Mutex
-	queues map[string]*queue // by lock key: this client's waiters
-	sub    *subscription     // started on the first wait
-	closed bool
-	// orphans are, by lock key, the tokens of attempts whose outcome is unknown and whose
-	// clean-up failed too: Redis may still run them. The next attempt on the key sweeps them.
-	orphans map[string][]string
+	mu      sync.Mutex
+	waiters map[string]*waiter // by waiter id: the waits a grant message may be for
+	sub     *subscription      // started on the first wait
+	closed  bool
+	// orphans are, by lock key, attempts whose outcome is unknown and whose clean-up failed
+	// too: Redis may still run them. The next attempt on the key sweeps them.
+	orphans map[string][]orphan
 }
+
+// orphan is an attempt that may have left its token in the lock or its entry in the line.
+type orphan struct{ token, entry string }
 
 // Option configures a Client.
 type Option func(*Client)
 
-// WithNamespace makes the client listen only to releases of locks whose names start with ns —
-// the prefix its own names share — instead of every release published on the Redis server.
+// WithNamespace makes the client listen only to grant messages of locks whose names start with
+// ns — the prefix its own names share — instead of every grant published on the Redis server.
 func WithNamespace(ns string) Option { return func(c *Client) { c.namespace = ns } }
 
 // WithObserver sends the client's events to o, for metrics.
@@ -66,7 +72,7 @@ func WithObserver(o Observer) Option { return func(c *Client) { c.obs = o } }
 // New returns a Client over rdb: a *redis.Client, a *redis.ClusterClient, a Sentinel failover
 // client, or any redis.UniversalClient.
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
-	c := &Client{rdb: rdb, id: rand.Text(), obs: noObserver{}, queues: map[string]*queue{}}
+	c := &Client{rdb: rdb, id: rand.Text(), obs: noObserver{}, recheck: recheck, waiters: map[string]*waiter{}}
 	for _, o := range opts {
 		o(c)
 	}
@@ -77,8 +83,8 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 // locks start with.
 func (c *Client) Namespace() string { return c.namespace }
 
-// Close stops the client's release subscription, if it has one. Waiters still waiting fall
-// back to timers at the holder's remaining lease. Locks are not released.
+// Close stops the client's grant subscription, if it has one. Waiters still waiting fall back
+// to looking every 200 ms (or at the holder's remaining lease). Locks are not released.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	sub := c.sub
@@ -94,11 +100,12 @@ func (c *Client) Close() error {
 // fencing token.
 type Options struct {
 	// Wait makes Obtain wait for the lock until ctx's deadline (or cancellation), without
-	// polling: waiters of one Client queue in arrival order and only the first of them
-	// contends in Redis; clients take turns in the order they asked, each given the lock by
-	// its holder and told by a message (and looking every 200 ms in case one was lost). A holder
-	// releasing a lock that only its own Client's waiters want hands it straight to the next
-	// one. Wait takes precedence over Retry.
+	// polling: a waiter that finds the lock held joins the lock's line in Redis, and a holder
+	// letting go gives the lock to the waiter at the front and tells it by a message. Waiters
+	// are served in the order they asked, whichever Client they belong to; each looks again
+	// every 200 ms at most (sooner if the holder's lease ends sooner) in case a message was
+	// lost. Callers that want one waiter per process and name, as a batching service does,
+	// queue their own requests before calling. Wait takes precedence over Retry.
 	Wait bool
 
 	// Retry polls instead: it decides whether and when to try again while the lock is held by
@@ -158,8 +165,8 @@ func (l *Lock) reportLost() {
 
 // Obtain takes the lock called name for ttl.
 //
-// With Options.Wait it waits until ctx's deadline, woken by releases rather than polling;
-// otherwise it tries again as Options.Retry says, never past the deadline. It returns
+// With Options.Wait it waits until ctx's deadline, in line with every other waiter for name,
+// woken by the message of the holder that gives it the lock rather than by polling; otherwise it tries again as Options.Retry says, never past the deadline. It returns
 // ErrNotObtained when the lock stayed held by others; the context's error (wrapped) when ctx
 // was cancelled, or when its deadline passed during a Redis call before the lock was ever
 // found held; and the Redis error (wrapped) when Redis could not be reached. ttl must be at
@@ -170,32 +177,21 @@ func (c *Client) Obtain(ctx context.Context, name string, ttl time.Duration, opt
 	}
 	start := time.Now()
 	var l *Lock
-	var how outcome
+	var held bool
 	var err error
 	if opt != nil && opt.Wait && opt.Token == "" {
-		l, how, err = c.obtainQueued(ctx, name, ttl, opt)
+		l, held, err = c.obtainWaiting(ctx, name, ttl, opt)
 	} else {
-		l, how, err = c.obtainPolling(ctx, name, ttl, opt)
+		l, held, err = c.obtainPolling(ctx, name, ttl, opt)
 	}
 	switch {
-	case err == nil && how == handedOff:
-		c.obs.HandedOff(name, time.Since(start))
 	case err == nil:
-		c.obs.Obtained(name, time.Since(start), how == contended)
+		c.obs.Obtained(name, time.Since(start), held)
 	case errors.Is(err, ErrNotObtained):
 		c.obs.NotObtained(name, time.Since(start))
 	}
 	return l, err
 }
-
-// outcome says how a lock was had.
-type outcome int
-
-const (
-	firstTry  outcome = iota // free at the first attempt
-	contended                // found held at least once
-	handedOff                // passed on by a holder of the same client
-)
 
 // attempt is one try at the lock in Redis.
 type attempt struct {
@@ -204,11 +200,11 @@ type attempt struct {
 	pttl     time.Duration // the holder's remaining lease, when not obtained
 }
 
-// try runs the obtain script once. waiting puts the client in the lock's list of waiting
-// clients when it finds the lock held; listed says it may be there already.
-func (c *Client) try(ctx context.Context, k keys, token string, ttl time.Duration, opt *Options, waiting, listed bool) (attempt, error) {
+// try runs the obtain script once. A waiter passes its entry (see obtainScript), which puts it
+// in the lock's line when the lock is held; entry is "" for an attempt that does not wait.
+func (c *Client) try(ctx context.Context, k keys, token string, ttl time.Duration, opt *Options, entry string) (attempt, error) {
 	reply, err := obtainScript.Run(ctx, c.rdb, k.all(), token, ttl.Milliseconds(),
-		flag(opt.fenced()), c.id, flag(waiting), flag(listed), listKeep.Milliseconds()).Int64Slice()
+		flag(opt.fenced()), entry, listKeep.Milliseconds()).Int64Slice()
 	if err != nil {
 		return attempt{}, err
 	}
@@ -235,8 +231,9 @@ func (c *Client) newLock(name string, k keys, token string, fence int64, ttl tim
 		fenced: fenced, until: start.Add(ttl)}
 }
 
-// obtainPolling is Obtain without a queue: one attempt, then as the retry strategy says.
-func (c *Client) obtainPolling(ctx context.Context, name string, ttl time.Duration, opt *Options) (*Lock, outcome, error) {
+// obtainPolling is Obtain without Wait: one attempt, then as the retry strategy says. held
+// reports whether the lock was ever found held by someone else.
+func (c *Client) obtainPolling(ctx context.Context, name string, ttl time.Duration, opt *Options) (l *Lock, held bool, err error) {
 	k := keysFor(name)
 	token, own := rand.Text(), true
 	if opt != nil && opt.Token != "" {
@@ -244,30 +241,26 @@ func (c *Client) obtainPolling(ctx context.Context, name string, ttl time.Durati
 	}
 	retry := opt.retry()
 	deadline, hasDeadline := ctx.Deadline()
-	how := firstTry
-	c.mu.Lock()
-	orphans := c.takeOrphans(k)
-	c.mu.Unlock()
-	c.sweep(ctx, k, orphans)
+	c.sweep(ctx, k)
 	for failed := 1; ; failed++ {
 		start := time.Now()
-		a, err := c.try(ctx, k, token, ttl, opt, false, false)
+		a, err := c.try(ctx, k, token, ttl, opt, "")
 		if err != nil {
 			if own {
-				c.abandon(k, token)
+				c.abandon(k, orphan{token: token})
 			}
-			return nil, how, attemptError(ctx, name, err, how == contended)
+			return nil, held, attemptError(ctx, name, err, held)
 		}
 		if a.obtained {
-			return c.newLock(name, k, token, a.fence, ttl, opt.fenced(), start), how, nil
+			return c.newLock(name, k, token, a.fence, ttl, opt.fenced(), start), held, nil
 		}
-		how = contended
+		held = true
 		pause := retry.Backoff(failed)
 		if pause < 0 || hasDeadline && time.Until(deadline) <= pause {
-			return nil, how, ErrNotObtained
+			return nil, held, ErrNotObtained
 		}
 		if err := sleep(ctx, pause); err != nil {
-			return nil, how, waitError(name, err)
+			return nil, held, waitError(name, err)
 		}
 	}
 }
@@ -283,43 +276,45 @@ func attemptError(ctx context.Context, name string, err error, wasHeld bool) err
 }
 
 // abandon undoes an attempt whose outcome is unknown (its reply never came: a timeout, a broken
-// connection). The script may have run and granted the lock to token, which nobody would then
-// hold or release until the lease ran out; so the lock is let go if it holds token, passed to
-// the next client in line if there is one, and token's ticket is withdrawn. Best effort, on a
-// context of its own: the caller's may be what ended the attempt.
-func (c *Client) abandon(k keys, token string) {
+// connection), or the wait of a waiter that gives up. The script may have run and granted the
+// lock to o's token, or a holder may have given it to the waiter meanwhile; nobody would then
+// hold or release it until the lease ran out. So o's entry leaves the line and the lock, if it
+// holds o's token, goes to the next waiter or is freed. Best effort, on a context of its own:
+// the caller's may be what ended the attempt. What it cannot undo is swept later.
+func (c *Client) abandon(k keys, o orphan) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if err := forgetScript.Run(ctx, c.rdb, k.all(), token, "", "", c.id, k.channel).Err(); err != nil {
-		c.addOrphans(k, token)
+	if err := c.forget(ctx, k, o); err != nil {
+		c.addOrphans(k, o)
 	}
 }
 
-// addOrphans records tokens as attempts on k that Redis may still run.
-func (c *Client) addOrphans(k keys, tokens ...string) {
+// addOrphans records attempts on k that Redis may still run.
+func (c *Client) addOrphans(k keys, orphans ...orphan) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.orphans == nil {
-		c.orphans = map[string][]string{}
+		c.orphans = map[string][]orphan{}
 	}
-	c.orphans[k.lock] = append(c.orphans[k.lock], tokens...)
+	c.orphans[k.lock] = append(c.orphans[k.lock], orphans...)
 }
 
-// takeOrphans removes and returns the orphans of k. c.mu is held.
-func (c *Client) takeOrphans(k keys) []string {
-	tokens := c.orphans[k.lock]
+func (c *Client) forget(ctx context.Context, k keys, o orphan) error {
+	return forgetScript.Run(ctx, c.rdb, k.all(), o.token, o.entry, k.channel).Err()
+}
+
+// sweep clears, before an attempt on k, what earlier attempts of this client left when their
+// clean-up failed too: without it, a lock that a paused Redis granted to an attempt nobody
+// waits for any more would stop everyone until its lease ran out. Orphans it cannot sweep now
+// are kept for the next time.
+func (c *Client) sweep(ctx context.Context, k keys) {
+	c.mu.Lock()
+	orphans := c.orphans[k.lock]
 	delete(c.orphans, k.lock)
-	return tokens
-}
-
-// sweep clears, before an attempt on k, what earlier attempts of this client may have left
-// (tokens, taken with takeOrphans): without it, a lock that a paused Redis granted to an attempt
-// nobody waits for any more would stop everyone until its lease ran out. Tokens it cannot sweep
-// now are kept for the next time.
-func (c *Client) sweep(ctx context.Context, k keys, tokens []string) {
-	for i, token := range tokens {
-		if err := sweepScript.Run(ctx, c.rdb, k.all(), token, "", "", c.id, k.channel).Err(); err != nil {
-			c.addOrphans(k, tokens[i:]...)
+	c.mu.Unlock()
+	for i, o := range orphans {
+		if err := c.forget(ctx, k, o); err != nil {
+			c.addOrphans(k, orphans[i:]...)
 			return
 		}
 	}
@@ -411,9 +406,9 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	return nil
 }
 
-// Release gives the lock up if this holder still holds it: to the next waiter of the same
-// Client, if one is queued, or back to Redis, announcing the release to waiters elsewhere. It
-// is safe to call more than once: calls after a successful one do nothing and return nil.
+// Release gives the lock up if this holder still holds it: to the waiter at the front of the
+// lock's line, if there is one (of any Client), or back to Redis. It is safe to call more than
+// once: calls after a successful one do nothing and return nil.
 //
 // Release does not inherit ctx's cancellation — a request that was cancelled must still give
 // its lock back — and is bounded by a short timeout of its own instead. It returns ErrNotHeld
@@ -428,32 +423,20 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	// A lock a queue of this client holds — obtained through it, or re-entered with the
-	// token of one that was — goes to the queue's next waiter.
-	if q := l.client.heldQueue(l); q != nil {
-		// The client's next waiter has its turn after this whatever Redis answered, so the
-		// lock is done with here even when the outcome in Redis is unknown.
-		l.released = true
-		return l.client.releaseQueued(ctx, l, q)
-	}
-	reply, err := l.client.release(ctx, l.keys, l.token, "", 0, false)
+	held, err := l.client.release(ctx, l.keys, l.token)
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", l.name, err)
 	}
 	l.released = true
-	if reply[0] < 0 {
+	if !held {
 		l.reportLost()
 		return ErrNotHeld
 	}
 	return nil
 }
 
-// release runs the release script: see releaseScript for newToken and the reply.
-func (c *Client) release(ctx context.Context, k keys, token, newToken string, ttl time.Duration, fenced bool) ([]int64, error) {
-	reply, err := releaseScript.Run(ctx, c.rdb, k.all(), token, newToken, max(ttl, time.Millisecond).Milliseconds(),
-		c.id, k.channel, flag(fenced), listKeep.Milliseconds()).Int64Slice()
-	if err == nil && len(reply) != 2 {
-		err = fmt.Errorf("unexpected reply %v", reply)
-	}
-	return reply, err
+// release runs the release script and reports whether token still held the lock.
+func (c *Client) release(ctx context.Context, k keys, token string) (held bool, err error) {
+	n, err := releaseScript.Run(ctx, c.rdb, k.all(), token, k.channel).Int64()
+	return n == 1, err
 }

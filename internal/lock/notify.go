@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,8 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// subscription is a Client's one pattern subscription to release announcements. Its goroutine
-// is owned by the Client: Close stops it and waits for it.
+// errClosed means the Client was closed.
+var errClosed = errors.New("lock: client closed")
+
+// subscription is a Client's one pattern subscription to grant messages. Its goroutine is
+// owned by the Client: Close stops it and waits for it.
 type subscription struct {
 	ps    *redis.PubSub
 	ready chan struct{} // closed once the subscription is confirmed (err then set)
@@ -19,7 +23,7 @@ type subscription struct {
 	done  chan struct{} // closed when the goroutine has returned
 }
 
-// subscribe makes sure the client listens to release announcements, waiting for the first
+// subscribe makes sure the client listens to grant messages, waiting for the first
 // confirmation. A failed subscription is retried by the next caller.
 func (c *Client) subscribe(ctx context.Context) error {
 	c.mu.Lock()
@@ -66,23 +70,41 @@ func (c *Client) startSubscription() *subscription {
 			return
 		}
 		close(s.ready)
-		// go-redis reconnects and resubscribes by itself; announcements lost meanwhile are
-		// covered by the waiters' lease timers.
+		// go-redis reconnects and resubscribes by itself; grants announced meanwhile are
+		// found by the waiters' next look.
+		prefix := c.id + "-"
 		for msg := range s.ps.Channel() {
-			// "<client id> <fence>": the client the lock was given to, and its fencing
-			// token. Only that client's waiter has anything to do.
+			// "<waiter id> <fence>": the waiter the lock was given to, and its fencing
+			// token. Every client hears every grant in its namespace; only the waiter's own
+			// client has anything to do.
 			id, fence, ok := strings.Cut(msg.Payload, " ")
-			if !ok || id != c.id {
+			if !ok || !strings.HasPrefix(id, prefix) {
 				continue
 			}
 			f, err := strconv.ParseInt(fence, 10, 64)
 			if err != nil {
 				continue // not ours to read; the waiter finds its token on its next look
 			}
-			c.deliver(strings.TrimPrefix(msg.Channel, channelPrefix), f)
+			c.deliver(id, f)
 		}
 	}()
 	return s
+}
+
+// listening reports, without waiting, whether the client's subscription is confirmed.
+func (c *Client) listening() bool {
+	c.mu.Lock()
+	s := c.sub
+	c.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	select {
+	case <-s.ready:
+		return s.err == nil
+	default:
+		return false
+	}
 }
 
 func (s *subscription) close() error {
@@ -91,18 +113,18 @@ func (s *subscription) close() error {
 	return err
 }
 
-// deliver tells the head of name's queue, if this client has one, that the lock was given to
-// its ticket with fencing token fence.
-func (c *Client) deliver(name string, fence int64) {
-	k := keysFor(name)
+// deliver tells the waiter id, if it still waits, that the lock was given to it with fencing
+// token fence.
+func (c *Client) deliver(id string, fence int64) {
 	c.mu.Lock()
-	if q := c.queues[k.lock]; q != nil {
-		q.answered = time.Now()
-		q.delivered = &delivery{token: q.ticket, fence: fence}
-		close(q.notify)
-		q.notify = make(chan struct{})
-	}
+	w := c.waiters[id]
 	c.mu.Unlock()
+	if w != nil {
+		select {
+		case w.granted <- fence:
+		default: // a duplicate: the first is still there to be read
+		}
+	}
 }
 
 // escapeGlob quotes the characters PSUBSCRIBE patterns treat specially.

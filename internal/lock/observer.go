@@ -7,13 +7,10 @@ import "time"
 // before using it as a metric label.
 type Observer interface {
 	// Obtained reports a lock obtained after waiting waited; contended says whether it was
-	// ever found held by someone else. Handoffs are reported by HandedOff instead.
+	// ever found held by someone else (a waiter given the lock by its holder was).
 	Obtained(name string, waited time.Duration, contended bool)
 	// NotObtained reports an Obtain that ended without the lock after waiting waited.
 	NotObtained(name string, waited time.Duration)
-	// HandedOff reports a lock passed by its holder straight to the next waiter of the same
-	// client, which waited waited.
-	HandedOff(name string, waited time.Duration)
 	// Lost reports a holder that found its lock gone: taken, expired or deleted.
 	Lost(name string)
 	// RefreshFailed reports a refresh that could not reach Redis.
@@ -25,6 +22,5 @@ type noObserver struct{}
 
 func (noObserver) Obtained(string, time.Duration, bool) {}
 func (noObserver) NotObtained(string, time.Duration)    {}
-func (noObserver) HandedOff(string, time.Duration)      {}
 func (noObserver) Lost(string)                          {}
 func (noObserver) RefreshFailed(string, error)          {}

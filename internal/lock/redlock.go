@@ -145,7 +145,7 @@ func (r *Redlock) round(ctx context.Context, name, token string, ttl time.Durati
 	}
 	results := make([]result, len(r.nodes))
 	r.each(ctx, func(ctx context.Context, i int, c *Client) {
-		a, err := c.try(ctx, k, token, ttl, opt, false, false)
+		a, err := c.try(ctx, k, token, ttl, opt, "")
 		if err == nil && !a.obtained {
 			err = ErrNotObtained
 		}
@@ -195,7 +195,7 @@ func (r *Redlock) each(ctx context.Context, fn func(ctx context.Context, i int, 
 func (r *Redlock) release(ctx context.Context, k keys, token string) int {
 	var n atomic.Int64
 	r.each(ctx, func(ctx context.Context, _ int, c *Client) {
-		if reply, err := c.release(ctx, k, token, "", 0, false); err == nil && reply[0] >= 0 {
+		if held, err := c.release(ctx, k, token); err == nil && held {
 			n.Add(1)
 		}
 	})

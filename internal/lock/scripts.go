@@ -7,8 +7,7 @@ import "github.com/redis/go-redis/v9"
 //
 //	KEYS[1] the lock: its value is the holder's token, its TTL the lease
 //	KEYS[2] the fencing counter of the lock's name
-//	KEYS[3] the list of clients waiting for the lock, in the order they asked
-//	KEYS[4] the tickets of those clients (see below)
+//	KEYS[3] the line of waiters for the lock, in the order they asked
 //
 // Every script keeps to as few Redis commands as it can: each one counts when the lock is hot.
 
@@ -30,124 +29,97 @@ local function fence()
 end
 `
 
-// Waiting clients form a FIFO in KEYS[3], a list of client ids (each at most once), and each
-// leaves a ticket in KEYS[4]: the token its waiter will hold the lock with, the lease it wants
-// and whether it wants a fencing token. A holder that lets go while the list is not empty does
-// not free the lock for whoever asks first: it gives it to the client at the front — sets the
-// lock to that client's token with its lease and a new fencing token, exactly what that client
-// would have done itself — and publishes "<client id> <fence>". The waiter holds the lock as
-// soon as the message arrives, without a round trip of its own, and clients take turns in the
-// order they asked. A waiter whose message is lost finds its own token in the lock when it
-// next looks (at least every recheck); a client that stops waiting takes its ticket back, and
-// passes the lock on if it was given it meanwhile.
+// Each waiting Obtain that finds the lock held puts one entry at the back of the line KEYS[3]:
+// "<waiter id> <token> <ttl ms> <fenced>" — who it is, and what it would have set the lock to
+// had it been free. A waiter's entry never changes while it waits, so the whole of it is the
+// list element: it can be removed by value (LREM), and a holder letting go reads everything it
+// needs from the element it pops. A holder that lets go while the line is not empty does not
+// free the lock for whoever asks first: it gives it to the entry at the front — sets the lock
+// to that waiter's token with its lease and a new fencing token, exactly what the waiter would
+// have done itself — and publishes "<waiter id> <fence>" on the lock's channel. The waiter
+// holds the lock as soon as the message arrives, without a round trip of its own, and waiters
+// take turns in the order they asked, whichever client they belong to. A waiter whose message
+// is lost finds its own token in the lock when it next looks; a waiter that stops waiting takes
+// its entry back, and passes the lock on if it was given it meanwhile.
 
 // obtainScript takes the lock if it is free.
 //
-// ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] "1" to issue a fencing token, ARGV[4] the client's
-// id, ARGV[5] "1" if the caller waits (it then joins the list and leaves its ticket when it finds
-// the lock held), ARGV[6] "1" if the caller may be listed (it leaves the list when it gets the
-// lock), ARGV[7] how long to keep the list, in ms.
+// ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] "1" to issue a fencing token, ARGV[4] the caller's
+// entry in the line, or "" when it does not wait, ARGV[5] how long to keep the line, in ms.
 //
 // Returns {1, fence} when obtained, {2, fence} when the lock already holds ARGV[1] — re-entered
 // (the lease is extended and the holder's fence returned), given to this waiter by the last
 // holder, or granted by an earlier run of this same attempt that go-redis resent after a lost
-// reply — and {0, pttl} when held by someone else.
+// reply — and {0, pttl} when held by someone else; a waiter is then in the line, once.
+//
+// SET with both NX and GET (Redis 7.0 and later) takes a free lock or reads its holder in one
+// command. A waiter's first attempt may be sent twice (a lost reply): LPOS keeps the second run
+// from listing it again, and LREM on success takes out an entry the first run left if the lock
+// came free in between — either would otherwise have the lock given, later, to a token nobody
+// holds.
 var obtainScript = redis.NewScript(fenceLua + `
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if ARGV[6] == '1' then
-    redis.call('LREM', KEYS[3], 0, ARGV[4])
-    redis.call('HDEL', KEYS[4], ARGV[4])
+local holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
+if not holder then
+  if ARGV[4] ~= '' then
+    redis.call('LREM', KEYS[3], 1, ARGV[4])
   end
   if ARGV[3] ~= '1' then
     return {1, 0}
   end
   return {1, fence()}
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if ARGV[3] ~= '1' then
+    return {2, 0}
+  end
   return {2, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
-if ARGV[5] == '1' then
+if ARGV[4] ~= '' then
   if not redis.call('LPOS', KEYS[3], ARGV[4]) then
     redis.call('RPUSH', KEYS[3], ARGV[4])
   end
-  redis.call('HSET', KEYS[4], ARGV[4], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
-  redis.call('PEXPIRE', KEYS[3], ARGV[7])
-  redis.call('PEXPIRE', KEYS[4], ARGV[7])
+  redis.call('PEXPIRE', KEYS[3], ARGV[5])
 end
 return {0, redis.call('PTTL', KEYS[1])}
 `)
 
-// passOnLua gives a lock that is being let go to the client at the front of the list, if any
-// (see above). Entries of the caller itself (ARGV[4]) and entries without a ticket are dropped.
-// ARGV[5] is the channel. Returns whether it gave the lock to someone.
+// passOnLua gives a lock that is being let go to the entry at the front of the line, if any
+// (see above), announcing it on channel. Malformed entries are dropped. Returns whether it gave
+// the lock to someone.
 const passOnLua = `
-local function passOn()
+local function passOn(channel)
   while true do
     local front = redis.call('LPOP', KEYS[3])
     if not front then
       return false
     end
-    local ticket = redis.call('HGET', KEYS[4], front)
-    redis.call('HDEL', KEYS[4], front)
-    if front ~= ARGV[4] and ticket then
-      local token, ttl, fenced = string.match(ticket, '^(%S+) (%d+) (%d)$')
-      if token then
-        redis.call('SET', KEYS[1], token, 'PX', ttl)
-        local f = 0
-        if fenced == '1' then
-          f = fence()
-        end
-        -- %d: concatenating a Lua number would print a large fence in exponent form.
-        redis.call('PUBLISH', ARGV[5], front .. ' ' .. string.format('%d', f))
-        return true
+    local id, token, ttl, fenced = string.match(front, '^(%S+) (%S+) (%d+) ([01])$')
+    if id then
+      redis.call('SET', KEYS[1], token, 'PX', ttl)
+      local f = 0
+      if fenced == '1' then
+        f = fence()
       end
+      -- %d: concatenating a Lua number would print a large fence in exponent form.
+      redis.call('PUBLISH', channel, id .. ' ' .. string.format('%d', f))
+      return true
     end
   end
 end
 `
 
-// releaseScript lets a lock go: to the next waiting client (see above); else, when the caller
-// names a waiter of its own (ARGV[2], a new token), to it directly — a new token, a full lease
-// (ARGV[3] ms) and a new fencing token, in one round trip; else it deletes the lock.
-//
-// ARGV[1] holder's token, ARGV[2] new token or "", ARGV[3] ttl in ms for the new token,
-// ARGV[4] client id, ARGV[5] channel, ARGV[6] "1" to issue a fencing token for the new token,
-// ARGV[7] how long to keep the list, in ms.
-//
-// Returns {1, fence} when handed to the caller's waiter, {0, 0} when given to another client
-// (the caller's waiter, if any, joins the back of the list with ARGV[2] as its ticket), {2, 0}
-// when deleted, and {-1, 0} when ARGV[1] no longer held the lock. A lock already held with the
-// new token was handed off by an earlier run of this same call, resent after a lost reply: it
-// answers {1, fence} again rather than orphan the lock under a token its waiter never learns.
+// releaseScript lets a lock go: to the waiter at the front of the line, else it deletes it.
+// ARGV[1] holder's token, ARGV[2] channel. Returns 1 when let go, 0 when ARGV[1] no longer held
+// the lock.
 var releaseScript = redis.NewScript(fenceLua + passOnLua + `
-local holder = redis.call('GET', KEYS[1])
-if ARGV[2] ~= '' and holder == ARGV[2] then
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
 end
-if holder ~= ARGV[1] then
-  return {-1, 0}
-end
-if passOn() then
-  if ARGV[2] ~= '' then
-    if not redis.call('LPOS', KEYS[3], ARGV[4]) then
-      redis.call('RPUSH', KEYS[3], ARGV[4])
-    end
-    redis.call('HSET', KEYS[4], ARGV[4], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[6])
-    redis.call('PEXPIRE', KEYS[3], ARGV[7])
-    redis.call('PEXPIRE', KEYS[4], ARGV[7])
-  end
-  return {0, 0}
-end
-if ARGV[2] == '' then
+if not passOn(ARGV[2]) then
   redis.call('DEL', KEYS[1])
-  return {2, 0}
 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-if ARGV[6] ~= '1' then
-  return {1, 0}
-end
-return {1, fence()}
+return 1
 `)
 
 // refreshScript extends the lease only while the lock still holds the caller's token.
@@ -168,33 +140,20 @@ end
 return -2
 `)
 
-// forgetScript takes a client that stopped waiting off the list and, if the lock was given to
-// its ticket (ARGV[1]) meanwhile, passes the lock on (or frees it).
-// ARGV[1] the ticket's token, ARGV[4] client id, ARGV[5] channel (ARGV[2..3] unused).
+// forgetScript undoes what an attempt may have left: its entry in the line (ARGV[2], "" for an
+// attempt that did not wait) is taken out and, if the lock holds its token (ARGV[1]) — granted
+// by a run whose reply never came, or given to the waiter while it was giving up — the lock is
+// passed on to the next waiter or freed. ARGV[3] channel.
+//
+// It serves an attempt whose outcome is unknown, a waiter that stops waiting, and the sweep of
+// an attempt whose clean-up failed: an entry names one waiter, never reused, so taking it out
+// unconditionally can never remove a live waiter's place.
 var forgetScript = redis.NewScript(fenceLua + passOnLua + `
-redis.call('LREM', KEYS[3], 0, ARGV[4])
-redis.call('HDEL', KEYS[4], ARGV[4])
-if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) == ARGV[1] then
-  if not passOn() then
-    redis.call('DEL', KEYS[1])
-  end
-end
-return 1
-`)
-
-// sweepScript clears what an attempt left behind when neither its reply nor its clean-up got
-// through (a paused Redis runs both when it resumes, in an order nobody chose): if the lock
-// holds the attempt's token, it goes to the next client in line or is freed, and the client's
-// ticket is withdrawn if it still names that token. ARGV[1] the token, ARGV[4] client id,
-// ARGV[5] channel (ARGV[2..3] unused).
-var sweepScript = redis.NewScript(fenceLua + passOnLua + `
-local ticket = redis.call('HGET', KEYS[4], ARGV[4])
-if ticket and string.match(ticket, '^(%S+)') == ARGV[1] then
-  redis.call('HDEL', KEYS[4], ARGV[4])
-  redis.call('LREM', KEYS[3], 0, ARGV[4])
+if ARGV[2] ~= '' then
+  redis.call('LREM', KEYS[3], 1, ARGV[2])
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  if not passOn() then
+  if not passOn(ARGV[3]) then
     redis.call('DEL', KEYS[1])
   end
 end

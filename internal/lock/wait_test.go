@@ -18,7 +18,7 @@ import (
 
 // countingObserver counts what a client reports.
 type countingObserver struct {
-	obtained, contended, notObtained, handedOff, lost, refreshFailed atomic.Int64
+	obtained, contended, notObtained, lost, refreshFailed atomic.Int64
 }
 
 func (o *countingObserver) Obtained(_ string, _ time.Duration, contended bool) {
@@ -28,7 +28,6 @@ func (o *countingObserver) Obtained(_ string, _ time.Duration, contended bool) {
 	}
 }
 func (o *countingObserver) NotObtained(string, time.Duration) { o.notObtained.Add(1) }
-func (o *countingObserver) HandedOff(string, time.Duration)   { o.handedOff.Add(1) }
 func (o *countingObserver) Lost(string)                       { o.lost.Add(1) }
 func (o *countingObserver) RefreshFailed(string, error)       { o.refreshFailed.Add(1) }
 
@@ -85,77 +84,87 @@ func TestWaitMutualExclusionAcrossClients(t *testing.T) {
 		if overlaps.Load() != 0 || done.Load() != want {
 			t.Errorf("%d clients: %d overlaps, %d of %d critical sections", tc.clients, overlaps.Load(), done.Load(), want)
 		}
-		t.Logf("%d clients × %d waiters × %d rounds: obtained %d (contended %d), handed off %d",
-			tc.clients, tc.perClient, tc.rounds, obs.obtained.Load(), obs.contended.Load(), obs.handedOff.Load())
-		if tc.clients == 1 && obs.handedOff.Load() == 0 {
-			t.Errorf("one client with a queue never handed the lock off")
-		}
+		t.Logf("%d clients × %d waiters × %d rounds: obtained %d (contended %d)",
+			tc.clients, tc.perClient, tc.rounds, obs.obtained.Load(), obs.contended.Load())
 	}
 }
 
-// TestWaitIsFairInArrivalOrder parks 16 waiters of one client behind a holder, one after the
-// other, and checks that they get the lock in the order they arrived, each handed it by the one
-// before with a larger fence.
+// TestWaitIsFairInArrivalOrder parks 12 waiters behind a holder, one after the other, and
+// checks that they get the lock in the order they arrived, each given it by the one before with
+// a larger fence — whether they all belong to one client (one replica's requests) or to
+// several: every waiter has its own place in the lock's line.
 func TestWaitIsFairInArrivalOrder(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := testenv.Redis(t)
-	obs := &countingObserver{}
-	c := newWaitingClient(t, rdb, prefix, obs)
-	name := lockName(prefix, "fair")
-	holder, err := c.Obtain(context.Background(), name, 10*time.Second, &lock.Options{Wait: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const waiters = 16
-	var mu sync.Mutex
-	var order []int
-	var fences []int64
-	var wg sync.WaitGroup
-	var errs errorList
-	for i := range waiters {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			l, err := c.Obtain(ctx, name, 10*time.Second, &lock.Options{Wait: true})
-			if err != nil {
-				errs.add(err)
-				return
+	for _, tc := range []struct {
+		name    string
+		clients []int // the client of each waiter, in arrival order
+	}{
+		{"one client", []int{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+		{"three clients", []int{0, 1, 2, 0, 0, 1, 2, 2, 1, 0, 1, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb, prefix := testenv.Redis(t)
+			obs := &countingObserver{}
+			clients := make([]*lock.Client, 3)
+			for i := range clients {
+				clients[i] = newWaitingClient(t, rdb, prefix, obs)
 			}
-			mu.Lock()
-			order = append(order, i)
-			fences = append(fences, l.Fence())
-			mu.Unlock()
-			if err := l.Release(ctx); err != nil {
-				errs.add(err)
+			name := lockName(prefix, "fair")
+			holder := obtain(t, clients[0], name, 10*time.Second, &lock.Options{Wait: true})
+			var mu sync.Mutex
+			var order []int
+			var fences []int64
+			var wg sync.WaitGroup
+			var errs errorList
+			for i, ci := range tc.clients {
+				wg.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					l, err := clients[ci].Obtain(ctx, name, 10*time.Second, &lock.Options{Wait: true})
+					if err != nil {
+						errs.add(err)
+						return
+					}
+					mu.Lock()
+					order = append(order, i)
+					fences = append(fences, l.Fence())
+					mu.Unlock()
+					if err := l.Release(ctx); err != nil {
+						errs.add(err)
+					}
+				})
+				// The next waiter arrives only once this one is in line.
+				waitFor(t, func() bool { return listLen(t, rdb, name+":waiters") == int64(i+1) })
+			}
+			release(t, holder)
+			wg.Wait()
+			errs.report(t)
+			for i, got := range order {
+				if got != i {
+					t.Fatalf("turns went %v, want arrival order 0..%d", order, len(tc.clients)-1)
+				}
+			}
+			prev := holder.Fence()
+			for i, f := range fences {
+				if f <= prev {
+					t.Errorf("turn %d got fence %d, not above the previous %d", i, f, prev)
+				}
+				prev = f
+			}
+			if got, want := obs.snapshot(), (observed{Obtained: int64(len(tc.clients)) + 1, Contended: int64(len(tc.clients))}); got != want {
+				t.Errorf("observed %+v, want %+v: the holder at once, every waiter after finding the lock held", got, want)
+			}
+			if exists(t, rdb, name) || exists(t, rdb, name+":waiters") {
+				t.Errorf("lock or line still there after everyone released")
 			}
 		})
-		// The next waiter arrives only once this one is queued.
-		waitFor(t, func() bool { return lock.QueueLen(c, name) == i+1 })
-	}
-	if err := holder.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	errs.report(t)
-	for i, got := range order {
-		if got != i {
-			t.Fatalf("turns went %v, want arrival order 0..%d", order, waiters-1)
-		}
-	}
-	prev := holder.Fence()
-	for i, f := range fences {
-		if f <= prev {
-			t.Errorf("turn %d got fence %d, not above the previous %d", i, f, prev)
-		}
-		prev = f
-	}
-	if got := obs.handedOff.Load(); got != waiters {
-		t.Errorf("%d waiters were handed the lock, want all %d", got, waiters)
 	}
 }
 
 // TestWaitWakesOnReleaseFromAnotherClient parks a waiter of one client behind a holder of
-// another with a long lease: only the release announcement can wake it in time.
+// another with a long lease: only the grant (its message, or found on a recheck) can give it the
+// lock in time.
 func TestWaitWakesOnReleaseFromAnotherClient(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
@@ -193,13 +202,24 @@ func TestWaitGivesUpAtDeadline(t *testing.T) {
 	name := lockName(prefix, "deadline")
 	held := obtain(t, c, name, time.Minute, nil)
 	defer held.Release(context.Background())
-	for range 3 { // the head and two queued behind it
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		_, err := c.Obtain(ctx, name, time.Second, &lock.Options{Wait: true})
-		cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			_, errs[i] = c.Obtain(ctx, name, time.Second, &lock.Options{Wait: true})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
 		if !errors.Is(err, lock.ErrNotObtained) {
-			t.Fatalf("Obtain = %v, want ErrNotObtained", err)
+			t.Errorf("waiter %d: Obtain = %v, want ErrNotObtained", i, err)
 		}
+	}
+	// Each took its place in line back as it gave up.
+	if n := listLen(t, rdb, name+":waiters"); n != 0 {
+		t.Errorf("%d entries left in line after every waiter gave up", n)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -214,66 +234,17 @@ func waitFor(t *testing.T, cond func() bool) {
 	testenv.Poll(t, 10*time.Second, "condition", cond)
 }
 
-// TestWaitClientsTakeTurnsInOrder lists two other clients behind a holder, one after the other,
-// and checks that the lock goes to them in that order: a release gives it to the client at the
-// front rather than freeing it for whoever asks first.
-func TestWaitClientsTakeTurnsInOrder(t *testing.T) {
-	t.Parallel()
-	rdb, prefix := testenv.Redis(t)
-	name := lockName(prefix, "turns")
-	holderClient := newWaitingClient(t, rdb, prefix, nil)
-	held := obtain(t, holderClient, name, time.Minute, nil)
-
-	var mu sync.Mutex
-	var order []string
-	var wg sync.WaitGroup
-	var errs errorList
-	for i, label := range []string{"first", "second", "third"} {
-		c := newWaitingClient(t, rdb, prefix, nil)
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			l, err := c.Obtain(ctx, name, time.Minute, &lock.Options{Wait: true})
-			if err != nil {
-				errs.add(err)
-				return
-			}
-			mu.Lock()
-			order = append(order, label)
-			mu.Unlock()
-			if err := l.Release(ctx); err != nil {
-				errs.add(err)
-			}
-		})
-		waitFor(t, func() bool { return listLen(t, rdb, name+":waiters") == int64(i+1) })
-	}
-	if err := held.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	errs.report(t)
-	if got := strings.Join(order, ","); got != "first,second,third" {
-		t.Errorf("turns went %s, want first,second,third", got)
-	}
-	if exists(t, rdb, name) {
-		t.Errorf("lock %s still held after everyone released", name)
-	}
-}
-
-// TestWaitGrantToVanishedClientExpires lists a client that no longer exists, with its ticket:
-// on release the lock is given to that ticket, and the real waiter gets the lock once the
-// short lease the vanished client asked for expires. An entry without a ticket is skipped.
-func TestWaitGrantToVanishedClientExpires(t *testing.T) {
+// TestWaitGrantToVanishedWaiterExpires puts in line a waiter that no longer exists: on release
+// the lock is given to it, and the real waiter gets the lock once the short lease the vanished
+// one asked for expires. A malformed entry is skipped.
+func TestWaitGrantToVanishedWaiterExpires(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
 	name := lockName(prefix, "vanished")
 	a, b := newWaitingClient(t, rdb, prefix, nil), newWaitingClient(t, rdb, prefix, nil)
 	held := obtain(t, a, name, time.Minute, nil)
 	ctx := context.Background()
-	if err := rdb.RPush(ctx, name+":waiters", "no-ticket", "crashed").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.HSet(ctx, name+":tickets", "crashed", "dead-token 300 1").Err(); err != nil {
+	if err := rdb.RPush(ctx, name+":waiters", "malformed", "crashed-1 dead-token 300 1").Err(); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
@@ -291,7 +262,7 @@ func TestWaitGrantToVanishedClientExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	if v := value(t, rdb, name); v != "dead-token" {
-		t.Fatalf("after release the lock is %q, want it given to the first ticket in line", v)
+		t.Fatalf("after release the lock is %q, want it given to the first well-formed entry in line", v)
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("waiter behind a vanished client: %v", err)
@@ -307,8 +278,8 @@ func listLen(t *testing.T, rdb *redis.Client, key string) int64 {
 	return n
 }
 
-// TestWaitGrantAnnouncement listens to the release channel while one client gives the lock to
-// another's waiter: the message names that client and the fencing token it was given, exactly
+// TestWaitGrantAnnouncement listens to the lock's channel while one client gives the lock to
+// another's waiter: the message names that waiter and the fencing token it was given, exactly
 // as the waiter ends up holding it, so the waiter needs no round trip of its own.
 func TestWaitGrantAnnouncement(t *testing.T) {
 	t.Parallel()
@@ -348,7 +319,10 @@ func TestWaitGrantAnnouncement(t *testing.T) {
 	defer l.Release(context.Background())
 	id, fence, ok := strings.Cut(msg.Payload, " ")
 	if !ok || id == "" || fence != strconv.FormatInt(l.Fence(), 10) {
-		t.Errorf("announcement %q, want \"<client id> %d\" (a plain integer fence)", msg.Payload, l.Fence())
+		t.Errorf("announcement %q, want \"<waiter id> %d\" (a plain integer fence)", msg.Payload, l.Fence())
+	}
+	if strings.Contains(msg.Payload, l.Token()) {
+		t.Errorf("announcement %q carries the holder's token", msg.Payload)
 	}
 	if l.Fence() <= held.Fence() {
 		t.Errorf("waiter's fence %d is not above the holder's %d", l.Fence(), held.Fence())

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -27,8 +25,9 @@ func (c *Client) WithLock(ctx context.Context, name string, ttl time.Duration, f
 	}, opt)
 }
 
-// WithLocks is WithLock for several names at once, all or nothing (see ObtainAll). locks[i]
-// passed to fn is the lock for names[i].
+// WithLocks is WithLock for several names at once, all or nothing, taken in the order given
+// (see ObtainAll for why callers must agree on one). locks[i] passed to fn is the lock for
+// names[i].
 func (c *Client) WithLocks(ctx context.Context, names []string, ttl time.Duration, fn func(ctx context.Context, locks []*Lock) error, opt *Options) error {
 	locks, err := c.ObtainAll(ctx, names, ttl, opt)
 	if err != nil {
@@ -58,28 +57,31 @@ func (c *Client) WithLocks(ctx context.Context, names []string, ttl time.Duratio
 }
 
 // ObtainAll obtains a lock on every name, all or nothing, for carts and other work that needs
-// several resources at once. It takes them one by one in ascending (byte-wise) order of name —
-// the same order in every process, so two callers never wait for each other in a cycle — and
-// gives back the ones it holds if any cannot be had. ctx's deadline (and opt) bound the whole
-// acquisition, not each lock. locks[i] is the lock for names[i]. Duplicate names are an error.
-// Release them together with ReleaseAll. Errors are those of Obtain.
+// several resources at once. It takes them one by one in the order given, and gives back the
+// ones it holds if any cannot be had. ctx's deadline (and opt) bound the whole acquisition, not
+// each lock. locks[i] is the lock for names[i]. Release them together with ReleaseAll.
+//
+// The order is the caller's to choose because only the caller knows what its names mean (the
+// byte order of "{10}" and "{9}" is not the order of 10 and 9): callers that may lock
+// overlapping sets of names must all take them in one order — ascending product id, say —
+// or two of them can each hold what the other waits for until their deadlines run out.
+//
+// Duplicate names, and no names at all, are an error, returned before anything is locked.
+// Other errors are those of Obtain.
 func (c *Client) ObtainAll(ctx context.Context, names []string, ttl time.Duration, opt *Options) ([]*Lock, error) {
 	if len(names) == 0 {
 		return nil, errors.New("lock: no names to lock")
 	}
-	order := make([]int, len(names))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(names[a], names[b]) })
-	for i := 1; i < len(order); i++ {
-		if names[order[i]] == names[order[i-1]] {
-			return nil, fmt.Errorf("lock: name %q given twice", names[order[i]])
+	seen := make(map[string]bool, len(names))
+	for _, name := range names {
+		if seen[name] {
+			return nil, fmt.Errorf("lock: name %q given twice", name)
 		}
+		seen[name] = true
 	}
 	locks := make([]*Lock, len(names))
-	for _, i := range order {
-		l, err := c.Obtain(ctx, names[i], ttl, opt)
+	for i, name := range names {
+		l, err := c.Obtain(ctx, name, ttl, opt)
 		if err != nil {
 			releaseAll(ctx, locks)
 			return nil, err

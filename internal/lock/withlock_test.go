@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -375,8 +376,8 @@ func TestWithLockNotObtained(t *testing.T) {
 
 func TestWithLocksAllOrNothing(t *testing.T) {
 	t.Parallel()
-	// Every case locks a, b and c; the one already held decides how many were obtained, in
-	// ascending order, before WithLocks found it held and had to give them back.
+	// Every case locks c, a and b, in that order; the one already held decides how many were
+	// obtained before WithLocks found it held and had to give them back.
 	for _, heldID := range []string{"a", "b", "c"} {
 		t.Run("held="+heldID, func(t *testing.T) {
 			t.Parallel()
@@ -480,18 +481,21 @@ func TestWithLocksBadNames(t *testing.T) {
 	}
 }
 
-func TestWithLocksOppositeOrdersNeitherDeadlockNorOverlap(t *testing.T) {
+// TestWithLocksOverlappingSetsInOneOrder has callers lock sets of names that overlap, each set
+// taken in one agreed order, polling: no two wait for each other in a cycle, and no two
+// critical sections overlap.
+func TestWithLocksOverlappingSetsInOneOrder(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
 	c := lock.New(rdb)
-	a, b := lockName(prefix, "a"), lockName(prefix, "b")
+	a, b, cc := lockName(prefix, "a"), lockName(prefix, "b"), lockName(prefix, "c")
 	const rounds = 100
 	opt := &lock.Options{Retry: lock.Exponential(time.Millisecond, 10*time.Millisecond)}
 
 	var inside, overlaps, completed atomic.Int64
 	var errs errorList
 	var wg sync.WaitGroup
-	for _, names := range [][]string{{a, b}, {b, a}} {
+	for _, names := range [][]string{{a, b}, {b, cc}} {
 		wg.Go(func() {
 			for r := range rounds {
 				// A bounded wait per call: callers waiting for each other in a cycle would
@@ -521,6 +525,69 @@ func TestWithLocksOppositeOrdersNeitherDeadlockNorOverlap(t *testing.T) {
 	}
 	if got, want := completed.Load(), int64(2*rounds); got != want {
 		t.Errorf("%d critical sections completed, want %d", got, want)
+	}
+}
+
+// orderObserver records the names of the locks a client obtains, in order.
+type orderObserver struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (o *orderObserver) Obtained(name string, _ time.Duration, _ bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.names = append(o.names, name)
+}
+func (o *orderObserver) NotObtained(string, time.Duration) {}
+func (o *orderObserver) Lost(string)                       {}
+func (o *orderObserver) RefreshFailed(string, error)       {}
+
+func (o *orderObserver) take() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	names := o.names
+	o.names = nil
+	return names
+}
+
+// TestObtainAllTakesNamesInCallerOrder checks that ObtainAll takes its locks in the order the
+// caller gives, not in byte order, in which "{10}" comes before "{9}": a caller that locks
+// products in ascending id order (as stocksvc does) locks {9} first.
+func TestObtainAllTakesNamesInCallerOrder(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	obs := &orderObserver{}
+	c := lock.New(rdb, lock.WithObserver(obs))
+	p2, p9, p10 := lockName(prefix, "2"), lockName(prefix, "9"), lockName(prefix, "10")
+	for _, names := range [][]string{{p9, p10}, {p10, p9}, {p9, p10, p2}, {p2, p10, p9}} {
+		locks, err := c.ObtainAll(t.Context(), names, time.Minute, nil)
+		if err != nil {
+			t.Fatalf("ObtainAll(%q): %v", names, err)
+		}
+		for i, l := range locks {
+			if l.Name() != names[i] {
+				t.Errorf("ObtainAll(%q): locks[%d] is %q", names, i, l.Name())
+			}
+		}
+		if err := lock.ReleaseAll(t.Context(), locks); err != nil {
+			t.Fatalf("ReleaseAll: %v", err)
+		}
+		if got := obs.take(); !slices.Equal(got, names) {
+			t.Errorf("ObtainAll(%q) took %q", names, got)
+		}
+	}
+
+	// With {9} held, a caller asking for {9} then {10} stops at {9}: {10} is never taken,
+	// so its fencing counter is never even created.
+	q9, q10 := lockName(prefix, "held-9"), lockName(prefix, "held-10")
+	holder := obtain(t, lock.New(rdb), q9, time.Minute, nil)
+	defer release(t, holder)
+	if _, err := c.ObtainAll(t.Context(), []string{q9, q10}, time.Minute, nil); !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("ObtainAll with {9} held = %v, want ErrNotObtained", err)
+	}
+	if exists(t, rdb, q10) || exists(t, rdb, fenceKey(q10)) {
+		t.Errorf("{10} was taken although {9}, asked for first, was held")
 	}
 }
 

@@ -28,7 +28,7 @@ func New(reg prometheus.Registerer, namespace string) *Observer {
 	o := &Observer{
 		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "lock_acquisitions_total",
-			Help: "Locks obtained, by how: at the first try, after finding the lock held (contended), or handed off by a holder of the same client.",
+			Help: "Locks obtained, by how: at the first try, or after finding the lock held (contended).",
 		}, []string{"how"}),
 		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "lock_wait_seconds",
@@ -52,7 +52,7 @@ func New(reg prometheus.Registerer, namespace string) *Observer {
 			Help: "Lease refreshes that could not reach Redis.",
 		}),
 	}
-	for _, how := range []string{"first_try", "contended", "handoff"} {
+	for _, how := range []string{"first_try", "contended"} {
 		o.acquisitions.WithLabelValues(how)
 	}
 	reg.MustRegister(o.acquisitions, o.wait, o.contended, o.notObtained, o.losses, o.refreshFailure)
@@ -73,13 +73,6 @@ func (o *Observer) Obtained(_ string, waited time.Duration, contended bool) {
 // NotObtained implements lock.Observer.
 func (o *Observer) NotObtained(_ string, waited time.Duration) {
 	o.notObtained.Inc()
-	o.contended.Inc()
-	o.wait.Observe(waited.Seconds())
-}
-
-// HandedOff implements lock.Observer.
-func (o *Observer) HandedOff(_ string, waited time.Duration) {
-	o.acquisitions.WithLabelValues("handoff").Inc()
 	o.contended.Inc()
 	o.wait.Observe(waited.Seconds())
 }

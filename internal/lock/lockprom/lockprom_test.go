@@ -17,7 +17,6 @@ func TestObserverCounts(t *testing.T) {
 	o := lockprom.New(reg, "test")
 	o.Obtained("a", time.Millisecond, false)
 	o.Obtained("a", 2*time.Millisecond, true)
-	o.HandedOff("a", 3*time.Millisecond)
 	o.NotObtained("a", time.Second)
 	o.Lost("a")
 	o.RefreshFailed("a", errors.New("down"))
@@ -31,7 +30,7 @@ func TestObserverCounts(t *testing.T) {
 		byName[f.GetName()] = f
 	}
 	for name, want := range map[string]float64{
-		"test_lock_contended_total":        3,
+		"test_lock_contended_total":        2,
 		"test_lock_not_obtained_total":     1,
 		"test_lock_losses_total":           1,
 		"test_lock_refresh_failures_total": 1,
@@ -49,10 +48,10 @@ func TestObserverCounts(t *testing.T) {
 	for _, m := range byName["test_lock_acquisitions_total"].GetMetric() {
 		acq[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
 	}
-	if acq["first_try"] != 1 || acq["contended"] != 1 || acq["handoff"] != 1 {
-		t.Errorf("acquisitions = %v, want one of each", acq)
+	if len(acq) != 2 || acq["first_try"] != 1 || acq["contended"] != 1 {
+		t.Errorf("acquisitions = %v, want one first_try and one contended, and no other label", acq)
 	}
-	if got := byName["test_lock_wait_seconds"].GetMetric()[0].GetHistogram().GetSampleCount(); got != 4 {
-		t.Errorf("wait observations = %d, want 4", got)
+	if got := byName["test_lock_wait_seconds"].GetMetric()[0].GetHistogram().GetSampleCount(); got != 3 {
+		t.Errorf("wait observations = %d, want 3", got)
 	}
 }
