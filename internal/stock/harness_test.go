@@ -44,6 +44,7 @@ type replicaOptions struct {
 	lockWait time.Duration
 	maxConns int32
 	redisURL string // instead of the world's Redis
+	maxBatch int    // orders per batch; 0 keeps the default
 }
 
 func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replica {
@@ -80,7 +81,7 @@ func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replic
 	}
 	svc := stock.NewService(store,
 		stock.NewRedisLocker(newLockClient(t, rdb, w.prefix), stock.LockConfig{TTL: o.lockTTL, Wait: wait}),
-		stock.Config{Defense: d, ConflictRetries: 50, QueueWait: wait},
+		stock.Config{Defense: d, ConflictRetries: 50, QueueWait: wait, MaxBatchOrders: o.maxBatch},
 		stock.NewMetrics(reg))
 	t.Cleanup(svc.Close)
 	return &replica{svc: svc, store: store, registry: reg, redis: rdb, pool: pool}

@@ -258,12 +258,16 @@ func TestEachLayerAloneHoldsUnderLoad(t *testing.T) {
 }
 
 // TestNaiveOversellsUnderLoad runs the same load with no layer at all, and asserts that it
-// oversells: the demonstration is real, not a story.
+// oversells: the demonstration is real, not a story. Batches of a few orders make sure the
+// replicas' read-decide-write rounds overlap many times before the stock is gone (one batch of
+// the default size may take all 50 units at once); TestNaiveWriteOversells shows the same lost
+// update, deterministically, with batches of the default size.
 func TestNaiveOversellsUnderLoad(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	var naive stock.Defense
-	replicas := []*replica{w.replica(t, naive, replicaOptions{}), w.replica(t, naive, replicaOptions{}), w.replica(t, naive, replicaOptions{})}
+	o := replicaOptions{maxBatch: 4}
+	replicas := []*replica{w.replica(t, naive, o), w.replica(t, naive, o), w.replica(t, naive, o)}
 	const initial = 50
 	id := createProduct(t, replicas[0], "load-none", initial)
 	res := sell(t, replicas, id, 64, 600)
