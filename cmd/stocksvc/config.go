@@ -107,6 +107,10 @@ func loadConfig(args []string, getenv func(string) string, usage io.Writer) (con
 	var c config
 	fs := flag.NewFlagSet("stocksvc", flag.ContinueOnError)
 	fs.SetOutput(usage)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), commands)
+		fs.PrintDefaults()
+	}
 	all := settings()
 	envErrs := make([]error, len(all))
 	flagIndex := map[string]int{}

@@ -458,12 +458,14 @@ func TestRunHelp(t *testing.T) {
 	for _, arg := range []string{"-h", "-help", "--help"} {
 		var stdout, stderr bytes.Buffer
 		stopped := false
-		err := run(context.Background(), func() { stopped = true }, []string{arg}, envOf(nil), &stdout, &stderr)
+		err := run(context.Background(), func() { stopped = true }, []string{arg}, envOf(nil), stdio{stdout: &stdout, stderr: &stderr})
 		if err != nil {
 			t.Errorf("run(%s) = %v, want nil (help exits 0)", arg, err)
 		}
-		if !strings.Contains(stderr.String(), "-database-url") || !strings.Contains(stderr.String(), "STOCKSVC_ADMIN_TOKEN") {
-			t.Errorf("run(%s) printed no usage to stderr:\n%s", arg, stderr.String())
+		for _, want := range []string{"-database-url", "STOCKSVC_ADMIN_TOKEN", "Commands:", "  serve ", "  migrate down N|all ", "  version ", "  healthcheck "} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("run(%s) usage lacks %q:\n%s", arg, want, stderr.String())
+			}
 		}
 		if stopped {
 			t.Errorf("run(%s) called stopSignals", arg)
@@ -479,7 +481,8 @@ func TestRunRejectsBadInvocations(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{"unknown command", []string{"serve"}, nil, `unknown command "serve"`},
+		{"unknown command", []string{"sideways"}, nil, `unknown command "sideways"`},
+		{"arguments after serve", []string{"serve", "now"}, nil, `serve: unexpected arguments ["now"]`},
 		{"invalid config", nil, map[string]string{"STOCKSVC_LOG_FORMAT": "xml"}, "STOCKSVC_LOG_FORMAT"},
 		{"invalid config before migrate", []string{"migrate", "up"}, map[string]string{"STOCKSVC_LOCK_TTL": "x"}, "STOCKSVC_LOCK_TTL"},
 		{"unsafe defense", nil, map[string]string{"STOCKSVC_DEFENSE": "none"}, "STOCKSVC_DEMO_UNSAFE=1"},
@@ -489,7 +492,7 @@ func TestRunRejectsBadInvocations(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var stdout, stderr bytes.Buffer
-			err := run(context.Background(), func() {}, tt.args, envOf(tt.env), &stdout, &stderr)
+			err := run(context.Background(), func() {}, tt.args, envOf(tt.env), stdio{stdout: &stdout, stderr: &stderr})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("run(%q) = %v, want an error containing %q", tt.args, err, tt.want)
 			}

@@ -170,7 +170,7 @@ func launch(t *testing.T, env map[string]string) *instance {
 	in := &instance{Logs: newLogSink(), cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(in.done)
-		in.err = run(ctx, func() { in.stops.Add(1) }, nil, envOf(env), io.Discard, in.Logs)
+		in.err = run(ctx, func() { in.stops.Add(1) }, nil, envOf(env), stdio{stdout: io.Discard, stderr: in.Logs})
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -15,7 +15,7 @@ func migrateCmd(t *testing.T, databaseURL string, args ...string) (string, error
 	var stdout bytes.Buffer
 	logs := newLogSink()
 	err := run(t.Context(), func() {}, append([]string{"migrate"}, args...),
-		envOf(map[string]string{"DATABASE_URL": databaseURL}), &stdout, logs)
+		envOf(map[string]string{"DATABASE_URL": databaseURL}), stdio{stdout: &stdout, stderr: logs})
 	if len(logs.bad) > 0 {
 		t.Errorf("migrate %q wrote log lines that are not JSON: %q", args, logs.bad)
 	}

@@ -267,7 +267,9 @@ func TestRunStartupFailures(t *testing.T) {
 			env["STOCKSVC_STARTUP_TIMEOUT"] = "1s"
 			logs := newLogSink()
 			done := make(chan error, 1)
-			go func() { done <- run(context.Background(), func() {}, nil, envOf(env), &strings.Builder{}, logs) }()
+			go func() {
+				done <- run(context.Background(), func() {}, nil, envOf(env), stdio{stdout: &strings.Builder{}, stderr: logs})
+			}()
 			var err error
 			select {
 			case err = <-done:
