@@ -545,14 +545,15 @@ func TestLogAttrsMaskSecrets(t *testing.T) {
 			wantR:     "redis://:xxxxx@cache.example:6379/1",
 		},
 		{
-			name: "unparsable URL",
+			name: "key=value settings, quoted password",
 			env: map[string]string{
-				"DATABASE_URL": "postgres://shop:pg-Unparsable-Secret@db.example:port/shop",
+				"DATABASE_URL": "host=db.example user=shop password='pg kv Secret' dbname=shop",
+				"REDIS_URL":    "rediss://app:tls-Secret-R@cache.example:6380/0",
 			},
-			secrets:   []string{"pg-Unparsable-Secret"},
+			secrets:   []string{"pg kv Secret", "tls-Secret-R"},
 			wantAdmin: "",
-			wantDB:    "(unparsable URL)",
-			wantR:     "redis://localhost:6379/0",
+			wantDB:    "host=db.example user=shop password=xxxxx dbname=shop",
+			wantR:     "rediss://app:xxxxx@cache.example:6380/0",
 		},
 	}
 	for _, tt := range tests {

@@ -93,40 +93,67 @@ func newPool(ctx context.Context, databaseURL string, maxConns int) (*pgxpool.Po
 
 // newRedis returns the client for mode (single, sentinel or cluster). Every client bounds its
 // commands by their contexts, so a lock's wait budget holds even when Redis hangs.
+func newRedis(redisURL, mode string) (redis.UniversalClient, error) {
+	opts, err := parseRedisURL(redisURL, mode)
+	if err != nil {
+		return nil, err
+	}
+	return opts.client(), nil
+}
+
+// redisOptions holds the options of one of the three topologies.
+type redisOptions struct {
+	single   *redis.Options
+	failover *redis.FailoverOptions
+	cluster  *redis.ClusterOptions
+}
+
+func (o redisOptions) client() redis.UniversalClient {
+	switch {
+	case o.failover != nil:
+		return redis.NewFailoverClient(o.failover)
+	case o.cluster != nil:
+		return redis.NewClusterClient(o.cluster)
+	default:
+		return redis.NewClient(o.single)
+	}
+}
+
+// parseRedisURL reads REDIS_URL for mode. Nothing is dialled.
 //
 // A refused dial is not retried within a command unless REDIS_URL asks for it with
 // dialer_retries (sentinel and cluster URLs accept it): go-redis already retries a failed
 // command (max_retries, 3 by default, with backoff), and its default of 5 dials per attempt on
 // top of that kept an order waiting for a Redis that was down for over 3 s, past its lock wait
 // budget, before it could answer 503.
-func newRedis(redisURL, mode string) (redis.UniversalClient, error) {
+func parseRedisURL(redisURL, mode string) (redisOptions, error) {
 	u, err := url.Parse(redisURL)
 	ownDialRetries := err != nil || !u.Query().Has("dialer_retries")
 	switch mode {
 	case "sentinel":
 		opts, err := redis.ParseFailoverURL(redisURL)
 		if err != nil {
-			return nil, fmt.Errorf("parse REDIS_URL for sentinel: %w", err)
+			return redisOptions{}, fmt.Errorf("parse REDIS_URL for sentinel: %w", err)
 		}
 		if opts.MasterName == "" {
-			return nil, errors.New("parse REDIS_URL for sentinel: no ?master_name=")
+			return redisOptions{}, errors.New("parse REDIS_URL for sentinel: no ?master_name=")
 		}
 		tune(&opts.ContextTimeoutEnabled, &opts.DialerRetries, ownDialRetries)
-		return redis.NewFailoverClient(opts), nil
+		return redisOptions{failover: opts}, nil
 	case "cluster":
 		opts, err := redis.ParseClusterURL(redisURL)
 		if err != nil {
-			return nil, fmt.Errorf("parse REDIS_URL for cluster: %w", err)
+			return redisOptions{}, fmt.Errorf("parse REDIS_URL for cluster: %w", err)
 		}
 		tune(&opts.ContextTimeoutEnabled, &opts.DialerRetries, ownDialRetries)
-		return redis.NewClusterClient(opts), nil
+		return redisOptions{cluster: opts}, nil
 	default:
 		opts, err := redis.ParseURL(redisURL)
 		if err != nil {
-			return nil, fmt.Errorf("parse REDIS_URL: %w", err)
+			return redisOptions{}, fmt.Errorf("parse REDIS_URL: %w", err)
 		}
 		tune(&opts.ContextTimeoutEnabled, &opts.DialerRetries, ownDialRetries)
-		return redis.NewClient(opts), nil
+		return redisOptions{single: opts}, nil
 	}
 }
 

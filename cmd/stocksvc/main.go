@@ -90,9 +90,17 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, std.stderr)
+	// Every log line, and every error printed instead of logged, passes through the scrubber:
+	// masking the configuration line is not enough when a driver quotes a connection string.
+	secrets := newRedactor(cfg.secrets())
+	log := newLogger(cfg, std.stderr, secrets)
 	// go-redis logs through one process-wide logger; a process runs one service.
 	redis.SetLogger(redisLogger{log})
+	return secrets.scrubError(dispatch(ctx, stopSignals, cfg, rest, std, log))
+}
+
+// dispatch runs the command that rest names (serve when it names none).
+func dispatch(ctx context.Context, stopSignals func(), cfg config, rest []string, std stdio, log *slog.Logger) error {
 	command := "serve"
 	if len(rest) > 0 {
 		command, rest = rest[0], rest[1:]
@@ -125,12 +133,13 @@ func printVersion(args []string, stdout io.Writer) error {
 	return err
 }
 
-func newLogger(cfg config, w io.Writer) *slog.Logger {
+func newLogger(cfg config, w io.Writer, secrets redactor) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(cfg.LogLevel)) // validated with the config
 	opts := &slog.HandlerOptions{Level: lvl}
+	var h slog.Handler = slog.NewJSONHandler(w, opts)
 	if cfg.LogFormat == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		h = slog.NewTextHandler(w, opts)
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(redactHandler{next: h, r: secrets})
 }

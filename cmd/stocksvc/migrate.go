@@ -52,7 +52,7 @@ func runMigrate(ctx context.Context, cfg config, args []string, stdout io.Writer
 		}
 		return fmt.Errorf("migrate %s: %w", args[0], err)
 	}
-	m, err := migrations.New(cfg.DatabaseURL)
+	m, err := migrations.New(migratorURL(cfg.DatabaseURL))
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -160,4 +162,22 @@ func TestMigrateBadArguments(t *testing.T) {
 		t.Errorf("bad arguments changed the schema")
 	}
 	mustMigrate(t, db.URL, noneApplied, "version")
+}
+
+// TestMigrateKeywordValueSettings checks that a DATABASE_URL in pgx's key=value form, which the
+// migrator cannot read as written, migrates like the URL form.
+func TestMigrateKeywordValueSettings(t *testing.T) {
+	t.Parallel()
+	db := newScratchDatabase(t)
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	password, _ := u.User.Password()
+	kv := fmt.Sprintf("host=%s port=%s user=%s password='%s' dbname=%s sslmode=disable", u.Hostname(), u.Port(), u.User.Username(), password, db.Name)
+	mustMigrate(t, kv, "migrate up: done, version 1 (dirty: false)\n", "up")
+	if !hasSchema(t, db.URL) {
+		t.Fatalf("no products table after migrate up with key=value settings")
+	}
+	mustMigrate(t, kv, atVersion1, "version")
 }

@@ -156,7 +156,7 @@ func openDependencies(ctx context.Context, cfg config, log *slog.Logger) (depend
 	}, log); err != nil {
 		return dependencies{}, err
 	}
-	if err := migrations.Up(cfg.DatabaseURL); err != nil {
+	if err := migrations.Up(migratorURL(cfg.DatabaseURL)); err != nil {
 		return dependencies{}, err
 	}
 	pool, err := newPool(ctx, cfg.DatabaseURL, cfg.DBMaxConns)

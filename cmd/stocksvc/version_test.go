@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestFormatVersion(t *testing.T) {
@@ -76,7 +77,10 @@ func TestRunVersion(t *testing.T) {
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "stocksvc")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-buildvcs=auto", "-o", path, ".")
+	// Bounded, so that a stuck toolchain fails this test instead of the whole binary.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-buildvcs=auto", "-o", path, ".")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
