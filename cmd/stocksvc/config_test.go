@@ -486,7 +486,7 @@ func TestRunRejectsBadInvocations(t *testing.T) {
 		{"invalid config", nil, map[string]string{"STOCKSVC_LOG_FORMAT": "xml"}, "STOCKSVC_LOG_FORMAT"},
 		{"invalid config before migrate", []string{"migrate", "up"}, map[string]string{"STOCKSVC_LOCK_TTL": "x"}, "STOCKSVC_LOCK_TTL"},
 		{"unsafe defense", nil, map[string]string{"STOCKSVC_DEFENSE": "none"}, "STOCKSVC_DEMO_UNSAFE=1"},
-		{"migrate without a subcommand", []string{"migrate"}, nil, "want up, down [N|all] or version"},
+		{"migrate without a subcommand", []string{"migrate"}, nil, "want up, down N|all [-force] or version"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

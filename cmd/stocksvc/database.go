@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -14,10 +13,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// errCannotCreate says that the server answered but the database could not be created, or
+// its existence not even checked. That is no failure by itself — someone with the privilege may
+// have made the database — but it becomes one if the database turns out to be missing.
+var errCannotCreate = errors.New("stocksvc cannot create it")
+
 // ensureDatabase creates the database DATABASE_URL names if it does not exist, connecting to
-// the server's "postgres" database to do so. Lacking the privilege is not an error — the
-// database may have been made by someone who has it — and neither is losing a creation race
-// to another replica.
+// the server's "postgres" database to do so. Losing a creation race to another replica is not
+// an error. It returns errCannotCreate (wrapped, with the reason) when the server refuses the
+// check or the creation, and other errors, such as a refused connection, as they come.
 func ensureDatabase(ctx context.Context, databaseURL string, log *slog.Logger) error {
 	cfg, err := pgx.ParseConfig(databaseURL)
 	if err != nil {
@@ -30,9 +34,12 @@ func ensureDatabase(ctx context.Context, databaseURL string, log *slog.Logger) e
 	cfg.Database = "postgres"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		// Perhaps only the target database accepts us; migrations will tell.
-		log.WarnContext(ctx, "cannot check whether the database exists", slog.String("database", name), slog.Any("error", err))
-		return nil
+		if errors.As(err, new(*pgconn.PgError)) {
+			// The server answered but will not let us into its "postgres" database; perhaps
+			// only the target database accepts us.
+			return fmt.Errorf("%w: connect to the postgres database: %w", errCannotCreate, err)
+		}
+		return fmt.Errorf("connect to postgres: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var exists bool
@@ -49,12 +56,35 @@ func ensureDatabase(ctx context.Context, databaseURL string, log *slog.Logger) e
 		log.InfoContext(ctx, "database created", slog.String("database", name))
 	case errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505"):
 		// Another replica created it first.
-	case errors.As(err, &pgErr) && pgErr.Code == "42501":
-		log.WarnContext(ctx, "not permitted to create the database", slog.String("database", name))
+	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
+		return fmt.Errorf("%w: %w", errCannotCreate, err)
 	default:
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	return nil
+}
+
+// prepareDatabase makes sure the service's database exists (creating it if it may) and
+// answers. A database that is missing and cannot be created is a permanent failure.
+func prepareDatabase(ctx context.Context, databaseURL string, log *slog.Logger) error {
+	createErr := ensureDatabase(ctx, databaseURL, log)
+	if createErr != nil && !errors.Is(createErr, errCannotCreate) {
+		return createErr
+	}
+	err := pingDatabase(ctx, databaseURL)
+	if createErr != nil && pgCode(err) == "3D000" { // invalid_catalog_name
+		return permanent(fmt.Errorf("the database does not exist, and %w", createErr))
+	}
+	return err
+}
+
+// pgCode is the SQLSTATE of the Postgres error in err's chain, or "".
+func pgCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // pingDatabase connects to the database once and hangs up.
@@ -174,27 +204,4 @@ type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "redis client", slog.String("message", fmt.Sprintf(format, v...)))
-}
-
-// waitFor calls ping until it succeeds or timeout passes, so that replicas started together
-// with their databases do not give up on the first refused connection.
-func waitFor(ctx context.Context, what string, timeout time.Duration, ping func(context.Context) error, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for attempt := 1; ; attempt++ {
-		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-		err := ping(pctx)
-		pcancel()
-		if err == nil {
-			return nil
-		}
-		if attempt == 1 {
-			log.WarnContext(ctx, "waiting for dependency", slog.String("dependency", what), slog.Any("error", err))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not reachable within %v: %w", what, timeout, err)
-		case <-time.After(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)):
-		}
-	}
 }

@@ -107,7 +107,7 @@ func dispatch(ctx context.Context, stopSignals func(), cfg config, rest []string
 	}
 	switch {
 	case command == "migrate":
-		return runMigrate(ctx, cfg, rest, std.stdout, log)
+		return runMigrate(ctx, cfg, rest, std, log)
 	case command == "version":
 		return printVersion(rest, std.stdout)
 	case command == "healthcheck" && len(rest) == 0:

@@ -149,10 +149,7 @@ func (d dependencies) close() {
 // refusal), migrates it, and opens the pools once Postgres and Redis both answer.
 func openDependencies(ctx context.Context, cfg config, log *slog.Logger) (dependencies, error) {
 	if err := waitFor(ctx, "postgres", cfg.StartupTimeout, func(ctx context.Context) error {
-		if err := ensureDatabase(ctx, cfg.DatabaseURL, log); err != nil {
-			return err
-		}
-		return pingDatabase(ctx, cfg.DatabaseURL)
+		return prepareDatabase(ctx, cfg.DatabaseURL, log)
 	}, log); err != nil {
 		return dependencies{}, err
 	}

@@ -254,8 +254,9 @@ func TestRunStartupFailures(t *testing.T) {
 		extra map[string]string
 		want  string
 	}{
-		{"unreachable redis", map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0"}, "redis not reachable within 1s"},
-		{"unreachable postgres", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/stocksvc?sslmode=disable"}, "postgres not reachable within 1s"},
+		// Not up yet: waited for, warned about once, and named in the final error.
+		{"unreachable redis", map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0"}, "redis not reachable within 1s: dial tcp 127.0.0.1:1: connect: connection refused"},
+		{"unreachable postgres", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/stocksvc?sslmode=disable"}, "postgres not reachable within 1s: connect to postgres: "},
 		{"address in use", map[string]string{"STOCKSVC_ADDR": busy.Addr().String()}, "listen on " + busy.Addr().String()},
 	}
 	for _, tt := range tests {
@@ -281,6 +282,14 @@ func TestRunStartupFailures(t *testing.T) {
 			}
 			if _, ok := logs.find("ready"); ok {
 				t.Errorf("run logged ready although start-up failed")
+			}
+			if strings.Contains(tt.name, "unreachable") {
+				if n := logs.count("waiting for dependency"); n != 1 {
+					t.Errorf("%d waiting lines for one unchanging cause, want 1; logs:\n%s", n, logs)
+				}
+				if err != nil && (!strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "deadline exceeded")) {
+					t.Errorf("run = %v, want the refused connection as the cause", err)
+				}
 			}
 			// The reason is the log's last line, as JSON, and main does not print it again.
 			if rec, ok := logs.find("exiting"); !ok || rec["level"] != "ERROR" || !strings.Contains(fmt.Sprint(rec["error"]), tt.want) {
