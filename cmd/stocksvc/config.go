@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ import (
 // an environment variable and a default; a flag wins over the variable.
 type config struct {
 	Addr           string
+	AdminAddr      string
 	DatabaseURL    string
 	RedisURL       string
 	RedisMode      string
@@ -80,6 +82,7 @@ func settings() []setting {
 	}
 	return []setting{
 		{"STOCKSVC_ADDR", "addr", ":8080", "address to listen on", str(func(c *config) *string { return &c.Addr }), false},
+		{"STOCKSVC_ADMIN_ADDR", "admin-addr", "", "address of a separate listener for the admin routes and /metrics, which STOCKSVC_ADDR then leaves out; empty serves them on STOCKSVC_ADDR", str(func(c *config) *string { return &c.AdminAddr }), false},
 		{"DATABASE_URL", "database-url", "postgres://postgres@localhost:5432/stocksvc?sslmode=disable", "Postgres URL or key=value settings; the database is created if missing and permitted", str(func(c *config) *string { return &c.DatabaseURL }), true},
 		{"REDIS_URL", "redis-url", "redis://localhost:6379/0", "Redis URL; for sentinel and cluster, more nodes as ?addr=host:port&addr=... and the sentinel master as ?master_name=", str(func(c *config) *string { return &c.RedisURL }), true},
 		{"STOCKSVC_REDIS_MODE", "redis-mode", "single", "Redis topology: single, sentinel or cluster", str(func(c *config) *string { return &c.RedisMode }), false},
@@ -196,6 +199,10 @@ func (c *config) validate() error {
 	if c.IdempotencyTTL < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("STOCKSVC_IDEMPOTENCY_TTL: %v is below the promised 24h", c.IdempotencyTTL))
 	}
+	// Port 0 asks for any free port: two such addresses are two listeners.
+	if _, port, _ := net.SplitHostPort(c.AdminAddr); c.AdminAddr != "" && c.AdminAddr == c.Addr && port != "0" {
+		errs = append(errs, fmt.Errorf("STOCKSVC_ADMIN_ADDR: %q is STOCKSVC_ADDR too; leave it empty to serve the admin routes there", c.AdminAddr))
+	}
 	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
 		errs = append(errs, err)
 	}
@@ -267,6 +274,7 @@ func (c config) logAttrs() []any {
 	}
 	return []any{
 		slog.String("addr", c.Addr),
+		slog.String("admin_addr", c.AdminAddr),
 		slog.String("database_url", maskDSN(c.DatabaseURL)),
 		slog.String("redis_url", maskDSN(c.RedisURL)),
 		slog.String("redis_mode", c.RedisMode),

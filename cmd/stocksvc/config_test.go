@@ -274,6 +274,7 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"bad flag value", nil, []string{"-lock-ttl", "soon"}, []string{"lock-ttl", "soon"}},
 		{"flag value failing validation", nil, []string{"-idempotency-ttl=1h"}, []string{"STOCKSVC_IDEMPOTENCY_TTL"}},
 		{"unknown flag", nil, []string{"-frobnicate"}, []string{"frobnicate"}},
+		{"admin listener on the public address", map[string]string{"STOCKSVC_ADMIN_ADDR": ":8080"}, nil, []string{"STOCKSVC_ADMIN_ADDR", "leave it empty"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
