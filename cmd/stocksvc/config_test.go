@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,39 @@ func TestSettingsDocumentDefaults(t *testing.T) {
 		var c config
 		if err := s.set(&c, s.def); err != nil {
 			t.Errorf("%s: default %q is refused: %v", s.env, s.def, err)
+		}
+	}
+}
+
+// TestConfigurationDocListsEverySetting keeps docs/configuration.md in step with the code:
+// every variable and flag, with its default, has a row.
+func TestConfigurationDocListsEverySetting(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatalf("read the configuration doc: %v", err)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if cells := strings.Split(line, "|"); len(cells) > 4 && strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = line
+		}
+	}
+	for _, s := range settings() {
+		row, ok := rows[s.env]
+		if !ok {
+			t.Errorf("docs/configuration.md has no row for %s", s.env)
+			continue
+		}
+		def := "`" + s.def + "`"
+		if s.def == "" {
+			def = "(empty"
+		}
+		if !strings.Contains(row, "`-"+s.flag+"`") || !strings.Contains(row, def) {
+			t.Errorf("docs/configuration.md row for %s lacks -%s or its default %q:\n%s", s.env, s.flag, s.def, row)
+		}
+		if s.secret && !strings.Contains(row, s.env+"_FILE") {
+			t.Errorf("docs/configuration.md row for %s does not mention %s_FILE", s.env, s.env)
 		}
 	}
 }
