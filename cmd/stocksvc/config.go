@@ -295,11 +295,20 @@ func (c config) logAttrs() []any {
 	}
 }
 
-// secrets lists every secret value in the configuration, for scrubbing free text.
+// secrets lists the secret values in the configuration that free text can be scrubbed of. A
+// password that is also written in plain sight in its connection string, such as "postgres"
+// in postgres://postgres:postgres@..., is left out: scrubbing it would garble every line that
+// names the database, the user or the scheme, and the masked configuration line hides it
+// anyway.
 func (c config) secrets() []string {
-	all := []string{c.AdminToken}
-	all = append(all, parseDSN(c.DatabaseURL).secrets...)
-	return append(all, parseDSN(c.RedisURL).secrets...)
+	db, rd := parseDSN(c.DatabaseURL), parseDSN(c.RedisURL)
+	var keep []string
+	for _, s := range append(append([]string{c.AdminToken}, db.secrets...), rd.secrets...) {
+		if s != "" && !strings.Contains(db.masked, s) && !strings.Contains(rd.masked, s) {
+			keep = append(keep, s)
+		}
+	}
+	return keep
 }
 
 // checkDatabaseURL says why raw cannot be a Postgres connection string, showing it masked.

@@ -139,6 +139,31 @@ func TestRedactorScrubError(t *testing.T) {
 	}
 }
 
+// TestConfigSecretsInPlainSight checks that a password also written openly in its connection
+// string (the common postgres:postgres) is masked in the configuration line but not scrubbed
+// from every other line, which would garble each mention of the database.
+func TestConfigSecretsInPlainSight(t *testing.T) {
+	t.Parallel()
+	c, _, err := loadConfig(nil, envOf(map[string]string{
+		"DATABASE_URL":         "postgres://postgres:postgres@127.0.0.1:5432/stocksvc?sslmode=disable",
+		"STOCKSVC_ADMIN_TOKEN": "tok-Secret-77",
+	}), io.Discard)
+	if err != nil {
+		t.Fatalf("loadConfig: %v", err)
+	}
+	if got := c.secrets(); !slices.Equal(got, []string{"tok-Secret-77"}) {
+		t.Errorf("secrets() = %q, want only the admin token", got)
+	}
+	var buf bytes.Buffer
+	log := newLogger(c, &buf, newRedactor(c.secrets()))
+	log.Info("starting", c.logAttrs()...)
+	log.Warn("waiting for dependency", slog.String("dependency", "postgres"))
+	if out := buf.String(); !strings.Contains(out, `"database_url":"postgres://postgres:xxxxx@127.0.0.1:5432/stocksvc?sslmode=disable"`) ||
+		!strings.Contains(out, `"dependency":"postgres"`) {
+		t.Errorf("log garbled or unmasked:\n%s", out)
+	}
+}
+
 // writeSecret writes content to a file of the test's own and returns its path.
 func writeSecret(t *testing.T, content string) string {
 	t.Helper()
