@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
+	"net"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
@@ -19,6 +22,7 @@ import (
 // an environment variable and a default; a flag wins over the variable.
 type config struct {
 	Addr           string
+	AdminAddr      string
 	DatabaseURL    string
 	RedisURL       string
 	RedisMode      string
@@ -50,6 +54,8 @@ type config struct {
 type setting struct {
 	env, flag, def, usage string
 	set                   func(c *config, v string) error
+	// secret settings can also be read from the file that the variable env+"_FILE" names.
+	secret bool
 }
 
 func settings() []setting {
@@ -77,32 +83,33 @@ func settings() []setting {
 		}
 	}
 	return []setting{
-		{"STOCKSVC_ADDR", "addr", ":8080", "address to listen on", str(func(c *config) *string { return &c.Addr })},
-		{"DATABASE_URL", "database-url", "postgres://postgres@localhost:5432/stocksvc?sslmode=disable", "Postgres URL; the database is created if missing and permitted", str(func(c *config) *string { return &c.DatabaseURL })},
-		{"REDIS_URL", "redis-url", "redis://localhost:6379/0", "Redis URL; for sentinel and cluster, more nodes as ?addr=host:port&addr=... and the sentinel master as ?master_name=", str(func(c *config) *string { return &c.RedisURL })},
-		{"STOCKSVC_REDIS_MODE", "redis-mode", "single", "Redis topology: single, sentinel or cluster", str(func(c *config) *string { return &c.RedisMode })},
-		{"STOCKSVC_REDIS_PREFIX", "redis-prefix", "stocksvc:", "prefix of every Redis key the service writes", str(func(c *config) *string { return &c.RedisPrefix })},
-		{"STOCKSVC_ADMIN_TOKEN", "admin-token", "", "bearer token for the admin routes; empty disables them", str(func(c *config) *string { return &c.AdminToken })},
-		{"STOCKSVC_DB_MAX_CONNS", "db-max-conns", "20", "Postgres connection pool size", integer(func(c *config, n int64) { c.DBMaxConns = int(n) })},
-		{"STOCKSVC_LOCK_TTL", "lock-ttl", "10s", "lease of a product lock; refreshed every third of it while held", dur(func(c *config) *time.Duration { return &c.LockTTL })},
-		{"STOCKSVC_LOCK_WAIT", "lock-wait", "2s", "longest an order waits for its product locks before answering 429", dur(func(c *config) *time.Duration { return &c.LockWait })},
-		{"STOCKSVC_LOCK_RETRY", "lock-retry", "wait", "how lock waits are paced: wait (queue, woken by releases) or, polling, exponential[:BASE:MAX], linear[:STEP:MAX], fixed:PAUSE, none", str(func(c *config) *string { return &c.LockRetry })},
-		{"STOCKSVC_LOCK_MAX_RETRIES", "lock-max-retries", "0", "cap on polling lock attempts after the first; 0 means only the wait bounds them", integer(func(c *config, n int64) { c.LockMaxRetries = int(n) })},
-		{"STOCKSVC_MAX_QUANTITY", "max-quantity", "10", "most units of one product per order", integer(func(c *config, n int64) { c.MaxQuantity = n })},
-		{"STOCKSVC_MAX_BATCH", "max-batch", "256", "most orders of one product decided together (one lock, one read, one write); 1 decides each order alone", integer(func(c *config, n int64) { c.MaxBatch = int(n) })},
-		{"STOCKSVC_REQUEST_TIMEOUT", "request-timeout", "10s", "bound on each API request", dur(func(c *config) *time.Duration { return &c.RequestTimeout })},
-		{"STOCKSVC_SHUTDOWN_GRACE", "shutdown-grace", "15s", "how long in-flight requests may take to finish after SIGTERM", dur(func(c *config) *time.Duration { return &c.ShutdownGrace })},
-		{"STOCKSVC_SHUTDOWN_DELAY", "shutdown-delay", "2s", "how long /readyz answers 503 before the listener closes, so a balancer can notice", dur(func(c *config) *time.Duration { return &c.ShutdownDelay })},
-		{"STOCKSVC_STARTUP_TIMEOUT", "startup-timeout", "30s", "how long start-up waits for Postgres and Redis to answer before giving up", dur(func(c *config) *time.Duration { return &c.StartupTimeout })},
-		{"STOCKSVC_IDEMPOTENCY_TTL", "idempotency-ttl", "24h", "how long idempotency keys are kept (at least)", dur(func(c *config) *time.Duration { return &c.IdempotencyTTL })},
-		{"STOCKSVC_DEFENSE", "defense", "lock,version,guard", "defense layers; anything else needs STOCKSVC_DEMO_UNSAFE=1", str(func(c *config) *string { return &c.Defense })},
+		{"STOCKSVC_ADDR", "addr", ":8080", "address to listen on", str(func(c *config) *string { return &c.Addr }), false},
+		{"STOCKSVC_ADMIN_ADDR", "admin-addr", "", "address of a separate listener for the admin routes and /metrics, which STOCKSVC_ADDR then leaves out; empty serves them on STOCKSVC_ADDR", str(func(c *config) *string { return &c.AdminAddr }), false},
+		{"DATABASE_URL", "database-url", "postgres://postgres@localhost:5432/stocksvc?sslmode=disable", "Postgres URL or key=value settings; the database is created if missing and permitted", str(func(c *config) *string { return &c.DatabaseURL }), true},
+		{"REDIS_URL", "redis-url", "redis://localhost:6379/0", "Redis URL; for sentinel and cluster, more nodes as ?addr=host:port&addr=... and the sentinel master as ?master_name=", str(func(c *config) *string { return &c.RedisURL }), true},
+		{"STOCKSVC_REDIS_MODE", "redis-mode", "single", "Redis topology: single, sentinel or cluster", str(func(c *config) *string { return &c.RedisMode }), false},
+		{"STOCKSVC_REDIS_PREFIX", "redis-prefix", "stocksvc:", "prefix of every Redis key the service writes", str(func(c *config) *string { return &c.RedisPrefix }), false},
+		{"STOCKSVC_ADMIN_TOKEN", "admin-token", "", "bearer token for the admin routes; empty disables them", str(func(c *config) *string { return &c.AdminToken }), true},
+		{"STOCKSVC_DB_MAX_CONNS", "db-max-conns", "20", "Postgres connection pool size", integer(func(c *config, n int64) { c.DBMaxConns = int(n) }), false},
+		{"STOCKSVC_LOCK_TTL", "lock-ttl", "10s", "lease of a product lock; refreshed every third of it while held", dur(func(c *config) *time.Duration { return &c.LockTTL }), false},
+		{"STOCKSVC_LOCK_WAIT", "lock-wait", "2s", "longest an order waits for its product locks before answering 429", dur(func(c *config) *time.Duration { return &c.LockWait }), false},
+		{"STOCKSVC_LOCK_RETRY", "lock-retry", "wait", "how lock waits are paced: wait (queue, woken by releases) or, polling, exponential[:BASE:MAX], linear[:STEP:MAX], fixed:PAUSE, none", str(func(c *config) *string { return &c.LockRetry }), false},
+		{"STOCKSVC_LOCK_MAX_RETRIES", "lock-max-retries", "0", "cap on polling lock attempts after the first; 0 means only the wait bounds them", integer(func(c *config, n int64) { c.LockMaxRetries = int(n) }), false},
+		{"STOCKSVC_MAX_QUANTITY", "max-quantity", "10", "most units of one product per order", integer(func(c *config, n int64) { c.MaxQuantity = n }), false},
+		{"STOCKSVC_MAX_BATCH", "max-batch", "256", "most orders of one product decided together (one lock, one read, one write); 1 decides each order alone", integer(func(c *config, n int64) { c.MaxBatch = int(n) }), false},
+		{"STOCKSVC_REQUEST_TIMEOUT", "request-timeout", "10s", "bound on each API request", dur(func(c *config) *time.Duration { return &c.RequestTimeout }), false},
+		{"STOCKSVC_SHUTDOWN_GRACE", "shutdown-grace", "15s", "how long in-flight requests may take to finish after SIGTERM", dur(func(c *config) *time.Duration { return &c.ShutdownGrace }), false},
+		{"STOCKSVC_SHUTDOWN_DELAY", "shutdown-delay", "2s", "how long /readyz answers 503 before the listener closes, so a balancer can notice", dur(func(c *config) *time.Duration { return &c.ShutdownDelay }), false},
+		{"STOCKSVC_STARTUP_TIMEOUT", "startup-timeout", "30s", "how long start-up waits for Postgres and Redis to answer before giving up", dur(func(c *config) *time.Duration { return &c.StartupTimeout }), false},
+		{"STOCKSVC_IDEMPOTENCY_TTL", "idempotency-ttl", "24h", "how long idempotency keys are kept (at least)", dur(func(c *config) *time.Duration { return &c.IdempotencyTTL }), false},
+		{"STOCKSVC_DEFENSE", "defense", "lock,version,guard", "defense layers; anything else needs STOCKSVC_DEMO_UNSAFE=1", str(func(c *config) *string { return &c.Defense }), false},
 		{"STOCKSVC_DEMO_UNSAFE", "demo-unsafe", "", "set to 1 to allow a non-default STOCKSVC_DEFENSE (demonstrations only)", func(c *config, v string) error {
 			c.DemoUnsafe = v == "1" || strings.EqualFold(v, "true")
 			return nil
-		}},
-		{"STOCKSVC_LOG_FORMAT", "log-format", "json", "log format: json or text", str(func(c *config) *string { return &c.LogFormat })},
-		{"STOCKSVC_LOG_LEVEL", "log-level", "info", "log level: debug, info, warn or error", str(func(c *config) *string { return &c.LogLevel })},
-		{"STOCKSVC_DEBUG_ADDR", "debug-addr", "", "address of the Go profiler (net/http/pprof), e.g. 127.0.0.1:6060; empty turns it off", str(func(c *config) *string { return &c.DebugAddr })},
+		}, false},
+		{"STOCKSVC_LOG_FORMAT", "log-format", "json", "log format: json or text", str(func(c *config) *string { return &c.LogFormat }), false},
+		{"STOCKSVC_LOG_LEVEL", "log-level", "info", "log level: debug, info, warn or error", str(func(c *config) *string { return &c.LogLevel }), false},
+		{"STOCKSVC_DEBUG_ADDR", "debug-addr", "", "address of the Go profiler (net/http/pprof), e.g. 127.0.0.1:6060; empty turns it off", str(func(c *config) *string { return &c.DebugAddr }), false},
 	}
 }
 
@@ -111,19 +118,30 @@ func loadConfig(args []string, getenv func(string) string, usage io.Writer) (con
 	var c config
 	fs := flag.NewFlagSet("stocksvc", flag.ContinueOnError)
 	fs.SetOutput(usage)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), commands)
+		fs.PrintDefaults()
+	}
 	all := settings()
 	envErrs := make([]error, len(all))
 	flagIndex := map[string]int{}
 	for i, s := range all {
-		v := getenv(s.env)
+		v, err := lookup(s, getenv) // its errors name the variables
 		if v == "" {
 			v = s.def
 		}
-		if err := s.set(&c, v); err != nil {
-			envErrs[i] = fmt.Errorf("%s: %w", s.env, err)
+		if err == nil {
+			if err = s.set(&c, v); err != nil {
+				err = fmt.Errorf("%s: %w", s.env, err)
+			}
 		}
+		envErrs[i] = err
 		flagIndex[s.flag] = i
-		fs.Func(s.flag, fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, s.def), func(v string) error { return s.set(&c, v) })
+		usage := fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, s.def)
+		if s.secret {
+			usage = fmt.Sprintf("%s (env %s or %s_FILE, default %q)", s.usage, s.env, s.env, s.def)
+		}
+		fs.Func(s.flag, usage, func(v string) error { return s.set(&c, v) })
 	}
 	if err := fs.Parse(args); err != nil {
 		return config{}, nil, err
@@ -134,6 +152,23 @@ func loadConfig(args []string, getenv func(string) string, usage io.Writer) (con
 		return config{}, nil, err
 	}
 	return c, fs.Args(), c.validate()
+}
+
+// lookup reads a setting's variable, or for a secret one the file its *_FILE variable names.
+func lookup(s setting, getenv func(string) string) (string, error) {
+	v := getenv(s.env)
+	if !s.secret {
+		return v, nil
+	}
+	fileVar := s.env + "_FILE"
+	path := getenv(fileVar)
+	switch {
+	case path == "":
+		return v, nil
+	case v != "":
+		return "", fmt.Errorf("%s and %s are both set: %w", s.env, fileVar, errBothSet)
+	}
+	return readSecretFile(fileVar, path)
 }
 
 func (c *config) validate() error {
@@ -171,8 +206,18 @@ func (c *config) validate() error {
 	if c.IdempotencyTTL < 24*time.Hour {
 		errs = append(errs, fmt.Errorf("STOCKSVC_IDEMPOTENCY_TTL: %v is below the promised 24h", c.IdempotencyTTL))
 	}
+	// Port 0 asks for any free port: two such addresses are two listeners.
+	if _, port, _ := net.SplitHostPort(c.AdminAddr); c.AdminAddr != "" && c.AdminAddr == c.Addr && port != "0" {
+		errs = append(errs, fmt.Errorf("STOCKSVC_ADMIN_ADDR: %q is STOCKSVC_ADDR too; leave it empty to serve the admin routes there", c.AdminAddr))
+	}
+	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+		errs = append(errs, err)
+	}
 	switch c.RedisMode {
 	case "single", "sentinel", "cluster":
+		if err := checkRedisURL(c.RedisURL, c.RedisMode); err != nil {
+			errs = append(errs, err)
+		}
 	default:
 		errs = append(errs, fmt.Errorf("STOCKSVC_REDIS_MODE: want single, sentinel or cluster, got %q", c.RedisMode))
 	}
@@ -236,8 +281,9 @@ func (c config) logAttrs() []any {
 	}
 	return []any{
 		slog.String("addr", c.Addr),
-		slog.String("database_url", redactURL(c.DatabaseURL)),
-		slog.String("redis_url", redactURL(c.RedisURL)),
+		slog.String("admin_addr", c.AdminAddr),
+		slog.String("database_url", maskDSN(c.DatabaseURL)),
+		slog.String("redis_url", maskDSN(c.RedisURL)),
 		slog.String("redis_mode", c.RedisMode),
 		slog.String("redis_prefix", c.RedisPrefix),
 		slog.String("admin_token", masked),
@@ -258,15 +304,60 @@ func (c config) logAttrs() []any {
 	}
 }
 
-// redactURL hides a URL's password, in the user part or as a query parameter.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
+// secrets lists the secret values in the configuration that free text can be scrubbed of. A
+// password that is also written in plain sight in its connection string, such as "postgres"
+// in postgres://postgres:postgres@..., is left out: scrubbing it would garble every line that
+// names the database, the user or the scheme, and the masked configuration line hides it
+// anyway.
+func (c config) secrets() []string {
+	db, rd := parseDSN(c.DatabaseURL), parseDSN(c.RedisURL)
+	var keep []string
+	for _, s := range append(append([]string{c.AdminToken}, db.secrets...), rd.secrets...) {
+		if s != "" && !strings.Contains(db.masked, s) && !strings.Contains(rd.masked, s) {
+			keep = append(keep, s)
+		}
 	}
-	if q := u.Query(); q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
+	return keep
+}
+
+// checkDatabaseURL says why raw cannot be a Postgres connection string, showing it masked.
+// Nothing is dialled: these are the mistakes that waiting cannot fix.
+func checkDatabaseURL(raw string) error {
+	d := parseDSN(raw)
+	switch {
+	case d.scheme != "" && d.scheme != "postgres" && d.scheme != "postgresql":
+		return fmt.Errorf("DATABASE_URL %q: scheme %q is not postgres:// or postgresql://", d.masked, d.scheme)
+	case d.scheme == "" && d.malformedAt >= 0:
+		return fmt.Errorf("DATABASE_URL %q: neither a postgres:// URL nor key=value settings (unreadable from character %d on)", d.masked, d.malformedAt+1)
 	}
-	return u.Redacted()
+	if _, err := pgx.ParseConfig(raw); err != nil {
+		return fmt.Errorf("DATABASE_URL %q: %s", d.masked, parseErrorText(err, d))
+	}
+	return nil
+}
+
+// checkRedisURL says why raw cannot be a Redis URL for mode, showing it masked.
+func checkRedisURL(raw, mode string) error {
+	d := parseDSN(raw)
+	if d.scheme == "" {
+		return fmt.Errorf("REDIS_URL %q: not a URL (want redis://[[user]:password@]host[:port][/db], rediss://... or unix://...)", d.masked)
+	}
+	if _, err := parseRedisURL(raw, mode); err != nil {
+		return fmt.Errorf("REDIS_URL %q: %s", d.masked, newRedactor(d.secrets).scrub(err.Error()))
+	}
+	return nil
+}
+
+// parseErrorText is what pgx says about a connection string it cannot parse, without the
+// string itself: pgx quotes it with its own, best-effort redaction, which garbles a URL of the
+// wrong scheme, and the wrapped net/url error may quote it whole.
+func parseErrorText(err error, d dsn) string {
+	text := err.Error()
+	if pe := (*pgconn.ParseConfigError)(nil); errors.As(err, &pe) {
+		const quoted = "cannot parse `"
+		if i, j := strings.Index(text, quoted), strings.LastIndex(text, "`: "); i >= 0 && j > i {
+			text = text[j+len("`: "):]
+		}
+	}
+	return newRedactor(d.secrets).scrub(text)
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +95,39 @@ func TestSettingsDocumentDefaults(t *testing.T) {
 		var c config
 		if err := s.set(&c, s.def); err != nil {
 			t.Errorf("%s: default %q is refused: %v", s.env, s.def, err)
+		}
+	}
+}
+
+// TestConfigurationDocListsEverySetting keeps docs/configuration.md in step with the code:
+// every variable and flag, with its default, has a row.
+func TestConfigurationDocListsEverySetting(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatalf("read the configuration doc: %v", err)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if cells := strings.Split(line, "|"); len(cells) > 4 && strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = line
+		}
+	}
+	for _, s := range settings() {
+		row, ok := rows[s.env]
+		if !ok {
+			t.Errorf("docs/configuration.md has no row for %s", s.env)
+			continue
+		}
+		def := "`" + s.def + "`"
+		if s.def == "" {
+			def = "(empty"
+		}
+		if !strings.Contains(row, "`-"+s.flag+"`") || !strings.Contains(row, def) {
+			t.Errorf("docs/configuration.md row for %s lacks -%s or its default %q:\n%s", s.env, s.flag, s.def, row)
+		}
+		if s.secret && !strings.Contains(row, s.env+"_FILE") {
+			t.Errorf("docs/configuration.md row for %s does not mention %s_FILE", s.env, s.env)
 		}
 	}
 }
@@ -281,6 +315,7 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"bad flag value", nil, []string{"-lock-ttl", "soon"}, []string{"lock-ttl", "soon"}},
 		{"flag value failing validation", nil, []string{"-idempotency-ttl=1h"}, []string{"STOCKSVC_IDEMPOTENCY_TTL"}},
 		{"unknown flag", nil, []string{"-frobnicate"}, []string{"frobnicate"}},
+		{"admin listener on the public address", map[string]string{"STOCKSVC_ADMIN_ADDR": ":8080"}, nil, []string{"STOCKSVC_ADMIN_ADDR", "leave it empty"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -465,12 +500,14 @@ func TestRunHelp(t *testing.T) {
 	for _, arg := range []string{"-h", "-help", "--help"} {
 		var stdout, stderr bytes.Buffer
 		stopped := false
-		err := run(context.Background(), func() { stopped = true }, []string{arg}, envOf(nil), &stdout, &stderr)
+		err := run(context.Background(), func() { stopped = true }, []string{arg}, envOf(nil), stdio{stdout: &stdout, stderr: &stderr})
 		if err != nil {
 			t.Errorf("run(%s) = %v, want nil (help exits 0)", arg, err)
 		}
-		if !strings.Contains(stderr.String(), "-database-url") || !strings.Contains(stderr.String(), "STOCKSVC_ADMIN_TOKEN") {
-			t.Errorf("run(%s) printed no usage to stderr:\n%s", arg, stderr.String())
+		for _, want := range []string{"-database-url", "STOCKSVC_ADMIN_TOKEN", "Commands:", "  serve ", "  migrate down N|all ", "  version ", "  healthcheck "} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("run(%s) usage lacks %q:\n%s", arg, want, stderr.String())
+			}
 		}
 		if stopped {
 			t.Errorf("run(%s) called stopSignals", arg)
@@ -486,17 +523,18 @@ func TestRunRejectsBadInvocations(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{"unknown command", []string{"serve"}, nil, `unknown command "serve"`},
+		{"unknown command", []string{"sideways"}, nil, `unknown command "sideways"`},
+		{"arguments after serve", []string{"serve", "now"}, nil, `serve: unexpected arguments ["now"]`},
 		{"invalid config", nil, map[string]string{"STOCKSVC_LOG_FORMAT": "xml"}, "STOCKSVC_LOG_FORMAT"},
 		{"invalid config before migrate", []string{"migrate", "up"}, map[string]string{"STOCKSVC_LOCK_TTL": "x"}, "STOCKSVC_LOCK_TTL"},
 		{"unsafe defense", nil, map[string]string{"STOCKSVC_DEFENSE": "none"}, "STOCKSVC_DEMO_UNSAFE=1"},
-		{"migrate without a subcommand", []string{"migrate"}, nil, "want up, down [N|all] or version"},
+		{"migrate without a subcommand", []string{"migrate"}, nil, "want up, down N|all [-force] or version"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var stdout, stderr bytes.Buffer
-			err := run(context.Background(), func() {}, tt.args, envOf(tt.env), &stdout, &stderr)
+			err := run(context.Background(), func() {}, tt.args, envOf(tt.env), stdio{stdout: &stdout, stderr: &stderr})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("run(%q) = %v, want an error containing %q", tt.args, err, tt.want)
 			}
@@ -549,14 +587,15 @@ func TestLogAttrsMaskSecrets(t *testing.T) {
 			wantR:     "redis://:xxxxx@cache.example:6379/1",
 		},
 		{
-			name: "unparsable URL",
+			name: "key=value settings, quoted password",
 			env: map[string]string{
-				"DATABASE_URL": "postgres://shop:pg-Unparsable-Secret@db.example:port/shop",
+				"DATABASE_URL": "host=db.example user=shop password='pg kv Secret' dbname=shop",
+				"REDIS_URL":    "rediss://app:tls-Secret-R@cache.example:6380/0",
 			},
-			secrets:   []string{"pg-Unparsable-Secret"},
+			secrets:   []string{"pg kv Secret", "tls-Secret-R"},
 			wantAdmin: "",
-			wantDB:    "(unparsable URL)",
-			wantR:     "redis://localhost:6379/0",
+			wantDB:    "host=db.example user=shop password=xxxxx dbname=shop",
+			wantR:     "rediss://app:xxxxx@cache.example:6380/0",
 		},
 	}
 	for _, tt := range tests {

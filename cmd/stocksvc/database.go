@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -14,10 +13,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// errCannotCreate says that the server answered but the database could not be created, or
+// its existence not even checked. That is no failure by itself — someone with the privilege may
+// have made the database — but it becomes one if the database turns out to be missing.
+var errCannotCreate = errors.New("stocksvc cannot create it")
+
 // ensureDatabase creates the database DATABASE_URL names if it does not exist, connecting to
-// the server's "postgres" database to do so. Lacking the privilege is not an error — the
-// database may have been made by someone who has it — and neither is losing a creation race
-// to another replica.
+// the server's "postgres" database to do so. Losing a creation race to another replica is not
+// an error. It returns errCannotCreate (wrapped, with the reason) when the server refuses the
+// check or the creation, and other errors, such as a refused connection, as they come.
 func ensureDatabase(ctx context.Context, databaseURL string, log *slog.Logger) error {
 	cfg, err := pgx.ParseConfig(databaseURL)
 	if err != nil {
@@ -30,9 +34,12 @@ func ensureDatabase(ctx context.Context, databaseURL string, log *slog.Logger) e
 	cfg.Database = "postgres"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		// Perhaps only the target database accepts us; migrations will tell.
-		log.WarnContext(ctx, "cannot check whether the database exists", slog.String("database", name), slog.Any("error", err))
-		return nil
+		if errors.As(err, new(*pgconn.PgError)) {
+			// The server answered but will not let us into its "postgres" database; perhaps
+			// only the target database accepts us.
+			return fmt.Errorf("%w: connect to the postgres database: %w", errCannotCreate, err)
+		}
+		return fmt.Errorf("connect to postgres: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var exists bool
@@ -49,12 +56,35 @@ func ensureDatabase(ctx context.Context, databaseURL string, log *slog.Logger) e
 		log.InfoContext(ctx, "database created", slog.String("database", name))
 	case errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505"):
 		// Another replica created it first.
-	case errors.As(err, &pgErr) && pgErr.Code == "42501":
-		log.WarnContext(ctx, "not permitted to create the database", slog.String("database", name))
+	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege
+		return fmt.Errorf("%w: %w", errCannotCreate, err)
 	default:
 		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	return nil
+}
+
+// prepareDatabase makes sure the service's database exists (creating it if it may) and
+// answers. A database that is missing and cannot be created is a permanent failure.
+func prepareDatabase(ctx context.Context, databaseURL string, log *slog.Logger) error {
+	createErr := ensureDatabase(ctx, databaseURL, log)
+	if createErr != nil && !errors.Is(createErr, errCannotCreate) {
+		return createErr
+	}
+	err := pingDatabase(ctx, databaseURL)
+	if createErr != nil && pgCode(err) == "3D000" { // invalid_catalog_name
+		return permanent(fmt.Errorf("the database does not exist, and %w", createErr))
+	}
+	return err
+}
+
+// pgCode is the SQLSTATE of the Postgres error in err's chain, or "".
+func pgCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // pingDatabase connects to the database once and hangs up.
@@ -93,40 +123,67 @@ func newPool(ctx context.Context, databaseURL string, maxConns int) (*pgxpool.Po
 
 // newRedis returns the client for mode (single, sentinel or cluster). Every client bounds its
 // commands by their contexts, so a lock's wait budget holds even when Redis hangs.
+func newRedis(redisURL, mode string) (redis.UniversalClient, error) {
+	opts, err := parseRedisURL(redisURL, mode)
+	if err != nil {
+		return nil, err
+	}
+	return opts.client(), nil
+}
+
+// redisOptions holds the options of one of the three topologies.
+type redisOptions struct {
+	single   *redis.Options
+	failover *redis.FailoverOptions
+	cluster  *redis.ClusterOptions
+}
+
+func (o redisOptions) client() redis.UniversalClient {
+	switch {
+	case o.failover != nil:
+		return redis.NewFailoverClient(o.failover)
+	case o.cluster != nil:
+		return redis.NewClusterClient(o.cluster)
+	default:
+		return redis.NewClient(o.single)
+	}
+}
+
+// parseRedisURL reads REDIS_URL for mode. Nothing is dialled.
 //
 // A refused dial is not retried within a command unless REDIS_URL asks for it with
 // dialer_retries (sentinel and cluster URLs accept it): go-redis already retries a failed
 // command (max_retries, 3 by default, with backoff), and its default of 5 dials per attempt on
 // top of that kept an order waiting for a Redis that was down for over 3 s, past its lock wait
 // budget, before it could answer 503.
-func newRedis(redisURL, mode string) (redis.UniversalClient, error) {
+func parseRedisURL(redisURL, mode string) (redisOptions, error) {
 	u, err := url.Parse(redisURL)
 	ownDialRetries := err != nil || !u.Query().Has("dialer_retries")
 	switch mode {
 	case "sentinel":
 		opts, err := redis.ParseFailoverURL(redisURL)
 		if err != nil {
-			return nil, fmt.Errorf("parse REDIS_URL for sentinel: %w", err)
+			return redisOptions{}, fmt.Errorf("parse REDIS_URL for sentinel: %w", err)
 		}
 		if opts.MasterName == "" {
-			return nil, errors.New("parse REDIS_URL for sentinel: no ?master_name=")
+			return redisOptions{}, errors.New("parse REDIS_URL for sentinel: no ?master_name=")
 		}
 		tune(&opts.ContextTimeoutEnabled, &opts.DialerRetries, ownDialRetries)
-		return redis.NewFailoverClient(opts), nil
+		return redisOptions{failover: opts}, nil
 	case "cluster":
 		opts, err := redis.ParseClusterURL(redisURL)
 		if err != nil {
-			return nil, fmt.Errorf("parse REDIS_URL for cluster: %w", err)
+			return redisOptions{}, fmt.Errorf("parse REDIS_URL for cluster: %w", err)
 		}
 		tune(&opts.ContextTimeoutEnabled, &opts.DialerRetries, ownDialRetries)
-		return redis.NewClusterClient(opts), nil
+		return redisOptions{cluster: opts}, nil
 	default:
 		opts, err := redis.ParseURL(redisURL)
 		if err != nil {
-			return nil, fmt.Errorf("parse REDIS_URL: %w", err)
+			return redisOptions{}, fmt.Errorf("parse REDIS_URL: %w", err)
 		}
 		tune(&opts.ContextTimeoutEnabled, &opts.DialerRetries, ownDialRetries)
-		return redis.NewClient(opts), nil
+		return redisOptions{single: opts}, nil
 	}
 }
 
@@ -147,27 +204,4 @@ type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "redis client", slog.String("message", fmt.Sprintf(format, v...)))
-}
-
-// waitFor calls ping until it succeeds or timeout passes, so that replicas started together
-// with their databases do not give up on the first refused connection.
-func waitFor(ctx context.Context, what string, timeout time.Duration, ping func(context.Context) error, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for attempt := 1; ; attempt++ {
-		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-		err := ping(pctx)
-		pcancel()
-		if err == nil {
-			return nil
-		}
-		if attempt == 1 {
-			log.WarnContext(ctx, "waiting for dependency", slog.String("dependency", what), slog.Any("error", err))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not reachable within %v: %w", what, timeout, err)
-		case <-time.After(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second)):
-		}
-	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -90,14 +91,18 @@ func TestEnsureDatabaseEdgeCases(t *testing.T) {
 		// Nothing to create, so nothing is dialled: the server here does not exist.
 		{"postgres database", "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable", "", ""},
 		{"unparsable URL", "postgres://postgres@127.0.0.1:port/x", "parse DATABASE_URL", ""},
-		// An unreachable server is left for the migrations to report.
-		{"unreachable server", "postgres://postgres@127.0.0.1:1/stocksvc_nowhere?sslmode=disable&connect_timeout=1", "", "cannot check whether the database exists"},
+		// An unreachable server is an error of its own (start-up waits and tries again),
+		// not errCannotCreate: nothing answered.
+		{"unreachable server", "postgres://postgres@127.0.0.1:1/stocksvc_nowhere?sslmode=disable&connect_timeout=1", "connect to postgres", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			log, logs := testLogger()
 			err := ensureDatabase(t.Context(), tt.url, log)
+			if errors.Is(err, errCannotCreate) {
+				t.Errorf("ensureDatabase(%s) = %v, which says a server answered", tt.url, err)
+			}
 			switch {
 			case tt.wantErr == "" && err != nil:
 				t.Errorf("ensureDatabase(%s) = %v, want nil", tt.url, err)

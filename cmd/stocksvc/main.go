@@ -3,10 +3,12 @@
 //
 // Usage:
 //
-//	stocksvc [flags]                  serve the API (migrating the database first)
-//	stocksvc migrate up               apply pending migrations
-//	stocksvc migrate down [N|all]     roll back N migrations (default 1) or all of them
-//	stocksvc migrate version          print the schema version
+//	stocksvc [flags] [serve]              serve the API (migrating the database first)
+//	stocksvc [flags] migrate up           apply pending migrations
+//	stocksvc [flags] migrate down N|all   roll back N migrations, or all of them (asks first)
+//	stocksvc [flags] migrate version      print the schema version
+//	stocksvc version                      print the build's module version and VCS revision
+//	stocksvc [flags] healthcheck          exit 0 if this host's replica is ready, 1 if not
 //
 // Every flag has an environment variable; run stocksvc -h for the list.
 package main
@@ -28,12 +30,28 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, stop, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+	std := stdio{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, terminal: isTerminal(os.Stdin)}
+	if err := run(ctx, stop, os.Args[1:], os.Getenv, std); err != nil {
 		if !errors.As(err, new(loggedError)) {
 			fmt.Fprintln(os.Stderr, "stocksvc:", err)
 		}
 		os.Exit(1)
 	}
+}
+
+// stdio is what run reads and writes besides its environment.
+type stdio struct {
+	stdin  io.Reader
+	stdout io.Writer // what a command prints: migrate's result, the version
+	stderr io.Writer // the log, usage, and questions asked before a destructive step
+	// terminal says that stdin is a person at a terminal, who can be asked to confirm.
+	terminal bool
+}
+
+// isTerminal reports whether f is a character device (a terminal), not a pipe or a file.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // loggedError is an error the service's log already holds, as its last line: printing it again
@@ -42,24 +60,63 @@ type loggedError struct{ error }
 
 func (e loggedError) Unwrap() error { return e.error }
 
+// commands lists what stocksvc can do, for -h.
+const commands = `Usage: stocksvc [flags] [command]
+
+Commands:
+  serve                 serve the API, migrating the database first (the default)
+  migrate up            apply pending migrations
+  migrate down N|all    roll back N migrations, or all of them: all asks on a terminal,
+                        and needs -force otherwise
+  migrate version       print the schema version
+  version               print the module version and VCS revision of this build
+  healthcheck           GET /readyz of the replica on this host (STOCKSVC_ADDR);
+                        exit 0 when ready, 1 otherwise (for container health checks)
+
+Flags (each also an environment variable; a flag wins):
+`
+
 // run is the whole program. stopSignals restores default signal handling once shutdown has
 // begun, so a second Ctrl-C ends the process at once.
-func run(ctx context.Context, stopSignals func(), args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, rest, err := loadConfig(args, getenv, stderr)
+func run(ctx context.Context, stopSignals func(), args []string, getenv func(string) string, std stdio) error {
+	// "version" reads no configuration: it must answer even where the configuration is broken.
+	if len(args) > 0 && args[0] == "version" {
+		return printVersion(args[1:], std.stdout)
+	}
+	cfg, rest, err := loadConfig(args, getenv, std.stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, stderr)
+	// Every log line, and every error printed instead of logged, passes through the scrubber:
+	// masking the configuration line is not enough when a driver quotes a connection string.
+	secrets := newRedactor(cfg.secrets())
+	log := newLogger(cfg, std.stderr, secrets)
 	// go-redis logs through one process-wide logger; a process runs one service.
 	redis.SetLogger(redisLogger{log})
-	if len(rest) > 0 && rest[0] == "migrate" {
-		return runMigrate(ctx, cfg, rest[1:], stdout, log)
-	}
+	return secrets.scrubError(dispatch(ctx, stopSignals, cfg, rest, std, log))
+}
+
+// dispatch runs the command that rest names (serve when it names none).
+func dispatch(ctx context.Context, stopSignals func(), cfg config, rest []string, std stdio, log *slog.Logger) error {
+	command := "serve"
 	if len(rest) > 0 {
-		return fmt.Errorf("unknown command %q (want no command, or migrate)", rest[0])
+		command, rest = rest[0], rest[1:]
+	}
+	switch {
+	case command == "migrate":
+		return runMigrate(ctx, cfg, rest, std, log)
+	case command == "version":
+		return printVersion(rest, std.stdout)
+	case command == "healthcheck" && len(rest) == 0:
+		return runHealthcheck(ctx, cfg.Addr, std.stdout)
+	case len(rest) > 0:
+		return fmt.Errorf("%s: unexpected arguments %q", command, rest)
+	case command == "serve":
+	default:
+		return fmt.Errorf("unknown command %q (want serve, migrate, version or healthcheck; see stocksvc -h)", command)
 	}
 	if err := serve(ctx, stopSignals, cfg, log); err != nil {
 		log.ErrorContext(context.WithoutCancel(ctx), "exiting", slog.Any("error", err))
@@ -68,12 +125,21 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 	return nil
 }
 
-func newLogger(cfg config, w io.Writer) *slog.Logger {
+func printVersion(args []string, stdout io.Writer) error {
+	if len(args) > 0 {
+		return fmt.Errorf("version: unexpected arguments %q", args)
+	}
+	_, err := io.WriteString(stdout, versionText())
+	return err
+}
+
+func newLogger(cfg config, w io.Writer, secrets redactor) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(cfg.LogLevel)) // validated with the config
 	opts := &slog.HandlerOptions{Level: lvl}
+	var h slog.Handler = slog.NewJSONHandler(w, opts)
 	if cfg.LogFormat == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		h = slog.NewTextHandler(w, opts)
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(redactHandler{next: h, r: secrets})
 }

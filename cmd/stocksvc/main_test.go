@@ -121,14 +121,15 @@ func (s *logSink) wait(ctx context.Context, abort <-chan struct{}, msg string) (
 
 // instance is run(), serving, in a goroutine of its own.
 type instance struct {
-	URL    string // http://host:port
-	Addr   string
-	Logs   *logSink
-	cancel context.CancelFunc // what SIGTERM does in main
-	stops  atomic.Int32       // calls of stopSignals
-	done   chan struct{}      // closed when run returns
-	err    error              // run's result, readable once done is closed
-	client *http.Client
+	URL      string // http://host:port
+	Addr     string
+	AdminURL string // http://host:port of the admin listener, when there is one
+	Logs     *logSink
+	cancel   context.CancelFunc // what SIGTERM does in main
+	stops    atomic.Int32       // calls of stopSignals
+	done     chan struct{}      // closed when run returns
+	err      error              // run's result, readable once done is closed
+	client   *http.Client
 }
 
 // startTimeout bounds start-up and shutdown in the tests; nothing here should come close.
@@ -170,7 +171,7 @@ func launch(t *testing.T, env map[string]string) *instance {
 	in := &instance{Logs: newLogSink(), cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(in.done)
-		in.err = run(ctx, func() { in.stops.Add(1) }, nil, envOf(env), io.Discard, in.Logs)
+		in.err = run(ctx, func() { in.stops.Add(1) }, nil, envOf(env), stdio{stdout: io.Discard, stderr: in.Logs})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -206,6 +207,9 @@ func (in *instance) await(t *testing.T, msg string) {
 		t.Fatalf("%s line without addr: %v", msg, rec)
 	}
 	in.Addr, in.URL = addr, "http://"+addr
+	if admin, _ := rec["admin_addr"].(string); admin != "" {
+		in.AdminURL = "http://" + admin
+	}
 }
 
 // stop cancels run's context, as SIGTERM does, and returns what run returns.

@@ -1,93 +1,175 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/stocksvc/stocksvc/migrations"
 )
 
-// runMigrate implements "stocksvc migrate up|down [N|all]|version".
-func runMigrate(ctx context.Context, cfg config, args []string, stdout io.Writer, log *slog.Logger) error {
-	const usage = "want up, down [N|all] or version"
-	// Read the arguments before touching the database, so a typo changes nothing.
-	steps := 0 // for down: how many; -1 means all
-	switch {
-	case len(args) == 1 && (args[0] == "up" || args[0] == "version"):
-	case len(args) >= 1 && args[0] == "down" && len(args) <= 2:
-		steps = 1
-		if len(args) == 2 && args[1] == "all" {
-			steps = -1
-		} else if len(args) == 2 {
-			n, err := strconv.Atoi(args[1])
-			if err != nil || n < 1 {
-				return fmt.Errorf("migrate down: want a positive number of steps or all, got %q", args[1])
+const migrateUsage = "want up, down N|all [-force] or version"
+
+// migrateArgs is a migrate command line, read before anything touches the database, so that a
+// typo changes nothing.
+type migrateArgs struct {
+	action string // up, down or version
+	steps  int    // for down: how many; -1 means all
+	force  bool   // down all without asking
+}
+
+// parseMigrateArgs reads "up", "version" or "down N|all", with -force anywhere after "migrate".
+func parseMigrateArgs(args []string) (migrateArgs, error) {
+	var a migrateArgs
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // the error says it all
+	fs.BoolVar(&a.force, "force", false, "roll back all migrations without asking")
+	var words []string
+	for {
+		// A negative number is a wrong step count, not an unknown flag: say so.
+		if len(args) > 0 && len(args[0]) > 1 && args[0][0] == '-' {
+			if _, err := strconv.Atoi(args[0]); err == nil {
+				words, args = append(words, args[0]), args[1:]
+				continue
 			}
-			steps = n
 		}
+		if err := fs.Parse(args); err != nil {
+			return a, fmt.Errorf("migrate: %w (%s)", err, migrateUsage)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		words, args = append(words, fs.Arg(0)), fs.Args()[1:]
+	}
+	switch {
+	case len(words) == 0:
+		return a, fmt.Errorf("migrate: no action given (%s)", migrateUsage)
+	case len(words) == 1 && (words[0] == "up" || words[0] == "version"):
+	case words[0] == "down" && len(words) == 1:
+		return a, errors.New("migrate down: say how many migrations to roll back: a number, or all " +
+			"(all drops every table, orders included, and asks for confirmation or -force)")
+	case words[0] == "down" && len(words) == 2 && words[1] == "all":
+		a.steps = -1
+	case words[0] == "down" && len(words) == 2:
+		n, err := strconv.Atoi(words[1])
+		if err != nil || n < 1 {
+			return a, fmt.Errorf("migrate down: want a positive number of steps or all, got %q", words[1])
+		}
+		a.steps = n
 	default:
-		return fmt.Errorf("migrate: unknown arguments %q (%s)", args, usage)
+		return a, fmt.Errorf("migrate: unknown arguments %q (%s)", words, migrateUsage)
+	}
+	if a.force && a.steps >= 0 {
+		return a, errors.New("migrate: -force applies to down all only")
+	}
+	a.action = words[0]
+	return a, nil
+}
+
+// runMigrate implements "stocksvc migrate up|down N|all|version".
+func runMigrate(ctx context.Context, cfg config, rawArgs []string, std stdio, log *slog.Logger) error {
+	args, err := parseMigrateArgs(rawArgs)
+	if err != nil {
+		return err
 	}
 
 	// Only up creates the database: asking for the version, or to roll back, of a database
 	// that does not exist must not leave an empty one behind.
-	if args[0] == "up" {
-		if err := ensureDatabase(ctx, cfg.DatabaseURL, log); err != nil {
-			return err
+	var createErr error
+	if args.action == "up" {
+		if createErr = ensureDatabase(ctx, cfg.DatabaseURL, log); createErr != nil && !errors.Is(createErr, errCannotCreate) {
+			return fmt.Errorf("migrate up: %w", createErr)
 		}
 	}
 	// Connect once first: the migrator's driver says less when it cannot, and leaves a
 	// connection pool behind.
 	if err := pingDatabase(ctx, cfg.DatabaseURL); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "3D000" { // invalid_catalog_name
-			return fmt.Errorf("migrate %s: the database does not exist yet (migrate up, or starting the service, creates it): %w", args[0], err)
+		switch {
+		case pgCode(err) == "3D000" && createErr != nil: // invalid_catalog_name
+			return fmt.Errorf("migrate up: the database does not exist, and %w", createErr)
+		case pgCode(err) == "3D000":
+			return fmt.Errorf("migrate %s: the database does not exist yet (migrate up, or starting the service, creates it): %w", args.action, err)
 		}
-		return fmt.Errorf("migrate %s: %w", args[0], err)
+		return fmt.Errorf("migrate %s: %w", args.action, err)
 	}
-	m, err := migrations.New(cfg.DatabaseURL)
+	m, err := migrations.New(migratorURL(cfg.DatabaseURL))
 	if err != nil {
 		return err
 	}
 	defer m.Close()
 
-	switch args[0] {
+	switch args.action {
 	case "version":
 		desc, err := describeVersion(m)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(stdout, desc)
+		fmt.Fprintln(std.stdout, desc)
 		return nil
 	case "up":
 		err = m.Up()
 	case "down":
-		if _, _, verr := m.Version(); errors.Is(verr, migrate.ErrNilVersion) {
+		_, _, verr := m.Version()
+		switch {
+		case errors.Is(verr, migrate.ErrNilVersion):
 			err = migrate.ErrNoChange
-		} else if steps < 0 {
-			err = m.Down()
-		} else {
+		case args.steps < 0:
+			if err = confirmDownAll(cfg.DatabaseURL, args.force, std); err == nil {
+				err = m.Down()
+			}
+		default:
 			// Asking for more steps than were applied rolls back what there is.
-			if err = m.Steps(-steps); errors.As(err, new(migrate.ErrShortLimit)) {
+			if err = m.Steps(-args.steps); errors.As(err, new(migrate.ErrShortLimit)) {
 				err = nil
 			}
 		}
 	}
 	if err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return fmt.Errorf("migrate %s: %w", args[0], err)
+		return fmt.Errorf("migrate %s: %w", args.action, err)
 	}
 	desc, err := describeVersion(m)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "migrate %s: done, %s\n", args[0], desc)
+	fmt.Fprintf(std.stdout, "migrate %s: done, %s\n", args.action, desc)
+	return nil
+}
+
+// errNotConfirmed is returned when "migrate down all" was not confirmed.
+var errNotConfirmed = errors.New("not confirmed")
+
+// confirmDownAll lets "migrate down all" go ahead: with -force, or when a person at a terminal
+// types the database's name. Anything else — a script, a pipe, CI — is refused, since the
+// rollback drops every table and every order in it.
+func confirmDownAll(databaseURL string, force bool, std stdio) error {
+	if force {
+		return nil
+	}
+	if !std.terminal {
+		return fmt.Errorf("down all drops every table, orders included: run it at a terminal to confirm, or add -force: %w", errNotConfirmed)
+	}
+	cfg, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	fmt.Fprintf(std.stderr, "This rolls back every migration of database %q on %s: every table is dropped, with every order in it.\n"+
+		"Type the database name to go on: ", cfg.Database, cfg.Host)
+	answer, err := bufio.NewReader(std.stdin).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read confirmation: %w", err)
+	}
+	if strings.TrimSpace(answer) != cfg.Database {
+		return fmt.Errorf("down all: the answer was not %q, nothing was rolled back: %w", cfg.Database, errNotConfirmed)
+	}
 	return nil
 }
 

@@ -3,23 +3,38 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// migrateCmd runs "stocksvc migrate args..." against databaseURL and returns its output.
+// migrateCmd runs "stocksvc migrate args..." against databaseURL, as a script would (no
+// terminal), and returns its output.
 func migrateCmd(t *testing.T, databaseURL string, args ...string) (string, error) {
 	t.Helper()
 	var stdout bytes.Buffer
+	err := migrateWith(t, databaseURL, stdio{stdout: &stdout}, args...)
+	return stdout.String(), err
+}
+
+// migrateWith runs "stocksvc migrate args..." with the streams of std; the log goes to a sink
+// that checks it is JSON whatever std.stderr is.
+func migrateWith(t *testing.T, databaseURL string, std stdio, args ...string) error {
+	t.Helper()
 	logs := newLogSink()
+	if std.stderr == nil {
+		std.stderr = logs
+	}
 	err := run(t.Context(), func() {}, append([]string{"migrate"}, args...),
-		envOf(map[string]string{"DATABASE_URL": databaseURL}), &stdout, logs)
+		envOf(map[string]string{"DATABASE_URL": databaseURL}), std)
 	if len(logs.bad) > 0 {
 		t.Errorf("migrate %q wrote log lines that are not JSON: %q", args, logs.bad)
 	}
-	return stdout.String(), err
+	return err
 }
 
 // mustMigrate runs migrateCmd and checks that it succeeds with the given output.
@@ -72,15 +87,15 @@ func TestMigrateUpVersionDown(t *testing.T) {
 	// Nothing left to apply is success, not an error.
 	mustMigrate(t, db.URL, "migrate up: done, version 1 (dirty: false)\n", "up")
 
-	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down")
+	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down", "1")
 	if hasSchema(t, db.URL) {
-		t.Errorf("products table still there after migrate down")
+		t.Errorf("products table still there after migrate down 1")
 	}
 	mustMigrate(t, db.URL, noneApplied, "version")
 
 	// down N and down all.
 	// More steps than were applied rolls back what there is.
-	for _, down := range [][]string{{"down", "1"}, {"down", "all"}, {"down", "5"}} {
+	for _, down := range [][]string{{"down", "1"}, {"down", "all", "-force"}, {"down", "-force", "all"}, {"down", "5"}} {
 		mustMigrate(t, db.URL, "migrate up: done, version 1 (dirty: false)\n", "up")
 		mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", down...)
 		mustMigrate(t, db.URL, noneApplied, "version")
@@ -90,7 +105,7 @@ func TestMigrateUpVersionDown(t *testing.T) {
 	}
 	// Rolling back when nothing is applied is no change, hence success.
 	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down", "all")
-	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down")
+	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down", "1")
 }
 
 // TestMigrateCreatesMissingDatabase checks that "migrate up" creates the database first.
@@ -109,7 +124,7 @@ func TestMigrateCreatesMissingDatabase(t *testing.T) {
 func TestMigrateReadsDoNotCreateDatabase(t *testing.T) {
 	t.Parallel()
 	db := newScratchDatabase(t)
-	for _, args := range [][]string{{"version"}, {"down"}, {"down", "all"}} {
+	for _, args := range [][]string{{"version"}, {"down", "1"}, {"down", "all"}} {
 		out, err := migrateCmd(t, db.URL, args...)
 		if err == nil || !strings.Contains(err.Error(), "does not exist yet") {
 			t.Errorf("migrate %q on a missing database = %v, want an error saying it does not exist yet", args, err)
@@ -131,7 +146,11 @@ func TestMigrateBadArguments(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "want up, down [N|all] or version"},
+		{nil, "migrate: no action given (want up, down N|all [-force] or version)"},
+		{[]string{"down"}, "migrate down: say how many migrations to roll back: a number, or all"},
+		{[]string{"down", "1", "-force"}, "-force applies to down all only"},
+		{[]string{"up", "-force"}, "-force applies to down all only"},
+		{[]string{"down", "all", "-yes"}, "flag provided but not defined: -yes"},
 		{[]string{"sideways"}, "unknown arguments"},
 		{[]string{"UP"}, "unknown arguments"},
 		{[]string{"up", "now"}, "unknown arguments"},
@@ -160,4 +179,75 @@ func TestMigrateBadArguments(t *testing.T) {
 		t.Errorf("bad arguments changed the schema")
 	}
 	mustMigrate(t, db.URL, noneApplied, "version")
+}
+
+// TestMigrateKeywordValueSettings checks that a DATABASE_URL in pgx's key=value form, which the
+// migrator cannot read as written, migrates like the URL form.
+func TestMigrateKeywordValueSettings(t *testing.T) {
+	t.Parallel()
+	db := newScratchDatabase(t)
+	u, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	password, _ := u.User.Password()
+	kv := fmt.Sprintf("host=%s port=%s user=%s password='%s' dbname=%s sslmode=disable", u.Hostname(), u.Port(), u.User.Username(), password, db.Name)
+	mustMigrate(t, kv, "migrate up: done, version 1 (dirty: false)\n", "up")
+	if !hasSchema(t, db.URL) {
+		t.Fatalf("no products table after migrate up with key=value settings")
+	}
+	mustMigrate(t, kv, atVersion1, "version")
+}
+
+// TestMigrateDownAllConfirmation checks who may roll everything back: a script without -force
+// may not, a person at a terminal may by typing the database's name, and nothing else goes.
+func TestMigrateDownAllConfirmation(t *testing.T) {
+	t.Parallel()
+	db := newScratchDatabase(t)
+	db.create(t)
+	mustMigrate(t, db.URL, "migrate up: done, version 1 (dirty: false)\n", "up")
+
+	tests := []struct {
+		name     string
+		terminal bool
+		answer   string
+	}{
+		{"script", false, db.Name + "\n"}, // an answer on a pipe counts for nothing
+		{"terminal, wrong answer", true, "yes\n"},
+		{"terminal, no answer", true, ""},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		err := migrateWith(t, db.URL, stdio{stdin: strings.NewReader(tt.answer), stdout: &stdout, stderr: &stderr, terminal: tt.terminal}, "down", "all")
+		if !errors.Is(err, errNotConfirmed) {
+			t.Errorf("%s: migrate down all = %v, want it refused as not confirmed", tt.name, err)
+		}
+		if !hasSchema(t, db.URL) {
+			t.Fatalf("%s: the schema was rolled back without confirmation", tt.name)
+		}
+		if stdout.Len() != 0 {
+			t.Errorf("%s: printed %q, want nothing", tt.name, stdout.String())
+		}
+		if asked := strings.Contains(stderr.String(), "Type the database name to go on"); asked != tt.terminal {
+			t.Errorf("%s: asked = %v, want %v; stderr:\n%s", tt.name, asked, tt.terminal, stderr.String())
+		}
+	}
+	if err := migrateWith(t, db.URL, stdio{stdout: &bytes.Buffer{}}, "down", "all"); err == nil || !strings.Contains(err.Error(), "run it at a terminal to confirm, or add -force") {
+		t.Errorf("migrate down all from a script = %v, want the way to confirm named", err)
+	}
+
+	var stdout, stderr bytes.Buffer
+	err := migrateWith(t, db.URL, stdio{stdin: strings.NewReader(" " + db.Name + " \n"), stdout: &stdout, stderr: &stderr, terminal: true}, "down", "all")
+	if err != nil {
+		t.Fatalf("migrate down all confirmed at a terminal: %v", err)
+	}
+	if got, want := stdout.String(), "migrate down: done, no migrations applied\n"; got != want {
+		t.Errorf("printed %q, want %q", got, want)
+	}
+	if !strings.Contains(stderr.String(), `rolls back every migration of database "`+db.Name+`"`) {
+		t.Errorf("the question does not name the database:\n%s", stderr.String())
+	}
+	if hasSchema(t, db.URL) {
+		t.Errorf("products table still there after a confirmed migrate down all")
+	}
 }

@@ -37,35 +37,34 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 			slog.String("defense", cfg.defense.String()))
 	}
 
-	ln, err := net.Listen("tcp", cfg.Addr)
+	public, err := listen(cfg.Addr, cfg, log)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		return err
 	}
-	var handler handlerSwitch
-	handler.set(stockhttp.Starting(log))
-	srv := &http.Server{
-		Handler:           &handler,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      cfg.RequestTimeout + 5*time.Second,
-		IdleTimeout:       60 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	endpoints := []*endpoint{public}
+	var admin *endpoint // nil: the admin routes and /metrics are on the public listener
+	if cfg.AdminAddr != "" {
+		if admin, err = listen(cfg.AdminAddr, cfg, log); err != nil {
+			_ = public.ln.Close()
+			return err
+		}
+		endpoints = append(endpoints, admin)
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve: %w", err)
-		}
-		return nil
-	})
-	log.InfoContext(ctx, "listening", slog.String("addr", ln.Addr().String()))
+	for _, e := range endpoints {
+		e.handler.set(stockhttp.Starting(log))
+		g.Go(e.serve)
+	}
+	log.InfoContext(ctx, "listening", public.addrAttrs(admin)...)
 	if cfg.DebugAddr != "" {
 		g.Go(func() error { return serveDebug(gctx, cfg.DebugAddr) })
 	}
 
 	deps, err := openDependencies(gctx, cfg, log)
 	if err != nil {
-		_ = srv.Close()
+		for _, e := range endpoints {
+			_ = e.srv.Close()
+		}
 		serveErr := g.Wait()
 		if ctx.Err() != nil {
 			// Asked to stop before it was ready: nothing was served, nothing to drain.
@@ -109,8 +108,13 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 		Gatherer:       reg,
 		RequestTimeout: cfg.RequestTimeout,
 	})
-	handler.set(api)
-	log.InfoContext(ctx, "ready", slog.String("addr", ln.Addr().String()))
+	if admin != nil {
+		public.handler.set(api.Public())
+		admin.handler.set(api)
+	} else {
+		public.handler.set(api)
+	}
+	log.InfoContext(ctx, "ready", public.addrAttrs(admin)...)
 
 	g.Go(func() error {
 		purgeIdempotencyKeys(gctx, svc, cfg.IdempotencyTTL, log)
@@ -124,8 +128,11 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 		time.Sleep(cfg.ShutdownDelay) // let the balancer see /readyz fail before we stop listening
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
 		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			return fmt.Errorf("shutdown: in-flight requests did not finish within %v: %w", cfg.ShutdownGrace, err)
+		// One deadline for both listeners: the grace is for the replica, not per listener.
+		for _, e := range endpoints {
+			if err := e.srv.Shutdown(sctx); err != nil {
+				return fmt.Errorf("shutdown %s: in-flight requests did not finish within %v: %w", e.ln.Addr(), cfg.ShutdownGrace, err)
+			}
 		}
 		return nil
 	})
@@ -152,14 +159,11 @@ func (d dependencies) close() {
 // refusal), migrates it, and opens the pools once Postgres and Redis both answer.
 func openDependencies(ctx context.Context, cfg config, log *slog.Logger) (dependencies, error) {
 	if err := waitFor(ctx, "postgres", cfg.StartupTimeout, func(ctx context.Context) error {
-		if err := ensureDatabase(ctx, cfg.DatabaseURL, log); err != nil {
-			return err
-		}
-		return pingDatabase(ctx, cfg.DatabaseURL)
+		return prepareDatabase(ctx, cfg.DatabaseURL, log)
 	}, log); err != nil {
 		return dependencies{}, err
 	}
-	if err := migrations.Up(cfg.DatabaseURL); err != nil {
+	if err := migrations.Up(migratorURL(cfg.DatabaseURL)); err != nil {
 		return dependencies{}, err
 	}
 	pool, err := newPool(ctx, cfg.DatabaseURL, cfg.DBMaxConns)
@@ -181,6 +185,47 @@ func openDependencies(ctx context.Context, cfg config, log *slog.Logger) (depend
 		return dependencies{}, err
 	}
 	return d, nil
+}
+
+// endpoint is one listener and the server on it.
+type endpoint struct {
+	ln      net.Listener
+	srv     *http.Server
+	handler handlerSwitch
+}
+
+// listen opens addr and prepares a server on it; serve starts serving.
+func listen(addr string, cfg config, log *slog.Logger) (*endpoint, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	e := &endpoint{ln: ln}
+	e.srv = &http.Server{
+		Handler:           &e.handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      cfg.RequestTimeout + 5*time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return e, nil
+}
+
+func (e *endpoint) serve() error {
+	if err := e.srv.Serve(e.ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve %s: %w", e.ln.Addr(), err)
+	}
+	return nil
+}
+
+// addrAttrs names the addresses listened on, for the log.
+func (e *endpoint) addrAttrs(admin *endpoint) []any {
+	attrs := []any{slog.String("addr", e.ln.Addr().String())}
+	if admin != nil {
+		attrs = append(attrs, slog.String("admin_addr", admin.ln.Addr().String()))
+	}
+	return attrs
 }
 
 // handlerSwitch serves whichever handler was set last: the start-up answers, then the API.

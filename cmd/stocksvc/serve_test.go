@@ -89,6 +89,75 @@ func TestRunServesAndStops(t *testing.T) {
 	}
 }
 
+// TestRunSeparateAdminListener runs the service with STOCKSVC_ADMIN_ADDR: the public listener
+// serves the public API only, the admin listener serves everything, both answer while
+// starting, and both close on shutdown.
+func TestRunSeparateAdminListener(t *testing.T) {
+	t.Parallel()
+	_, prefix := testenv.Redis(t)
+	env := serveEnv(t, prefix, map[string]string{"STOCKSVC_ADMIN_ADDR": "127.0.0.1:0", "STOCKSVC_SHUTDOWN_DELAY": "0s"})
+	token := env["STOCKSVC_ADMIN_TOKEN"]
+	in := startRun(t, env)
+	if in.AdminURL == "" || in.AdminURL == in.URL {
+		t.Fatalf("ready line names admin listener %q beside %q, want one of its own", in.AdminURL, in.URL)
+	}
+	admin := &instance{URL: in.AdminURL, client: in.client}
+
+	auth := http.Header{"Authorization": {"Bearer " + token}}
+	if res := in.call(t, http.MethodPost, "/v1/products", map[string]any{"sku": "public", "name": "x", "stock": 1}, auth); res.Status != http.StatusNotFound {
+		t.Errorf("create product on the public listener: status %d, want 404: %s", res.Status, res.Body)
+	}
+	if res := in.call(t, http.MethodGet, "/metrics", nil, nil); res.Status != http.StatusNotFound {
+		t.Errorf("GET /metrics on the public listener: status %d, want 404", res.Status)
+	}
+	id := admin.createProduct(t, token, "admin-listener", 3)
+	order := map[string]any{"customer_id": "bob", "items": []map[string]any{{"product_id": id, "quantity": 1}}}
+	if res := in.call(t, http.MethodPost, "/v1/orders", order, nil); res.Status != http.StatusCreated {
+		t.Fatalf("order on the public listener: status %d: %s", res.Status, res.Body)
+	}
+	res := admin.call(t, http.MethodGet, "/metrics", nil, nil)
+	if res.Status != http.StatusOK || !strings.Contains(string(res.Body), `stocksvc_orders_total{outcome="confirmed"} 1`) {
+		t.Errorf("GET /metrics on the admin listener: status %d, want 200 with the public order counted:\n%.3000s", res.Status, res.Body)
+	}
+	for _, on := range []*instance{in, admin} {
+		if res := on.call(t, http.MethodGet, "/readyz", nil, nil); res.Status != http.StatusOK {
+			t.Errorf("GET %s/readyz: status %d", on.URL, res.Status)
+		}
+	}
+
+	if err := in.stop(t); err != nil {
+		t.Fatalf("run after cancellation = %v; logs:\n%s", err, in.Logs)
+	}
+	for _, u := range []string{in.URL, in.AdminURL} {
+		if conn, err := net.Dial("tcp", strings.TrimPrefix(u, "http://")); err == nil {
+			conn.Close()
+			t.Errorf("%s still accepts connections after run returned", u)
+		}
+	}
+}
+
+// TestRunAdminListenerBusy checks that an admin address already taken stops start-up, and
+// releases the public listener it had opened.
+func TestRunAdminListenerBusy(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	t.Cleanup(func() { busy.Close() })
+	public := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	err = run(context.Background(), func() {}, nil, envOf(map[string]string{"STOCKSVC_ADDR": public, "STOCKSVC_ADMIN_ADDR": busy.Addr().String()}),
+		stdio{stdout: io.Discard, stderr: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "listen on "+busy.Addr().String()) {
+		t.Fatalf("run = %v, want the busy admin address named", err)
+	}
+	ln, err := net.Listen("tcp", public)
+	if err != nil {
+		t.Fatalf("public address %s still held after run returned: %v", public, err)
+	}
+	ln.Close()
+}
+
 // TestRunShutdownDelayFailsReadiness checks that during STOCKSVC_SHUTDOWN_DELAY the server is
 // still up but /readyz answers 503, so a load balancer can take the replica out first.
 func TestRunShutdownDelayFailsReadiness(t *testing.T) {
@@ -251,9 +320,9 @@ func TestRunStartupFailures(t *testing.T) {
 		extra map[string]string
 		want  string
 	}{
-		{"unreachable redis", map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0"}, "redis not reachable within 1s"},
-		{"unreachable postgres", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/stocksvc?sslmode=disable"}, "postgres not reachable within 1s"},
-		{"bad redis URL", map[string]string{"REDIS_URL": "http://127.0.0.1:6379"}, "REDIS_URL"},
+		// Not up yet: waited for, warned about once, and named in the final error.
+		{"unreachable redis", map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0"}, "redis not reachable within 1s: dial tcp 127.0.0.1:1: connect: connection refused"},
+		{"unreachable postgres", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/stocksvc?sslmode=disable"}, "postgres not reachable within 1s: connect to postgres: "},
 		{"address in use", map[string]string{"STOCKSVC_ADDR": busy.Addr().String()}, "listen on " + busy.Addr().String()},
 	}
 	for _, tt := range tests {
@@ -264,7 +333,9 @@ func TestRunStartupFailures(t *testing.T) {
 			env["STOCKSVC_STARTUP_TIMEOUT"] = "1s"
 			logs := newLogSink()
 			done := make(chan error, 1)
-			go func() { done <- run(context.Background(), func() {}, nil, envOf(env), &strings.Builder{}, logs) }()
+			go func() {
+				done <- run(context.Background(), func() {}, nil, envOf(env), stdio{stdout: &strings.Builder{}, stderr: logs})
+			}()
 			var err error
 			select {
 			case err = <-done:
@@ -277,6 +348,14 @@ func TestRunStartupFailures(t *testing.T) {
 			}
 			if _, ok := logs.find("ready"); ok {
 				t.Errorf("run logged ready although start-up failed")
+			}
+			if strings.Contains(tt.name, "unreachable") {
+				if n := logs.count("waiting for dependency"); n != 1 {
+					t.Errorf("%d waiting lines for one unchanging cause, want 1; logs:\n%s", n, logs)
+				}
+				if err != nil && (!strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "deadline exceeded")) {
+					t.Errorf("run = %v, want the refused connection as the cause", err)
+				}
 			}
 			// The reason is the log's last line, as JSON, and main does not print it again.
 			if rec, ok := logs.find("exiting"); !ok || rec["level"] != "ERROR" || !strings.Contains(fmt.Sprint(rec["error"]), tt.want) {

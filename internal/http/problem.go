@@ -33,7 +33,7 @@ type problem struct {
 }
 
 // problemType documents one problem code. The list is served at /problems/{code} and printed
-// in the README; keep them in step.
+// in docs/api.md; keep them in step.
 type problemType struct {
 	Status int
 	Title  string

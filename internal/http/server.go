@@ -49,7 +49,8 @@ type Server struct {
 	metrics     *httpMetrics
 	draining    atomic.Bool
 	unready     atomic.Bool // the last readiness check failed
-	router      *chi.Mux
+	router      *chi.Mux    // every route
+	public      *chi.Mux    // every route but the admin ones and /metrics
 }
 
 // New returns a Server for cfg.
@@ -81,7 +82,8 @@ func New(cfg Config) *Server {
 	if cfg.AdminToken != "" {
 		s.adminDigest = digest(cfg.AdminToken)
 	}
-	s.router = s.routes(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	s.router = s.routes(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}), true)
+	s.public = s.routes(nil, false)
 	return s
 }
 
@@ -90,14 +92,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.router.ServeHTTP(w, r)
 }
 
+// Public returns the API without the admin routes and /metrics, for a listener that clients
+// reach, when the Server itself is served on a listener that only operators and Prometheus
+// reach. On Public those routes do not exist (404 not-found), so a public balancer cannot
+// expose them by mistake.
+func (s *Server) Public() http.Handler { return s.public }
+
 // StartDraining makes /readyz answer 503 from now on, so that a load balancer stops sending
 // new requests while the ones in flight finish.
 func (s *Server) StartDraining() {
 	s.draining.Store(true)
 }
 
-// routes is the one place where the middleware stack and the routes are defined.
-func (s *Server) routes(metricsHandler http.Handler) *chi.Mux {
+// routes is the one place where the middleware stack and the routes are defined. Without
+// admin, the admin routes and metricsHandler are left out.
+func (s *Server) routes(metricsHandler http.Handler, admin bool) *chi.Mux {
 	r := chi.NewRouter()
 	// GetHead answers HEAD on every GET route, as HTTP requires.
 	r.Use(s.withRequestID, s.withAccessLog, s.withRecover, middleware.GetHead)
@@ -120,14 +129,18 @@ func (s *Server) routes(metricsHandler http.Handler) *chi.Mux {
 
 	r.Get("/healthz", s.handleHealth)
 	r.Get("/readyz", s.handleReady)
-	r.Method(http.MethodGet, "/metrics", metricsHandler)
+	if admin {
+		r.Method(http.MethodGet, "/metrics", metricsHandler)
+	}
 	r.Get("/problems/{code}", s.handleProblemType)
 
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.withTimeout)
-		r.With(s.requireAdmin).Post("/products", s.handleCreateProduct)
+		if admin {
+			r.With(s.requireAdmin).Post("/products", s.handleCreateProduct)
+			r.With(s.requireAdmin).Post("/products/{id}/restock", s.handleRestock)
+		}
 		r.Get("/products/{id}", s.handleGetProduct)
-		r.With(s.requireAdmin).Post("/products/{id}/restock", s.handleRestock)
 		r.Get("/products/{id}/audit", s.handleAudit)
 		r.Post("/orders", s.handlePlaceOrder)
 		r.Get("/orders/{id}", s.handleGetOrder)

@@ -60,6 +60,7 @@ func newRedisServer(t testing.TB, args []string) *RedisServer {
 		if required() {
 			t.Fatalf("%s is set but redis-server is not installed: %v", EnvRequire, err)
 		}
+		skips.add("redis-server is not installed")
 		t.Skipf("skipping: redis-server is not installed: %v", err)
 	}
 	return &RedisServer{t: t, Port: FreePort(t), dir: t.TempDir(), args: args}

@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -71,9 +72,13 @@ type servers struct {
 var env servers
 
 // Main runs a test package: m.Run, then the servers' cleanup, then a goroutine leak check.
-// Call it from TestMain.
+// Call it from TestMain. When integration tests skipped for want of servers, it says so in one
+// line with the command that makes them run (see skipSummary).
 func Main(m *testing.M, leakOptions ...goleak.Option) {
 	code := m.Run()
+	if line := skips.summary(filepath.Base(os.Args[0])); line != "" {
+		announce(line)
+	}
 	env.close()
 	if code == 0 {
 		if err := goleak.Find(leakOptions...); err != nil {
@@ -93,6 +98,56 @@ func (s *servers) close() {
 	}
 }
 
+// skipLog counts the tests of this binary that skipped for want of servers, and keeps the
+// first reason, for the summary Main prints.
+type skipLog struct {
+	mu     sync.Mutex
+	n      int
+	reason string
+}
+
+var skips skipLog
+
+func (l *skipLog) add(reason string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n++
+	if l.reason == "" {
+		l.reason = strings.Join(strings.Fields(reason), " ") // one line, whatever the error
+	}
+}
+
+// summary is the line that says how many tests skipped, why, and how to make them run, or ""
+// when none skipped.
+func (l *skipLog) summary(binary string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == 0 {
+		return ""
+	}
+	tests := "tests"
+	if l.n == 1 {
+		tests = "test"
+	}
+	return fmt.Sprintf("testenv: %s: %d integration %s SKIPPED (%s). To run them, and fail instead of skipping: "+
+		"%s=1 %s='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable' %s='redis://127.0.0.1:6379/0' go test ./...",
+		strings.TrimSuffix(binary, ".test"), l.n, tests, l.reason, EnvRequire, EnvDatabaseURL, EnvRedisURL)
+}
+
+// announce prints the skip summary where it will be seen. go test shows a passing package's
+// output only with -v (or when run in the package's directory without arguments), so the line
+// also goes to the terminal, when the tests run in one: `go test ./...` would otherwise print
+// "ok" for a package that tested nothing. CI, which has no terminal, sets EnvRequire instead.
+func announce(line string) {
+	fmt.Println(line)
+	tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0)
+	if err != nil {
+		return
+	}
+	defer tty.Close()
+	fmt.Fprintln(tty, line)
+}
+
 // required reports whether missing servers must fail the tests instead of skipping them.
 func required() bool {
 	v := os.Getenv(EnvRequire)
@@ -106,6 +161,7 @@ func (s *servers) get(t testing.TB) *servers {
 		if required() {
 			t.Fatalf("%s is set but the integration servers are unavailable: %v", EnvRequire, s.err)
 		}
+		skips.add(s.err.Error())
 		t.Skipf("skipping: %v (%s)", s.err, howToEnable)
 	}
 	return s
@@ -129,7 +185,9 @@ func (s *servers) setUp() {
 	s.postgresBase = base
 	admin, err := pgxpool.New(ctx, s.postgresURL)
 	if err == nil {
-		err = admin.Ping(ctx)
+		if err = admin.Ping(ctx); err != nil {
+			admin.Close() // or its health-check goroutine outlives the tests, and goleak fails them
+		}
 	}
 	if err != nil {
 		s.err = fmt.Errorf("postgres at %s: %w", redact(s.postgresURL), err)

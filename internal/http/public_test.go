@@ -1,0 +1,57 @@
+package stockhttp_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// TestPublicLeavesOutAdminAndMetrics checks the API a public listener serves: the admin routes
+// and /metrics do not exist there, even with the right token, and everything else does.
+func TestPublicLeavesOutAdminAndMetrics(t *testing.T) {
+	t.Parallel()
+	in := newInstance(t, instanceOptions{})
+	public := httptest.NewServer(in.API.Public())
+	t.Cleanup(public.Close)
+	id := createProduct(t, in.URL, "public-routes", 5)
+	product := "/v1/products/" + itoa(id)
+
+	for _, tt := range []struct{ method, path string }{
+		{http.MethodPost, "/v1/products"},
+		{http.MethodPost, product + "/restock"},
+		{http.MethodGet, "/metrics"},
+		{http.MethodHead, "/metrics"},
+	} {
+		res := call(t, request{Method: tt.method, URL: public.URL + tt.path, Header: adminHeader(),
+			Body: map[string]any{"sku": "x", "name": "x", "stock": 1, "quantity": 1}})
+		if tt.method == http.MethodHead {
+			if res.Status != http.StatusNotFound {
+				t.Errorf("HEAD %s on the public API: status %d, want 404", tt.path, res.Status)
+			}
+			continue
+		}
+		wantProblem(t, res, "not-found", tt.path)
+	}
+
+	for _, path := range []string{"/healthz", "/readyz", product, product + "/audit", "/problems/sold-out"} {
+		if res := call(t, request{Method: http.MethodGet, URL: public.URL + path}); res.Status != http.StatusOK {
+			t.Errorf("GET %s on the public API: status %d, want 200: %s", path, res.Status, res.Body)
+		}
+	}
+	res := call(t, request{Method: http.MethodPost, URL: public.URL + "/v1/orders",
+		Body: map[string]any{"customer_id": "public", "items": []map[string]any{{"product_id": id, "quantity": 2}}}})
+	if res.Status != http.StatusCreated {
+		t.Fatalf("order on the public API: status %d: %s", res.Status, res.Body)
+	}
+	if got := audit(t, public.URL, id); got.Stock != 3 || !got.Consistent {
+		t.Errorf("audit after the order = %+v, want 3 left, consistent", got)
+	}
+
+	// The full API still has everything, and its metrics saw the public requests too: both
+	// listeners serve one Server.
+	metrics := call(t, request{Method: http.MethodGet, URL: in.URL + "/metrics"})
+	if metrics.Status != http.StatusOK || !strings.Contains(string(metrics.Body), `stocksvc_http_requests_total{code="201",method="POST",route="/v1/orders"}`) {
+		t.Errorf("GET /metrics on the full API: status %d, want 200 counting the public order:\n%.2000s", metrics.Status, metrics.Body)
+	}
+}
