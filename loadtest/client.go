@@ -112,6 +112,10 @@ func (c *drillClient) do(ctx context.Context, method, url string, body []byte, h
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+		// Go's transport silently sends a request again on a new connection when one fails and
+		// the request looks replayable — which a request with an Idempotency-Key does. Every
+		// request the service sees must be an attempt the history records: no hidden resends.
+		req.GetBody = nil
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)

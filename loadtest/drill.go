@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
 	"net/url"
 	"os"
@@ -704,7 +705,12 @@ func reconcileOrders(ctx context.Context, pool *pgxpool.Pool, ops []*op, start t
 			strangers++
 		}
 	}
+	restocks, err := reconcileRestocks(ctx, pool, ops)
+	if err != nil {
+		return nil, err
+	}
 	return []invariant{
+		restocks,
 		{name: "every confirmed order is in the database with its items", ok: missing == 0 && wrong == 0,
 			detail: fmt.Sprintf("%d missing, %d with other items or another id", missing, wrong)},
 		{name: "no order for a client told sold-out or busy, none nobody asked for", ok: phantom == 0 && strangers == 0,
@@ -712,6 +718,58 @@ func reconcileOrders(ctx context.Context, pool *pgxpool.Pool, ops []*op, start t
 		{name: "one order per operation (idempotency across retries)", ok: twice == 0,
 			detail: fmt.Sprintf("%d operations with two orders or more; %d unknown outcomes never happened", twice, unknownNo)},
 	}, nil
+}
+
+// reconcileRestocks compares the units the restocks table received with what the clients
+// asked for: at least every confirmed restock, at most those plus the unknown ones — each once,
+// however many attempts it took.
+func reconcileRestocks(ctx context.Context, pool *pgxpool.Pool, ops []*op) (invariant, error) {
+	low, high := map[int64]int64{}, map[int64]int64{}
+	for _, p := range ops {
+		if p.in.Kind != kindRestock {
+			continue
+		}
+		switch p.out.Outcome {
+		case outConfirmed:
+			low[p.in.Product] += p.in.Quantity
+			high[p.in.Product] += p.in.Quantity
+		case outUnknown:
+			high[p.in.Product] += p.in.Quantity
+		}
+	}
+	rows, _ := pool.Query(ctx, `SELECT product_id, sum(quantity)::bigint FROM restocks GROUP BY product_id`)
+	got := map[int64]int64{}
+	var product, units int64
+	if _, err := pgx.ForEachRow(rows, []any{&product, &units}, func() error {
+		got[product] = units
+		return nil
+	}); err != nil {
+		return invariant{}, fmt.Errorf("read restocks: %w", err)
+	}
+	var problems []string
+	for _, id := range slices.Sorted(maps.Keys(mergeKeys(low, high, got))) {
+		switch {
+		case got[id] > high[id]:
+			problems = append(problems, fmt.Sprintf("product %d received %d units, clients asked for at most %d (a retried restock applied twice?)", id, got[id], high[id]))
+		case got[id] < low[id]:
+			problems = append(problems, fmt.Sprintf("product %d received %d units, confirmed restocks add up to %d", id, got[id], low[id]))
+		}
+	}
+	detail := "every product received between its confirmed restocks and those plus the unknown ones"
+	if len(problems) > 0 {
+		detail = strings.Join(problems, "; ")
+	}
+	return invariant{name: "each restock applied once", ok: len(problems) == 0, detail: detail}, nil
+}
+
+func mergeKeys(ms ...map[int64]int64) map[int64]bool {
+	out := map[int64]bool{}
+	for _, m := range ms {
+		for k := range m {
+			out[k] = true
+		}
+	}
+	return out
 }
 
 // clockSlack allows for the harness and Postgres reading the same wall clock at slightly

@@ -6,6 +6,8 @@ import (
 	"github.com/anishathalye/porcupine"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -101,6 +103,9 @@ func (h *harness) printOutcome(o drillOutcome) {
 	}
 	h.printf("  availability  orders answered 429 during %.1fs, 503/5xx/nothing during %.1fs; longest stall %.1fs (from %.1fs); slowest replica answer %.1fs (%s); %d client timeouts\n",
 		a.busy.Seconds(), a.unavailable.Seconds(), a.longestStall.Seconds(), a.stallAt.Seconds(), a.slowest.Seconds(), a.slowestWhat, a.timeouts)
+	if len(a.duringFault) > 0 {
+		h.printf("  during fault  %s\n", describeStatuses(a.duringFault))
+	}
 	if a.failedAttempts > 0 {
 		h.printf("  failed        %d of %d requests: %s\n", a.failedAttempts, a.attempts, a.failedKinds)
 	}
@@ -117,6 +122,24 @@ func (h *harness) printOutcome(o drillOutcome) {
 		h.printf("  INVALID       %s\n", why)
 	}
 	h.printf("  history       %s\n", filepath.Join(o.dir, "history.txt"))
+}
+
+// describeStatuses lists answers by status, 0 meaning none came.
+func describeStatuses(byStatus map[int]int) string {
+	statuses := make([]int, 0, len(byStatus))
+	for st := range byStatus {
+		statuses = append(statuses, st)
+	}
+	slices.Sort(statuses)
+	var parts []string
+	for _, st := range statuses {
+		name := strconv.Itoa(st)
+		if st == 0 {
+			name = "no answer"
+		}
+		parts = append(parts, fmt.Sprintf("%s ×%d", name, byStatus[st]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // drillTable is the markdown table docs/reliability.md keeps: one row per scenario, with the

@@ -83,6 +83,14 @@ func pickScenarios(spec string) ([]scenario, error) {
 func pauseReplica(ctx context.Context, d *drillEnv) error {
 	r := d.replicas[d.victim]
 	pause := 2 * d.plan.lockTTL
+	opts, err := redis.ParseURL(d.redisURL)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	caught := 0
+	defer func() { d.note("%d of 3 pauses caught %s holding a product lock", caught, r.name) }()
 	for i := range 3 {
 		if i > 0 {
 			if err := sleep(ctx, time.Second); err != nil {
@@ -93,7 +101,14 @@ func pauseReplica(ctx context.Context, d *drillEnv) error {
 		start := d.rec.now()
 		d.event("SIGSTOP %s for %v (lock TTL %v)", r.name, pause, d.plan.lockTTL)
 		r.proc.signal(syscall.SIGSTOP)
-		err := sleep(ctx, pause)
+		held, err := d.heldByPaused(ctx, rdb)
+		if held {
+			caught++
+			d.event("%s was holding a product lock: its lease runs out while it sleeps", r.name)
+		}
+		if err == nil {
+			err = sleep(ctx, pause-d.plan.lockTTL/2)
+		}
 		r.proc.signal(syscall.SIGCONT)
 		d.event("SIGCONT %s", r.name)
 		d.faultWindow(start)
@@ -126,6 +141,40 @@ func killReplica(ctx context.Context, d *drillEnv) error {
 
 // rollingRestart stops each replica the way an orchestrator does (SIGTERM, wait) and starts
 // it again, waiting until the balancer has it back before going on to the next.
+// heldByPaused watches the product locks for half the lock TTL after the victim was
+// stopped: a lock that keeps the same token and is not refreshed (a holder refreshes every
+// third of the TTL) belongs to the stopped replica. It returns after half the TTL.
+func (d *drillEnv) heldByPaused(ctx context.Context, rdb *redis.Client) (bool, error) {
+	keys := []string{d.lockKey(d.hot), d.lockKey(d.scarce)}
+	type seen struct {
+		token string
+		ttl   time.Duration
+	}
+	look := func() []seen {
+		out := make([]seen, len(keys))
+		for i, k := range keys {
+			out[i].token, _ = rdb.Get(ctx, k).Result()
+			out[i].ttl, _ = rdb.PTTL(ctx, k).Result()
+		}
+		return out
+	}
+	before := look()
+	if err := sleep(ctx, d.plan.lockTTL/2); err != nil {
+		return false, err
+	}
+	after := look()
+	for i := range keys {
+		if before[i].token != "" && before[i].token == after[i].token && after[i].ttl < before[i].ttl-d.plan.lockTTL/3 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (d *drillEnv) lockKey(product int64) string {
+	return d.prefix + "lock:product:{" + strconv.FormatInt(product, 10) + "}"
+}
+
 // primeVictim sends a stream of hot orders straight to replica r — one every 4 ms for 100 ms
 // — and returns in the middle of it, so that a fault that follows at once finds r in the
 // middle of purchases (queued for the product's lock, holding it, mid-transaction or
@@ -207,10 +256,7 @@ func expireLocks(ctx context.Context, d *drillEnv) error {
 	}
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
-	keys := []string{
-		d.prefix + "lock:product:{" + strconv.FormatInt(d.hot, 10) + "}",
-		d.prefix + "lock:product:{" + strconv.FormatInt(d.scarce, 10) + "}",
-	}
+	keys := []string{d.lockKey(d.hot), d.lockKey(d.scarce)}
 	d.event("deleting the lock keys for 5s")
 	deadline := time.Now().Add(5 * time.Second)
 	var deleted int64
