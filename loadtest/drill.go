@@ -300,12 +300,11 @@ func (d *drillEnv) teardown() {
 // scarce one that sells out again and again and is restocked all along, so that "sold out"
 // must be un-said in time.
 type load struct {
-	d        *drillEnv
-	factor   atomic.Int64 // the arrival rate's multiplier, in thousandths (burst)
-	dropped  atomic.Int64 // arrivals not sent because too many operations were open
-	open     atomic.Int64
-	maxOpen  int64
-	restocks bool
+	d       *drillEnv
+	factor  atomic.Int64 // the arrival rate's multiplier, in thousandths (burst)
+	dropped atomic.Int64 // arrivals not sent because too many operations were open
+	open    atomic.Int64
+	maxOpen int64
 }
 
 func (l *load) setFactor(f float64) { l.factor.Store(int64(f * 1000)) }
@@ -478,9 +477,6 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 	var wg sync.WaitGroup
 	wg.Go(func() { d.load.run(loadCtx) })
 	wg.Go(func() { d.load.restock(loadCtx) })
-	for _, bg := range sc.background {
-		wg.Go(func() { bg(loadCtx, d) })
-	}
 	h.printf("[%s] selling: %.0f operations/s, hot product %d units, scarce product 4 units; victim %s\n",
 		filepath.Base(d.dir), plan.rate, d.hotStock(), d.replicas[d.victim].name)
 	faultErr := sleep(ctx, plan.warmup)

@@ -26,8 +26,6 @@ type scenario struct {
 	extraLoad float64
 	// inject causes the fault and returns once it has healed.
 	inject func(ctx context.Context, d *drillEnv) error
-	// background runs beside the load for the whole run (none of the built-in scenarios).
-	background []func(ctx context.Context, d *drillEnv)
 	// check judges what only this scenario demands (e.g. no failed request); it returns
 	// failures and notes.
 	check func(d *drillEnv, ops []*op, a availability) (failed, notes []string)

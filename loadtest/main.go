@@ -185,11 +185,13 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if h.out, err = filepath.Abs(o.out); err != nil {
 		return err
 	}
-	if h.script, err = filepath.Abs(o.script); err != nil {
-		return err
-	}
-	if _, err := os.Stat(h.script); err != nil {
-		return fmt.Errorf("k6 script %s: %w (run from the repository root, or pass -script)", o.script, err)
+	if o.fault == "" {
+		if h.script, err = filepath.Abs(o.script); err != nil {
+			return err
+		}
+		if _, err := os.Stat(h.script); err != nil {
+			return fmt.Errorf("k6 script %s: %w (run from the repository root, or pass -script)", o.script, err)
+		}
 	}
 	if err := os.MkdirAll(h.out, 0o755); err != nil {
 		return err
