@@ -95,6 +95,8 @@ type lockedRand struct {
 	r  *mrand.Rand
 }
 
+// newLockedRand seeds the run's choices (victim, timings, quantities) with seed alone, so that
+// -seed S -runs 1 makes the choices of the run that printed seed S.
 func newLockedRand(seed uint64, stream uint64) *lockedRand {
 	return &lockedRand{r: mrand.New(mrand.NewPCG(seed, stream))}
 }
@@ -433,7 +435,7 @@ func (o drillOutcome) verdict() string {
 // runDrill runs scenario sc once and judges it.
 func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run int, seed uint64) (out drillOutcome) {
 	out = drillOutcome{scenario: sc.name, run: run, seed: seed}
-	d := &drillEnv{h: h, plan: plan, sc: sc, sup: &supervisor{}, rng: newLockedRand(seed, uint64(run)), rec: newRecorder(),
+	d := &drillEnv{h: h, plan: plan, sc: sc, sup: &supervisor{}, rng: newLockedRand(seed, 0), rec: newRecorder(),
 		dir: filepath.Join(h.out, fmt.Sprintf("%s-%d", sc.name, run))}
 	out.dir = d.dir
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
