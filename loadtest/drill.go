@@ -571,6 +571,9 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 
 	out.avail = measureAvailability(ops, d.faults)
 	out.invalid = d.validity(ops, faultStart, faultEnd)
+	if ctx.Err() != nil {
+		out.invalid = append([]string{"stopped by a signal: the checks cover what ran"}, out.invalid...)
+	}
 	out.failed, out.notes = d.failed, d.notes
 	if sc.check != nil {
 		f, n := sc.check(d, ops, out.avail)
