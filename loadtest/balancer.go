@@ -12,9 +12,10 @@ import (
 )
 
 // haproxyConfig spreads requests round-robin over the replicas and checks each one's /readyz
-// twice a second: a replica that drains or dies leaves the rotation within a second. Retries
-// happen only when a connection could not be made — a request that reached a replica is never
-// sent twice, so an order cannot be placed twice by the balancer.
+// four times a second: a replica that drains, dies or stops answering leaves the rotation
+// within about half a second. Retries happen only when a connection could not be made — a
+// request that reached a replica is never sent twice, so an order cannot be placed twice by
+// the balancer. A client gets 5 s to send a request's headers (slowloris).
 func haproxyConfig(frontPort, statsPort int, replicaPorts []int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `global
@@ -24,6 +25,7 @@ defaults
     mode http
     timeout connect 2s
     timeout client 30s
+    timeout http-request 5s
     timeout server 30s
     timeout http-keep-alive 30s
     option http-keep-alive
@@ -44,7 +46,7 @@ backend stocksvc
     balance roundrobin
     option httpchk GET /readyz
     http-check expect status 200
-    default-server inter 500ms fall 2 rise 2
+    default-server inter 250ms fall 2 rise 2
 `, frontPort, statsPort)
 	for i, p := range replicaPorts {
 		fmt.Fprintf(&b, "    server r%d 127.0.0.1:%d check\n", i+1, p)
@@ -64,6 +66,38 @@ func startHAProxy(sup *supervisor, haproxy, dir string, frontPort, statsPort int
 // haproxyRequests reads the balancer's per-server request counters ("req_tot", or sessions
 // "stot" where HAProxy does not count requests) from its CSV statistics.
 func haproxyRequests(ctx context.Context, statsPort int) (map[string]int64, error) {
+	rows, err := haproxyServers(ctx, statsPort)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, row := range rows {
+		counter, ok := row["req_tot"]
+		if !ok {
+			counter = row["stot"]
+		}
+		n, _ := strconv.ParseInt(counter, 10, 64)
+		out[row["svname"]] = n
+	}
+	return out, nil
+}
+
+// haproxyStatus reads each replica's status in the balancer ("UP", "DOWN", "UP 1/2"...).
+func haproxyStatus(ctx context.Context, statsPort int) (map[string]string, error) {
+	rows, err := haproxyServers(ctx, statsPort)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, row := range rows {
+		out[row["svname"]] = row["status"]
+	}
+	return out, nil
+}
+
+// haproxyServers reads HAProxy's CSV statistics: one row per replica of the stocksvc backend,
+// by column name.
+func haproxyServers(ctx context.Context, statsPort int) ([]map[string]string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/stats;csv", statsPort), nil)
 	if err != nil {
 		return nil, err
@@ -79,21 +113,17 @@ func haproxyRequests(ctx context.Context, statsPort int) (map[string]int64, erro
 	if err != nil || len(rows) == 0 {
 		return nil, fmt.Errorf("parse haproxy stats: %v", err)
 	}
-	col := map[string]int{}
-	for i, h := range rows[0] {
-		col[strings.TrimPrefix(strings.TrimSpace(h), "# ")] = i
-	}
-	counter, ok := col["req_tot"]
-	if !ok {
-		counter = col["stot"]
-	}
-	out := map[string]int64{}
+	var out []map[string]string
 	for _, row := range rows[1:] {
-		if len(row) <= counter || row[col["pxname"]] != "stocksvc" || !strings.HasPrefix(row[col["svname"]], "r") {
-			continue
+		m := map[string]string{}
+		for i, h := range rows[0] {
+			if i < len(row) {
+				m[strings.TrimPrefix(strings.TrimSpace(h), "# ")] = row[i]
+			}
 		}
-		n, _ := strconv.ParseInt(row[counter], 10, 64)
-		out[row[col["svname"]]] = n
+		if m["pxname"] == "stocksvc" && strings.HasPrefix(m["svname"], "r") {
+			out = append(out, m)
+		}
 	}
 	return out, nil
 }

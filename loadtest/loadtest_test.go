@@ -30,6 +30,9 @@ func TestParseOptions(t *testing.T) {
 		{"-replicas", "1", "-kill-after", "5s"},
 		{"-stock", "0"},
 		{"extra"},
+		{"-fault", "unplug-the-datacentre"},
+		{"-fault", "burst", "-replicas", "1"},
+		{"-fault", "burst", "-drill-rate", "0"},
 	}
 	for _, args := range bad {
 		if _, err := parseOptions(args, io.Discard); err == nil {

@@ -51,6 +51,18 @@ type options struct {
 	keep           bool
 	k6             string
 	script         string
+	// Fault drills.
+	fault         string
+	runs          int
+	seed          uint64
+	drillRate     float64
+	lockTTL       time.Duration
+	clientTimeout time.Duration
+	checkTimeout  time.Duration
+	readSlack     time.Duration
+	looseSoldOut  bool
+	direct        bool // clients talk to the replicas in turn, no balancer (tests)
+	recheck       string
 }
 
 func main() {
@@ -107,6 +119,16 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's database for inspection")
 	fs.StringVar(&o.k6, "k6", "", "k6 binary (default: k6 "+k6Version+" on PATH or in GOPATH/bin, installed if missing)")
 	fs.StringVar(&o.script, "script", "loadtest/flashsale.js", "the k6 script")
+	fs.StringVar(&o.fault, "fault", "", "run fault drills instead of the k6 sale: a comma-separated list of scenarios, or all (see docs/reliability.md)")
+	fs.IntVar(&o.runs, "runs", 1, "runs of each fault drill")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the first drill run (run i uses seed+i-1): which replica is the victim, timings, quantities")
+	fs.Float64Var(&o.drillRate, "drill-rate", 40, "operations per second a drill sends (orders, reads) besides its restocks")
+	fs.DurationVar(&o.lockTTL, "lock-ttl", 2*time.Second, "STOCKSVC_LOCK_TTL of the replicas in drills (pauses last twice as long)")
+	fs.DurationVar(&o.clientTimeout, "client-timeout", 5*time.Second, "drill clients give up on an answer after this long (the outcome is then unknown)")
+	fs.DurationVar(&o.checkTimeout, "check-timeout", time.Minute, "longest Porcupine may take on one history before the run is called undecided")
+	fs.DurationVar(&o.readSlack, "read-slack", 0, "how stale a product read may be (a cache's bound); 0: reads must be linearizable")
+	fs.StringVar(&o.recheck, "recheck", "", "check a drill's saved history.json again (with -read-slack, -loose-sold-out, -check-timeout) and exit")
+	fs.BoolVar(&o.looseSoldOut, "loose-sold-out", false, "a sold-out answer's available need not equal the stock when it took effect (only be short)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -123,6 +145,15 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 		return o, errors.New("-kill-after must fall within -duration")
 	case o.killAfter > 0 && o.replicas < 2:
 		return o, errors.New("-kill-after needs at least 2 replicas")
+	case o.fault != "" && (o.runs < 1 || o.drillRate <= 0):
+		return o, errors.New("-runs and -drill-rate must be positive")
+	case o.fault != "" && o.replicas < 2:
+		return o, errors.New("fault drills need at least 2 replicas")
+	}
+	if o.fault != "" {
+		if _, err := pickScenarios(o.fault); err != nil {
+			return o, err
+		}
 	}
 	if o.out == "" {
 		o.out = filepath.Join("loadtest", "out", time.Now().Format("20060102-150405"))
@@ -152,20 +183,27 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		return err
 	}
 	h := &harness{opts: o, w: w}
+	if o.recheck != "" {
+		return h.recheck(o.recheck)
+	}
 	if h.out, err = filepath.Abs(o.out); err != nil {
 		return err
 	}
-	if h.script, err = filepath.Abs(o.script); err != nil {
-		return err
-	}
-	if _, err := os.Stat(h.script); err != nil {
-		return fmt.Errorf("k6 script %s: %w (run from the repository root, or pass -script)", o.script, err)
+	if o.fault == "" {
+		if h.script, err = filepath.Abs(o.script); err != nil {
+			return err
+		}
+		if _, err := os.Stat(h.script); err != nil {
+			return fmt.Errorf("k6 script %s: %w (run from the repository root, or pass -script)", o.script, err)
+		}
 	}
 	if err := os.MkdirAll(h.out, 0o755); err != nil {
 		return err
 	}
-	if h.k6, err = findK6(ctx, o.k6, w); err != nil {
-		return err
+	if o.fault == "" {
+		if h.k6, err = findK6(ctx, o.k6, w); err != nil {
+			return err
+		}
 	}
 	if h.haproxy, err = findTool(ctx, "haproxy", "haproxy", w); err != nil {
 		return err
@@ -181,6 +219,9 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	}
 	if o.throughput {
 		return h.throughput(ctx)
+	}
+	if o.fault != "" {
+		return h.drills(ctx)
 	}
 	return h.sale(ctx)
 }

@@ -30,6 +30,12 @@ type supervisor struct {
 // start runs argv with env (added to the harness's own environment) in a process group of its
 // own, its output appended to logPath. The child is killed if the harness dies (Pdeathsig).
 func (s *supervisor) start(name, logPath string, env []string, argv ...string) (*proc, error) {
+	return s.startAs(name, logPath, env, nil, argv...)
+}
+
+// startAs is start with the child running as another user (cred), or as the harness's own
+// user when cred is nil: Postgres refuses to run as root.
+func (s *supervisor) startAs(name, logPath string, env []string, cred *syscall.Credential, argv ...string) (*proc, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open log for %s: %w", name, err)
@@ -37,7 +43,7 @@ func (s *supervisor) start(name, logPath string, env []string, argv ...string) (
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)

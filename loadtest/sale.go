@@ -311,26 +311,34 @@ func (h *harness) closeRun(run *saleRun) {
 }
 
 func (h *harness) createDatabase(ctx context.Context, name string) (string, error) {
-	conn, err := pgx.Connect(ctx, h.opts.databaseURL)
+	return createDatabaseOn(ctx, h.opts.databaseURL, name)
+}
+
+// createDatabaseOn creates database name on the server serverURL points at and returns the
+// URL of the new database.
+func createDatabaseOn(ctx context.Context, serverURL, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, serverURL)
 	if err != nil {
-		return "", fmt.Errorf("connect to postgres (%s): %w", redact(h.opts.databaseURL), err)
+		return "", fmt.Errorf("connect to postgres (%s): %w", redact(serverURL), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return "", fmt.Errorf("create database %s: %w", name, err)
 	}
-	u, err := url.Parse(h.opts.databaseURL)
+	u, err := url.Parse(serverURL)
 	if err != nil {
-		return "", fmt.Errorf("parse -database-url: %w", err)
+		return "", fmt.Errorf("parse %s: %w", redact(serverURL), err)
 	}
 	u.Path = "/" + name
 	return u.String(), nil
 }
 
-func (h *harness) dropDatabase(name string) {
+func (h *harness) dropDatabase(name string) { h.dropDatabaseOn(h.opts.databaseURL, name) }
+
+func (h *harness) dropDatabaseOn(serverURL, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, h.opts.databaseURL)
+	conn, err := pgx.Connect(ctx, serverURL)
 	if err != nil {
 		h.printf("  warning: could not drop %s: %v\n", name, err)
 		return
@@ -342,10 +350,13 @@ func (h *harness) dropDatabase(name string) {
 }
 
 // cleanRedis deletes the run's keys (locks, fencing counters, claims) and nothing else.
-func (h *harness) cleanRedis(prefix string) {
+func (h *harness) cleanRedis(prefix string) { cleanRedisPrefix(h.opts.redisURL, prefix) }
+
+// cleanRedisPrefix deletes the keys under prefix on the Redis at redisURL.
+func cleanRedisPrefix(redisURL, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	opts, err := redis.ParseURL(h.opts.redisURL)
+	opts, err := redis.ParseURL(redisURL)
 	if err != nil {
 		return
 	}

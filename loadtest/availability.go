@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// availability is what a fault did to the buyers, from the attempts the clients recorded.
+type availability struct {
+	// busy and unavailable add up the 100 ms slices of the run in which at least one order
+	// attempt was answered 429, or 503 / 5xx / nothing.
+	busy, unavailable time.Duration
+	// longestStall is the longest time no order got an answer that says what happened (a 201
+	// or a sold-out), while the load ran.
+	longestStall time.Duration
+	stallAt      time.Duration // when that stall began
+	// slowest is the longest an order attempt waited for a replica's answer, and slowestWhat
+	// that answer.
+	slowest     time.Duration
+	slowestWhat string
+	timeouts    int // attempts the client gave up on
+	// staleInFlight counts 409 idempotency-key-in-flight answers for a key whose earlier
+	// attempts had all been answered by a replica: nothing of that key was running.
+	staleInFlight int
+	// Every attempt of every operation, and those with no answer or a 5xx.
+	attempts, failedAttempts int
+	failedKinds              string
+	orders                   map[outcome]int // order operations by outcome, as the clients were told
+	// Answers given inside the fault windows, by status (0: none).
+	duringFault map[int]int
+}
+
+const availabilitySlice = 100 * time.Millisecond
+
+func measureAvailability(ops []*op, faults []window) availability {
+	a := availability{orders: map[outcome]int{}, duringFault: map[int]int{}}
+	busy, down := map[int64]bool{}, map[int64]bool{}
+	var decided []time.Duration
+	var first, last time.Duration = -1, 0
+	failedBy := map[string]int{}
+	for _, p := range ops {
+		if p.final || p.in.Kind == kindCreate {
+			continue
+		}
+		if p.in.Kind == kindOrder {
+			a.orders[p.out.Outcome]++
+		}
+		answeredByReplica := true
+		for _, at := range p.attempts {
+			a.attempts++
+			if first < 0 || at.start < first {
+				first = at.start
+			}
+			last = max(last, at.end)
+			failed := at.status == 0 || at.status >= 500
+			if failed {
+				a.failedAttempts++
+				failedBy[describeFailure(at)]++
+			}
+			for _, w := range faults {
+				if at.end >= w.start && at.end <= w.end {
+					a.duringFault[at.status]++
+					break
+				}
+			}
+			if at.status == 0 && strings.Contains(at.err, "timeout") {
+				a.timeouts++
+			}
+			if p.in.Kind != kindOrder {
+				continue
+			}
+			slice := int64(at.end / availabilitySlice)
+			switch {
+			case at.status == http.StatusTooManyRequests:
+				busy[slice] = true
+			case failed:
+				down[slice] = true
+			case at.status == http.StatusCreated || at.status == http.StatusConflict && at.code == "sold-out":
+				decided = append(decided, at.end)
+			case at.status == http.StatusConflict && at.code == "idempotency-key-in-flight" && answeredByReplica:
+				a.staleInFlight++
+			}
+			if at.status != 0 && at.replica && at.end-at.start > a.slowest {
+				a.slowest, a.slowestWhat = at.end-at.start, fmt.Sprintf("%d %s", at.status, at.code)
+			}
+			if at.status == 0 || !at.replica {
+				answeredByReplica = false
+			}
+		}
+	}
+	a.busy = time.Duration(len(busy)) * availabilitySlice
+	a.unavailable = time.Duration(len(down)) * availabilitySlice
+	sort.Slice(decided, func(i, j int) bool { return decided[i] < decided[j] })
+	prev := first
+	for _, t := range append(decided, last) {
+		if t-prev > a.longestStall {
+			a.longestStall, a.stallAt = t-prev, prev
+		}
+		prev = max(prev, t)
+	}
+	var kinds []string
+	for k, n := range failedBy {
+		kinds = append(kinds, fmt.Sprintf("%d× %s", n, k))
+	}
+	slices.Sort(kinds)
+	a.failedKinds = strings.Join(kinds, ", ")
+	return a
+}
+
+func describeFailure(at attempt) string {
+	switch {
+	case at.status == 0:
+		return "no answer (" + at.err + ")"
+	case at.replica:
+		return fmt.Sprintf("%d %s from a replica", at.status, at.code)
+	}
+	return fmt.Sprintf("%d from the balancer", at.status)
+}

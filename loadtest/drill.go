@@ -1,0 +1,793 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"maps"
+	mrand "math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// A drill runs a sale through the balancer over the replicas, injects one fault while it
+// sells, lets it heal, and then judges everything the clients were told: Porcupine checks the
+// history against the model of each product's stock, and the SQL verdict checks the tables.
+
+// drillPlan is what every run of every scenario shares.
+type drillPlan struct {
+	rate          float64       // operations per second at the base rate
+	lockTTL       time.Duration // the replicas' STOCKSVC_LOCK_TTL: short, so pauses outlast it
+	clientTimeout time.Duration
+	checkTimeout  time.Duration
+	readSlack     time.Duration
+	model         modelOptions
+	warmup, tail  time.Duration // selling before the fault, and after it healed
+}
+
+// drillEnv is one run's world: its database, Redis, replicas, balancer and proxies.
+type drillEnv struct {
+	h        *harness
+	plan     drillPlan
+	sc       scenario
+	dir      string
+	sup      *supervisor
+	rng      *lockedRand
+	rec      *recorder
+	client   *drillClient
+	load     *load
+	serverDB string // URL of the Postgres server the run's database lives on
+	database string
+	dbURL    string // the run's database, directly
+	redisURL string
+	prefix   string
+	token    string
+	replicas []*replica
+	victim   int
+	front    int
+	stats    int
+	lb       *proc
+	redis    *redisServer // the run's own, for faults that stop Redis
+	pg       *pgCluster   // the run's own, for faults that stop Postgres
+	pgProxy  *tcpProxy    // between the victim and Postgres
+	rdProxy  *tcpProxy    // between the victim and Redis
+	hot      int64
+	scarce   int64
+
+	mu     sync.Mutex
+	events []event // what the fault did, when
+	faults []window
+	notes  []string // scenario findings (e.g. failed requests during a rolling restart)
+	failed []string // scenario checks that failed
+	abuse  *abuseTally
+}
+
+// replica is one stocksvc process slot; a restart starts a new process on the same port.
+type replica struct {
+	name string
+	port int
+	env  []string
+	proc *proc
+}
+
+type event struct {
+	at   time.Duration
+	what string
+}
+
+// window is when a fault was in force.
+type window struct{ start, end time.Duration }
+
+// lockedRand is the run's seeded randomness, shared by its goroutines.
+type lockedRand struct {
+	mu sync.Mutex
+	r  *mrand.Rand
+}
+
+// newLockedRand seeds the run's choices (victim, timings, quantities) with seed alone, so that
+// -seed S -runs 1 makes the choices of the run that printed seed S.
+func newLockedRand(seed uint64, stream uint64) *lockedRand {
+	return &lockedRand{r: mrand.New(mrand.NewPCG(seed, stream))}
+}
+
+func (l *lockedRand) intN(n int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.IntN(n)
+}
+
+func (l *lockedRand) float() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Float64()
+}
+
+// between returns a duration in [lo, hi).
+func (l *lockedRand) between(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return lo + time.Duration(l.r.Int64N(int64(hi-lo)))
+}
+
+func (d *drillEnv) event(format string, args ...any) {
+	e := event{at: d.rec.now(), what: fmt.Sprintf(format, args...)}
+	d.mu.Lock()
+	d.events = append(d.events, e)
+	d.mu.Unlock()
+	d.h.printf("[%s] %6.2fs  %s\n", filepath.Base(d.dir), e.at.Seconds(), e.what)
+}
+
+// faultWindow records that a fault was in force from start until now.
+func (d *drillEnv) faultWindow(start time.Duration) {
+	d.mu.Lock()
+	d.faults = append(d.faults, window{start, d.rec.now()})
+	d.mu.Unlock()
+}
+
+func (d *drillEnv) fail(format string, args ...any) {
+	d.mu.Lock()
+	d.failed = append(d.failed, fmt.Sprintf(format, args...))
+	d.mu.Unlock()
+}
+
+func (d *drillEnv) note(format string, args ...any) {
+	d.mu.Lock()
+	d.notes = append(d.notes, fmt.Sprintf(format, args...))
+	d.mu.Unlock()
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// setup starts the run's world. Everything it starts is stopped by d.sup.stopAll and
+// d.teardown, deferred by the caller.
+func (d *drillEnv) setup(ctx context.Context) error {
+	var err error
+	d.serverDB = d.h.opts.databaseURL
+	if d.sc.ownPostgres {
+		if d.pg, err = startPostgres(ctx, d.sup, d.dir); err != nil {
+			return err
+		}
+		d.serverDB = d.pg.url("postgres")
+	}
+	d.database = fmt.Sprintf("stocksvc_drill_%d_%s", time.Now().UnixNano(), strings.ReplaceAll(d.sc.name, "-", "_"))
+	if d.dbURL, err = createDatabaseOn(ctx, d.serverDB, d.database); err != nil {
+		return err
+	}
+	d.redisURL = d.h.opts.redisURL
+	if d.sc.ownRedis {
+		if d.redis, err = startRedis(ctx, d.sup, d.dir); err != nil {
+			return err
+		}
+		d.redisURL = d.redis.url()
+	}
+	d.prefix = "stocksvc-drill:" + rand.Text()[:10] + ":"
+	d.token = rand.Text()
+	d.victim = d.rng.intN(d.h.opts.replicas)
+
+	victimDB, victimRedis := d.dbURL, d.redisURL
+	if d.sc.proxyPostgres {
+		u, _ := url.Parse(d.dbURL)
+		if d.pgProxy, err = newTCPProxy("pg", u.Host, true); err != nil {
+			return err
+		}
+		victimDB = withHost(d.dbURL, d.pgProxy.addr())
+	}
+	if d.sc.proxyRedis {
+		u, _ := url.Parse(d.redisURL)
+		if d.rdProxy, err = newTCPProxy("redis", u.Host, false); err != nil {
+			return err
+		}
+		victimRedis = withHost(d.redisURL, d.rdProxy.addr())
+	}
+
+	ports, err := freePorts(d.h.opts.replicas + 2)
+	if err != nil {
+		return err
+	}
+	d.front, d.stats = ports[d.h.opts.replicas], ports[d.h.opts.replicas+1]
+	for i := range d.h.opts.replicas {
+		dbURL, redisURL := d.dbURL, d.redisURL
+		if i == d.victim {
+			dbURL, redisURL = victimDB, victimRedis
+		}
+		r := &replica{name: fmt.Sprintf("r%d", i+1), port: ports[i], env: []string{
+			"STOCKSVC_ADDR=127.0.0.1:" + strconv.Itoa(ports[i]),
+			"DATABASE_URL=" + dbURL,
+			"REDIS_URL=" + redisURL,
+			"STOCKSVC_REDIS_PREFIX=" + d.prefix,
+			"STOCKSVC_ADMIN_TOKEN=" + d.token,
+			"STOCKSVC_DEFENSE=" + d.h.opts.defense,
+			"STOCKSVC_LOCK_WAIT=" + d.h.opts.lockWait.String(),
+			"STOCKSVC_LOCK_TTL=" + d.plan.lockTTL.String(),
+			// Three replicas of every drill share the machine's Postgres (100 connections)
+			// with the rest of the machine.
+			"STOCKSVC_DB_MAX_CONNS=8",
+			"STOCKSVC_LOG_LEVEL=warn",
+		}}
+		if d.h.opts.defense != defaultDefense {
+			r.env = append(r.env, "STOCKSVC_DEMO_UNSAFE=1")
+		}
+		d.replicas = append(d.replicas, r)
+		if err := d.startReplica(r); err != nil {
+			return err
+		}
+	}
+	for _, r := range d.replicas {
+		if err := d.waitReplica(ctx, r); err != nil {
+			return err
+		}
+	}
+	if d.h.opts.direct {
+		return nil
+	}
+	if d.lb, err = startHAProxy(d.sup, d.h.haproxy, d.dir, d.front, d.stats, d.replicaPorts()); err != nil {
+		return err
+	}
+	return waitReady(ctx, d.lb, fmt.Sprintf("http://127.0.0.1:%d/readyz", d.front), 30*time.Second)
+}
+
+func withHost(raw, host string) string {
+	u, _ := url.Parse(raw)
+	u.Host = host
+	return u.String()
+}
+
+func (d *drillEnv) replicaPorts() []int {
+	ports := make([]int, len(d.replicas))
+	for i, r := range d.replicas {
+		ports[i] = r.port
+	}
+	return ports
+}
+
+func (d *drillEnv) startReplica(r *replica) error {
+	p, err := d.sup.start(r.name, filepath.Join(d.dir, r.name+".log"), r.env, d.h.binary)
+	if err != nil {
+		return err
+	}
+	r.proc = p
+	return nil
+}
+
+func (d *drillEnv) waitReplica(ctx context.Context, r *replica) error {
+	return waitReady(ctx, r.proc, fmt.Sprintf("http://127.0.0.1:%d/readyz", r.port), 60*time.Second)
+}
+
+// teardown stops what the supervisor does not own and removes the run's database and keys.
+func (d *drillEnv) teardown() {
+	if d.pgProxy != nil {
+		d.pgProxy.stop()
+	}
+	if d.rdProxy != nil {
+		d.rdProxy.stop()
+	}
+	// A cluster of the run's own goes with its databases.
+	if d.database != "" && !d.h.opts.keep && d.pg == nil {
+		d.h.dropDatabaseOn(d.serverDB, d.database)
+	}
+	if d.redis == nil {
+		cleanRedisPrefix(d.h.opts.redisURL, d.prefix)
+	}
+	if d.pg != nil {
+		d.pg.stop()
+	}
+}
+
+// load is the drill's traffic: operations arrive at a rate (open loop: a slow service does
+// not slow the arrivals), on two products — a hot one whose stock outlasts the fault, and a
+// scarce one that sells out again and again and is restocked all along, so that "sold out"
+// must be un-said in time.
+type load struct {
+	d       *drillEnv
+	factor  atomic.Int64 // the arrival rate's multiplier, in thousandths (burst)
+	dropped atomic.Int64 // arrivals not sent because too many operations were open
+	open    atomic.Int64
+	maxOpen int64
+}
+
+func (l *load) setFactor(f float64) { l.factor.Store(int64(f * 1000)) }
+
+// run makes arrivals until ctx ends.
+func (l *load) run(ctx context.Context) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	last := time.Now()
+	credit := 0.0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			credit += now.Sub(last).Seconds() * l.d.plan.rate * float64(l.factor.Load()) / 1000
+			last = now
+			for ; credit >= 1; credit-- {
+				if l.open.Load() >= l.maxOpen {
+					l.dropped.Add(1)
+					continue
+				}
+				l.one(ctx)
+			}
+		}
+	}
+}
+
+// one sends one operation: 45% orders for the hot product, 30% for the scarce one, 25% reads.
+func (l *load) one(ctx context.Context) {
+	d := l.d
+	roll := d.rng.intN(100)
+	l.open.Add(1)
+	d.client.goOp(func() {
+		defer l.open.Add(-1)
+		// The operation outlives the load's context: it runs to its answer (or its budget).
+		ctx := context.WithoutCancel(ctx)
+		switch {
+		case roll < 45:
+			d.client.order(ctx, d.hot, int64(1+d.rng.intN(3)))
+		case roll < 75:
+			d.client.order(ctx, d.scarce, int64(1+d.rng.intN(2)))
+		case roll < 88:
+			d.client.read(ctx, d.hot)
+		default:
+			d.client.read(ctx, d.scarce)
+		}
+	})
+}
+
+// restock restocks the scarce product every 400–800 ms and the hot one every 4 s, one
+// restock at a time, until ctx ends.
+func (l *load) restock(ctx context.Context) {
+	d := l.d
+	nextHot := time.Now().Add(4 * time.Second)
+	for {
+		if sleep(ctx, d.rng.between(400*time.Millisecond, 800*time.Millisecond)) != nil {
+			return
+		}
+		bg := context.WithoutCancel(ctx)
+		d.client.restock(bg, d.scarce, int64(1+d.rng.intN(3)))
+		if time.Now().After(nextHot) {
+			d.client.restock(bg, d.hot, 10)
+			nextHot = time.Now().Add(4 * time.Second)
+		}
+	}
+}
+
+// hotStock sizes the hot product so that it outlasts the fault at the rate the scenario
+// drives: the orders it gets at 2 units on average, over the whole run, doubled.
+func (d *drillEnv) hotStock() int64 {
+	seconds := (d.plan.warmup + d.sc.expected + d.plan.tail).Seconds() + d.sc.extraLoad
+	return int64(2 * d.plan.rate * 0.45 * 2 * seconds)
+}
+
+// drillOutcome is one run's verdict and figures.
+type drillOutcome struct {
+	scenario   string
+	run        int
+	seed       uint64
+	dir        string
+	ops        int
+	writes     checkResult
+	reads      checkResult
+	invariants []invariant
+	reconcile  []invariant
+	avail      availability
+	invalid    []string // why the run proves nothing (the fault came after the sell-out...)
+	failed     []string // scenario checks that failed
+	notes      []string
+	unknown    int // operations whose outcome stayed unknown to the client
+	resolved   int // of which the database showed to have happened
+	concurrent int
+	catches    map[string]float64 // defense catches by layer, from the replicas' metrics
+	err        error
+}
+
+func (o drillOutcome) violations() int {
+	n := 0
+	if o.writes.result == porcupine.Illegal {
+		n++
+	}
+	if o.reads.result == porcupine.Illegal {
+		n++
+	}
+	for _, inv := range slices.Concat(o.invariants, o.reconcile) {
+		if !inv.ok {
+			n++
+		}
+	}
+	return n + len(o.failed)
+}
+
+func (o drillOutcome) verdict() string {
+	switch {
+	case o.err != nil:
+		return "ERROR"
+	case o.violations() > 0:
+		return "FAIL"
+	case len(o.invalid) > 0 || o.writes.result == porcupine.Unknown || o.reads.result == porcupine.Unknown:
+		return "INVALID"
+	}
+	return "PASS"
+}
+
+// runDrill runs scenario sc once and judges it.
+func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run int, seed uint64) (out drillOutcome) {
+	out = drillOutcome{scenario: sc.name, run: run, seed: seed}
+	d := &drillEnv{h: h, plan: plan, sc: sc, sup: &supervisor{}, rng: newLockedRand(seed, 0), rec: newRecorder(),
+		dir: filepath.Join(h.out, fmt.Sprintf("%s-%d", sc.name, run))}
+	out.dir = d.dir
+	if err := os.MkdirAll(d.dir, 0o755); err != nil {
+		out.err = err
+		return out
+	}
+	defer d.teardown()
+	defer func() {
+		if err := d.sup.stopAll(20 * time.Second); err != nil {
+			h.printf("  warning: %v\n", err)
+		}
+	}()
+	h.printf("\n[%s] %s, run %d, seed %d\n", filepath.Base(d.dir), sc.about, run, seed)
+	if err := d.setup(ctx); err != nil {
+		out.err = err
+		return out
+	}
+	bases := []string{fmt.Sprintf("http://127.0.0.1:%d", d.front)}
+	if h.opts.direct {
+		bases = nil
+		for _, r := range d.replicas {
+			bases = append(bases, fmt.Sprintf("http://127.0.0.1:%d", r.port))
+		}
+	}
+	d.client = newDrillClient(bases, d.token, "drill"+strconv.Itoa(run), plan.clientTimeout, d.rec,
+		retryPolicy{attempts: 6, budget: 12 * time.Second, pause: 100 * time.Millisecond})
+	defer d.client.close()
+	var err error
+	if d.hot, err = d.client.createProduct(ctx, "HOT-"+rand.Text()[:6], d.hotStock()); err != nil {
+		out.err = err
+		return out
+	}
+	if d.scarce, err = d.client.createProduct(ctx, "SCARCE-"+rand.Text()[:6], 4); err != nil {
+		out.err = err
+		return out
+	}
+	d.load = &load{d: d, maxOpen: 400}
+	d.load.setFactor(1)
+
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { d.load.run(loadCtx) })
+	wg.Go(func() { d.load.restock(loadCtx) })
+	h.printf("[%s] selling: %.0f operations/s, hot product %d units, scarce product 4 units; victim %s\n",
+		filepath.Base(d.dir), plan.rate, d.hotStock(), d.replicas[d.victim].name)
+	faultErr := sleep(ctx, plan.warmup)
+	var faultStart, faultEnd time.Duration
+	if faultErr == nil {
+		faultStart = d.rec.now()
+		faultErr = sc.inject(ctx, d)
+		faultEnd = d.rec.now()
+		if len(d.faults) == 0 {
+			d.faultWindow(faultStart)
+		}
+	}
+	if faultErr == nil {
+		faultErr = sleep(ctx, plan.tail)
+	}
+	stopLoad()
+	wg.Wait()
+	d.client.wait() // every operation runs to its answer or its retry budget
+	d.event("load stopped; %d arrivals dropped (too many open operations)", d.load.dropped.Load())
+	if faultErr != nil && ctx.Err() == nil {
+		out.err = fmt.Errorf("inject %s: %w", sc.name, faultErr)
+		return out
+	}
+
+	// What the defense layers caught, by the live replicas' own counters (a killed
+	// replica's are lost with it): whether the fault made the fence, say, earn its keep.
+	out.catches = map[string]float64{}
+	for _, r := range d.replicas {
+		if m, err := scrapeReplica(ctx, r.port); err == nil {
+			for layer, n := range m.catches {
+				out.catches[layer] += n
+			}
+		}
+	}
+
+	// Nothing may take effect once every replica has stopped: that is the end of the history.
+	var stopping sync.WaitGroup
+	for _, r := range d.replicas {
+		stopping.Go(func() { _ = r.proc.stop(20 * time.Second) })
+	}
+	stopping.Wait()
+	end := d.rec.now()
+
+	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(checkCtx, d.dbURL)
+	if err != nil {
+		out.err = fmt.Errorf("connect to %s: %w", d.database, err)
+		return out
+	}
+	defer pool.Close()
+	if out.invariants, _, err = ledgerInvariants(checkCtx, pool); err != nil {
+		out.err = err
+		return out
+	}
+	ops := d.rec.snapshot()
+	if out.reconcile, err = reconcileOrders(checkCtx, pool, ops, d.rec.start); err != nil {
+		out.err = err
+		return out
+	}
+	for _, p := range ops {
+		if p.in.Kind == kindOrder && len(p.attempts) > 0 && p.out.Outcome == outHappened {
+			out.resolved++
+		}
+		if p.out.Outcome == outUnknown || p.out.Outcome == outHappened {
+			out.unknown++
+		}
+	}
+	final, err := finalStock(checkCtx, pool, []int64{d.hot, d.scarce}, end)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	ops = append(ops, final...)
+	if err := writeHistory(filepath.Join(d.dir, "history.txt"), ops); err != nil {
+		out.err = err
+		return out
+	}
+	if err := saveHistory(filepath.Join(d.dir, "history.json"), ops, end); err != nil {
+		out.err = err
+		return out
+	}
+
+	h.printf("[%s] checking the history with Porcupine\n", filepath.Base(d.dir))
+	if out.writes, out.reads, err = checkBoth(plan, ops, end, d.annotations(), d.dir); err != nil {
+		out.err = err
+		return out
+	}
+	out.ops, out.concurrent = out.reads.ops, out.reads.concurrent
+
+	out.avail = measureAvailability(ops, d.faults)
+	out.invalid = d.validity(ops, faultStart, faultEnd)
+	if ctx.Err() != nil {
+		out.invalid = append([]string{"stopped by a signal: the checks cover what ran"}, out.invalid...)
+	}
+	out.failed, out.notes = d.failed, d.notes
+	if sc.check != nil {
+		f, n := sc.check(d, ops, out.avail)
+		out.failed = append(out.failed, f...)
+		out.notes = append(out.notes, n...)
+	}
+	return out
+}
+
+// checkBoth checks the writes-only history and the one with reads.
+func checkBoth(plan drillPlan, ops []*op, end time.Duration, annotations []porcupine.Annotation, dir string) (writes, reads checkResult, err error) {
+	model := stockModel(plan.model)
+	w := porcupineHistory(ops, historyOptions{end: end})
+	all := porcupineHistory(ops, historyOptions{reads: true, readSlack: plan.readSlack, end: end})
+	if writes, err = checkHistory("orders+restocks", model, w, plan.checkTimeout, annotations, dir, "violation-writes.html"); err != nil {
+		return writes, reads, err
+	}
+	reads, err = checkHistory("with reads", model, all, plan.checkTimeout, annotations, dir, "violation-reads.html")
+	return writes, reads, err
+}
+
+// validity says why a run proves nothing, if it does not: the fault must have hit a sale in
+// progress, and stock must have remained when it ended — orders for the hot product were
+// confirmed after it.
+func (d *drillEnv) validity(ops []*op, faultStart, faultEnd time.Duration) []string {
+	var before, after bool
+	for _, p := range ops {
+		if p.in.Product != d.hot || p.in.Kind != kindOrder || p.out.Outcome != outConfirmed {
+			continue
+		}
+		if p.ret <= faultStart {
+			before = true
+		}
+		if p.invoke >= faultEnd {
+			after = true
+		}
+	}
+	var why []string
+	if !before {
+		why = append(why, "no order was confirmed before the fault: it did not hit a sale in progress")
+	}
+	if !after {
+		why = append(why, "no hot order was confirmed after the fault ended: stock may have run out, so the fault proves nothing")
+	}
+	return why
+}
+
+func (d *drillEnv) annotations() []porcupine.Annotation {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []porcupine.Annotation
+	for _, w := range d.faults {
+		out = append(out, porcupine.Annotation{Tag: "fault", Start: int64(w.start), End: int64(w.end),
+			Description: d.sc.name, BackgroundColor: "#f8d7da"})
+	}
+	for _, e := range d.events {
+		out = append(out, porcupine.Annotation{Tag: "events", Start: int64(e.at), Description: e.what})
+	}
+	return out
+}
+
+// reconcileOrders compares what each order operation was told with the orders table, finding
+// every order by its customer id (unique to the operation). It settles unknown outcomes: an
+// unknown order found in the database happened (outHappened); one not found never will, since
+// every replica has stopped, and counts as refused.
+//
+// It also narrows when an order that happened can have taken effect: not before its row's
+// created_at, which the transaction that committed it wrote (Postgres's now() is the start of
+// that transaction). An order stuck on a paused replica thus no longer counts as open during
+// the pause. Narrowing an interval can only make the check stricter, never hide a violation.
+func reconcileOrders(ctx context.Context, pool *pgxpool.Pool, ops []*op, start time.Time) ([]invariant, error) {
+	type row struct {
+		id       string
+		created  time.Time
+		product  int64
+		quantity int64
+	}
+	rows, _ := pool.Query(ctx, `SELECT o.id::text, o.customer_id, o.created_at, i.product_id, i.quantity
+		FROM orders o JOIN order_items i ON i.order_id = o.id`)
+	byCustomer := map[string][]row{}
+	var r row
+	var customer string
+	if _, err := pgx.ForEachRow(rows, []any{&r.id, &customer, &r.created, &r.product, &r.quantity}, func() error {
+		byCustomer[customer] = append(byCustomer[customer], r)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read orders: %w", err)
+	}
+	var missing, wrong, phantom, twice, unknownNo int
+	known := map[string]bool{}
+	for _, p := range ops {
+		if p.in.Kind != kindOrder {
+			continue
+		}
+		known[p.customer] = true
+		found := byCustomer[p.customer]
+		if len(found) > 1 {
+			twice++
+			continue
+		}
+		switch p.out.Outcome {
+		case outConfirmed:
+			switch {
+			case len(found) == 0:
+				missing++
+			case found[0].id != p.orderID || found[0].product != p.in.Product || found[0].quantity != p.in.Quantity:
+				wrong++
+			default:
+				p.notBefore = found[0].created.Sub(start) - clockSlack
+			}
+		case outSoldOut, outRefused:
+			if len(found) > 0 {
+				phantom++
+			}
+		case outUnknown:
+			if len(found) == 1 && found[0].product == p.in.Product && found[0].quantity == p.in.Quantity {
+				p.out.Outcome = outHappened
+				p.notBefore = found[0].created.Sub(start) - clockSlack
+			} else if len(found) == 1 {
+				wrong++
+			} else {
+				p.out.Outcome = outRefused
+				unknownNo++
+			}
+		}
+	}
+	strangers := 0
+	for c := range byCustomer {
+		if !known[c] {
+			strangers++
+		}
+	}
+	restocks, err := reconcileRestocks(ctx, pool, ops)
+	if err != nil {
+		return nil, err
+	}
+	return []invariant{
+		restocks,
+		{name: "every confirmed order is in the database with its items", ok: missing == 0 && wrong == 0,
+			detail: fmt.Sprintf("%d missing, %d with other items or another id", missing, wrong)},
+		{name: "no order for a client told sold-out or busy, none nobody asked for", ok: phantom == 0 && strangers == 0,
+			detail: fmt.Sprintf("%d orders for refused requests, %d for unknown customers", phantom, strangers)},
+		{name: "one order per operation (idempotency across retries)", ok: twice == 0,
+			detail: fmt.Sprintf("%d operations with two orders or more; %d unknown outcomes never happened", twice, unknownNo)},
+	}, nil
+}
+
+// reconcileRestocks compares the units the restocks table received with what the clients
+// asked for: at least every confirmed restock, at most those plus the unknown ones — each once,
+// however many attempts it took.
+func reconcileRestocks(ctx context.Context, pool *pgxpool.Pool, ops []*op) (invariant, error) {
+	low, high := map[int64]int64{}, map[int64]int64{}
+	for _, p := range ops {
+		if p.in.Kind != kindRestock {
+			continue
+		}
+		switch p.out.Outcome {
+		case outConfirmed:
+			low[p.in.Product] += p.in.Quantity
+			high[p.in.Product] += p.in.Quantity
+		case outUnknown:
+			high[p.in.Product] += p.in.Quantity
+		}
+	}
+	rows, _ := pool.Query(ctx, `SELECT product_id, sum(quantity)::bigint FROM restocks GROUP BY product_id`)
+	got := map[int64]int64{}
+	var product, units int64
+	if _, err := pgx.ForEachRow(rows, []any{&product, &units}, func() error {
+		got[product] = units
+		return nil
+	}); err != nil {
+		return invariant{}, fmt.Errorf("read restocks: %w", err)
+	}
+	var problems []string
+	for _, id := range slices.Sorted(maps.Keys(mergeKeys(low, high, got))) {
+		switch {
+		case got[id] > high[id]:
+			problems = append(problems, fmt.Sprintf("product %d received %d units, clients asked for at most %d (a retried restock applied twice?)", id, got[id], high[id]))
+		case got[id] < low[id]:
+			problems = append(problems, fmt.Sprintf("product %d received %d units, confirmed restocks add up to %d", id, got[id], low[id]))
+		}
+	}
+	detail := "every product received between its confirmed restocks and those plus the unknown ones"
+	if len(problems) > 0 {
+		detail = strings.Join(problems, "; ")
+	}
+	return invariant{name: "each restock applied once", ok: len(problems) == 0, detail: detail}, nil
+}
+
+func mergeKeys(ms ...map[int64]int64) map[int64]bool {
+	out := map[int64]bool{}
+	for _, m := range ms {
+		for k := range m {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// clockSlack allows for the harness and Postgres reading the same wall clock at slightly
+// different instants.
+const clockSlack = 5 * time.Millisecond
+
+// finalStock reads each product's stock once every replica has stopped: the last
+// observation of the history, after every operation that might still have taken effect.
+func finalStock(ctx context.Context, pool *pgxpool.Pool, products []int64, end time.Duration) ([]*op, error) {
+	var out []*op
+	for i, id := range products {
+		var stock int64
+		if err := pool.QueryRow(ctx, `SELECT stock FROM products WHERE id = $1`, id).Scan(&stock); err != nil {
+			return nil, fmt.Errorf("read final stock of %d: %w", id, err)
+		}
+		out = append(out, &op{id: -1 - i, in: stockInput{Kind: kindRead, Product: id}, final: true,
+			out: stockOutput{Outcome: outConfirmed, Stock: stock}, invoke: end + 1, ret: end + 2})
+	}
+	return out, nil
+}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/stocksvc/stocksvc/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// pgMessage encodes one backend message.
+func pgMessage(typ byte, body string) []byte {
+	b := []byte{typ, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(b[1:], uint32(4+len(body)))
+	return append(b, body...)
+}
+
+// TestPGWatchFindsCommitPoints feeds the commit cut's protocol reader what Postgres answers
+// for an explicit transaction, an implicit one, a read and a rollback, split at every byte:
+// only the two commits of writes are commit points.
+func TestPGWatchFindsCommitPoints(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		stream [][]byte
+		want   bool
+	}{
+		{"explicit transaction", [][]byte{pgMessage('C', "BEGIN\x00"), pgMessage('Z', "T"), pgMessage('C', "UPDATE 1\x00"),
+			pgMessage('Z', "T"), pgMessage('C', "INSERT 0 1\x00"), pgMessage('Z', "T"), pgMessage('C', "COMMIT\x00"), pgMessage('Z', "I")}, true},
+		{"implicit transaction", [][]byte{pgMessage('1', ""), pgMessage('2', ""), pgMessage('D', "\x00\x01\x00\x00\x00\x015"),
+			pgMessage('C', "UPDATE 1\x00"), pgMessage('Z', "I")}, true},
+		{"read", [][]byte{pgMessage('T', strings.Repeat("x", 300)), pgMessage('D', "row"), pgMessage('C', "SELECT 1\x00"), pgMessage('Z', "I")}, false},
+		{"rollback", [][]byte{pgMessage('C', "BEGIN\x00"), pgMessage('Z', "T"), pgMessage('C', "UPDATE 1\x00"), pgMessage('Z', "T"),
+			pgMessage('C', "ROLLBACK\x00"), pgMessage('Z', "I")}, false},
+		{"failed transaction", [][]byte{pgMessage('C', "UPDATE 1\x00"), pgMessage('Z', "T"), pgMessage('E', "SERROR\x00"), pgMessage('Z', "E"),
+			pgMessage('C', "ROLLBACK\x00"), pgMessage('Z', "I")}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var all []byte
+			for _, m := range c.stream {
+				all = append(all, m...)
+			}
+			for split := 0; split <= len(all); split++ {
+				var w pgWatch
+				got := w.feed(all[:split])
+				got = w.feed(all[split:]) || got
+				if got != c.want {
+					t.Fatalf("split at %d: commit point = %v, want %v", split, got, c.want)
+				}
+			}
+			var w pgWatch
+			if got := w.feed(all) || w.feed(all); got != c.want {
+				t.Errorf("twice in one stream: commit point = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestPickScenarios(t *testing.T) {
+	t.Parallel()
+	all, err := pickScenarios("all")
+	if err != nil || len(all) < 13 {
+		t.Fatalf("all = %d scenarios, %v", len(all), err)
+	}
+	two, err := pickScenarios("kill-replica, expire-locks")
+	if err != nil || len(two) != 2 || two[0].name != "kill-replica" || two[1].name != "expire-locks" {
+		t.Errorf("two = %+v, %v", two, err)
+	}
+	if _, err := pickScenarios("kill-everything"); err == nil {
+		t.Error("an unknown scenario was accepted")
+	}
+	if _, err := parseOptions([]string{"-fault", "burst", "-runs", "0"}, io.Discard); err == nil {
+		t.Error("-runs 0 was accepted")
+	}
+}
+
+func TestMeasureAvailability(t *testing.T) {
+	t.Parallel()
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	ops := []*op{
+		{in: stockInput{Kind: kindOrder}, out: stockOutput{Outcome: outConfirmed}, attempts: []attempt{{start: ms(0), end: ms(10), status: 201, replica: true}}},
+		{in: stockInput{Kind: kindOrder}, out: stockOutput{Outcome: outConfirmed}, attempts: []attempt{
+			{start: ms(20), end: ms(120), status: 503, code: "unavailable", replica: true},
+			{start: ms(300), end: ms(350), status: 409, code: "idempotency-key-in-flight", replica: true},
+			{start: ms(500), end: ms(2510), status: 201, replica: true}}},
+		{in: stockInput{Kind: kindOrder}, out: stockOutput{Outcome: outSoldOut}, attempts: []attempt{
+			{start: ms(30), end: ms(230), status: 429, code: "busy", replica: true},
+			{start: ms(2600), end: ms(2700), status: 409, code: "sold-out", replica: true}}},
+		{in: stockInput{Kind: kindRead}, out: stockOutput{Outcome: outRefused}, attempts: []attempt{{start: ms(40), end: ms(5040), err: "timeout"}}},
+	}
+	a := measureAvailability(ops, []window{{ms(100), ms(400)}})
+	if a.longestStall != ms(2500) || a.stallAt != ms(10) {
+		t.Errorf("longest stall %v from %v, want 2.5s from 10ms", a.longestStall, a.stallAt)
+	}
+	if a.busy != ms(100) || a.unavailable != ms(100) {
+		t.Errorf("busy %v, unavailable %v; want 100ms each (the 429, the 503; the timed-out read is not an order)", a.busy, a.unavailable)
+	}
+	if a.failedAttempts != 2 || a.timeouts != 1 || a.staleInFlight != 1 {
+		t.Errorf("failed %d, timeouts %d, stale in-flight %d; want 2, 1, 1", a.failedAttempts, a.timeouts, a.staleInFlight)
+	}
+	if a.duringFault[503] != 1 || a.duringFault[429] != 1 || a.duringFault[409] != 1 {
+		t.Errorf("answers during the fault = %v", a.duringFault)
+	}
+	if a.slowest != ms(2010) {
+		t.Errorf("slowest answer %v, want 2.01s", a.slowest)
+	}
+}
+
+// TestDrillCatchesUnsafeDefense runs a real drill — two replicas on their own database and
+// key prefix, the usual load, and volleys of simultaneous orders — with every defense layer off (STOCKSVC_DEFENSE=none: read
+// the stock, write back stock − quantity). Concurrent buyers then overwrite each other's
+// decrements, and the checker must say so: a history is not linearizable, and Porcupine's
+// picture is written. (The SQL verdict usually fails too; this test is about the checker.)
+func TestDrillCatchesUnsafeDefense(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts two replicas and sells for about 10 s")
+	}
+	databaseURL, redisURL := testenv.DatabaseURL(t), testenv.RedisURL(t)
+	dir := t.TempDir()
+	binary := filepath.Join(dir, "stocksvc")
+	build := exec.Command("go", "build", "-o", binary, "github.com/stocksvc/stocksvc/cmd/stocksvc")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build stocksvc: %v\n%s", err, out)
+	}
+	var log strings.Builder
+	h := &harness{w: &log, out: dir, binary: binary, opts: options{
+		replicas: 2, defense: "none", lockWait: 2 * time.Second, lockTTL: 2 * time.Second, direct: true,
+		// A modest rate keeps the history narrow enough for Porcupine to prove the violation
+		// quickly, even under the race detector on a busy machine; the volleys overlap buyers.
+		databaseURL: databaseURL, redisURL: redisURL, drillRate: 15, clientTimeout: 5 * time.Second, checkTimeout: 2 * time.Minute,
+	}}
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	// Volleys of eight simultaneous orders for the hot product, spread over both replicas:
+	// without a lock or a condition on the write, simultaneous buyers read the same stock.
+	volleys := scenario{name: "volleys", about: "volleys of 8 simultaneous hot orders, every 100 ms for 2 s",
+		expected: 2 * time.Second, extraLoad: 20, inject: func(ctx context.Context, d *drillEnv) error {
+			for range 20 {
+				for range 8 {
+					d.client.goOp(func() { d.client.order(context.WithoutCancel(ctx), d.hot, 1) })
+				}
+				if err := sleep(ctx, 100*time.Millisecond); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	o := h.runDrill(ctx, h.drillPlan(), volleys, 1, 7)
+	if o.err != nil {
+		t.Fatalf("drill: %v\n%s", o.err, log.String())
+	}
+	h.printOutcome(o)
+	if testing.Verbose() {
+		t.Log(log.String())
+	}
+	var caught checkResult
+	for _, c := range []checkResult{o.writes, o.reads} {
+		if c.result == porcupine.Illegal {
+			caught = c
+		}
+	}
+	if o.verdict() != "FAIL" || caught.result != porcupine.Illegal {
+		t.Fatalf("verdict %s, orders+restocks %v, with reads %v: the unsafe defense passed the checker\n%s",
+			o.verdict(), o.writes.result, o.reads.result, log.String())
+	}
+	if _, err := os.Stat(caught.visual); err != nil {
+		t.Errorf("no visualisation of the violation: %v", err)
+	}
+}
+
+// TestReconcile settles what clients were told against the tables of a real database: unknown
+// orders found there happened (and may not have taken effect before their transaction began),
+// those not found never did; orders for refused requests, a second order for one operation and
+// a restock applied twice are all reported.
+func TestReconcile(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	ctx := context.Background()
+	var product int64
+	if err := pool.QueryRow(ctx, `INSERT INTO products (sku, name, stock, initial_stock) VALUES ('R', 'r', 100, 100) RETURNING id`).Scan(&product); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-time.Minute)
+	insert := func(customer string, qty int64) string {
+		t.Helper()
+		var id string
+		if err := pool.QueryRow(ctx, `INSERT INTO orders (id, customer_id, status) VALUES (gen_random_uuid(), $1, 'confirmed') RETURNING id::text`, customer).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO order_items (order_id, product_id, quantity) VALUES ($1, $2, $3)`, id, product, qty); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	confirmedID := insert("c-confirmed", 2)
+	insert("c-unknown-found", 1)
+	order := func(customer string, oc outcome, id string) *op {
+		return &op{customer: customer, orderID: id, in: stockInput{Kind: kindOrder, Product: product, Quantity: map[bool]int64{true: 2, false: 1}[customer == "c-confirmed"]},
+			out: stockOutput{Outcome: oc}}
+	}
+	ops := []*op{
+		order("c-confirmed", outConfirmed, confirmedID),
+		order("c-unknown-found", outUnknown, ""),
+		order("c-unknown-lost", outUnknown, ""),
+		{in: stockInput{Kind: kindRestock, Product: product, Quantity: 5}, out: stockOutput{Outcome: outConfirmed, Stock: 105}},
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO restocks (product_id, quantity) VALUES ($1, 5)`, product); err != nil {
+		t.Fatal(err)
+	}
+	invs, err := reconcileOrders(ctx, pool, ops, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, inv := range invs {
+		if !inv.ok {
+			t.Errorf("%s: %s", inv.name, inv.detail)
+		}
+	}
+	if ops[1].out.Outcome != outHappened || ops[1].notBefore < 50*time.Second {
+		t.Errorf("unknown order in the database: %v, not before %v; want happened, about a minute after start", ops[1].out.Outcome, ops[1].notBefore)
+	}
+	if ops[2].out.Outcome != outRefused {
+		t.Errorf("unknown order not in the database: %v, want refused (never happened)", ops[2].out.Outcome)
+	}
+
+	// Now the service misbehaves: an order for a sold-out answer, a second order for one
+	// operation, and the restock applied twice.
+	insert("c-sold-out", 1)
+	insert("c-confirmed", 2)
+	if _, err := pool.Exec(ctx, `INSERT INTO restocks (product_id, quantity) VALUES ($1, 5)`, product); err != nil {
+		t.Fatal(err)
+	}
+	ops = append(ops, order("c-sold-out", outSoldOut, ""))
+	invs, err = reconcileOrders(ctx, pool, ops, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := map[string]bool{}
+	for _, inv := range invs {
+		failed[inv.name] = !inv.ok
+	}
+	for _, want := range []string{"each restock applied once", "no order for a client told sold-out or busy, none nobody asked for",
+		"one order per operation (idempotency across retries)"} {
+		if !failed[want] {
+			t.Errorf("%q passed, want it failed: %+v", want, invs)
+		}
+	}
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"github.com/anishathalye/porcupine"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// drills runs every chosen scenario -runs times, reports each run and a table of all of
+// them (also written to drills.md in the output directory), and fails unless every run passed.
+func (h *harness) drills(ctx context.Context) error {
+	picked, err := pickScenarios(h.opts.fault)
+	if err != nil {
+		return err
+	}
+	plan := h.drillPlan()
+	var outcomes []drillOutcome
+	began := time.Now()
+	for _, sc := range picked {
+		for run := 1; run <= h.opts.runs; run++ {
+			if ctx.Err() != nil {
+				break
+			}
+			o := h.runDrill(ctx, plan, sc, run, h.opts.seed+uint64(run)-1)
+			h.printOutcome(o)
+			outcomes = append(outcomes, o)
+		}
+	}
+	table := drillTable(outcomes, h.opts, time.Since(began))
+	h.printf("\n%s\n", table)
+	path := filepath.Join(h.out, "drills.md")
+	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	h.printf("written to %s\n", path)
+	if ctx.Err() != nil {
+		return errStopped
+	}
+	for _, o := range outcomes {
+		if o.verdict() != "PASS" {
+			return errFailed
+		}
+	}
+	return nil
+}
+
+// recheck checks a saved history again; a violation's picture goes beside it.
+func (h *harness) recheck(path string) error {
+	ops, end, err := loadHistory(path)
+	if err != nil {
+		return err
+	}
+	writes, reads, err := checkBoth(h.drillPlan(), ops, end, nil, filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	h.printf("%s\n%s\n", writes, reads)
+	if writes.result != porcupine.Ok || reads.result != porcupine.Ok {
+		return errFailed
+	}
+	return nil
+}
+
+func (h *harness) drillPlan() drillPlan {
+	return drillPlan{
+		rate:          h.opts.drillRate,
+		lockTTL:       h.opts.lockTTL,
+		clientTimeout: h.opts.clientTimeout,
+		checkTimeout:  h.opts.checkTimeout,
+		readSlack:     h.opts.readSlack,
+		model:         modelOptions{exactAvailable: !h.opts.looseSoldOut},
+		warmup:        3 * time.Second,
+		tail:          5 * time.Second,
+	}
+}
+
+func (h *harness) printOutcome(o drillOutcome) {
+	name := filepath.Base(o.dir)
+	if o.err != nil {
+		h.printf("[%s] ERROR: %v (logs in %s)\n", name, o.err, o.dir)
+		return
+	}
+	a := o.avail
+	h.printf("[%s] %s: %d operations (at most %d open at once), %d outcomes unknown to their client (%d found in the database)\n",
+		name, o.verdict(), o.ops, o.concurrent, o.unknown, o.resolved)
+	h.printf("  orders        confirmed %d, sold-out %d, refused %d, unknown %d\n",
+		a.orders[outConfirmed], a.orders[outSoldOut], a.orders[outRefused], a.orders[outUnknown])
+	h.printf("  check         %s\n  check         %s\n", o.writes, o.reads)
+	h.printf("  layers        catches: fence %.0f, version %.0f, guard %.0f, check %.0f (live replicas' counters)\n",
+		o.catches["fence"], o.catches["version"], o.catches["guard"], o.catches["check"])
+	for _, inv := range append(o.invariants, o.reconcile...) {
+		mark := "ok  "
+		if !inv.ok {
+			mark = "FAIL"
+		}
+		h.printf("  %s          %s: %s\n", mark, inv.name, inv.detail)
+	}
+	h.printf("  availability  orders answered 429 during %.1fs, 503/5xx/nothing during %.1fs; longest stall %.1fs (from %.1fs); slowest replica answer %.1fs (%s); %d client timeouts\n",
+		a.busy.Seconds(), a.unavailable.Seconds(), a.longestStall.Seconds(), a.stallAt.Seconds(), a.slowest.Seconds(), a.slowestWhat, a.timeouts)
+	if len(a.duringFault) > 0 {
+		h.printf("  during fault  %s\n", describeStatuses(a.duringFault))
+	}
+	if a.failedAttempts > 0 {
+		h.printf("  failed        %d of %d requests: %s\n", a.failedAttempts, a.attempts, a.failedKinds)
+	}
+	if a.staleInFlight > 0 {
+		h.printf("  finding       %d answers 409 idempotency-key-in-flight for a key none of whose attempts was still running\n", a.staleInFlight)
+	}
+	for _, n := range o.notes {
+		h.printf("  note          %s\n", n)
+	}
+	for _, f := range o.failed {
+		h.printf("  FAIL          %s\n", f)
+	}
+	for _, why := range o.invalid {
+		h.printf("  INVALID       %s\n", why)
+	}
+	h.printf("  history       %s\n", filepath.Join(o.dir, "history.txt"))
+}
+
+// describeStatuses lists answers by status, 0 meaning none came.
+func describeStatuses(byStatus map[int]int) string {
+	statuses := make([]int, 0, len(byStatus))
+	for st := range byStatus {
+		statuses = append(statuses, st)
+	}
+	slices.Sort(statuses)
+	var parts []string
+	for _, st := range statuses {
+		name := strconv.Itoa(st)
+		if st == 0 {
+			name = "no answer"
+		}
+		parts = append(parts, fmt.Sprintf("%s ×%d", name, byStatus[st]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// drillTable is the markdown table docs/reliability.md keeps: one row per scenario, with the
+// worst availability figures over its runs.
+func drillTable(outcomes []drillOutcome, o options, took time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "`go run ./loadtest -fault %s -runs %d -seed %d` (%d replicas behind HAProxy, %.0f operations/s, lock TTL %v, lock wait %v, defense %s; %s in all)\n\n",
+		o.fault, o.runs, o.seed, o.replicas, o.drillRate, o.lockTTL, o.lockWait, o.defense, took.Round(time.Second))
+	b.WriteString("| scenario | runs | operations | unknown (found in DB) | violations | invalid | 429 time | 503/failed time | longest stall | slowest answer | failed requests | stale in-flight |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	type row struct {
+		runs, ops, unknown, resolved, violations, invalid, errors, failed, stale int
+		busy, down, stall, slowest                                               time.Duration
+	}
+	var order []string
+	rows := map[string]*row{}
+	for _, oc := range outcomes {
+		r := rows[oc.scenario]
+		if r == nil {
+			r = &row{}
+			rows[oc.scenario] = r
+			order = append(order, oc.scenario)
+		}
+		r.runs++
+		if oc.err != nil {
+			r.errors++
+			continue
+		}
+		r.ops += oc.ops
+		r.unknown += oc.unknown
+		r.resolved += oc.resolved
+		r.violations += oc.violations()
+		if oc.verdict() == "INVALID" {
+			r.invalid++
+		}
+		r.failed += oc.avail.failedAttempts
+		r.stale += oc.avail.staleInFlight
+		r.busy = max(r.busy, oc.avail.busy)
+		r.down = max(r.down, oc.avail.unavailable)
+		r.stall = max(r.stall, oc.avail.longestStall)
+		r.slowest = max(r.slowest, oc.avail.slowest)
+	}
+	for _, name := range order {
+		r := rows[name]
+		runs := fmt.Sprint(r.runs)
+		if r.errors > 0 {
+			runs += fmt.Sprintf(" (%d errors)", r.errors)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %d (%d) | %d | %d | %.1fs | %.1fs | %.1fs | %.1fs | %d | %d |\n", name, runs, r.ops, r.unknown, r.resolved,
+			r.violations, r.invalid, r.busy.Seconds(), r.down.Seconds(), r.stall.Seconds(), r.slowest.Seconds(), r.failed, r.stale)
+	}
+	b.WriteString("\nTimes are the worst run's: 429 / 503 time adds up the 100 ms slices in which some order was answered so; the longest stall is the longest time no order got a 201 or a sold-out.\n")
+	return b.String()
+}
