@@ -183,6 +183,39 @@ func TestRestock(t *testing.T) {
 	}
 }
 
+// TestRestockIdempotencyKey: a restock sent again with its Idempotency-Key — its answer lost,
+// say — is answered with the first one, byte for byte, and adds nothing; the same key on another
+// restock is 422; an empty key is 422.
+func TestRestockIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	in := newInstance(t, instanceOptions{})
+	id := createProduct(t, in.URL, "restock-key", 2)
+	path := in.URL + "/v1/products/" + itoa(id) + "/restock"
+	header := adminHeader()
+	header["Idempotency-Key"] = "restock-1"
+	header["X-Request-ID"] = "restock-replay" // the same id on both calls: the bodies compare whole
+
+	first := call(t, request{Method: http.MethodPost, URL: path, Header: header, Body: map[string]any{"quantity": 5}})
+	wantJSON(t, first, http.StatusOK, nil)
+	wantHeader(t, first, "Idempotent-Replayed", "")
+	wantJSON(t, postOrder(t, in.URL, newOrder("c", orderItem{id, 1}), nil), http.StatusCreated, nil)
+
+	again := call(t, request{Method: http.MethodPost, URL: path, Header: header, Body: map[string]any{"quantity": 5}})
+	wantJSON(t, again, http.StatusOK, nil)
+	wantHeader(t, again, "Idempotent-Replayed", "true")
+	if string(again.Body) != string(first.Body) {
+		t.Errorf("replayed restock = %s, want the first answer: %s", again.Body, first.Body)
+	}
+	if a := audit(t, in.URL, id); a.Received != 7 || a.Stock != 6 {
+		t.Errorf("audit = %+v, want 7 received (the restock once) and 6 left", a)
+	}
+	other := call(t, request{Method: http.MethodPost, URL: path, Header: header, Body: map[string]any{"quantity": 6}})
+	wantProblem(t, other, "idempotency-key-reused", "/v1/products/"+itoa(id)+"/restock")
+	header["Idempotency-Key"] = ""
+	empty := call(t, request{Method: http.MethodPost, URL: path, Header: header, Body: map[string]any{"quantity": 1}})
+	wantProblem(t, empty, "invalid-request", "/v1/products/"+itoa(id)+"/restock")
+}
+
 func TestRestockErrors(t *testing.T) {
 	t.Parallel()
 	in := newInstance(t, instanceOptions{})

@@ -50,6 +50,11 @@ func (s *Server) handleRestock(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	var req restockRequest
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		s.writeError(w, r, err)
@@ -59,12 +64,15 @@ func (s *Server) handleRestock(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, &stock.ValidationError{Field: "quantity", Reason: "is required"})
 		return
 	}
-	p, err := s.svc.Restock(r.Context(), id, *req.Quantity)
+	res, err := s.svc.Restock(r.Context(), stock.RestockRequest{ProductID: id, Quantity: *req.Quantity, IdempotencyKey: key})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, "application/json", toProductResponse(p))
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeJSON(w, http.StatusOK, "application/json", toProductResponse(res.Product))
 }
 
 func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {

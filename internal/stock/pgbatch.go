@@ -34,6 +34,10 @@ SELECT k.key, k.fingerprint, k.order_id, k.product_id, k.requested, k.available,
 // idempotency records are inserted only if every product's decrement matched its row, so a
 // refused decrement writes nothing at all. Records are inserted in key order: two batches that
 // share keys then meet on the first shared key and never wait for each other in a cycle.
+//
+// The statement is the orders' INSERT, returning one row per order written: as many rows as
+// orders means committed; none, for a batch that confirmed some, means refused. Its command tag
+// says INSERT, like any write, to whatever watches the protocol (the fault drills do).
 func commitSQL(d Defense) string {
 	return `
 WITH d AS (
@@ -44,10 +48,6 @@ WITH d AS (
   RETURNING p.id
 ), ok AS (
   SELECT count(*) = cardinality($1::bigint[]) AS ok FROM u
-), o AS (
-  INSERT INTO orders (id, customer_id, status, created_at)
-  SELECT x.id, x.customer_id, 'confirmed', now()
-    FROM unnest($6::uuid[], $7::text[]) AS x(id, customer_id), ok WHERE ok.ok
 ), i AS (
   INSERT INTO order_items (order_id, product_id, quantity)
   SELECT x.order_id, x.product_id, x.quantity
@@ -60,7 +60,10 @@ WITH d AS (
    WHERE ok.ok
    ORDER BY x.key
 )
-SELECT ok.ok, now() FROM ok`
+INSERT INTO orders (id, customer_id, status, created_at)
+SELECT x.id, x.customer_id, 'confirmed', now()
+  FROM unnest($6::uuid[], $7::text[]) AS x(id, customer_id), ok WHERE ok.ok
+RETURNING created_at`
 }
 
 // lockRowsSQL takes a cart's product rows in ascending id order before its write, so that
@@ -156,7 +159,7 @@ func (s *PGStore) Commit(ctx context.Context, w Write) (time.Time, error) {
 	if len(w.Decrements) > 1 {
 		ok, at, err = s.commitCart(ctx, w, args)
 	} else {
-		err = s.pool.QueryRow(ctx, commitSQL(w.Defense), args...).Scan(&ok, &at)
+		ok, at, err = writeBatch(ctx, s.pool, w, args)
 	}
 	var pgErr *pgconn.PgError
 	switch {
@@ -195,10 +198,30 @@ func (s *PGStore) commitCart(ctx context.Context, w Write, args []any) (ok bool,
 	if _, err := tx.Exec(ctx, lockRowsSQL, ids); err != nil {
 		return false, time.Time{}, err
 	}
-	if err := tx.QueryRow(ctx, commitSQL(w.Defense), args...).Scan(&ok, &at); err != nil || !ok {
+	if ok, at, err = writeBatch(ctx, tx, w, args); err != nil || !ok {
 		return ok, at, err
 	}
 	return true, at, tx.Commit(ctx)
+}
+
+// writeBatch runs commitSQL on q and reports whether it wrote (every order inserted; a batch of
+// refusals alone always writes) and when.
+func writeBatch(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, w Write, args []any) (ok bool, at time.Time, err error) {
+	rows, _ := q.Query(ctx, commitSQL(w.Defense), args...)
+	written := 0
+	_, err = pgx.ForEachRow(rows, []any{&at}, func() error {
+		written++
+		return nil
+	})
+	if err != nil {
+		return false, time.Time{}, err
+	}
+	if len(w.Orders) == 0 {
+		return true, time.Now(), nil
+	}
+	return written == len(w.Orders), at, nil
 }
 
 // findCommit finds out whether a batch whose commit went unanswered committed: its orders exist

@@ -1,6 +1,7 @@
 package stock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -59,36 +60,83 @@ func (s *PGStore) Product(ctx context.Context, id int64) (Product, error) {
 }
 
 // Restock implements Store.
-func (s *PGStore) Restock(ctx context.Context, id, quantity, fence int64) (Product, error) {
-	var prod Product
+func (s *PGStore) Restock(ctx context.Context, r Restocking) (RestockResult, error) {
+	var res RestockResult
 	err := s.inTx(ctx, "restock", func(tx pgx.Tx) error {
+		if r.Key != "" {
+			stored, found, err := storedRestock(ctx, tx, r)
+			if err != nil || found {
+				res = stored
+				return err
+			}
+		}
 		// Without a lock (fence 0) the fence is neither checked nor moved.
 		fenceCheck := ""
-		if fence > 0 {
+		if r.Fence > 0 {
 			fenceCheck = ` AND fence <= $3`
 		}
 		rows, _ := tx.Query(ctx, `
 			UPDATE products
 			   SET stock = stock + $2, version = version + 1, fence = GREATEST(fence, $3), updated_at = now()
 			 WHERE id = $1`+fenceCheck+`
-			RETURNING `+productColumns, id, quantity, fence)
+			RETURNING `+productColumns, r.ProductID, r.Quantity, r.Fence)
 		var err error
-		prod, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Product])
+		res.Product, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Product])
 		if errors.Is(err, pgx.ErrNoRows) {
-			return s.restockRefusal(ctx, tx, id, fence)
+			return s.restockRefusal(ctx, tx, r.ProductID, r.Fence)
 		}
 		if err != nil {
 			return dbError("restock", err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO restocks (product_id, quantity) VALUES ($1, $2)`, id, quantity); err != nil {
+		var key *string
+		var fingerprint []byte
+		var after, version *int64
+		if r.Key != "" {
+			key, fingerprint, after, version = &r.Key, r.Fingerprint, &res.Product.Stock, &res.Product.Version
+		}
+		_, err = tx.Exec(ctx, `
+			INSERT INTO restocks (product_id, quantity, idempotency_key, fingerprint, stock_after, version_after)
+			VALUES ($1, $2, $3, $4, $5, $6)`, r.ProductID, r.Quantity, key, fingerprint, after, version)
+		if constraintViolated(err, "23505", "restocks_idempotency_key") {
+			return fmt.Errorf("%w: restock key stored meanwhile: %w", ErrConflict, err)
+		}
+		if err != nil {
 			return dbError("record restock", err)
 		}
 		return nil
 	})
 	if err != nil {
-		return Product{}, err
+		return RestockResult{}, err
 	}
-	return prod, nil
+	return res, nil
+}
+
+// storedRestock returns the restock stored under r.Key, as the product was right after it.
+func storedRestock(ctx context.Context, tx pgx.Tx, r Restocking) (RestockResult, bool, error) {
+	var (
+		productID, after, version int64
+		fingerprint               []byte
+		at                        time.Time
+	)
+	err := tx.QueryRow(ctx, `SELECT product_id, fingerprint, stock_after, version_after, created_at
+	                           FROM restocks WHERE idempotency_key = $1`, r.Key).
+		Scan(&productID, &fingerprint, &after, &version, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return RestockResult{}, false, nil
+	}
+	if err != nil {
+		return RestockResult{}, false, dbError("read stored restock", err)
+	}
+	if productID != r.ProductID || !bytes.Equal(fingerprint, r.Fingerprint) {
+		return RestockResult{}, true, ErrIdempotencyKeyReused
+	}
+	rows, _ := tx.Query(ctx, `SELECT `+productColumns+` FROM products WHERE id = $1`, productID)
+	p, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Product])
+	if err != nil {
+		return RestockResult{}, false, dbError("read restocked product", err)
+	}
+	p.Stock, p.Version, p.UpdatedAt = after, version, at
+	return RestockResult{Product: p, Replayed: true}, true, nil
 }
 
 // inTx runs fn in a transaction. fn returns the package's errors (it maps its own driver errors

@@ -162,37 +162,55 @@ func (s *Service) Order(ctx context.Context, id uuid.UUID) (Order, error) {
 	return s.store.Order(ctx, id)
 }
 
-// Restock adds quantity units to product id, under the product's lock when the lock layer is
-// on (so a restock never races a batch's read-decide-write). Errors: *ValidationError,
-// *ProductNotFoundError, ErrBusy, ErrLockLost, ErrUnavailable.
-func (s *Service) Restock(ctx context.Context, id, quantity int64) (Product, error) {
-	if quantity < 1 || quantity > MaxStock {
-		return Product{}, &ValidationError{Field: "quantity", Reason: fmt.Sprintf("must be between 1 and %d", MaxStock)}
+// Restock adds stock to a product, under the product's lock when the lock layer is on (so a
+// restock never races a batch's read-decide-write). With an idempotency key it is done once:
+// a retry is answered with the first restock (Replayed), and the same key on another request is
+// ErrIdempotencyKeyReused. Errors: *ValidationError, *ProductNotFoundError,
+// ErrIdempotencyKeyReused, ErrBusy, ErrLockLost, ErrUnavailable.
+func (s *Service) Restock(ctx context.Context, req RestockRequest) (RestockResult, error) {
+	if req.Quantity < 1 || req.Quantity > MaxStock {
+		return RestockResult{}, &ValidationError{Field: "quantity", Reason: fmt.Sprintf("must be between 1 and %d", MaxStock)}
+	}
+	if err := validKey(req.IdempotencyKey); err != nil {
+		return RestockResult{}, err
+	}
+	r := Restocking{ProductID: req.ProductID, Quantity: req.Quantity, Key: req.IdempotencyKey}
+	if r.Key != "" {
+		r.Fingerprint = restockFingerprint(r.ProductID, r.Quantity)
+	}
+	restock := func(ctx context.Context) (RestockResult, error) {
+		res, err := s.store.Restock(ctx, r)
+		if errors.Is(err, ErrConflict) {
+			// Another request stored the key first; nothing was written. Now it is there.
+			res, err = s.store.Restock(ctx, r)
+		}
+		return res, err
 	}
 	if !s.cfg.Defense.Lock {
-		return s.store.Restock(ctx, id, quantity, 0)
+		return restock(ctx)
 	}
 	// A product that does not exist needs no lock to say so, and taking one would leave its
 	// fencing counter behind in Redis for good.
-	snap, err := s.store.Snapshot(ctx, []int64{id}, nil)
+	snap, err := s.store.Snapshot(ctx, []int64{r.ProductID}, nil)
 	if err != nil {
-		return Product{}, err
+		return RestockResult{}, err
 	}
-	if _, ok := snap.Levels[id]; !ok {
-		return Product{}, &ProductNotFoundError{ProductID: id}
+	if _, ok := snap.Levels[r.ProductID]; !ok {
+		return RestockResult{}, &ProductNotFoundError{ProductID: r.ProductID}
 	}
-	var prod Product
-	err = s.locker.WithProducts(ctx, []int64{id}, func(ctx context.Context, fences map[int64]int64) error {
+	var res RestockResult
+	err = s.locker.WithProducts(ctx, []int64{r.ProductID}, func(ctx context.Context, fences map[int64]int64) error {
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.PurchaseTimeout)
 		defer cancel()
+		r.Fence = fences[r.ProductID]
 		var err error
-		prod, err = s.store.Restock(ctx, id, quantity, fences[id])
+		res, err = restock(ctx)
 		return err
 	})
 	if layer, ok := caughtBy(err); ok {
 		s.metrics.caught(layer)
 	}
-	return prod, err
+	return res, err
 }
 
 // PurgeIdempotencyKeys forgets idempotency keys older than retention and reports how many.
@@ -423,13 +441,11 @@ func (s *Service) validateOrder(req OrderRequest) ([]Item, error) {
 		return nil, &ValidationError{Field: "items", Reason: "must not be empty"}
 	case len(req.Items) > MaxItems:
 		return nil, &ValidationError{Field: "items", Reason: fmt.Sprintf("must have at most %d entries", MaxItems)}
-	case len(req.IdempotencyKey) > MaxIdempotencyKeyLen:
-		return nil, &ValidationError{Field: "Idempotency-Key", Reason: fmt.Sprintf("must be at most %d characters", MaxIdempotencyKeyLen)}
 	}
 	if err := plainText("customer_id", req.CustomerID); err != nil {
 		return nil, err
 	}
-	if err := plainText("Idempotency-Key", req.IdempotencyKey); err != nil {
+	if err := validKey(req.IdempotencyKey); err != nil {
 		return nil, err
 	}
 	items := slices.Clone(req.Items)
@@ -451,6 +467,15 @@ func (s *Service) validateOrder(req OrderRequest) ([]Item, error) {
 	return items, nil
 }
 
+// validKey checks an Idempotency-Key: empty (none), or at most MaxIdempotencyKeyLen characters
+// of plain text.
+func validKey(key string) error {
+	if len(key) > MaxIdempotencyKeyLen {
+		return &ValidationError{Field: "Idempotency-Key", Reason: fmt.Sprintf("must be at most %d characters", MaxIdempotencyKeyLen)}
+	}
+	return plainText("Idempotency-Key", key)
+}
+
 func cmpInt64(a, b int64) int {
 	switch {
 	case a < b:
@@ -459,6 +484,15 @@ func cmpInt64(a, b int64) int {
 		return 1
 	}
 	return 0
+}
+
+// restockFingerprint identifies a restock request's meaning: the product and the quantity.
+func restockFingerprint(productID, quantity int64) []byte {
+	var buf [16]byte
+	binary.BigEndian.PutUint64(buf[:8], uint64(productID))
+	binary.BigEndian.PutUint64(buf[8:], uint64(quantity))
+	sum := sha256.Sum256(append([]byte("restock\x00"), buf[:]...))
+	return sum[:]
 }
 
 // requestFingerprint identifies a request's meaning: the same customer buying the same items,

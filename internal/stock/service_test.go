@@ -290,21 +290,21 @@ func TestRestockUnderLockAndFence(t *testing.T) {
 	if _, err := r.svc.PlaceOrder(context.Background(), order("c", one(id, 1))); err != nil {
 		t.Fatalf("buy: %v", err)
 	}
-	p, err := r.svc.Restock(context.Background(), id, 4)
+	res, err := r.svc.Restock(context.Background(), stock.RestockRequest{ProductID: id, Quantity: 4})
 	if err != nil {
 		t.Fatalf("restock: %v", err)
 	}
-	if p.Stock != 4 {
+	if p := res.Product; p.Stock != 4 {
 		t.Errorf("stock after restock = %d, want 4", p.Stock)
 	}
 	if a := mustAudit(t, r, id); a.Received != 5 || a.Sold != 1 || !a.Consistent() {
 		t.Errorf("audit = %+v, want received 5, sold 1", a)
 	}
 	// A writer with a fencing token older than the last one that wrote the row is refused.
-	if _, err := r.store.Restock(context.Background(), id, 1, 1); !errors.Is(err, stock.ErrLockLost) {
+	if _, err := r.store.Restock(context.Background(), stock.Restocking{ProductID: id, Quantity: 1, Fence: 1}); !errors.Is(err, stock.ErrLockLost) {
 		t.Errorf("restock with a stale fence: err = %v, want ErrLockLost", err)
 	}
-	if _, err := r.svc.Restock(context.Background(), id+1000, 1); !errors.Is(err, stock.ErrProductNotFound) {
+	if _, err := r.svc.Restock(context.Background(), stock.RestockRequest{ProductID: id + 1000, Quantity: 1}); !errors.Is(err, stock.ErrProductNotFound) {
 		t.Errorf("restock of a missing product: err = %v, want ErrProductNotFound", err)
 	}
 	// Asking about a product that does not exist leaves nothing behind in Redis.
@@ -312,7 +312,7 @@ func TestRestockUnderLockAndFence(t *testing.T) {
 	if keys, err := r.redis.Keys(context.Background(), pattern).Result(); err != nil || len(keys) > 0 {
 		t.Errorf("Redis keys %s after restocking a missing product: %q (err %v), want none", pattern, keys, err)
 	}
-	if _, err := r.svc.Restock(context.Background(), id, 0); !errors.Is(err, stock.ErrInvalid) {
+	if _, err := r.svc.Restock(context.Background(), stock.RestockRequest{ProductID: id, Quantity: 0}); !errors.Is(err, stock.ErrInvalid) {
 		t.Errorf("restock of 0: err = %v, want ErrInvalid", err)
 	}
 }

@@ -60,6 +60,23 @@ type OrderResult struct {
 	Replayed bool
 }
 
+// RestockRequest asks for stock to be added to a product.
+type RestockRequest struct {
+	ProductID int64
+	Quantity  int64
+	// IdempotencyKey, when not empty, makes retries safe: the first restock is stored with the
+	// key and returned again, instead of adding the stock once per attempt.
+	IdempotencyKey string
+}
+
+// RestockResult is the outcome of a successful Restock.
+type RestockResult struct {
+	// Product is the product as the restock left it.
+	Product Product
+	// Replayed is true when an earlier request with the same idempotency key did the restock.
+	Replayed bool
+}
+
 // Audit accounts for a product's stock: everything received must be either sold or still there.
 type Audit struct {
 	ProductID int64

@@ -19,10 +19,14 @@ type Store interface {
 	CreateProduct(ctx context.Context, p NewProduct) (Product, error)
 	// Product returns the product with id. Errors: *ProductNotFoundError, ErrUnavailable.
 	Product(ctx context.Context, id int64) (Product, error)
-	// Restock adds quantity units to product id. fence, when not zero, is the caller's fencing
-	// token. Errors: *ProductNotFoundError, a *CaughtError wrapping ErrLockLost (a newer fence
-	// wrote the row), ErrUnavailable.
-	Restock(ctx context.Context, id, quantity, fence int64) (Product, error)
+	// Restock adds r.Quantity units to product r.ProductID, under r.Fence when not zero. With
+	// r.Key, the restock is recorded under the key in the same transaction, and a key that
+	// already has a restock is answered with it (Replayed, the product as that restock left
+	// it) instead of adding again. Errors: *ProductNotFoundError, a *CaughtError wrapping
+	// ErrLockLost (a newer fence wrote the row), ErrIdempotencyKeyReused (the key's restock was
+	// another request), ErrConflict (another request stored the key meanwhile: nothing was
+	// written; trying again replays it), ErrUnavailable.
+	Restock(ctx context.Context, r Restocking) (RestockResult, error)
 	// Audit accounts for product id's stock. Errors: *ProductNotFoundError, ErrUnavailable.
 	Audit(ctx context.Context, id int64) (Audit, error)
 	// Order returns the order with id. Errors: ErrOrderNotFound, ErrUnavailable.
@@ -43,6 +47,18 @@ type Store interface {
 	// PurgeIdempotencyKeys deletes the records created before cutoff and reports how many.
 	// Errors: ErrUnavailable.
 	PurgeIdempotencyKeys(ctx context.Context, cutoff time.Time) (int64, error)
+}
+
+// Restocking is a restock ready to be written.
+type Restocking struct {
+	ProductID int64
+	Quantity  int64
+	// Fence is the caller's fencing token for the product's lock; 0 without the lock layer.
+	Fence int64
+	// Key, when not empty, is the request's Idempotency-Key, and Fingerprint what the request
+	// was (product and quantity), to tell a retry from another request under the same key.
+	Key         string
+	Fingerprint []byte
 }
 
 // Level is a product's row as one read saw it: the stock, and the version and fence the

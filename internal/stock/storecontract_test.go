@@ -208,6 +208,40 @@ var storeCases = []storeCase{
 			t.Errorf("stocks after the cart: %d, %d; want 4 and 4", stockOf(t, s, a), stockOf(t, s, b))
 		}
 	}},
+	{"a restock with a key is done once, and replayed as it left the product", func(t *testing.T, s stock.Store) {
+		ctx := context.Background()
+		id := mustCreate(t, s, "restock-key", 1)
+		r := stock.Restocking{ProductID: id, Quantity: 5, Key: "rk-" + uuid.NewString(), Fingerprint: []byte("5 units")}
+		first, err := s.Restock(ctx, r)
+		if err != nil || first.Replayed || first.Product.Stock != 6 {
+			t.Fatalf("first restock = %+v, %v; want stock 6, not replayed", first, err)
+		}
+		l := mustSnapshot(t, s, []int64{id}).Levels[id]
+		sold, _ := sale(stock.Defense{Version: true, Guard: true, Check: true}, id, 2, l, 0, "")
+		if _, err := s.Commit(ctx, sold); err != nil {
+			t.Fatalf("sale: %v", err)
+		}
+		again, err := s.Restock(ctx, r)
+		if err != nil || !again.Replayed || again.Product.Stock != 6 || again.Product.Version != first.Product.Version {
+			t.Errorf("retried restock = %+v, %v; want the first one's product (stock 6, version %d), replayed", again, err, first.Product.Version)
+		}
+		if got := stockOf(t, s, id); got != 4 {
+			t.Errorf("stock = %d, want 4: the restock added once, the sale taken", got)
+		}
+		other := r
+		other.Fingerprint = []byte("7 units")
+		if _, err := s.Restock(ctx, other); !errors.Is(err, stock.ErrIdempotencyKeyReused) {
+			t.Errorf("same key, another restock = %v, want ErrIdempotencyKeyReused", err)
+		}
+		elsewhere := r
+		elsewhere.ProductID = mustCreate(t, s, "restock-key-2", 1)
+		if _, err := s.Restock(ctx, elsewhere); !errors.Is(err, stock.ErrIdempotencyKeyReused) {
+			t.Errorf("same key, another product = %v, want ErrIdempotencyKeyReused", err)
+		}
+		if a, err := s.Audit(ctx, id); err != nil || a.Received != 6 {
+			t.Errorf("audit = %+v, %v; want 6 received", a, err)
+		}
+	}},
 	{"a write with only refusals needs no decrement", func(t *testing.T, s stock.Store) {
 		key := "refused-" + uuid.NewString()
 		w := stock.Write{Defense: stock.DefaultDefense(), Records: []stock.IdempotencyRecord{{Key: key, Fingerprint: []byte("f"),

@@ -5,6 +5,7 @@
 package stocktest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -22,6 +23,7 @@ type MemStore struct {
 	products map[int64]*product
 	orders   map[uuid.UUID]stock.Order
 	records  map[string]record
+	restocks map[string]restock // by idempotency key
 	nextID   int64
 	now      func() time.Time
 }
@@ -31,6 +33,12 @@ type product struct {
 	fence    int64
 	received int64
 	sold     int64
+}
+
+type restock struct {
+	productID   int64
+	fingerprint []byte
+	after       stock.Product
 }
 
 type record struct {
@@ -43,7 +51,7 @@ var _ stock.Store = (*MemStore)(nil)
 // NewMemStore returns an empty store.
 func NewMemStore() *MemStore {
 	return &MemStore{products: map[int64]*product{}, orders: map[uuid.UUID]stock.Order{},
-		records: map[string]record{}, now: time.Now}
+		records: map[string]record{}, restocks: map[string]restock{}, now: time.Now}
 }
 
 // CreateProduct implements stock.Store.
@@ -74,23 +82,34 @@ func (m *MemStore) Product(_ context.Context, id int64) (stock.Product, error) {
 }
 
 // Restock implements stock.Store.
-func (m *MemStore) Restock(_ context.Context, id, quantity, fence int64) (stock.Product, error) {
+func (m *MemStore) Restock(_ context.Context, r stock.Restocking) (stock.RestockResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	x, ok := m.products[id]
+	if r.Key != "" {
+		if done, ok := m.restocks[r.Key]; ok {
+			if done.productID != r.ProductID || !bytes.Equal(done.fingerprint, r.Fingerprint) {
+				return stock.RestockResult{}, stock.ErrIdempotencyKeyReused
+			}
+			return stock.RestockResult{Product: done.after, Replayed: true}, nil
+		}
+	}
+	x, ok := m.products[r.ProductID]
 	if !ok {
-		return stock.Product{}, &stock.ProductNotFoundError{ProductID: id}
+		return stock.RestockResult{}, &stock.ProductNotFoundError{ProductID: r.ProductID}
 	}
-	if fence > 0 && x.fence > fence {
-		return stock.Product{}, &stock.CaughtError{Layer: stock.LayerFence, ProductID: id,
-			Err: fmt.Errorf("%w: fence %d is older than %d", stock.ErrLockLost, fence, x.fence)}
+	if r.Fence > 0 && x.fence > r.Fence {
+		return stock.RestockResult{}, &stock.CaughtError{Layer: stock.LayerFence, ProductID: r.ProductID,
+			Err: fmt.Errorf("%w: fence %d is older than %d", stock.ErrLockLost, r.Fence, x.fence)}
 	}
-	x.fence = max(x.fence, fence)
-	x.p.Stock += quantity
+	x.fence = max(x.fence, r.Fence)
+	x.p.Stock += r.Quantity
 	x.p.Version++
 	x.p.UpdatedAt = m.now()
-	x.received += quantity
-	return x.p, nil
+	x.received += r.Quantity
+	if r.Key != "" {
+		m.restocks[r.Key] = restock{productID: r.ProductID, fingerprint: r.Fingerprint, after: x.p}
+	}
+	return stock.RestockResult{Product: x.p}, nil
 }
 
 // Audit implements stock.Store.
