@@ -36,7 +36,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stocksvc_version_retries_total",
-			Help: "Purchases retried after a version conflict.",
+			Help: "Batches decided again after the version check refused their write.",
 		}),
 		units: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stocksvc_units_sold_total",

@@ -13,9 +13,11 @@ import (
 )
 
 // The purchase path's SQL. A batch costs two round trips to Postgres, whatever its size: one
-// read (levelsSQL and recordsSQL, pipelined) and one write (commitSQL), a single statement in an
-// implicit transaction — no BEGIN, no COMMIT round trip. Every array is a parameter of a fixed
-// statement, so each is prepared once per connection, for every batch size.
+// read (levelsSQL) and one write (commitSQL), a single statement in an implicit transaction —
+// no BEGIN, no COMMIT round trip. Every array is a parameter of a fixed statement, so each is
+// prepared once per connection, for every batch size. The batch's idempotency keys are checked
+// by the write itself (the records' primary key): only a batch whose write meets a stored key
+// reads the records (recordsSQL) and is decided again.
 
 // levelsSQL reads the rows a batch decides from.
 const levelsSQL = `SELECT id, stock, version, fence FROM products WHERE id = ANY($1)`
@@ -80,33 +82,37 @@ const (
 // lookupTimeout bounds the query that finds out whether a commit whose reply was lost happened.
 const lookupTimeout = 2 * time.Second
 
-// Snapshot implements Store.
+// Snapshot implements Store. The levels are one cached statement; the records, when asked
+// for, a second query planned anew each time (pgx.QueryExecModeCacheDescribe): a cached plan
+// made while idempotency_keys was nearly empty scans the whole table for each key once it has
+// grown, and a new deployment's first sale is exactly when that happens. The purchase path asks
+// for records only once a write has met a stored key, so the hot path never runs it.
 func (s *PGStore) Snapshot(ctx context.Context, ids []int64, keys []string) (Snapshot, error) {
 	snap := Snapshot{Levels: make(map[int64]Level, len(ids)), Records: map[string]IdempotencyRecord{}}
-	b := &pgx.Batch{}
-	b.Queue(levelsSQL, ids).Query(func(rows pgx.Rows) error {
-		var id int64
-		var l Level
-		_, err := pgx.ForEachRow(rows, []any{&id, &l.Stock, &l.Version, &l.Fence}, func() error {
-			snap.Levels[id] = l
-			return nil
-		})
-		return err
+	rows, _ := s.pool.Query(ctx, levelsSQL, ids)
+	var id int64
+	var l Level
+	_, err := pgx.ForEachRow(rows, []any{&id, &l.Stock, &l.Version, &l.Fence}, func() error {
+		snap.Levels[id] = l
+		return nil
 	})
-	if len(keys) > 0 {
-		b.Queue(recordsSQL, keys).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				rec, err := scanRecord(rows)
-				if err != nil {
-					return err
-				}
-				snap.Records[rec.Key] = rec
-			}
-			return rows.Err()
-		})
+	if err != nil {
+		return Snapshot{}, dbError("read stock", err)
 	}
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return Snapshot{}, dbError("read stock and idempotency records", err)
+	if len(keys) == 0 {
+		return snap, nil
+	}
+	rows, _ = s.pool.Query(ctx, recordsSQL, pgx.QueryExecModeCacheDescribe, keys)
+	defer rows.Close()
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		snap.Records[rec.Key] = rec
+	}
+	if err := rows.Err(); err != nil {
+		return Snapshot{}, dbError("read idempotency records", err)
 	}
 	return snap, nil
 }

@@ -339,7 +339,9 @@ func (s *Service) decideWithoutLock(ctx context.Context, ids []int64, tickets []
 func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, fences map[int64]int64, h *hint) ([]outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PurchaseTimeout)
 	defer cancel()
-	keys := ticketKeys(tickets)
+	// The keys' records are read only once a write has been refused: almost every key is new,
+	// and the write's insert of the records is what finds one that is not.
+	var keys []string
 	var refused *Write // the last write a condition refused, explained by the next read
 	for attempt := 1; ; attempt++ {
 		snap, err := s.store.Snapshot(ctx, ids, keys)
@@ -376,14 +378,17 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, fe
 		} else {
 			refused = &a.write
 		}
+		keys = ticketKeys(tickets)
 		if attempt > s.cfg.ConflictRetries {
 			return nil, &BusyError{RetryAfter: time.Second, Reason: fmt.Sprintf("%d conflicting writes in a row: %v", attempt, err)}
 		}
-		s.metrics.conflict()
-		// A short random pause lets the writer that beat us finish, and keeps a crowd of
-		// losers from colliding again in lockstep.
-		if err := sleep(ctx, time.Duration(rand.Int64N(int64(attempt)*int64(time.Millisecond)))); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrBusy, err)
+		// The first retry is at once: most refusals are a stored key, whose writer has
+		// committed. After that, a short random pause lets a writer that keeps beating us
+		// finish, and keeps a crowd of losers from colliding again in lockstep.
+		if attempt > 1 {
+			if err := sleep(ctx, time.Duration(rand.Int64N(int64(attempt)*int64(time.Millisecond)))); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrBusy, err)
+			}
 		}
 	}
 }
@@ -404,6 +409,7 @@ func (s *Service) explainRefusal(w Write, snap Snapshot) error {
 				Err: fmt.Errorf("%w: fence %d is older than %d", ErrLockLost, dec.Fence, now.Fence)}
 		case d.Version && now.Version != dec.Read.Version:
 			s.metrics.caught(LayerVersion)
+			s.metrics.conflict()
 		case d.Guard && now.Stock < dec.Quantity:
 			s.metrics.caught(LayerGuard)
 		}
