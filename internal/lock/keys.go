@@ -7,6 +7,7 @@ type keys struct {
 	lock    string
 	fence   string
 	waiters string // the line of waiters, in the order they asked (see scripts.go)
+	note    string // what the last holder left for the next (Lock.LeaveNote)
 	channel string // where grants are announced, for waiters of any client
 }
 
@@ -18,16 +19,17 @@ const channelPrefix = "lock-released:"
 // so that one script can touch them together: the name's own tag when it has one
 // ("lock:product:{42}"), otherwise the whole name becomes the tag ("{name}"). Names are
 // therefore not all distinct keys: "x" and "{x}" are the same lock (use one spelling), and a
-// name must not end in ":fence" or ":waiters" if the name without that suffix is also locked.
+// name must not end in ":fence", ":waiters" or ":note" if the name without that suffix is also
+// locked.
 func keysFor(name string) keys {
 	tagged := name
 	if !hasHashTag(name) {
 		tagged = "{" + name + "}"
 	}
-	return keys{lock: tagged, fence: tagged + ":fence", waiters: tagged + ":waiters", channel: channelPrefix + name}
+	return keys{lock: tagged, fence: tagged + ":fence", waiters: tagged + ":waiters", note: tagged + ":note", channel: channelPrefix + name}
 }
 
-func (k keys) all() []string { return []string{k.lock, k.fence, k.waiters} }
+func (k keys) all() []string { return []string{k.lock, k.fence, k.waiters, k.note} }
 
 // hasHashTag reports whether Redis Cluster would hash only part of key: a '{' followed later by
 // a '}' with at least one byte between them (the first such pair decides).

@@ -147,9 +147,11 @@ type Lock struct {
 	fence  int64
 	ttl    time.Duration
 	fenced bool
+	note   string // what the last holder left (Note)
 
 	mu       sync.Mutex
 	until    time.Time // local, conservative end of the lease (monotonic clock)
+	leave    string    // the note Release leaves (LeaveNote)
 	released bool
 	lost     bool // the observer was told the lock was lost
 }
@@ -197,6 +199,7 @@ func (c *Client) Obtain(ctx context.Context, name string, ttl time.Duration, opt
 type attempt struct {
 	obtained bool
 	fence    int64
+	note     string        // the last holder's note, when obtained
 	pttl     time.Duration // the holder's remaining lease, when not obtained
 }
 
@@ -204,17 +207,26 @@ type attempt struct {
 // in the lock's line when the lock is held; entry is "" for an attempt that does not wait.
 func (c *Client) try(ctx context.Context, k keys, token string, ttl time.Duration, opt *Options, entry string) (attempt, error) {
 	reply, err := obtainScript.Run(ctx, c.rdb, k.all(), token, ttl.Milliseconds(),
-		flag(opt.fenced()), entry, listKeep.Milliseconds()).Int64Slice()
+		flag(opt.fenced()), entry, listKeep.Milliseconds()).Slice()
 	if err != nil {
 		return attempt{}, err
 	}
-	if len(reply) != 2 {
+	if len(reply) < 2 {
 		return attempt{}, fmt.Errorf("unexpected reply %v", reply)
 	}
-	if reply[0] == 0 {
-		return attempt{pttl: time.Duration(reply[1]) * time.Millisecond}, nil
+	code, _ := reply[0].(int64)
+	n, ok := reply[1].(int64)
+	if !ok {
+		return attempt{}, fmt.Errorf("unexpected reply %v", reply)
 	}
-	return attempt{obtained: true, fence: reply[1]}, nil
+	if code == 0 {
+		return attempt{pttl: time.Duration(n) * time.Millisecond}, nil
+	}
+	a := attempt{obtained: true, fence: n}
+	if len(reply) > 2 {
+		a.note, _ = reply[2].(string)
+	}
+	return a, nil
 }
 
 func flag(b bool) string {
@@ -224,10 +236,10 @@ func flag(b bool) string {
 	return "0"
 }
 
-func (c *Client) newLock(name string, k keys, token string, fence int64, ttl time.Duration, fenced bool, start time.Time) *Lock {
+func (c *Client) newLock(name string, k keys, token string, fence int64, note string, ttl time.Duration, fenced bool, start time.Time) *Lock {
 	// The lease is measured from before the request: Redis may set the key at any point
 	// until the reply arrives, so this is the latest the lease can safely be assumed to end.
-	return &Lock{client: c, name: name, keys: k, token: token, fence: fence, ttl: ttl,
+	return &Lock{client: c, name: name, keys: k, token: token, fence: fence, note: note, ttl: ttl,
 		fenced: fenced, until: start.Add(ttl)}
 }
 
@@ -252,7 +264,7 @@ func (c *Client) obtainPolling(ctx context.Context, name string, ttl time.Durati
 			return nil, held, attemptError(ctx, name, err, held)
 		}
 		if a.obtained {
-			return c.newLock(name, k, token, a.fence, ttl, opt.fenced(), start), held, nil
+			return c.newLock(name, k, token, a.fence, a.note, ttl, opt.fenced(), start), held, nil
 		}
 		held = true
 		pause := retry.Backoff(failed)
@@ -423,7 +435,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	held, err := l.client.release(ctx, l.keys, l.token)
+	held, err := l.client.release(ctx, l.keys, l.token, l.leave)
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", l.name, err)
 	}
@@ -435,8 +447,27 @@ func (l *Lock) Release(ctx context.Context) error {
 	return nil
 }
 
-// release runs the release script and reports whether token still held the lock.
-func (c *Client) release(ctx context.Context, k keys, token string) (held bool, err error) {
-	n, err := releaseScript.Run(ctx, c.rdb, k.all(), token, k.channel).Int64()
+// release runs the release script, leaving note, and reports whether token still held the lock.
+func (c *Client) release(ctx context.Context, k keys, token, note string) (held bool, err error) {
+	n, err := releaseScript.Run(ctx, c.rdb, k.all(), token, k.channel, note, noteKeep.Milliseconds()).Int64()
 	return n == 1, err
+}
+
+// noteKeep is how long a note outlives the release that left it: long enough for the next
+// holder in any sane wait, short enough that a product nobody buys does not keep one for good.
+const noteKeep = time.Hour
+
+// Note returns what the last holder of the lock left for the next one (LeaveNote) when it let
+// the lock go, or "" when it left nothing. It comes with the lock, in the same reply or message
+// as the grant. A note is a hint from another process, never a fact: a holder that died, or
+// whose lease ran out, left none, and anything written without the lock is not in it.
+func (l *Lock) Note() string { return l.note }
+
+// LeaveNote sets what Release leaves for the next holder (a short string), in place of the
+// note this holder found. A holder that leaves none takes the old note away when it releases:
+// whatever it did may have made it wrong.
+func (l *Lock) LeaveNote(note string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.leave = note
 }

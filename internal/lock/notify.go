@@ -74,18 +74,23 @@ func (c *Client) startSubscription() *subscription {
 		// found by the waiters' next look.
 		prefix := c.id + "-"
 		for msg := range s.ps.Channel() {
-			// "<waiter id> <fence>": the waiter the lock was given to, and its fencing
-			// token. Every client hears every grant in its namespace; only the waiter's own
-			// client has anything to do.
-			id, fence, ok := strings.Cut(msg.Payload, " ")
-			if !ok || !strings.HasPrefix(id, prefix) {
+			// "<waiter id> <fence> <note>": the waiter the lock was given to, its fencing
+			// token, and the last holder's note (possibly empty, possibly with spaces). Every
+			// client hears every grant in its namespace; only the waiter's own client has
+			// anything to do.
+			parts := strings.SplitN(msg.Payload, " ", 3)
+			if len(parts) < 2 || !strings.HasPrefix(parts[0], prefix) {
 				continue
 			}
-			f, err := strconv.ParseInt(fence, 10, 64)
+			f, err := strconv.ParseInt(parts[1], 10, 64)
 			if err != nil {
 				continue // not ours to read; the waiter finds its token on its next look
 			}
-			c.deliver(id, f)
+			g := grant{fence: f}
+			if len(parts) == 3 {
+				g.note = parts[2]
+			}
+			c.deliver(parts[0], g)
 		}
 	}()
 	return s
@@ -113,15 +118,14 @@ func (s *subscription) close() error {
 	return err
 }
 
-// deliver tells the waiter id, if it still waits, that the lock was given to it with fencing
-// token fence.
-func (c *Client) deliver(id string, fence int64) {
+// deliver tells the waiter id, if it still waits, that the lock was given to it.
+func (c *Client) deliver(id string, g grant) {
 	c.mu.Lock()
 	w := c.waiters[id]
 	c.mu.Unlock()
 	if w != nil {
 		select {
-		case w.granted <- fence:
+		case w.granted <- g:
 		default: // a duplicate: the first is still there to be read
 		}
 	}

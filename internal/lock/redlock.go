@@ -195,7 +195,7 @@ func (r *Redlock) each(ctx context.Context, fn func(ctx context.Context, i int, 
 func (r *Redlock) release(ctx context.Context, k keys, token string) int {
 	var n atomic.Int64
 	r.each(ctx, func(ctx context.Context, _ int, c *Client) {
-		if held, err := c.release(ctx, k, token); err == nil && held {
+		if held, err := c.release(ctx, k, token, ""); err == nil && held {
 			n.Add(1)
 		}
 	})

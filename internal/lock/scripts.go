@@ -8,6 +8,7 @@ import "github.com/redis/go-redis/v9"
 //	KEYS[1] the lock: its value is the holder's token, its TTL the lease
 //	KEYS[2] the fencing counter of the lock's name
 //	KEYS[3] the line of waiters for the lock, in the order they asked
+//	KEYS[4] the note the last holder left for the next one (see Lock.LeaveNote)
 //
 // Every script keeps to as few Redis commands as it can: each one counts when the lock is hot.
 
@@ -47,10 +48,11 @@ end
 // ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] "1" to issue a fencing token, ARGV[4] the caller's
 // entry in the line, or "" when it does not wait, ARGV[5] how long to keep the line, in ms.
 //
-// Returns {1, fence} when obtained, {2, fence} when the lock already holds ARGV[1] — re-entered
-// (the lease is extended and the holder's fence returned), given to this waiter by the last
-// holder, or granted by an earlier run of this same attempt that go-redis resent after a lost
-// reply — and {0, pttl} when held by someone else; a waiter is then in the line, once.
+// Returns {1, fence, note} when obtained, {2, fence, note} when the lock already holds ARGV[1] —
+// re-entered (the lease is extended and the holder's fence returned), given to this waiter by
+// the last holder, or granted by an earlier run of this same attempt that go-redis resent after
+// a lost reply — and {0, pttl} when held by someone else; a waiter is then in the line, once.
+// note is what the last holder left ("" for none).
 //
 // SET with both NX and GET (Redis 7.0 and later) takes a free lock or reads its holder in one
 // command. A waiter's first attempt may be sent twice (a lost reply): LPOS keeps the second run
@@ -63,17 +65,19 @@ if not holder then
   if ARGV[4] ~= '' then
     redis.call('LREM', KEYS[3], 1, ARGV[4])
   end
+  local note = redis.call('GET', KEYS[4]) or ''
   if ARGV[3] ~= '1' then
-    return {1, 0}
+    return {1, 0, note}
   end
-  return {1, fence()}
+  return {1, fence(), note}
 end
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local note = redis.call('GET', KEYS[4]) or ''
   if ARGV[3] ~= '1' then
-    return {2, 0}
+    return {2, 0, note}
   end
-  return {2, tonumber(redis.call('GET', KEYS[2]) or '0')}
+  return {2, tonumber(redis.call('GET', KEYS[2]) or '0'), note}
 end
 if ARGV[4] ~= '' then
   if not redis.call('LPOS', KEYS[3], ARGV[4]) then
@@ -85,8 +89,9 @@ return {0, redis.call('PTTL', KEYS[1])}
 `)
 
 // passOnLua gives a lock that is being let go to the entry at the front of the line, if any
-// (see above), announcing it on channel. Malformed entries are dropped. Returns whether it gave
-// the lock to someone.
+// (see above), announcing it on channel with the note the last holder left, so that the new
+// holder has it without asking. Malformed entries are dropped. Returns whether it gave the lock
+// to someone.
 const passOnLua = `
 local function passOn(channel)
   while true do
@@ -102,7 +107,8 @@ local function passOn(channel)
         f = fence()
       end
       -- %d: concatenating a Lua number would print a large fence in exponent form.
-      redis.call('PUBLISH', channel, id .. ' ' .. string.format('%d', f))
+      local note = redis.call('GET', KEYS[4]) or ''
+      redis.call('PUBLISH', channel, id .. ' ' .. string.format('%d', f) .. ' ' .. note)
       return true
     end
   end
@@ -110,11 +116,18 @@ end
 `
 
 // releaseScript lets a lock go: to the waiter at the front of the line, else it deletes it.
-// ARGV[1] holder's token, ARGV[2] channel. Returns 1 when let go, 0 when ARGV[1] no longer held
-// the lock.
+// It first leaves the holder's note for the next holder (ARGV[3], kept ARGV[4] ms), or, when the
+// holder left none, takes away the one before it: a holder that says nothing may have changed
+// whatever the old note described. ARGV[1] holder's token, ARGV[2] channel. Returns 1 when let
+// go, 0 when ARGV[1] no longer held the lock (the note is then left alone).
 var releaseScript = redis.NewScript(fenceLua + passOnLua + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
+end
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[4], ARGV[3], 'PX', ARGV[4])
+else
+  redis.call('DEL', KEYS[4])
 end
 if not passOn(ARGV[2]) then
   redis.call('DEL', KEYS[1])

@@ -12,10 +12,16 @@ type waiter struct {
 	// id is the client's id and a sequence number: it names the waiter in the lock's line and
 	// in the grant message, and is never used again once the wait is over.
 	id string
-	// granted receives the fencing token of the grant announced for the waiter. It is
-	// buffered so that the subscription never blocks on a waiter; a waiter is given a lock at
-	// most once, so one slot is enough.
-	granted chan int64
+	// granted receives the grant announced for the waiter. It is buffered so that the
+	// subscription never blocks on a waiter; a waiter is given a lock at most once, so one
+	// slot is enough.
+	granted chan grant
+}
+
+// grant is an announced grant: the fencing token, and the last holder's note.
+type grant struct {
+	fence int64
+	note  string
 }
 
 // obtainWaiting is Obtain with Options.Wait. The waiter makes its own attempts: when one finds
@@ -30,7 +36,7 @@ type waiter struct {
 // answered its first attempt is the deadline's error.
 func (c *Client) obtainWaiting(ctx context.Context, name string, ttl time.Duration, opt *Options) (l *Lock, held bool, err error) {
 	k := keysFor(name)
-	w := &waiter{id: c.id + "-" + strconv.FormatUint(c.seq.Add(1), 36), granted: make(chan int64, 1)}
+	w := &waiter{id: c.id + "-" + strconv.FormatUint(c.seq.Add(1), 36), granted: make(chan grant, 1)}
 	token := rand.Text()
 	// The entry stays the same for the whole wait: the scripts find it, and take it out, by
 	// value, and a holder sets the lock to what it says.
@@ -61,7 +67,7 @@ func (c *Client) obtainWaiting(ctx context.Context, name string, ttl time.Durati
 			return nil, held, attemptError(ctx, name, err, held)
 		}
 		if a.obtained {
-			return c.newLock(name, k, token, a.fence, ttl, opt.fenced(), start), held, nil
+			return c.newLock(name, k, token, a.fence, a.note, ttl, opt.fenced(), start), held, nil
 		}
 		// A grant to this waiter can only follow this attempt, so a lease counted from start
 		// ends no later than the one the holder will set.
@@ -82,9 +88,9 @@ func (c *Client) obtainWaiting(ctx context.Context, name string, ttl time.Durati
 		}
 		timer := time.NewTimer(wait)
 		select {
-		case fence := <-w.granted:
+		case g := <-w.granted:
 			timer.Stop()
-			return c.newLock(name, k, token, fence, ttl, opt.fenced(), since), held, nil
+			return c.newLock(name, k, token, g.fence, g.note, ttl, opt.fenced(), since), held, nil
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()

@@ -317,9 +317,10 @@ func TestWaitGrantAnnouncement(t *testing.T) {
 		t.Fatal("the waiter got no lock")
 	}
 	defer l.Release(context.Background())
-	id, fence, ok := strings.Cut(msg.Payload, " ")
-	if !ok || id == "" || fence != strconv.FormatInt(l.Fence(), 10) {
-		t.Errorf("announcement %q, want \"<waiter id> %d\" (a plain integer fence)", msg.Payload, l.Fence())
+	// "<waiter id> <fence> <note>", the note empty here: the holder left none.
+	parts := strings.SplitN(msg.Payload, " ", 3)
+	if len(parts) != 3 || parts[0] == "" || parts[1] != strconv.FormatInt(l.Fence(), 10) || parts[2] != "" {
+		t.Errorf("announcement %q, want \"<waiter id> %d \" (a plain integer fence, no note)", msg.Payload, l.Fence())
 	}
 	if strings.Contains(msg.Payload, l.Token()) {
 		t.Errorf("announcement %q carries the holder's token", msg.Payload)
