@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stocksvc/stocksvc/internal/lock"
@@ -14,11 +15,43 @@ import (
 // Locker gives a holder exclusive access to products across every replica.
 type Locker interface {
 	// WithProducts runs fn while holding the lock of every product in ids, taken in ascending
-	// id order; fences holds the fencing token of each product's lock. fn's context is
-	// cancelled if a lock is lost. It returns ErrBusy when the locks could not be had within
-	// the wait budget, ErrUnavailable (wrapped) when the lock service is unreachable, the
-	// context's error when ctx ends, and otherwise fn's error.
-	WithProducts(ctx context.Context, ids []int64, fn func(ctx context.Context, fences map[int64]int64) error) error
+	// id order (see Grant). fn's context is cancelled if a lock is lost. It returns ErrBusy
+	// when the locks could not be had within the wait budget, ErrUnavailable (wrapped) when
+	// the lock service is unreachable, the context's error when ctx ends, and otherwise fn's
+	// error.
+	WithProducts(ctx context.Context, ids []int64, fn func(ctx context.Context, g *Grant) error) error
+}
+
+// Grant is what holding products' locks gives, and what the holder leaves for the next one.
+type Grant struct {
+	// Fences holds the fencing token of each product's lock.
+	Fences map[int64]int64
+	// Notes holds, for each product, what the last holder of its lock left when it let go:
+	// the product's row as that holder's batch left it (a level), or "" for nothing. It is a
+	// hint, never a fact: a batch decided from it is still refused by the version check if it
+	// is stale.
+	Notes map[int64]string
+	// Leave is what the work leaves for the next holder of each product's lock; a product
+	// without an entry leaves nothing, which takes away the note the work was given.
+	Leave map[int64]string
+}
+
+// levelNote writes a product's level as a lock note; parseLevelNote reads one back.
+func levelNote(l Level) string {
+	return strconv.FormatInt(l.Stock, 10) + " " + strconv.FormatInt(l.Version, 10)
+}
+
+func parseLevelNote(note string) (Level, bool) {
+	stock, version, ok := strings.Cut(note, " ")
+	if !ok {
+		return Level{}, false
+	}
+	s, err1 := strconv.ParseInt(stock, 10, 64)
+	v, err2 := strconv.ParseInt(version, 10, 64)
+	if err1 != nil || err2 != nil || s < 0 {
+		return Level{}, false
+	}
+	return Level{Stock: s, Version: v}, true
 }
 
 // productLockName is the name of a product's lock: the one place it is built. The prefix is the
@@ -67,7 +100,7 @@ func NewRedisLocker(client *lock.Client, cfg LockConfig) *RedisLocker {
 // WithProducts implements Locker. The wait budget bounds only the acquisition: once the locks
 // are held the work is detached from it and from the caller's cancellation (a batch that has
 // started is allowed to finish so that its outcome is known), and only a lost lock cancels it.
-func (r *RedisLocker) WithProducts(ctx context.Context, ids []int64, fn func(ctx context.Context, fences map[int64]int64) error) error {
+func (r *RedisLocker) WithProducts(ctx context.Context, ids []int64, fn func(ctx context.Context, g *Grant) error) error {
 	ids = slices.Clone(ids)
 	slices.Sort(ids)
 	names := make([]string, len(ids))
@@ -79,11 +112,15 @@ func (r *RedisLocker) WithProducts(ctx context.Context, ids []int64, fn func(ctx
 	ran := false
 	err := r.client.WithLocks(waitCtx, names, r.cfg.TTL, func(ctx context.Context, locks []*lock.Lock) error {
 		ran = true
-		fences := make(map[int64]int64, len(locks))
+		g := &Grant{Fences: make(map[int64]int64, len(locks)), Notes: make(map[int64]string, len(locks)), Leave: map[int64]string{}}
 		for i, l := range locks {
-			fences[ids[i]] = l.Fence()
+			g.Fences[ids[i]], g.Notes[ids[i]] = l.Fence(), l.Note()
 		}
-		return fn(ctx, fences)
+		err := fn(ctx, g)
+		for i, l := range locks {
+			l.LeaveNote(g.Leave[ids[i]])
+		}
+		return err
 	}, &lock.Options{Wait: r.cfg.Retry == nil, Retry: r.cfg.Retry, Detached: true})
 	if ran {
 		if errors.Is(err, lock.ErrNotHeld) && !errors.Is(err, ErrLockLost) {

@@ -38,7 +38,7 @@ func TestWithLocksRedisFailureIsUnavailable(t *testing.T) {
 			ctx := context.Background()
 			var ran atomic.Int64
 			order := func() error {
-				return locker.WithProducts(ctx, []int64{1}, func(context.Context, map[int64]int64) error { ran.Add(1); return nil })
+				return locker.WithProducts(ctx, []int64{1}, func(context.Context, *stock.Grant) error { ran.Add(1); return nil })
 			}
 			if err := order(); err != nil {
 				t.Fatalf("order with Redis up: %v", err)

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stocksvc/stocksvc/internal/lock"
@@ -477,5 +479,63 @@ func TestPostgresFailureMidBatch(t *testing.T) {
 	}
 	if a := mustAudit(t, r, id); a.Sold != 1 {
 		t.Errorf("audit = %+v, want one sale", a)
+	}
+}
+
+// countingStore counts the reads a service makes.
+type countingStore struct {
+	stock.Store
+	snapshots atomic.Int64
+}
+
+func (c *countingStore) Snapshot(ctx context.Context, ids []int64, keys []string) (stock.Snapshot, error) {
+	c.snapshots.Add(1)
+	return c.Store.Snapshot(ctx, ids, keys)
+}
+
+// TestBatchDecidedFromTheLastHoldersNote: a batch given the product's lock with the level the
+// last holder noted decides from it, without reading; a note made stale by a write that took no
+// lock is refused by the version check, and the batch reads and is decided again.
+func TestBatchDecidedFromTheLastHoldersNote(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+	store := &countingStore{Store: r.store}
+	reg := prometheus.NewRegistry()
+	svc := stock.NewService(store, stock.NewRedisLocker(newLockClient(t, r.redis, w.prefix), stock.LockConfig{}),
+		stock.Config{Defense: stock.DefaultDefense()}, stock.NewMetrics(reg))
+	t.Cleanup(svc.Close)
+	id := createProduct(t, r, "noted", 10)
+	ctx := context.Background()
+
+	buy := func() {
+		t.Helper()
+		if _, err := svc.PlaceOrder(ctx, order("c", one(id, 1))); err != nil {
+			t.Fatalf("order: %v", err)
+		}
+	}
+	buy() // the product is new to this replica: a look before the lock, and a read under it
+	if n := store.snapshots.Load(); n != 2 {
+		t.Errorf("reads for the first order = %d, want 2", n)
+	}
+	buy()
+	buy()
+	if n := store.snapshots.Load(); n != 2 {
+		t.Errorf("reads after two more orders = %d, want still 2: each decided from the note", n)
+	}
+
+	// A write that takes no lock leaves the note stale.
+	if _, err := r.pool.Exec(ctx, `UPDATE products SET version = version + 1 WHERE id = $1`, id); err != nil {
+		t.Fatalf("out-of-band write: %v", err)
+	}
+	buy()
+	if n := store.snapshots.Load(); n != 3 {
+		t.Errorf("reads after the stale note = %d, want 3: one read after the refusal", n)
+	}
+	if got := counterValue(t, reg, "stocksvc_defense_catches_total", "layer", string(stock.LayerVersion)); got != 1 {
+		t.Errorf("version catches = %v, want 1: the stale note", got)
+	}
+	if a := mustAudit(t, r, id); a.Sold != 4 || a.Stock != 6 || !a.Consistent() {
+		t.Errorf("audit = %+v, want 4 sold, 6 left", a)
 	}
 }

@@ -232,16 +232,17 @@ func (m *MemStore) PurgeIdempotencyKeys(_ context.Context, cutoff time.Time) (in
 type LocalLocker struct {
 	mu    sync.Mutex
 	locks map[int64]chan struct{} // a product's lock is held while its channel holds a value
+	notes map[int64]string        // what the last holder of each product's lock left
 	fence int64
 }
 
 var _ stock.Locker = (*LocalLocker)(nil)
 
 // WithProducts implements stock.Locker. It waits as long as ctx allows.
-func (l *LocalLocker) WithProducts(ctx context.Context, ids []int64, fn func(ctx context.Context, fences map[int64]int64) error) error {
+func (l *LocalLocker) WithProducts(ctx context.Context, ids []int64, fn func(ctx context.Context, g *stock.Grant) error) error {
 	ids = slices.Clone(ids)
 	slices.Sort(ids)
-	fences := make(map[int64]int64, len(ids))
+	g := &stock.Grant{Fences: make(map[int64]int64, len(ids)), Notes: map[int64]string{}, Leave: map[int64]string{}}
 	var held []chan struct{}
 	defer func() {
 		for _, h := range held {
@@ -267,8 +268,17 @@ func (l *LocalLocker) WithProducts(ctx context.Context, ids []int64, fn func(ctx
 		held = append(held, h)
 		l.mu.Lock()
 		l.fence++
-		fences[id] = l.fence
+		g.Fences[id], g.Notes[id] = l.fence, l.notes[id]
 		l.mu.Unlock()
 	}
-	return fn(ctx, fences)
+	err := fn(ctx, g)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.notes == nil {
+		l.notes = map[int64]string{}
+	}
+	for _, id := range ids {
+		l.notes[id] = g.Leave[id]
+	}
+	return err
 }
