@@ -43,6 +43,7 @@ type options struct {
 	killAfter      time.Duration
 	compare        bool
 	throughput     bool
+	closedOnly     bool
 	clients        int
 	pgbenchClients int
 	databaseURL    string
@@ -112,6 +113,7 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.BoolVar(&o.compare, "compare", false, "compare the default path, polling the lock, the seeds' naive retry policy, the guard alone and a bare pgbench UPDATE")
 	fs.BoolVar(&o.throughput, "throughput", false, "benchmark: confirmed purchases/s of one hot product in a closed loop, against pgbench in the same run; then latency at 80% and 2× of that peak")
 	fs.IntVar(&o.clients, "clients", 128, "closed-loop clients in -throughput")
+	fs.BoolVar(&o.closedOnly, "closed-only", false, "in -throughput, only the closed loop (no open-loop phases)")
 	fs.IntVar(&o.pgbenchClients, "pgbench-clients", 8, "pgbench clients in -compare and -throughput")
 	fs.StringVar(&o.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres server to create the run's database on")
 	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis (the run uses a key prefix of its own and deletes it afterwards)")
@@ -168,6 +170,7 @@ type harness struct {
 	binary  string
 	k6      string
 	haproxy string
+	wrk     string // only for -throughput
 	script  string
 	w       io.Writer
 }
@@ -218,6 +221,9 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		return h.compare(ctx)
 	}
 	if o.throughput {
+		if h.wrk, err = findTool(ctx, "wrk", "wrk", w); err != nil {
+			return err
+		}
 		return h.throughput(ctx)
 	}
 	if o.fault != "" {

@@ -31,6 +31,7 @@ type config struct {
 	DBMaxConns     int
 	LockTTL        time.Duration
 	LockWait       time.Duration
+	QueueWait      time.Duration
 	LockRetry      string
 	LockMaxRetries int
 	MaxQuantity    int64
@@ -93,6 +94,7 @@ func settings() []setting {
 		{"STOCKSVC_DB_MAX_CONNS", "db-max-conns", "20", "Postgres connection pool size", integer(func(c *config, n int64) { c.DBMaxConns = int(n) }), false},
 		{"STOCKSVC_LOCK_TTL", "lock-ttl", "10s", "lease of a product lock; refreshed every third of it while held", dur(func(c *config) *time.Duration { return &c.LockTTL }), false},
 		{"STOCKSVC_LOCK_WAIT", "lock-wait", "2s", "longest an order waits for its product locks before answering 429", dur(func(c *config) *time.Duration { return &c.LockWait }), false},
+		{"STOCKSVC_QUEUE_WAIT", "queue-wait", "500ms", "longest an order may expect to wait in its product's queue before its batch begins; one that would wait longer is answered 429 at once; capped at STOCKSVC_LOCK_WAIT", dur(func(c *config) *time.Duration { return &c.QueueWait }), false},
 		{"STOCKSVC_LOCK_RETRY", "lock-retry", "wait", "how lock waits are paced: wait (queue, woken by releases) or, polling, exponential[:BASE:MAX], linear[:STEP:MAX], fixed:PAUSE, none", str(func(c *config) *string { return &c.LockRetry }), false},
 		{"STOCKSVC_LOCK_MAX_RETRIES", "lock-max-retries", "0", "cap on polling lock attempts after the first; 0 means only the wait bounds them", integer(func(c *config, n int64) { c.LockMaxRetries = int(n) }), false},
 		{"STOCKSVC_MAX_QUANTITY", "max-quantity", "10", "most units of one product per order", integer(func(c *config, n int64) { c.MaxQuantity = n }), false},
@@ -190,6 +192,9 @@ func (c *config) validate() error {
 	}
 	if c.MaxQuantity < 1 {
 		errs = append(errs, errors.New("STOCKSVC_MAX_QUANTITY: must be at least 1"))
+	}
+	if c.QueueWait <= 0 {
+		errs = append(errs, errors.New("STOCKSVC_QUEUE_WAIT: must be positive"))
 	}
 	if c.MaxBatch < 1 || c.MaxBatch > 10000 {
 		errs = append(errs, fmt.Errorf("STOCKSVC_MAX_BATCH: %d is outside 1..10000", c.MaxBatch))
@@ -294,6 +299,7 @@ func (c config) logAttrs() []any {
 		slog.Int("lock_max_retries", c.LockMaxRetries),
 		slog.Int64("max_quantity", c.MaxQuantity),
 		slog.Int("max_batch", c.MaxBatch),
+		slog.String("queue_wait", c.QueueWait.String()),
 		slog.String("request_timeout", c.RequestTimeout.String()),
 		slog.String("shutdown_grace", c.ShutdownGrace.String()),
 		slog.String("shutdown_delay", c.ShutdownDelay.String()),

@@ -85,7 +85,7 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	svc := stock.NewService(store, locker, stock.Config{
 		Defense:        cfg.defense,
 		MaxQuantity:    cfg.MaxQuantity,
-		QueueWait:      cfg.LockWait,
+		QueueWait:      min(cfg.QueueWait, cfg.LockWait),
 		MaxBatchOrders: cfg.MaxBatch,
 	}, stock.NewMetrics(reg))
 	// After the HTTP server has shut down no order can arrive; Close returns once the queued

@@ -39,9 +39,9 @@ type Config struct {
 	// (a version conflict, say) before its orders are answered busy. Default 8.
 	ConflictRetries int
 	// QueueWait is the longest an order may expect to wait in its product's queue before its
-	// batch begins; an order that would wait longer is refused busy at once. Use the lock wait:
-	// a batch that begins later than that would likely not get the lock in time either.
-	// Default 2s.
+	// batch begins; an order that would wait longer is refused busy at once. It keeps the
+	// queue a few batches deep under overload — enough to keep the batches full — instead of
+	// letting the crowd wait out the lock wait. Default 500ms.
 	QueueWait time.Duration
 	// MaxBatchOrders caps the orders decided in one batch. Default 256: enough that a batch
 	// carries every order that gathered while the previous one committed at the highest rates
@@ -65,7 +65,7 @@ func (c Config) withDefaults() Config {
 		c.ConflictRetries = 8
 	}
 	if c.QueueWait <= 0 {
-		c.QueueWait = 2 * time.Second
+		c.QueueWait = 500 * time.Millisecond
 	}
 	if c.MaxBatchOrders <= 0 {
 		c.MaxBatchOrders = 256

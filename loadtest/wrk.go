@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The closed loop of the throughput benchmark is driven by wrk: written in C, it costs a few
+// microseconds of CPU per request where a Go HTTP client costs tens, and on two cores shared with
+// the deployment every microsecond the load generator spends is taken from the service. It is
+// closed-loop by design (each connection sends its next request when the answer is in), which is
+// what this phase measures; the open-loop phases, which need arrivals on a schedule, use vegeta.
+
+// orderLua makes each wrk request a new order of one unit of product $PRODUCT, with its own
+// customer and Idempotency-Key (thread number, counter and randomness: unique across threads).
+const orderLua = `
+local product = os.getenv("PRODUCT")
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("tid", threads)
+end
+function init(args)
+  math.randomseed(os.time() * 1000 + tid)
+  counter = 0
+end
+function request()
+  counter = counter + 1
+  local key = string.format("wrk-%d-%d-%08x%08x", tid, counter, math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
+  local body = string.format('{"customer_id":"c%d-%d","items":[{"product_id":%s,"quantity":1}]}', tid, counter, product)
+  return wrk.format("POST", "/v1/orders", {["Content-Type"] = "application/json", ["Idempotency-Key"] = key}, body)
+end
+`
+
+var (
+	wrkTotal    = regexp.MustCompile(`(\d+) requests in ([0-9.]+)(us|ms|s|m)`)
+	wrkNon2xx   = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
+	wrkSocket   = regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`)
+	wrkLatLine  = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
+	durationFor = map[string]time.Duration{"us": time.Microsecond, "ms": time.Millisecond, "s": time.Second, "m": time.Minute}
+)
+
+// wrkLoop runs clients closed-loop connections of wrk against c for d, buying product.
+func (h *harness) wrkLoop(ctx context.Context, c *cluster, name string, product int64, clients int, d time.Duration) (phase, error) {
+	script := filepath.Join(c.dir, "order.lua")
+	if err := os.WriteFile(script, []byte(orderLua), 0o644); err != nil {
+		return phase{}, err
+	}
+	before, err := c.sample(ctx)
+	if err != nil {
+		return phase{}, err
+	}
+	cmd := exec.CommandContext(ctx, h.wrk, "-t", "2", "-c", strconv.Itoa(clients), "-d", fmt.Sprintf("%ds", int(d.Seconds())),
+		"--latency", "-s", script, fmt.Sprintf("http://127.0.0.1:%d", c.front))
+	cmd.Env = append(os.Environ(), "PRODUCT="+strconv.FormatInt(product, 10))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return phase{}, fmt.Errorf("wrk: %w: %s", err, out.String())
+	}
+	after, err := c.sample(ctx)
+	if err != nil {
+		return phase{}, err
+	}
+	_ = os.WriteFile(filepath.Join(c.dir, strings.ReplaceAll(name, " ", "-")+".wrk.txt"), out.Bytes(), 0o644)
+	p, err := parseWrk(out.String())
+	if err != nil {
+		return phase{}, err
+	}
+	p.name, p.generator = name, "wrk"
+	p.cpu = after.cpu.minus(before.cpu)
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		p.cpu["load generator"] += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	p.batches = after.batches.minus(before.batches)
+	return p, nil
+}
+
+// parseWrk reads what wrk printed: every answer not counted as non-2xx is a 201 here (the only
+// 2xx an order gets), and wrk's latency percentiles are over all answers.
+func parseWrk(out string) (phase, error) {
+	var p phase
+	m := wrkTotal.FindStringSubmatch(out)
+	if m == nil {
+		return p, errors.New("wrk printed no request count: " + out)
+	}
+	total, _ := strconv.Atoi(m[1])
+	secs, _ := strconv.ParseFloat(m[2], 64)
+	p.window = time.Duration(secs * float64(durationFor[m[3]]))
+	non2xx := 0
+	if m := wrkNon2xx.FindStringSubmatch(out); m != nil {
+		non2xx, _ = strconv.Atoi(m[1])
+	}
+	failed := 0
+	if m := wrkSocket.FindStringSubmatch(out); m != nil {
+		for _, f := range m[1:] {
+			n, _ := strconv.Atoi(f)
+			failed += n
+		}
+	}
+	var pct [2]float64
+	for _, m := range wrkLatLine.FindAllStringSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		ms := v * float64(durationFor[m[3]]) / float64(time.Millisecond)
+		if m[1] == "50" {
+			pct[0] = ms
+		} else {
+			pct[1] = ms
+		}
+	}
+	p.counts = map[uint16]int{http.StatusCreated: total - non2xx, 0: failed}
+	if non2xx > 0 {
+		p.counts[http.StatusInternalServerError] = non2xx // other answers, whatever they were
+	}
+	p.pct = map[uint16][2]float64{http.StatusCreated: pct}
+	return p, nil
+}
