@@ -30,7 +30,8 @@ type saleSpec struct {
 	defense        string
 	lockRetry      string
 	lockMaxRetries int
-	maxBatch       int // the replicas' STOCKSVC_MAX_BATCH; 0 keeps their default
+	maxBatch       int           // the replicas' STOCKSVC_MAX_BATCH; 0 keeps their default
+	queueWait      time.Duration // the replicas' STOCKSVC_QUEUE_WAIT; 0 keeps their default
 	scenarios      string
 	requestLog     bool // k6 writes every request to requests.csv.gz (comparison mode)
 }
@@ -162,6 +163,9 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 		}
 		if spec.maxBatch > 0 {
 			env = append(env, "STOCKSVC_MAX_BATCH="+strconv.Itoa(spec.maxBatch))
+		}
+		if spec.queueWait > 0 {
+			env = append(env, "STOCKSVC_QUEUE_WAIT="+spec.queueWait.String())
 		}
 		name := fmt.Sprintf("r%d", i+1)
 		p, err := sup.start(name, filepath.Join(run.dir, name+".log"), env, h.binary)
