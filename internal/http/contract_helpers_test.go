@@ -241,19 +241,3 @@ func deadEndpoint(t testing.TB) string {
 
 // repeat returns s n times; shorthand for building over-long fields.
 func repeat(s string, n int) string { return strings.Repeat(s, n) }
-
-// gaugeValue reads an unlabelled gauge from the instance's registry.
-func gaugeValue(t testing.TB, in *instance, name string) float64 {
-	t.Helper()
-	families, err := in.Registry.Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
-	}
-	for _, f := range families {
-		if f.GetName() == name && len(f.GetMetric()) == 1 {
-			return f.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("gauge %s not found", name)
-	return 0
-}

@@ -136,7 +136,7 @@ func TestIdempotencyKeyWhileFirstIsQueued(t *testing.T) {
 		go post(body, keyHeader(key), twins)
 	}
 	testenv.Poll(t, 10*time.Second, "both keyed orders to be queued", func() bool {
-		return gaugeValue(t, in, "stocksvc_orders_queued") == 2
+		return testenv.Gauge(t, in.Registry, "stocksvc_orders_queued") == 2
 	})
 	release()
 

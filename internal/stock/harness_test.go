@@ -180,19 +180,3 @@ func order(customer string, items ...stock.Item) stock.OrderRequest {
 func one(productID, quantity int64) stock.Item {
 	return stock.Item{ProductID: productID, Quantity: quantity}
 }
-
-// gaugeValue reads an unlabelled gauge from a registry.
-func gaugeValue(t testing.TB, g prometheus.Gatherer, name string) float64 {
-	t.Helper()
-	families, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
-	}
-	for _, f := range families {
-		if f.GetName() == name && len(f.GetMetric()) == 1 {
-			return f.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("gauge %s not found", name)
-	return 0
-}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
 // Each test below opens the race window by hand: A's batch reads the stock and is held at the
@@ -348,7 +349,7 @@ func TestFenceRefusesAWholeBatchWhoseLeaseRanOut(t *testing.T) {
 		go place(c)
 	}
 	waitForCondition(t, func() bool {
-		return gaugeValue(t, a.registry, "stocksvc_orders_queued") == 3
+		return testenv.Gauge(t, a.registry, "stocksvc_orders_queued") == 3
 	})
 	if err := outside.Release(ctx); err != nil {
 		t.Fatalf("release: %v", err)

@@ -297,10 +297,7 @@ func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h 
 		s.metrics.caught(layer)
 	}
 	if err != nil {
-		outcomes = make([]outcome, len(tickets))
-		for i := range outcomes {
-			outcomes[i].err = err
-		}
+		outcomes = failAll(len(tickets), err)
 	}
 	s.metrics.batch(len(tickets), time.Since(start), s.cfg.Defense.Lock)
 	return outcomes
