@@ -337,8 +337,9 @@ func (s *Service) decideWithoutLock(ctx context.Context, ids []int64, tickets []
 // A batch of one product given the lock with the last holder's note — its level after that
 // holder's batch — is first decided from the note, without a read: one round trip less while
 // the lock is held, which is what every other replica's batch waits for. The version check
-// makes that safe: a stale note is a stale read, refused like one, and the batch then reads.
-// On the way out it leaves the product's level for the next holder.
+// makes that safe for what sells: a stale note is a stale read, refused like one, and the batch
+// then reads. What refuses and sells nothing has no write to check, so it is decided from a
+// read. On the way out the batch leaves the product's level for the next holder.
 func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g *Grant, h *hint) ([]outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PurchaseTimeout)
 	defer cancel()
@@ -354,8 +355,10 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 	for attempt := 1; ; attempt++ {
 		var snap Snapshot
 		var err error
-		if attempt == 1 && useNote {
+		fromNote := useNote
+		if fromNote {
 			snap = Snapshot{Levels: map[int64]Level{ids[0]: noted}}
+			useNote = false // a second pass reads
 		} else if snap, err = s.store.Snapshot(ctx, ids, keys); err != nil {
 			return nil, err
 		}
@@ -368,6 +371,13 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 			s.afterRead(ctx, len(tickets))
 		}
 		a := allocate(snap, tickets, fences, s.cfg.Defense)
+		if fromNote && len(a.write.Decrements) == 0 && refuses(a.outcomes) {
+			// A refusal must be true when it is decided, and only a write's version check
+			// tells a stale note from a true one: a batch that sells nothing has no such
+			// write, so its refusals are decided from a read instead.
+			attempt--
+			continue
+		}
 		h.saw(ids[0], snap, a.write)
 		if a.write.empty() {
 			leaveLevel(g, ids, snap, a.write)
@@ -455,6 +465,16 @@ func (s *Service) explainRefusal(w Write, snap Snapshot) error {
 		}
 	}
 	return nil
+}
+
+// refuses reports whether some outcome is a refusal for want of stock.
+func refuses(outcomes []outcome) bool {
+	for _, o := range outcomes {
+		if errors.Is(o.err, ErrSoldOut) {
+			return true
+		}
+	}
+	return false
 }
 
 func ticketKeys(tickets []*ticket) []string {

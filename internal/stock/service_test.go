@@ -539,3 +539,32 @@ func TestBatchDecidedFromTheLastHoldersNote(t *testing.T) {
 		t.Errorf("audit = %+v, want 4 sold, 6 left", a)
 	}
 }
+
+// TestNoteNeverRefusesAlone: a note can be stale without any write to catch it — a holder whose
+// lock was taken from it (expired, deleted) releases nothing and leaves the old note behind.
+// A batch that the note alone would refuse reads first: a refusal must be true when decided.
+func TestNoteNeverRefusesAlone(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+	id := createProduct(t, r, "stale-note", 1)
+	ctx := context.Background()
+	if _, err := r.svc.PlaceOrder(ctx, order("a", one(id, 1))); err != nil {
+		t.Fatalf("first order: %v", err)
+	}
+	// The note now says 0 left. A restock that took no lock leaves it so, as one whose lock was
+	// deleted under it would.
+	if _, err := r.store.Restock(ctx, stock.Restocking{ProductID: id, Quantity: 2}); err != nil {
+		t.Fatalf("restock: %v", err)
+	}
+	res, err := r.svc.PlaceOrder(ctx, order("b", one(id, 1)))
+	if err != nil {
+		t.Fatalf("order after the restock: %v, want it sold: the note said 0, the stock is 2", err)
+	}
+	if res.Order.ID == uuid.Nil {
+		t.Errorf("order = %+v", res)
+	}
+	if a := mustAudit(t, r, id); a.Sold != 2 || a.Stock != 1 || !a.Consistent() {
+		t.Errorf("audit = %+v, want 2 sold, 1 left", a)
+	}
+}
