@@ -20,7 +20,7 @@ func TestLocalURL(t *testing.T) {
 		{"[::]:8080", "http://[::1]:8080/readyz"},
 		{"127.0.0.1:9000", "http://127.0.0.1:9000/readyz"},
 		{"[::1]:9000", "http://[::1]:9000/readyz"},
-		{"10.1.2.3:8080", "http://10.1.2.3:8080/readyz"},
+		{"127.0.0.2:8080", "http://127.0.0.2:8080/readyz"},
 		{"stocksvc:8080", "http://stocksvc:8080/readyz"},
 	}
 	for _, tt := range tests {

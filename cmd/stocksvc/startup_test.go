@@ -114,7 +114,7 @@ func TestWaitForStopsAtPermanentFailure(t *testing.T) {
 // deadline that cut the last attempt short.
 func TestWaitForNamesLastCause(t *testing.T) {
 	t.Parallel()
-	refused := errors.New("dial tcp 10.0.0.9:5432: connect: connection refused")
+	refused := errors.New("dial tcp 127.0.0.9:5432: connect: connection refused")
 	calls := 0
 	ping := func(ctx context.Context) error {
 		calls++
