@@ -35,8 +35,6 @@ type outcome struct {
 type allocation struct {
 	outcomes []outcome
 	write    Write
-	// confirmed lists the indexes of the tickets the write confirms.
-	confirmed []int
 }
 
 // allocate decides a batch from snap: first fit in arrival order. Each ticket in turn is
@@ -90,7 +88,6 @@ func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, d Defens
 		}
 		order := Order{ID: t.id, CustomerID: t.customerID, Status: OrderStatusConfirmed, Items: t.items}
 		a.outcomes[i] = outcome{order: order}
-		a.confirmed = append(a.confirmed, i)
 		a.write.Orders = append(a.write.Orders, order)
 		if t.key != "" {
 			a.write.Records = append(a.write.Records, IdempotencyRecord{Key: t.key, Fingerprint: t.fingerprint, Order: &order})

@@ -95,10 +95,16 @@ func TestAllocateFirstFitInArrivalOrder(t *testing.T) {
 			if taken != tc.wantTaken || len(a.write.Decrements) > 1 {
 				t.Errorf("decrements %+v: want one of %d units", a.write.Decrements, tc.wantTaken)
 			}
-			if len(a.write.Orders) != len(a.confirmed) {
-				t.Errorf("%d orders written for %d confirmed tickets", len(a.write.Orders), len(a.confirmed))
+			var confirmed []int
+			for i, o := range a.outcomes {
+				if o.err == nil {
+					confirmed = append(confirmed, i)
+				}
 			}
-			for n, i := range a.confirmed {
+			if len(a.write.Orders) != len(confirmed) {
+				t.Fatalf("%d orders written for %d confirmed tickets", len(a.write.Orders), len(confirmed))
+			}
+			for n, i := range confirmed {
 				if a.write.Orders[n].ID != tickets[i].id {
 					t.Errorf("written order %d is %s, want ticket %d's %s", n, a.write.Orders[n].ID, i, tickets[i].id)
 				}
