@@ -32,7 +32,7 @@ import (
 // two-core machine the load generator's share is taken from the service's. Every order carries
 // an Idempotency-Key, as a real client's would.
 
-// maxOpenLoopWorkers bounds the requests an open-loop phase has in flight.
+// maxOpenLoopWorkers bounds the requests the probe has in flight.
 const maxOpenLoopWorkers = 2048
 
 // throughputStock is the hot product's stock: enough that no run sells out, so every answer
@@ -234,7 +234,7 @@ func (h *harness) pacedLoad(ctx context.Context, c *cluster, name string, produc
 	}
 	probe := make(chan probed, 1)
 	go func() {
-		p, err := h.attack(ctx, c, name+" (probe)", product, 0, probeRate, d)
+		p, err := h.probe(ctx, c, name+" (probe)", product, probeRate, d)
 		probe <- probed{p, err}
 	}()
 	p, err := h.wrkLoop(ctx, c, name, product, pacedConnections, rate-probeRate, d)
@@ -267,20 +267,13 @@ func orderTargeter(front int, product int64) vegeta.Targeter {
 	}
 }
 
-// attack runs one phase: a closed loop of clients (rate 0) or an open loop at rate orders/s.
-func (h *harness) attack(ctx context.Context, c *cluster, name string, product int64, clients int, rate float64, d time.Duration) (phase, error) {
-	opts := []func(*vegeta.Attacker){vegeta.KeepAlive(true), vegeta.MaxBody(0), vegeta.Timeout(30 * time.Second)}
-	pacer := vegeta.Pacer(vegeta.Rate{Freq: 0})
-	if rate > 0 {
-		// Enough workers that an arrival rarely waits for a free one (latency is measured from
-		// the send), but bounded like a real crowd's connections: a deployment that falls
-		// behind is then seen sending fewer requests than offered (the achieved rate), not
-		// drowning in ever more connections.
-		opts = append(opts, vegeta.Workers(64), vegeta.MaxWorkers(maxOpenLoopWorkers), vegeta.Connections(maxOpenLoopWorkers))
-		pacer = vegeta.Rate{Freq: int(math.Round(rate)), Per: time.Second}
-	} else {
-		opts = append(opts, vegeta.Workers(uint64(clients)), vegeta.MaxWorkers(uint64(clients)), vegeta.Connections(clients))
-	}
+// probe sends rate orders/s for d on a fixed schedule (vegeta), recording every answer's status
+// and latency. Enough workers that an arrival rarely waits for a free one (latency is measured
+// from the send), but bounded like a real crowd's connections.
+func (h *harness) probe(ctx context.Context, c *cluster, name string, product int64, rate float64, d time.Duration) (phase, error) {
+	opts := []func(*vegeta.Attacker){vegeta.KeepAlive(true), vegeta.MaxBody(0), vegeta.Timeout(30 * time.Second),
+		vegeta.Workers(64), vegeta.MaxWorkers(maxOpenLoopWorkers), vegeta.Connections(maxOpenLoopWorkers)}
+	pacer := vegeta.Rate{Freq: int(math.Round(rate)), Per: time.Second}
 	atk := vegeta.NewAttacker(opts...)
 	before, err := c.sample(ctx)
 	if err != nil {
