@@ -108,7 +108,12 @@ type Cache struct {
 
 // lease is a view this replica may answer from until expires.
 type lease struct {
-	view    View
+	view View
+	// start is when the read that got the view began: the view is no older than that.
+	start time.Time
+	// expires is when the replica must stop answering from the view: one lease after start
+	// for a view read from Redis (or written there), zero for one that may not be leased (read
+	// from Postgres while Redis could not serve it, or while a raise was under way).
 	expires time.Time
 }
 
@@ -145,12 +150,12 @@ func (c *Cache) rebuildLockName(id int64) string {
 // most FallbackReads products at a time. Errors: *stock.ProductNotFoundError,
 // stock.ErrUnavailable, the context's error.
 func (c *Cache) Product(ctx context.Context, id int64) (View, error) {
-	v, _, err := c.view(ctx, id)
+	l, err := c.view(ctx, id)
 	if err != nil {
 		return View{}, err
 	}
-	c.metrics.read(v.From)
-	return v, nil
+	c.metrics.read(l.view.From)
+	return l.view, nil
 }
 
 // SoldOut reports whether product id is known to be sold out: its view, read within the lease,
@@ -158,39 +163,46 @@ func (c *Cache) Product(ctx context.Context, id int64) (View, error) {
 // it has to rebuild is rebuilt once for every replica. version is the view's. It answers false
 // when it cannot tell (Redis unreachable, say): the purchase path decides then.
 func (c *Cache) SoldOut(ctx context.Context, id int64) (version int64, soldOut bool) {
-	v, until, err := c.view(ctx, id)
-	// Only a view that may still be answered from: one a caller got after its lease ended
-	// (a slow flight) is a read from before the caller asked.
-	if err != nil || v.Product.Stock > 0 || !time.Now().Before(until) {
+	l, err := c.view(ctx, id)
+	// Only a view that may still be answered from: a lease that has not run out. (One that a
+	// slow flight brought after its lease ended may be older than a restock that has
+	// returned.)
+	if err != nil || l.view.Product.Stock > 0 || !time.Now().Before(l.expires) {
 		return 0, false
 	}
-	return v.Product.Version, true
+	return l.view.Product.Version, true
 }
 
-// view returns product id's view from a lease, from Redis, or rebuilt, and until when it may be
-// answered from as if read now: a view read from Redis, or written there under an unchanged
-// epoch, may be until its lease ends; a view read from Postgres while a raise is under way only
-// by a caller that asked before it was read, which until (zero) does not promise.
-func (c *Cache) view(ctx context.Context, id int64) (View, time.Time, error) {
+// view returns product id's view from a lease, from Redis, or rebuilt, no older than one lease
+// before the call.
+func (c *Cache) view(ctx context.Context, id int64) (lease, error) {
+	asked := time.Now()
 	if l, ok := c.leased(id); ok {
-		return l.view, l.expires, nil
+		return l, nil
 	}
-	ch := c.flight.DoChan(strconv.FormatInt(id, 10), func() (any, error) {
-		// The flight serves every caller that joins it: it must not end with the first one.
-		ctx := context.WithoutCancel(ctx)
-		ctx, cancel := context.WithTimeout(ctx, 2*rebuildLockTTL)
-		defer cancel()
-		return c.fetch(ctx, id)
-	})
-	select {
-	case r := <-ch:
-		if r.Err != nil {
-			return View{}, time.Time{}, r.Err
+	for joined := 1; ; joined++ {
+		ch := c.flight.DoChan(strconv.FormatInt(id, 10), func() (any, error) {
+			// The flight serves every caller that joins it: it must not end with the first.
+			ctx := context.WithoutCancel(ctx)
+			ctx, cancel := context.WithTimeout(ctx, 2*rebuildLockTTL)
+			defer cancel()
+			return c.fetch(ctx, id)
+		})
+		select {
+		case r := <-ch:
+			if r.Err != nil {
+				return lease{}, r.Err
+			}
+			l := r.Val.(lease)
+			// A flight that began over a lease before this caller asked (a slow Redis) would
+			// answer it with a view older than the bound; the next one begins after it asked.
+			if asked.Sub(l.start) > c.cfg.Lease && joined == 1 {
+				continue
+			}
+			return l, nil
+		case <-ctx.Done():
+			return lease{}, fmt.Errorf("waiting for product %d's view: %w", id, context.Cause(ctx))
 		}
-		l := r.Val.(lease)
-		return l.view, l.expires, nil
-	case <-ctx.Done():
-		return View{}, time.Time{}, fmt.Errorf("waiting for product %d's view: %w", id, context.Cause(ctx))
 	}
 }
 
@@ -212,11 +224,12 @@ func (c *Cache) fetch(ctx context.Context, id int64) (lease, error) {
 	if err == nil || errors.Is(err, stock.ErrProductNotFound) {
 		return l, err
 	}
+	start := time.Now()
 	v, ferr := c.readPostgres(ctx, id)
 	if ferr != nil {
 		return lease{}, errors.Join(ferr, err)
 	}
-	return lease{view: v}, nil
+	return lease{view: v, start: start}, nil
 }
 
 func (c *Cache) fetchCached(ctx context.Context, id int64) (lease, error) {
@@ -263,6 +276,13 @@ func (c *Cache) rebuild(ctx context.Context, id int64) (_ lease, built bool, _ e
 	}
 	defer func() { _ = l.Release(context.WithoutCancel(ctx)) }()
 	start := time.Now()
+	// Whoever held the lock just before may have written the view after this flight looked.
+	if v, found, err := c.readRedis(ctx, id); err != nil || found {
+		if err != nil {
+			return lease{}, false, err
+		}
+		return c.keep(id, v, start), true, nil
+	}
 	keys := c.keys(id)
 	epoch, err := epochScript.Run(ctx, c.rdb, keys, rand.Text(), (2 * maxRaise).Milliseconds()).Text()
 	if err != nil {
@@ -282,12 +302,12 @@ func (c *Cache) rebuild(ctx context.Context, id int64) (_ lease, built bool, _ e
 	c.metrics.rebuilt()
 	if isPending(epoch) {
 		// A raise is under way: answer from this read, but write and lease nothing.
-		return lease{view: v}, true, nil
+		return lease{view: v, start: start}, true, nil
 	}
 	written, err := writeScript.Run(ctx, c.rdb, keys, viewArgs(epoch, "", v, c.cfg.TTL)...).Int()
 	if err != nil || written != 1 {
 		// Not written: a raise began since the epoch was read, or a newer view is there.
-		return lease{view: v}, true, nil
+		return lease{view: v, start: start}, true, nil
 	}
 	return c.keep(id, v, start), true, nil
 }
@@ -315,7 +335,7 @@ func (c *Cache) readPostgres(ctx context.Context, id int64) (View, error) {
 func (c *Cache) keep(id int64, v View, start time.Time) lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	l := lease{view: v, expires: start.Add(c.cfg.Lease)}
+	l := lease{view: v, start: start, expires: start.Add(c.cfg.Lease)}
 	if old, ok := c.leases[id]; ok && old.view.Product.Version > v.Product.Version && time.Now().Before(old.expires) {
 		return l
 	}
