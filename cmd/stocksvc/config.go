@@ -36,6 +36,8 @@ type config struct {
 	LockMaxRetries int
 	MaxQuantity    int64
 	MaxBatch       int
+	CacheLease     time.Duration
+	CacheTTL       time.Duration
 	RequestTimeout time.Duration
 	ShutdownGrace  time.Duration
 	ShutdownDelay  time.Duration
@@ -99,6 +101,8 @@ func settings() []setting {
 		{"STOCKSVC_LOCK_MAX_RETRIES", "lock-max-retries", "0", "cap on polling lock attempts after the first; 0 means only the wait bounds them", integer(func(c *config, n int64) { c.LockMaxRetries = int(n) }), false},
 		{"STOCKSVC_MAX_QUANTITY", "max-quantity", "10", "most units of one product per order", integer(func(c *config, n int64) { c.MaxQuantity = n }), false},
 		{"STOCKSVC_MAX_BATCH", "max-batch", "256", "most orders of one product decided together (one lock, one read, one write); 1 decides each order alone", integer(func(c *config, n int64) { c.MaxBatch = int(n) }), false},
+		{"STOCKSVC_CACHE_LEASE", "cache-lease", "50ms", "how long a replica answers product reads, and refuses orders for a sold-out product, from a view without asking Redis again; every restock waits it out; 0 turns the view cache off", dur(func(c *config) *time.Duration { return &c.CacheLease }), false},
+		{"STOCKSVC_CACHE_TTL", "cache-ttl", "5s", "how long a product's view lives in Redis without an update: the bound on a view whose update was lost", dur(func(c *config) *time.Duration { return &c.CacheTTL }), false},
 		{"STOCKSVC_REQUEST_TIMEOUT", "request-timeout", "10s", "bound on each API request", dur(func(c *config) *time.Duration { return &c.RequestTimeout }), false},
 		{"STOCKSVC_SHUTDOWN_GRACE", "shutdown-grace", "15s", "how long in-flight requests may take to finish after SIGTERM", dur(func(c *config) *time.Duration { return &c.ShutdownGrace }), false},
 		{"STOCKSVC_SHUTDOWN_DELAY", "shutdown-delay", "2s", "how long /readyz answers 503 before the listener closes, so a balancer can notice", dur(func(c *config) *time.Duration { return &c.ShutdownDelay }), false},
@@ -198,6 +202,12 @@ func (c *config) validate() error {
 	}
 	if c.MaxBatch < 1 || c.MaxBatch > 10000 {
 		errs = append(errs, fmt.Errorf("STOCKSVC_MAX_BATCH: %d is outside 1..10000", c.MaxBatch))
+	}
+	if c.CacheLease > time.Second {
+		errs = append(errs, fmt.Errorf("STOCKSVC_CACHE_LEASE: %v is too long (every restock waits it out; at most 1s)", c.CacheLease))
+	}
+	if c.CacheLease > 0 && c.CacheTTL < c.CacheLease {
+		errs = append(errs, fmt.Errorf("STOCKSVC_CACHE_TTL: %v is shorter than STOCKSVC_CACHE_LEASE", c.CacheTTL))
 	}
 	if c.DBMaxConns < 1 {
 		errs = append(errs, errors.New("STOCKSVC_DB_MAX_CONNS: must be at least 1"))
@@ -300,6 +310,8 @@ func (c config) logAttrs() []any {
 		slog.Int64("max_quantity", c.MaxQuantity),
 		slog.Int("max_batch", c.MaxBatch),
 		slog.String("queue_wait", c.QueueWait.String()),
+		slog.String("cache_lease", c.CacheLease.String()),
+		slog.String("cache_ttl", c.CacheTTL.String()),
 		slog.String("request_timeout", c.RequestTimeout.String()),
 		slog.String("shutdown_grace", c.ShutdownGrace.String()),
 		slog.String("shutdown_delay", c.ShutdownDelay.String()),

@@ -21,6 +21,7 @@ import (
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/lock/lockprom"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/view"
 	"github.com/stocksvc/stocksvc/migrations"
 )
 
@@ -82,11 +83,18 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	locks := lock.New(deps.rdb, lock.WithNamespace(cfg.RedisPrefix), lock.WithObserver(lockprom.New(reg, "stocksvc")))
 	defer locks.Close()
 	locker := stock.NewRedisLocker(locks, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
+	var views stock.Views
+	if cfg.CacheLease > 0 {
+		cache := view.New(deps.rdb, locks, store.Product, view.Config{Lease: cfg.CacheLease, TTL: cfg.CacheTTL}, view.NewMetrics(reg))
+		defer cache.Close()
+		views = cache
+	}
 	svc := stock.NewService(store, locker, stock.Config{
 		Defense:        cfg.defense,
 		MaxQuantity:    cfg.MaxQuantity,
 		QueueWait:      min(cfg.QueueWait, cfg.LockWait),
 		MaxBatchOrders: cfg.MaxBatch,
+		Views:          views,
 	}, stock.NewMetrics(reg))
 	// After the HTTP server has shut down no order can arrive; Close returns once the queued
 	// ones are decided (their handlers have already been answered by then).
@@ -94,12 +102,13 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	api := stockhttp.New(stockhttp.Config{
 		Service:    svc,
 		AdminToken: cfg.AdminToken,
+		// Ready asks Postgres only. A replica without Redis still serves product reads (from
+		// Postgres, a few at a time) and answers orders 503 itself; taking every replica out
+		// of the balancer when the one Redis they share fails would turn that into 503 for
+		// everything.
 		Ready: func(ctx context.Context) error {
 			if err := deps.pool.Ping(ctx); err != nil {
 				return fmt.Errorf("postgres: %w", err)
-			}
-			if err := deps.rdb.Ping(ctx).Err(); err != nil {
-				return fmt.Errorf("redis: %w", err)
 			}
 			return nil
 		},

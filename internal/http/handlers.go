@@ -3,6 +3,7 @@ package stockhttp
 import (
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -36,12 +37,26 @@ func (s *Server) handleGetProduct(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	p, err := s.svc.Product(r.Context(), id)
+	v, err := s.svc.Product(r.Context(), id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, "application/json", toProductResponse(p))
+	setFreshness(w.Header(), v, time.Now())
+	writeJSON(w, http.StatusOK, "application/json", toProductResponse(v.Product))
+}
+
+// setFreshness says how fresh a product read is: Age, the whole seconds since the Postgres
+// read (or committed purchase) it reflects, and Cache-Status (RFC 9211), whether it was served
+// from the service's cache (hit) or read from Postgres for this request (fwd=miss). The body's
+// version orders reads exactly.
+func setFreshness(h http.Header, v stock.ProductView, now time.Time) {
+	h.Set("Age", strconv.FormatInt(int64(max(now.Sub(v.Read), 0)/time.Second), 10))
+	status := "stocksvc; hit"
+	if v.From == "postgres" {
+		status = "stocksvc; fwd=miss"
+	}
+	h.Set("Cache-Status", status)
 }
 
 func (s *Server) handleRestock(w http.ResponseWriter, r *http.Request) {

@@ -19,6 +19,7 @@ import (
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/view"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
@@ -57,6 +58,7 @@ type instanceOptions struct {
 	lockTTL     time.Duration
 	lockWait    time.Duration
 	maxQuantity int64
+	noCache     bool // no view cache: reads and refusals go to Postgres
 	ready       func(context.Context) error
 	// databaseURL and redisURL, when set, replace the cluster's servers for this replica only:
 	// point one at deadEndpoint to give the replica a dependency that does not answer.
@@ -108,10 +110,17 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	}
 	reg := prometheus.NewRegistry()
 	locks := lock.New(rdb, lock.WithNamespace(c.prefix))
+	store := stock.NewPGStore(pool)
+	var views stock.Views
+	var cache *view.Cache
+	if !o.noCache {
+		cache = view.New(rdb, locks, store.Product, view.Config{}, view.NewMetrics(reg))
+		views = cache
+	}
 	svc := stock.NewService(
-		stock.NewPGStore(pool),
+		store,
 		stock.NewRedisLocker(locks, stock.LockConfig{TTL: o.lockTTL, Wait: o.lockWait}),
-		stock.Config{Defense: defense, MaxQuantity: o.maxQuantity, QueueWait: o.lockWait},
+		stock.Config{Defense: defense, MaxQuantity: o.maxQuantity, QueueWait: o.lockWait, Views: views},
 		stock.NewMetrics(reg),
 	)
 	ready := o.ready
@@ -135,6 +144,9 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	t.Cleanup(func() {
 		srv.Close()
 		svc.Close()
+		if cache != nil {
+			cache.Close()
+		}
 		_ = locks.Close()
 		_ = rdb.Close()
 		pool.Close()

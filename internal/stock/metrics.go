@@ -18,6 +18,9 @@ type Metrics struct {
 	ordersPerLock prometheus.Histogram
 	shedOrders    prometheus.Counter
 	queued        prometheus.Gauge
+
+	refusedByView prometheus.Counter
+	keySetLoads   prometheus.Counter
 }
 
 // batchSizeBuckets fit batches of one order up to the default cap of 256.
@@ -65,6 +68,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "stocksvc_orders_shed_total",
 			Help: "Orders refused at once (429 busy) because their product's queue would not reach them within the lock wait.",
 		}),
+		refusedByView: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stocksvc_orders_refused_from_view_total",
+			Help: "Orders answered sold-out from the product's view, with no Postgres query and no lock.",
+		}),
+		keySetLoads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stocksvc_view_keysets_loaded_total",
+			Help: "Postgres queries loading the idempotency keys of a sold-out product's confirmed orders (one per replica and sell-out), so that keyed orders can be refused from the view.",
+		}),
 	}
 	// Create every series up front so dashboards show zeros rather than gaps.
 	for _, l := range []Layer{LayerVersion, LayerGuard, LayerFence, LayerCheck} {
@@ -73,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, o := range allOutcomes {
 		m.outcomes.WithLabelValues(o)
 	}
-	reg.MustRegister(m.catches, m.outcomes, m.conflicts, m.units, m.batchOrders, m.batchDuration, m.ordersPerLock, m.shedOrders, m.queued)
+	reg.MustRegister(m.catches, m.outcomes, m.conflicts, m.units, m.batchOrders, m.batchDuration, m.ordersPerLock, m.shedOrders, m.queued, m.refusedByView, m.keySetLoads)
 	return m
 }
 
@@ -135,5 +146,17 @@ func (m *Metrics) shed() {
 func (m *Metrics) queue(n int) {
 	if m != nil {
 		m.queued.Add(float64(n))
+	}
+}
+
+func (m *Metrics) refusedFromView() {
+	if m != nil {
+		m.refusedByView.Inc()
+	}
+}
+
+func (m *Metrics) keySetLoaded() {
+	if m != nil {
+		m.keySetLoads.Inc()
 	}
 }

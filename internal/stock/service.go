@@ -48,6 +48,11 @@ type Config struct {
 	// measured (docs/benchmarks.md), small enough that one batch's write stays a few
 	// milliseconds, far inside the lock lease and the latency budget.
 	MaxBatchOrders int
+	// Views, when set, answers product reads, refuses orders for a product it knows is sold
+	// out before they reach the queue, and is kept current with every purchase and restock.
+	// The refusals need purchases that only ever lower the stock, so the naive write (which
+	// can raise it) never uses them.
+	Views Views
 	// MaxBatchUnits caps the units one batch takes, so that one batch's decrement stays
 	// bounded whatever MaxQuantity allows. Default MaxBatchOrders × MaxQuantity: at the default
 	// settings the order cap binds first.
@@ -89,6 +94,7 @@ type Service struct {
 	cfg     Config
 	metrics *Metrics
 	batches *batcher
+	keys    confirmedKeys
 	// afterRead, when set, runs between a batch's read and its write, with the number of
 	// orders in the batch. Tests use it to open the race window at will.
 	afterRead func(ctx context.Context, orders int)
@@ -97,6 +103,7 @@ type Service struct {
 // NewService returns a Service. metrics may be nil. Close it to let queued orders finish.
 func NewService(store Store, locker Locker, cfg Config, metrics *Metrics) *Service {
 	s := &Service{store: store, locker: locker, cfg: cfg.withDefaults(), metrics: metrics}
+	s.keys = confirmedKeys{store: store, metrics: metrics}
 	s.batches = newBatcher(s.cfg.MaxBatchOrders, s.cfg.MaxBatchUnits, s.cfg.QueueWait, metrics)
 	s.batches.decide = s.decideQueued
 	return s
@@ -147,9 +154,17 @@ func plainText(field, v string) error {
 	return nil
 }
 
-// Product returns the product with id. Errors: *ProductNotFoundError, ErrUnavailable.
-func (s *Service) Product(ctx context.Context, id int64) (Product, error) {
-	return s.store.Product(ctx, id)
+// Product returns the product with id, from the views when the Service has them. Errors:
+// *ProductNotFoundError, ErrUnavailable, the context's error.
+func (s *Service) Product(ctx context.Context, id int64) (ProductView, error) {
+	if s.cfg.Views != nil {
+		return s.cfg.Views.Product(ctx, id)
+	}
+	p, err := s.store.Product(ctx, id)
+	if err != nil {
+		return ProductView{}, err
+	}
+	return ProductView{Product: p, Read: time.Now(), From: "postgres"}, nil
 }
 
 // Audit accounts for product id's stock. Errors: *ProductNotFoundError, ErrUnavailable.
@@ -186,17 +201,23 @@ func (s *Service) Restock(ctx context.Context, req RestockRequest) (RestockResul
 		}
 		return res, err
 	}
-	if !s.cfg.Defense.Lock {
+	if s.cfg.Views != nil {
+		restock = s.raising(r.ProductID, restock)
+	}
+	if !s.cfg.Defense.Lock && s.cfg.Views == nil {
 		return restock(ctx)
 	}
-	// A product that does not exist needs no lock to say so, and taking one would leave its
-	// fencing counter behind in Redis for good.
+	// A product that does not exist needs no lock (nor a view's epoch) to say so, and taking
+	// one would leave its fencing counter behind in Redis for good.
 	snap, err := s.store.Snapshot(ctx, []int64{r.ProductID}, nil)
 	if err != nil {
 		return RestockResult{}, err
 	}
 	if _, ok := snap.Levels[r.ProductID]; !ok {
 		return RestockResult{}, &ProductNotFoundError{ProductID: r.ProductID}
+	}
+	if !s.cfg.Defense.Lock {
+		return restock(ctx)
 	}
 	var res RestockResult
 	err = s.locker.WithProducts(ctx, []int64{r.ProductID}, func(ctx context.Context, g *Grant) error {
@@ -211,6 +232,26 @@ func (s *Service) Restock(ctx context.Context, req RestockRequest) (RestockResul
 		s.metrics.caught(layer)
 	}
 	return res, err
+}
+
+// raising wraps a restock so that the views allow it: no view of the product is leased across
+// the write, so that once it has returned no replica refuses an order on the level before it.
+func (s *Service) raising(id int64, restock func(context.Context) (RestockResult, error)) func(context.Context) (RestockResult, error) {
+	return func(ctx context.Context) (RestockResult, error) {
+		done, err := s.cfg.Views.Raise(ctx, id)
+		if err != nil {
+			return RestockResult{}, err
+		}
+		res, err := restock(ctx)
+		if err == nil && !res.Replayed {
+			done(&res.Product)
+		} else {
+			// Failed, unknown, or a replay (whose product is the level an earlier restock
+			// left, not today's): the next read rebuilds the view from Postgres.
+			done(nil)
+		}
+		return res, err
+	}
 }
 
 // PurgeIdempotencyKeys forgets idempotency keys older than retention and reports how many.
@@ -245,6 +286,9 @@ func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderRe
 	}
 	var o outcome
 	if len(items) == 1 {
+		if err := s.soldOutFromView(ctx, items[0], t.key); err != nil {
+			return OrderResult{}, err
+		}
 		o = s.batches.submit(ctx, items[0].ProductID, t)
 	} else {
 		ids := make([]int64, len(items))
@@ -257,6 +301,30 @@ func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderRe
 		return OrderResult{}, o.err
 	}
 	return OrderResult{Order: o.order, Replayed: o.replayed}, nil
+}
+
+// soldOutFromView refuses an order for one product that the views know is sold out, with no
+// query and no lock, and returns nil when they do not. A view is never above the stock in
+// Postgres (purchases lower it after the view was read; a restock waits out every lease before
+// raising it), so "sold out" from a view is true when it is said, and the "available" it
+// reports, 0, is exact. An order with an Idempotency-Key is refused so only when the key has no
+// confirmed order of the product to replay (confirmedKeys); a key used before for some other
+// request is then answered sold-out, not idempotency-key-reused: both sell nothing.
+func (s *Service) soldOutFromView(ctx context.Context, it Item, key string) error {
+	if s.cfg.Views == nil || s.cfg.Defense.Naive() {
+		return nil
+	}
+	version, soldOut := s.cfg.Views.SoldOut(ctx, it.ProductID)
+	if !soldOut {
+		return nil
+	}
+	if key != "" {
+		if unclaimed, ok := s.keys.unclaimed(ctx, it.ProductID, version, key); !ok || !unclaimed {
+			return nil
+		}
+	}
+	s.metrics.refusedFromView()
+	return &SoldOutError{ProductID: it.ProductID, Requested: it.Quantity, Available: 0}
 }
 
 // decideQueued decides one batch of a product's queue. It runs detached from every caller: a
@@ -386,6 +454,7 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 		at, werr := s.store.Commit(ctx, a.write)
 		if werr == nil {
 			leaveLevel(g, ids, snap, a.write)
+			s.tellViews(a.write, at)
 			for i := range a.outcomes {
 				if a.outcomes[i].err == nil && a.outcomes[i].order.CreatedAt.IsZero() {
 					a.outcomes[i].order.CreatedAt = at
@@ -441,6 +510,18 @@ func leaveLevel(g *Grant, ids []int64, snap Snapshot, w Write) {
 		l.Version++
 	}
 	g.Leave[ids[0]] = levelNote(l)
+}
+
+// tellViews keeps the views current with a committed write. With the version check on, the
+// write applied to exactly the row it was decided from, so the level it left is known without
+// a read; without it the views learn of the purchase when their TTL makes them read again.
+func (s *Service) tellViews(w Write, at time.Time) {
+	if s.cfg.Views == nil || !w.Defense.Version {
+		return
+	}
+	for _, d := range w.Decrements {
+		s.cfg.Views.Committed(d.ProductID, d.Read.Stock-d.Quantity, d.Read.Version+1, at)
+	}
 }
 
 // explainRefusal names, from a fresh read, the layer that refused w's decrement and counts it.

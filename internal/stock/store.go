@@ -44,6 +44,10 @@ type Store interface {
 	// committed and the store could not find out whether it had).
 	Commit(ctx context.Context, w Write) (time.Time, error)
 
+	// ConfirmedKeys returns the idempotency keys whose stored outcome is a confirmed order that
+	// includes product id, at most limit of them. Errors: ErrUnavailable.
+	ConfirmedKeys(ctx context.Context, id int64, limit int) ([]string, error)
+
 	// PurgeIdempotencyKeys deletes the records created before cutoff and reports how many.
 	// Errors: ErrUnavailable.
 	PurgeIdempotencyKeys(ctx context.Context, cutoff time.Time) (int64, error)

@@ -212,6 +212,22 @@ func (m *MemStore) Commit(_ context.Context, w stock.Write) (time.Time, error) {
 	return now, nil
 }
 
+// ConfirmedKeys implements stock.Store.
+func (m *MemStore) ConfirmedKeys(_ context.Context, id int64, limit int) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var keys []string
+	for k, r := range m.records {
+		if r.rec.Order == nil || len(keys) >= limit {
+			continue
+		}
+		if slices.ContainsFunc(r.rec.Order.Items, func(it stock.Item) bool { return it.ProductID == id }) {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
 // PurgeIdempotencyKeys implements stock.Store.
 func (m *MemStore) PurgeIdempotencyKeys(_ context.Context, cutoff time.Time) (int64, error) {
 	m.mu.Lock()

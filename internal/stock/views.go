@@ -1,0 +1,133 @@
+package stock
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// ProductView is a product as a read saw it, and how fresh that is.
+type ProductView struct {
+	Product
+	// Read is when the Postgres read (or the committed write) the view reflects happened.
+	Read time.Time
+	// From says where the view came from: "process" (a replica's lease), "redis" or
+	// "postgres".
+	From string
+}
+
+// Views is a cache of products' views (package view implements it): the Service answers
+// product reads from it, asks it whether a product is sold out before queueing an order, keeps
+// it current with every purchase, and tells it before every write that may raise a stock.
+type Views interface {
+	// Product returns product id's view. Errors: *ProductNotFoundError, ErrUnavailable, the
+	// context's error.
+	Product(ctx context.Context, id int64) (ProductView, error)
+	// SoldOut reports whether product id is known to have no stock left, from a view that is
+	// never above the stock in Postgres and never from before a raise that has returned;
+	// version is that view's. It answers false when it cannot tell.
+	SoldOut(ctx context.Context, id int64) (version int64, soldOut bool)
+	// Committed records that a purchase left product id at stock left and version version.
+	Committed(id int64, left, version int64, at time.Time)
+	// Raise prepares product id for a write that may raise its stock; done must be called
+	// after the write with the product as it left it, or nil when the write failed or its
+	// outcome is unknown. Errors: ErrUnavailable (nothing may be written), the context's error.
+	Raise(ctx context.Context, id int64) (done func(p *Product), err error)
+}
+
+// maxConfirmedKeys bounds the idempotency keys a replica holds for one sold-out product. A
+// flash sale confirms far fewer; a product with more keyed orders within the retention than
+// this has keyed orders decided by the purchase path, as before the cache.
+const maxConfirmedKeys = 100_000
+
+// confirmedKeys knows, per sold-out product, the idempotency keys of its confirmed orders, so
+// that a keyed order for a sold-out product can be refused without a query: a key that is not
+// among them has no order to replay. Once a product is sold out at some version, nothing can
+// be confirmed for it until a restock moves the version, so the keys loaded for that version
+// stay complete for as long as it is the view's.
+type confirmedKeys struct {
+	store   Store
+	metrics *Metrics
+	flight  singleflight.Group
+
+	mu   sync.Mutex
+	sets map[int64]*keySet
+}
+
+type keySet struct {
+	version  int64
+	keys     map[string]struct{} // nil: too many to hold
+	lastUsed time.Time
+}
+
+// maxKeySets is how many products' key sets a replica keeps before it forgets the idle ones.
+const maxKeySets = 1024
+
+// unclaimed reports whether key has no confirmed order of product id, the product being sold
+// out at version. ok is false when that cannot be told without going to the purchase path (the
+// keys could not be loaded, or there are too many).
+func (c *confirmedKeys) unclaimed(ctx context.Context, id, version int64, key string) (unclaimed, ok bool) {
+	set, err := c.set(ctx, id, version)
+	if err != nil || set.keys == nil {
+		return false, false
+	}
+	_, claimed := set.keys[key]
+	return !claimed, true
+}
+
+func (c *confirmedKeys) set(ctx context.Context, id, version int64) (*keySet, error) {
+	now := time.Now()
+	c.mu.Lock()
+	if s, ok := c.sets[id]; ok && s.version == version {
+		s.lastUsed = now
+		c.mu.Unlock()
+		return s, nil
+	}
+	c.mu.Unlock()
+	v, err, _ := c.flight.Do(strconv.FormatInt(id, 10)+"@"+strconv.FormatInt(version, 10), func() (any, error) {
+		// The load serves every caller that joins it: it must not end with the first one.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		c.metrics.keySetLoaded()
+		keys, err := c.store.ConfirmedKeys(ctx, id, maxConfirmedKeys+1)
+		if err != nil {
+			return nil, err
+		}
+		s := &keySet{version: version, lastUsed: now}
+		if len(keys) <= maxConfirmedKeys {
+			s.keys = make(map[string]struct{}, len(keys))
+			for _, k := range keys {
+				s.keys[k] = struct{}{}
+			}
+		}
+		c.keep(id, s)
+		return s, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*keySet), nil
+}
+
+func (c *confirmedKeys) keep(id int64, s *keySet) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sets == nil {
+		c.sets = map[int64]*keySet{}
+	}
+	if old, ok := c.sets[id]; ok && old.version > s.version {
+		return
+	}
+	c.sets[id] = s
+	if len(c.sets) > maxKeySets {
+		cutoff := time.Now().Add(-time.Minute)
+		for k, x := range c.sets {
+			if x.lastUsed.Before(cutoff) {
+				delete(c.sets, k)
+			}
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package view
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics counts what the view cache does, for Prometheus. A nil *Metrics counts nothing.
+type Metrics struct {
+	reads       *prometheus.CounterVec
+	queries     *prometheus.CounterVec
+	rebuilds    prometheus.Counter
+	waits       prometheus.Counter
+	giveUps     prometheus.Counter
+	refused     prometheus.Counter
+	lostUpdates prometheus.Counter
+}
+
+// NewMetrics creates the view metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stocksvc_view_reads_total",
+			Help: "Product reads answered, by where the view came from: process (a lease in this replica), redis, or postgres (a rebuild, or a read Redis could not serve).",
+		}, []string{"from"}),
+		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stocksvc_view_postgres_queries_total",
+			Help: "Postgres queries made for product views: rebuilds of a missing view, and fallback reads when Redis could not serve one.",
+		}, []string{"purpose"}),
+		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stocksvc_view_rebuilds_total",
+			Help: "Views rebuilt from Postgres by the holder of a product's rebuild lock.",
+		}),
+		waits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stocksvc_view_rebuild_waits_total",
+			Help: "Times a read found a product's rebuild lock held and waited to look at the view again.",
+		}),
+		giveUps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stocksvc_view_rebuild_giveups_total",
+			Help: "Reads that found no view after every rebuild try and read Postgres themselves.",
+		}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stocksvc_view_fallback_refused_total",
+			Help: "Reads answered unavailable because Redis could not serve them and the replica's fallback reads of Postgres were all in flight.",
+		}),
+		lostUpdates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stocksvc_view_updates_failed_total",
+			Help: "View updates Redis did not take (unreachable): the view may lag until its TTL.",
+		}),
+	}
+	for _, from := range []string{FromProcess, FromRedis, FromPostgres} {
+		m.reads.WithLabelValues(from)
+	}
+	for _, purpose := range []string{"rebuild", "fallback"} {
+		m.queries.WithLabelValues(purpose)
+	}
+	reg.MustRegister(m.reads, m.queries, m.rebuilds, m.waits, m.giveUps, m.refused, m.lostUpdates)
+	return m
+}
+
+func (m *Metrics) read(from string) {
+	if m != nil {
+		m.reads.WithLabelValues(from).Inc()
+	}
+}
+
+func (m *Metrics) postgresQuery(purpose string) {
+	if m != nil {
+		m.queries.WithLabelValues(purpose).Inc()
+	}
+}
+
+func (m *Metrics) rebuilt() {
+	if m != nil {
+		m.rebuilds.Inc()
+	}
+}
+
+func (m *Metrics) rebuildWait() {
+	if m != nil {
+		m.waits.Inc()
+	}
+}
+
+func (m *Metrics) giveUp() {
+	if m != nil {
+		m.giveUps.Inc()
+	}
+}
+
+func (m *Metrics) fallbackRefused() {
+	if m != nil {
+		m.refused.Inc()
+	}
+}
+
+func (m *Metrics) updateLost() {
+	if m != nil {
+		m.lostUpdates.Inc()
+	}
+}

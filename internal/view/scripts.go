@@ -1,0 +1,93 @@
+package view
+
+import "github.com/redis/go-redis/v9"
+
+// A product's view lives in two keys under the product's hash tag, so that Redis Cluster runs
+// each script on one node:
+//
+//	KEYS[1] the view: a hash of the product's fields, its version and when it was read
+//	KEYS[2] the epoch: which generation of views may be written, or "p:<ms>:<random>" while a
+//	        write that raises the product's stock is under way and none may
+//
+// The epoch is what makes a restock safe to answer: a view is only written by someone who read
+// the epoch before reading Postgres and finds it unchanged when writing, so a view read from
+// Postgres before a restock can never be written after the restock began. Epochs are random,
+// never counted, so that one that disappears (a Redis restart, an eviction) and is made again
+// can never equal one a slow writer read before.
+
+// epochLua returns the epoch to write views under: the current one, or a new one if there is
+// none or a raise has been pending for longer than ARGV[2] ms (its writer died; Service bounds
+// how long a raise may take far below that). A pending raise is returned as it is: then no view
+// may be written. ARGV[1] is randomness for a new epoch. The age of a pending raise is judged by
+// the Redis clock, the one it was stamped with.
+var epochScript = redis.NewScript(`
+local e = redis.call('GET', KEYS[2])
+if e then
+  if string.sub(e, 1, 2) ~= 'p:' then return e end
+  local now = redis.call('TIME')
+  local since = tonumber(string.match(e, '^p:(%d+):'))
+  if since and now[1] * 1000 + math.floor(now[2] / 1000) - since < tonumber(ARGV[2]) then
+    return e
+  end
+end
+e = 'e:' .. ARGV[1]
+redis.call('SET', KEYS[2], e)
+return e
+`)
+
+// writeLua writes a view read under epoch ARGV[1], unless the epoch has changed or the stored
+// view is as new or newer (version ARGV[3]). ARGV[2], when not empty, is the epoch to move to
+// first (the end of a raise: then the view replaces whatever is there). ARGV[4] is the view's
+// lifetime in ms; the rest are the hash's field/value pairs. Returns 1 when written.
+var writeScript = redis.NewScript(`
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+if ARGV[2] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[2])
+  redis.call('DEL', KEYS[1])
+else
+  local v = redis.call('HGET', KEYS[1], 'version')
+  if v and tonumber(v) >= tonumber(ARGV[3]) then return 0 end
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 5))
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1
+`)
+
+// levelLua moves an existing view to a newer level after a committed purchase: stock ARGV[2]
+// at version ARGV[1], updated at ARGV[3], read at ARGV[4]; ARGV[5] is the lifetime in ms. A
+// missing view stays missing (it may have been deleted by a raise, whose epoch this writer
+// never read), and an older level never overwrites a newer one. Returns 1 when written.
+var levelScript = redis.NewScript(`
+local v = redis.call('HGET', KEYS[1], 'version')
+if not v or tonumber(v) >= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'version', ARGV[1], 'stock', ARGV[2], 'updated', ARGV[3], 'read', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+`)
+
+// raiseLua begins a raise: marks the epoch pending (stamped with the Redis clock and ARGV[1]'s
+// randomness) and deletes the view. Returns the pending epoch.
+var raiseScript = redis.NewScript(`
+local now = redis.call('TIME')
+local e = 'p:' .. (now[1] * 1000 + math.floor(now[2] / 1000)) .. ':' .. ARGV[1]
+redis.call('SET', KEYS[2], e)
+redis.call('DEL', KEYS[1])
+return e
+`)
+
+// endRaiseLua ends a raise without a view to write (the raise failed, or its outcome is
+// unknown): a new epoch, ARGV[2], if the pending one is still ARGV[1]. The next reader rebuilds
+// the view from Postgres.
+var endRaiseScript = redis.NewScript(`
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('DEL', KEYS[1])
+return 1
+`)
+
+// dropEpochLua deletes the epoch KEYS[1] if it is still ARGV[1]: the epoch of a product that
+// turned out not to exist. Deleting it is safe: a writer that read it finds it changed.
+var dropEpochScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+`)
