@@ -122,11 +122,19 @@ type readsPhase struct {
 
 // stampedeRound is what one stampede measured.
 type stampedeRound struct {
-	deleted   bool // the view's key was in Redis when the harness deleted it
-	view      viewStats
-	statuses  map[int]int // 0: no answer (a transport error)
-	latencies []float64   // ms, one per reader
-	took      time.Duration
+	readBurst
+	deleted bool // the view's key was in Redis when the harness deleted it
+	view    viewStats
+}
+
+// readBurst is what reads released together got.
+type readBurst struct {
+	statuses  map[int]int   // 0: no answer (a transport error)
+	latencies []float64     // ms, one per reader
+	took      time.Duration // from the release to the last answer
+	// misses counts the answers the service says it read from Postgres for (Cache-Status
+	// fwd=miss): on a rebuild, the readers that joined the rebuilding replica's flight.
+	misses int
 }
 
 // cache runs the three phases on one deployment and writes cache.md.
@@ -359,9 +367,25 @@ func (b *cacheBench) alternate(ctx context.Context, a, other cacheLoad, backgrou
 		}
 	}
 	var rounds []cacheRound
+	d := b.h.opts.duration
 	for i := range b.h.opts.rounds {
 		for _, l := range []cacheLoad{a, other} {
-			r, err := b.round(ctx, l, fmt.Sprintf("round %d", i+1), b.h.opts.duration, background)
+			// Where a replica's CPU goes in the first round of the load measured: what bounds
+			// the ratio, if anything does.
+			var profiled chan error
+			file := "r1-" + strings.ReplaceAll(l.kind, " ", "-") + ".cpu.pprof"
+			if i == 0 && l == a {
+				profiled = make(chan error, 1)
+				go func() { profiled <- b.c.profile(ctx, 0, d-time.Second, file) }()
+			}
+			r, err := b.round(ctx, l, fmt.Sprintf("round %d", i+1), d, background)
+			if profiled != nil {
+				if perr := <-profiled; perr != nil {
+					b.h.printf("[cache]   no CPU profile of r1: %v\n", perr)
+				} else {
+					b.h.printf("[cache]   CPU profile of r1 in this round: go tool pprof -top %s %s\n", b.h.binary, filepath.Join(b.c.dir, file))
+				}
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -454,8 +478,8 @@ func (b *cacheBench) stampedes(ctx context.Context, product int64) ([]stampedeRo
 		if err != nil {
 			return nil, err
 		}
-		b.h.printf("[cache]   round %d: %s Postgres queries, %s, p50 %.1f ms, p99 %.1f ms\n", i+1,
-			figure(r.view.pgQueries, r.view.has(metricViewQueries)), describeStatuses(r.statuses),
+		b.h.printf("[cache]   round %d: Postgres queries %s, %s (%d read from Postgres for them), p50 %.1f ms, p99 %.1f ms\n", i+1,
+			queryFigure(r.view), describeStatuses(r.statuses), r.misses,
 			percentile(r.latencies, 50), percentile(r.latencies, 99))
 		rounds = append(rounds, r)
 	}
@@ -473,8 +497,8 @@ func (b *cacheBench) stampede(ctx context.Context, product int64, key string) (s
 	readers := b.h.opts.stampedeReaders
 	// The readers' connections are opened first, on healthz, so that the stampede measures
 	// reads and not TCP handshakes; and the view is read once, so that its key is there.
-	if statuses, _, _ := b.burst(ctx, "/healthz", readers); statuses[http.StatusOK] != readers {
-		return r, fmt.Errorf("opening %d connections: %s", readers, describeStatuses(statuses))
+	if opened := b.releaseReads(ctx, "/healthz", readers); opened.statuses[http.StatusOK] != readers {
+		return r, fmt.Errorf("opening %d connections: %s", readers, describeStatuses(opened.statuses))
 	}
 	if _, err := b.stock(ctx, product); err != nil {
 		return r, err
@@ -491,7 +515,7 @@ func (b *cacheBench) stampede(ctx context.Context, product int64, key string) (s
 	if err := sleep(ctx, viewLease+leaseMargin); err != nil {
 		return r, err
 	}
-	r.statuses, r.latencies, r.took = b.burst(ctx, fmt.Sprintf("/v1/products/%d", product), readers)
+	r.readBurst = b.releaseReads(ctx, fmt.Sprintf("/v1/products/%d", product), readers)
 	after, err := b.sample(ctx, nil)
 	if err != nil {
 		return r, err
@@ -500,11 +524,11 @@ func (b *cacheBench) stampede(ctx context.Context, product int64, key string) (s
 	return r, ctx.Err()
 }
 
-// burst sends n GETs of path through the balancer at once: every reader waits at a barrier
-// until all are ready. It returns the answers by status (0: none), each reader's latency in
-// ms, and the time from the release to the last answer.
-func (b *cacheBench) burst(ctx context.Context, path string, n int) (map[int]int, []float64, time.Duration) {
+// releaseReads sends n GETs of path through the balancer at once: every reader waits at a barrier
+// until all are ready.
+func (b *cacheBench) releaseReads(ctx context.Context, path string, n int) readBurst {
 	codes := make([]int, n)
+	missed := make([]bool, n)
 	latencies := make([]float64, n)
 	var ready, done sync.WaitGroup
 	start := make(chan struct{})
@@ -524,6 +548,7 @@ func (b *cacheBench) burst(ctx context.Context, path string, n int) (map[int]int
 				res.Body.Close()
 				if err == nil {
 					codes[i] = res.StatusCode
+					missed[i] = strings.Contains(res.Header.Get("Cache-Status"), "fwd=miss")
 				}
 			}
 			latencies[i] = float64(time.Since(began)) / float64(time.Millisecond)
@@ -533,10 +558,12 @@ func (b *cacheBench) burst(ctx context.Context, path string, n int) (map[int]int
 	released := time.Now()
 	close(start)
 	done.Wait()
-	took := time.Since(released)
-	statuses := map[int]int{}
-	for _, c := range codes {
-		statuses[c]++
+	r := readBurst{statuses: map[int]int{}, latencies: latencies, took: time.Since(released)}
+	for i, c := range codes {
+		r.statuses[c]++
+		if missed[i] {
+			r.misses++
+		}
 	}
-	return statuses, latencies, took
+	return r
 }

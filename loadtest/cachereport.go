@@ -26,7 +26,7 @@ func cacheReport(o options, so soldOutPhase, rd readsPhase, st []stampedeRound) 
 	view1, view2 := sumViews(refusals), sumViews(reads)
 	queries := make([]float64, len(st))
 	for i, r := range st {
-		queries[i] = r.view.pgQueries
+		queries[i] = r.view.queries()
 	}
 	stampedeView := viewStats{}
 	if len(st) > 0 {
@@ -36,21 +36,21 @@ func cacheReport(o options, so soldOutPhase, rd readsPhase, st []stampedeRound) 
 	b.WriteString("## Summary\n\n| measure | result | target |\n| --- | ---: | --- |\n")
 	fmt.Fprintf(&b, "| sold-out refusals/s ÷ healthz/s | %s (%.0f / %.0f per s; rounds %s) | ≥ %.1f×: %s |\n",
 		ratio(refusedPerS, hz1), refusedPerS, hz1, pairRange(refusals, healthz1, http.StatusConflict), readTarget, verdict(refusedPerS/hz1, readTarget))
-	fmt.Fprintf(&b, "| 409s answered from the view (Δ refused-from-view ÷ 409s) | %s | all |\n",
-		share(view1.refused, float64(refusedN), view1.has(metricRefusedByView)))
-	fmt.Fprintf(&b, "| Postgres queries per 1,000 refusals (Δ view queries) | %s | 0 |\n",
-		perThousand(view1.pgQueries, float64(refusedN), view1.has(metricViewQueries)))
+	fmt.Fprintf(&b, "| sold-out answers given from the view (refused-from-view ÷ sold-out outcomes, the replicas' counters) | %s | all |\n",
+		share(view1.refused, soldOutAnswers(view1, refusedN), view1.has(metricRefusedByView)))
+	fmt.Fprintf(&b, "| Postgres queries per 1,000 refusals (view and key-set counters) | %s | 0 |\n",
+		perThousand(view1.queries(), float64(refusedN), view1.has(queryMetrics...)))
 	fmt.Fprintf(&b, "| Postgres transactions per 1,000 refusals (pg_stat_database, less the healthz rounds') | %s | 0 |\n",
 		perThousandSigned(float64(sumXacts(refusals)-sumXacts(healthz1)), float64(refusedN)))
 	fmt.Fprintf(&b, "| product reads/s ÷ healthz/s, during a sale | %s (%.0f / %.0f per s; rounds %s) | ≥ %.1f×: %s |\n",
 		ratio(readsPerS, hz2), readsPerS, hz2, pairRange(reads, healthz2, http.StatusOK), readTarget, verdict(readsPerS/hz2, readTarget))
 	fmt.Fprintf(&b, "| the buyers' confirmed orders/s meanwhile (%d connections) | %.0f | |\n",
 		saleBuyers, perSecond(rd.buyers.statuses[http.StatusCreated], rd.buyers.window))
-	fmt.Fprintf(&b, "| Postgres queries per 1,000 reads (Δ view queries) | %s | |\n",
-		perThousand(view2.pgQueries, float64(readN), view2.has(metricViewQueries)))
+	fmt.Fprintf(&b, "| Postgres queries per 1,000 reads (view and key-set counters) | %s | |\n",
+		perThousand(view2.queries(), float64(readN), view2.has(queryMetrics...)))
 	if len(st) > 0 {
 		fmt.Fprintf(&b, "| stampede of %d reads: Postgres queries per round, median (min–max of %d rounds) | %s | 1 |\n",
-			o.stampedeReaders, len(st), spread(queries, stampedeView.has(metricViewQueries)))
+			o.stampedeReaders, len(st), spread(queries, stampedeView.has(queryMetrics...)))
 		all := stampedeLatencies(st)
 		fmt.Fprintf(&b, "| stampede: read latency p50 / p99, all rounds | %.1f / %.1f ms | |\n", percentile(all, 50), percentile(all, 99))
 	}
@@ -61,7 +61,7 @@ func cacheReport(o options, so soldOutPhase, rd readsPhase, st []stampedeRound) 
 		"(every answer must be 409 sold-out), took turns with rounds of healthz.\n\n",
 		so.product, soldOutStock, so.sold, so.zeroIn.Round(time.Millisecond))
 	b.WriteString(roundTable(so.rounds, false))
-	b.WriteString("\n")
+	b.WriteString("\n" + viewNotes(sumViews(so.rounds)) + "\n")
 	b.WriteString(cacheCPUTable(so.rounds, []string{kindRefusals, kindHealthz}))
 
 	fmt.Fprintf(&b, "\n## 2. Product reads during a sale\n\n")
@@ -69,7 +69,7 @@ func cacheReport(o options, so soldOutPhase, rd readsPhase, st []stampedeRound) 
 		"Idempotency-Key; they got %s over %v. Rounds of `GET /v1/products/%d` took turns with rounds of healthz.\n\n",
 		rd.product, throughputStock, saleBuyers, describeStatuses(rd.buyers.statuses), rd.buyers.window.Round(time.Second), rd.product)
 	b.WriteString(roundTable(rd.rounds, true))
-	b.WriteString("\n")
+	b.WriteString("\n" + viewNotes(sumViews(rd.rounds)) + "\n")
 	b.WriteString(cacheCPUTable(rd.rounds, []string{kindReads, kindHealthz}))
 	b.WriteString("\nThe buyers' CPU (their wrk included) is in every round of this phase alike.\n")
 
@@ -78,13 +78,13 @@ func cacheReport(o options, so soldOutPhase, rd readsPhase, st []stampedeRound) 
 		fmt.Fprintf(&b, "Each round: %d connections opened (on healthz), the product read once, its view's Redis key deleted, "+
 			"%v waited (the lease of %v and a margin), then %d reads of the product released at once, from as many goroutines, "+
 			"through the balancer. Counters are summed over the replicas.\n\n", o.stampedeReaders, viewLease+leaseMargin, viewLease, o.stampedeReaders)
-		b.WriteString("| round | key was there | Postgres queries | rebuilds | rebuild waits | give-ups | reads from process / redis / postgres | answers | p50 / p99 | last answer |\n")
-		b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |\n")
+		b.WriteString("| round | key was there | Postgres queries: all = rebuild + fallback + key sets | rebuilds | rebuild waits | give-ups | reads from process / redis / postgres | answers | of them read from Postgres (Cache-Status) | p50 / p99 | last answer |\n")
+		b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n")
 		for i, r := range st {
-			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %.1f / %.1f ms | %.1f ms |\n", i+1, yesNo(r.deleted),
-				figure(r.view.pgQueries, r.view.has(metricViewQueries)), figure(r.view.rebuilds, r.view.has(metricViewRebuilds)),
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %d | %.1f / %.1f ms | %.1f ms |\n", i+1, yesNo(r.deleted),
+				queryFigure(r.view), figure(r.view.rebuilds, r.view.has(metricViewRebuilds)),
 				figure(r.view.waits, r.view.has(metricViewWaits)), figure(r.view.giveups, r.view.has(metricViewGiveups)),
-				bySource(r.view), describeStatuses(r.statuses), percentile(r.latencies, 50), percentile(r.latencies, 99),
+				bySource(r.view), describeStatuses(r.statuses), r.misses, percentile(r.latencies, 50), percentile(r.latencies, 99),
 				float64(r.took)/float64(time.Millisecond))
 		}
 	}
@@ -95,7 +95,7 @@ func cacheReport(o options, so soldOutPhase, rd readsPhase, st []stampedeRound) 
 // or with what the read path and the buyers did (sale).
 func roundTable(rounds []cacheRound, sale bool) string {
 	var b strings.Builder
-	b.WriteString("| round | load | answers/s | answers | p50 / p99 | Postgres queries (view) |")
+	b.WriteString("| round | load | answers/s | answers | p50 / p99 | Postgres queries: all = rebuild + fallback + key sets |")
 	if sale {
 		b.WriteString(" reads from process / redis / postgres | rebuilds | transactions in the run's database | buyers' confirmed/s |\n")
 		b.WriteString("| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
@@ -114,7 +114,7 @@ func roundTable(rounds []cacheRound, sale bool) string {
 			answers += fmt.Sprintf(" (%d of the 409s not sold-out)", r.wrk.notSoldOut)
 		}
 		fmt.Fprintf(&b, "| %d | %s | %.0f | %s | %.1f / %.1f ms | %s |", n[r.kind], r.kind, r.rate(0), answers,
-			r.wrk.p50, r.wrk.p99, figure(r.view.pgQueries, r.view.has(metricViewQueries)))
+			r.wrk.p50, r.wrk.p99, queryFigure(r.view))
 		if sale {
 			fmt.Fprintf(&b, " %s | %s | %d | %.0f |\n", bySource(r.view), figure(r.view.rebuilds, r.view.has(metricViewRebuilds)),
 				r.xacts, perSecond(int(r.buyers), r.wrk.window))
@@ -237,6 +237,16 @@ func sumViews(rounds []cacheRound) viewStats {
 	return sum
 }
 
+// soldOutAnswers is how many sold-out answers the replicas counted, or, from a build that does
+// not count them, the 409s wrk counted (which leave out the answers still in flight when wrk
+// stopped, up to one per connection).
+func soldOutAnswers(v viewStats, wrk409s int) float64 {
+	if n := v.outcomes["sold_out"]; n > 0 {
+		return n
+	}
+	return float64(wrk409s)
+}
+
 func sumXacts(rounds []cacheRound) int64 {
 	var n int64
 	for _, r := range rounds {
@@ -341,6 +351,23 @@ func spread(xs []float64, ok bool) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("**%g** (%g–%g)", median(xs), slices.Min(xs), slices.Max(xs))
+}
+
+// queryFigure is the Postgres queries of the read and sold-out paths, all and by purpose.
+func queryFigure(v viewStats) string {
+	if !v.has(queryMetrics...) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f = %.0f + %.0f + %.0f", v.queries(), v.queriesBy["rebuild"], v.queriesBy["fallback"], v.keySets)
+}
+
+// viewNotes is a line on what the view counted over rounds besides queries and sources.
+func viewNotes(v viewStats) string {
+	if !v.has(metricViewWaits, metricViewGiveups, metricViewUnavailable, metricViewLostUpdates) {
+		return ""
+	}
+	return fmt.Sprintf("Over these rounds the replicas also counted %.0f rebuild waits, %.0f rebuild give-ups, %.0f reads answered unavailable (fallback reads all taken) and %.0f view updates Redis did not take.\n",
+		v.waits, v.giveups, v.unavailable, v.lostUpdates)
 }
 
 // bySource lists view reads by where the view came from.

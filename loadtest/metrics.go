@@ -83,40 +83,64 @@ func label(m *dto.Metric, name string) string {
 // a build without the view cache exports none, and its figures are then not zeros but absent.
 type viewStats struct {
 	reads     map[string]float64 // stocksvc_view_reads_total by where the view came from
-	pgQueries float64            // stocksvc_view_postgres_queries_total
-	rebuilds  float64            // stocksvc_view_rebuilds_total
-	waits     float64            // stocksvc_view_rebuild_waits_total
-	giveups   float64            // stocksvc_view_rebuild_giveups_total
-	refused   float64            // stocksvc_orders_refused_from_view_total
-	outcomes  map[string]float64 // stocksvc_orders_total by outcome
-	present   map[string]bool
+	pgQueries float64            // stocksvc_view_postgres_queries_total, every purpose
+	// queriesBy is stocksvc_view_postgres_queries_total by purpose (rebuild, fallback).
+	queriesBy map[string]float64
+	// keySets counts the sold-out path's own queries: loads of a sold-out product's confirmed
+	// idempotency keys (stocksvc_view_keysets_loaded_total), one per replica and sell-out.
+	keySets  float64
+	rebuilds float64 // stocksvc_view_rebuilds_total
+	waits    float64 // stocksvc_view_rebuild_waits_total
+	giveups  float64 // stocksvc_view_rebuild_giveups_total
+	// unavailable counts reads answered 503 because Redis could not serve them and the
+	// replica's fallback reads of Postgres were all taken (stocksvc_view_fallback_refused_total).
+	unavailable float64
+	lostUpdates float64            // stocksvc_view_updates_failed_total
+	refused     float64            // stocksvc_orders_refused_from_view_total
+	outcomes    map[string]float64 // stocksvc_orders_total by outcome
+	present     map[string]bool
 }
 
-// The view metrics by name.
+// queries is every Postgres query the view's read path and the sold-out path made: rebuilds,
+// fallback reads and key-set loads.
+func (a viewStats) queries() float64 { return a.pgQueries + a.keySets }
+
+// The view metrics by name, as internal/view and internal/stock register them.
 const (
-	metricViewReads     = "stocksvc_view_reads_total"
-	metricViewQueries   = "stocksvc_view_postgres_queries_total"
-	metricViewRebuilds  = "stocksvc_view_rebuilds_total"
-	metricViewWaits     = "stocksvc_view_rebuild_waits_total"
-	metricViewGiveups   = "stocksvc_view_rebuild_giveups_total"
-	metricRefusedByView = "stocksvc_orders_refused_from_view_total"
+	metricViewReads       = "stocksvc_view_reads_total"
+	metricViewQueries     = "stocksvc_view_postgres_queries_total"
+	metricKeySetLoads     = "stocksvc_view_keysets_loaded_total"
+	metricViewRebuilds    = "stocksvc_view_rebuilds_total"
+	metricViewWaits       = "stocksvc_view_rebuild_waits_total"
+	metricViewGiveups     = "stocksvc_view_rebuild_giveups_total"
+	metricViewUnavailable = "stocksvc_view_fallback_refused_total"
+	metricViewLostUpdates = "stocksvc_view_updates_failed_total"
+	metricRefusedByView   = "stocksvc_orders_refused_from_view_total"
 )
 
-var viewMetrics = []string{metricViewReads, metricViewQueries, metricViewRebuilds, metricViewWaits, metricViewGiveups, metricRefusedByView}
+var viewMetrics = []string{metricViewReads, metricViewQueries, metricKeySetLoads, metricViewRebuilds, metricViewWaits,
+	metricViewGiveups, metricViewUnavailable, metricViewLostUpdates, metricRefusedByView}
+
+// queryMetrics are the counters that queries() adds up.
+var queryMetrics = []string{metricViewQueries, metricKeySetLoads}
 
 // viewStatsFrom reads viewStats from one replica's metric families. A counter's series are
 // summed whatever their labels, so that a label added later (a reason, a product) still
 // counts every query once.
 func viewStatsFrom(families map[string]*dto.MetricFamily) viewStats {
 	s := viewStats{
-		reads:     byLabel(families[metricViewReads], "from"),
-		pgQueries: counterSum(families[metricViewQueries]),
-		rebuilds:  counterSum(families[metricViewRebuilds]),
-		waits:     counterSum(families[metricViewWaits]),
-		giveups:   counterSum(families[metricViewGiveups]),
-		refused:   counterSum(families[metricRefusedByView]),
-		outcomes:  byLabel(families["stocksvc_orders_total"], "outcome"),
-		present:   map[string]bool{},
+		reads:       byLabel(families[metricViewReads], "from"),
+		pgQueries:   counterSum(families[metricViewQueries]),
+		queriesBy:   byLabel(families[metricViewQueries], "purpose"),
+		keySets:     counterSum(families[metricKeySetLoads]),
+		rebuilds:    counterSum(families[metricViewRebuilds]),
+		waits:       counterSum(families[metricViewWaits]),
+		giveups:     counterSum(families[metricViewGiveups]),
+		unavailable: counterSum(families[metricViewUnavailable]),
+		lostUpdates: counterSum(families[metricViewLostUpdates]),
+		refused:     counterSum(families[metricRefusedByView]),
+		outcomes:    byLabel(families["stocksvc_orders_total"], "outcome"),
+		present:     map[string]bool{},
 	}
 	for _, name := range viewMetrics {
 		if families[name] != nil {
@@ -162,14 +186,18 @@ func (a viewStats) combine(b viewStats, sign float64) viewStats {
 		return out
 	}
 	return viewStats{
-		reads:     add(a.reads, b.reads),
-		pgQueries: a.pgQueries + sign*b.pgQueries,
-		rebuilds:  a.rebuilds + sign*b.rebuilds,
-		waits:     a.waits + sign*b.waits,
-		giveups:   a.giveups + sign*b.giveups,
-		refused:   a.refused + sign*b.refused,
-		outcomes:  add(a.outcomes, b.outcomes),
-		present:   a.present,
+		reads:       add(a.reads, b.reads),
+		pgQueries:   a.pgQueries + sign*b.pgQueries,
+		queriesBy:   add(a.queriesBy, b.queriesBy),
+		keySets:     a.keySets + sign*b.keySets,
+		rebuilds:    a.rebuilds + sign*b.rebuilds,
+		waits:       a.waits + sign*b.waits,
+		giveups:     a.giveups + sign*b.giveups,
+		unavailable: a.unavailable + sign*b.unavailable,
+		lostUpdates: a.lostUpdates + sign*b.lostUpdates,
+		refused:     a.refused + sign*b.refused,
+		outcomes:    add(a.outcomes, b.outcomes),
+		present:     a.present,
 	}
 }
 
