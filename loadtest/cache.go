@@ -478,6 +478,9 @@ func (b *cacheBench) round(ctx context.Context, l cacheLoad, name string, d time
 // stampedes runs h.opts.stampedeRounds stampedes on product.
 func (b *cacheBench) stampedes(ctx context.Context, product int64) ([]stampedeRound, error) {
 	o := b.h.opts
+	if o.stampedeRounds == 0 {
+		return nil, nil
+	}
 	key := viewKey(b.c.prefix, product)
 	b.h.printf("[cache] 3. stampede: %d rounds of %d reads of product %d at once, its view (%s) deleted and the lease (%v) waited out before each\n",
 		o.stampedeRounds, o.stampedeReaders, product, key, viewLease)
