@@ -2,8 +2,6 @@ package stockhttp_test
 
 import (
 	"context"
-	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stocksvc/stocksvc/internal/lock"
+	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
 // This file holds the helpers of the HTTP contract tests: typed request and response bodies,
@@ -211,33 +210,8 @@ func holdLock(t testing.TB, in *instance, name string, opt *lock.Options) (relea
 	return release
 }
 
-// deadEndpoint returns the address of a TCP listener that accepts connections and closes them
-// at once: a Postgres or Redis that is down, without the port-reuse race of a closed port.
-func deadEndpoint(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				if !errors.Is(err, net.ErrClosed) {
-					t.Errorf("dead endpoint accept: %v", err)
-				}
-				return
-			}
-			_ = conn.Close()
-		}
-	})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		wg.Wait()
-	})
-	return ln.Addr().String()
-}
+// deadEndpoint returns the address of a Postgres or Redis that is down (testenv.DeadEndpoint).
+func deadEndpoint(t testing.TB) string { return testenv.DeadEndpoint(t) }
 
 // repeat returns s n times; shorthand for building over-long fields.
 func repeat(s string, n int) string { return strings.Repeat(s, n) }

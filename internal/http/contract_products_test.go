@@ -2,6 +2,7 @@ package stockhttp_test
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,6 +123,48 @@ func TestGetProduct(t *testing.T) {
 	if got.CreatedAt.IsZero() || got.UpdatedAt.IsZero() {
 		t.Errorf("created_at = %v, updated_at = %v, want both set", got.CreatedAt, got.UpdatedAt)
 	}
+}
+
+// TestGetProductFreshness: a read says how fresh it is — Cache-Status (RFC 9211) and Age —
+// and reflects an order the same replica has answered.
+func TestGetProductFreshness(t *testing.T) {
+	t.Parallel()
+	in := newInstance(t, instanceOptions{})
+	id := createProduct(t, in.URL, "fresh", 3)
+	path := in.URL + "/v1/products/" + itoa(id)
+
+	first := call(t, request{Method: http.MethodGet, URL: path})
+	wantJSON(t, first, http.StatusOK, nil)
+	wantHeader(t, first, "Cache-Status", "stocksvc; fwd=miss")
+	wantHeader(t, first, "Age", "0")
+	second := call(t, request{Method: http.MethodGet, URL: path})
+	wantHeader(t, second, "Cache-Status", "stocksvc; hit")
+	if age, err := strconv.Atoi(second.Header.Get("Age")); err != nil || age < 0 {
+		t.Errorf("Age %q: want whole seconds", second.Header.Get("Age"))
+	}
+
+	wantJSON(t, postOrder(t, in.URL, newOrder("c", orderItem{id, 2}), nil), http.StatusCreated, nil)
+	if got := getProduct(t, in.URL, id); got.Stock != 1 || got.Version != 1 {
+		t.Errorf("read after the order's 201: stock %d at version %d, want 1 at version 1", got.Stock, got.Version)
+	}
+}
+
+// TestGetProductWithoutRedis: a replica whose Redis is down still answers product reads, from
+// Postgres, while orders get 503.
+func TestGetProductWithoutRedis(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	healthy := c.start(t, instanceOptions{})
+	id := createProduct(t, healthy.URL, "no-redis", 4)
+	broken := c.start(t, instanceOptions{redisURL: "redis://" + deadEndpoint(t) + "/0"})
+
+	res := call(t, request{Method: http.MethodGet, URL: broken.URL + "/v1/products/" + itoa(id)})
+	wantJSON(t, res, http.StatusOK, nil)
+	wantHeader(t, res, "Cache-Status", "stocksvc; fwd=miss")
+	if got := res.JSON(t)["stock"]; got != float64(4) {
+		t.Errorf("stock = %v, want 4", got)
+	}
+	wantProblem(t, postOrder(t, broken.URL, newOrder("c", orderItem{id, 1}), nil), "unavailable", "/v1/orders")
 }
 
 func TestGetProductNotFound(t *testing.T) {

@@ -19,8 +19,8 @@ import (
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
-	"github.com/stocksvc/stocksvc/internal/view"
 	"github.com/stocksvc/stocksvc/internal/testenv"
+	"github.com/stocksvc/stocksvc/internal/view"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -3,9 +3,11 @@ package stock_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -13,6 +15,7 @@ import (
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/testenv"
+	"github.com/stocksvc/stocksvc/internal/view"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -37,6 +40,7 @@ type replica struct {
 	registry *prometheus.Registry
 	redis    *redis.Client
 	pool     *pgxpool.Pool
+	cache    *view.Cache // nil without views
 }
 
 type replicaOptions struct {
@@ -45,6 +49,9 @@ type replicaOptions struct {
 	maxConns int32
 	redisURL string // instead of the world's Redis
 	maxBatch int    // orders per batch; 0 keeps the default
+	views    bool   // a view cache (package view) in front, as the service runs
+	// queries, when set, counts every query the replica's pool sends to Postgres.
+	queries *atomic.Int64
 }
 
 func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replica {
@@ -55,6 +62,9 @@ func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replic
 	}
 	if o.maxConns > 0 {
 		cfg.MaxConns = o.maxConns
+	}
+	if o.queries != nil {
+		cfg.ConnConfig.Tracer = queryCounter{o.queries}
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
@@ -79,13 +89,31 @@ func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replic
 	if wait == 0 {
 		wait = 5 * time.Second // generous: these tests are about correctness, not contention
 	}
+	locks := newLockClient(t, rdb, w.prefix)
+	var cache *view.Cache
+	var views stock.Views
+	if o.views {
+		cache = view.New(rdb, locks, store.Product, view.Config{}, view.NewMetrics(reg))
+		t.Cleanup(cache.Close)
+		views = cache
+	}
 	svc := stock.NewService(store,
-		stock.NewRedisLocker(newLockClient(t, rdb, w.prefix), stock.LockConfig{TTL: o.lockTTL, Wait: wait}),
-		stock.Config{Defense: d, ConflictRetries: 50, QueueWait: wait, MaxBatchOrders: o.maxBatch},
+		stock.NewRedisLocker(locks, stock.LockConfig{TTL: o.lockTTL, Wait: wait}),
+		stock.Config{Defense: d, ConflictRetries: 50, QueueWait: wait, MaxBatchOrders: o.maxBatch, Views: views},
 		stock.NewMetrics(reg))
 	t.Cleanup(svc.Close)
-	return &replica{svc: svc, store: store, registry: reg, redis: rdb, pool: pool}
+	return &replica{svc: svc, store: store, registry: reg, redis: rdb, pool: pool, cache: cache}
 }
+
+// queryCounter is a pgx tracer that counts the queries a pool sends.
+type queryCounter struct{ n *atomic.Int64 }
+
+func (q queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	q.n.Add(1)
+	return ctx
+}
+
+func (queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // newLockClient returns a lock client closed when the test ends (a client that waited holds a
 // subscription).
@@ -131,6 +159,9 @@ func counterValue(t testing.TB, g prometheus.Gatherer, name, label, value string
 			continue
 		}
 		for _, m := range f.GetMetric() {
+			if label == "" && len(m.GetLabel()) == 0 {
+				return m.GetCounter().GetValue()
+			}
 			for _, lp := range m.GetLabel() {
 				if lp.GetName() == label && lp.GetValue() == value {
 					return m.GetCounter().GetValue()

@@ -140,22 +140,16 @@ func (c *Cache) rebuildLockName(id int64) string {
 }
 
 // Product returns product id's view: from this replica's lease, from Redis, or rebuilt from
-// Postgres. When Redis cannot serve it, the read goes to Postgres, FallbackReads at a time.
-// Errors: *stock.ProductNotFoundError, stock.ErrUnavailable, the context's error.
+// Postgres. When Redis cannot serve it (unreachable, or the rebuild tries ran out), it is read
+// from Postgres, once for all the readers of the product that wait on this replica, and at
+// most FallbackReads products at a time. Errors: *stock.ProductNotFoundError,
+// stock.ErrUnavailable, the context's error.
 func (c *Cache) Product(ctx context.Context, id int64) (View, error) {
 	v, _, err := c.view(ctx, id)
-	if err == nil {
-		c.metrics.read(v.From)
-		return v, nil
-	}
-	if errors.Is(err, stock.ErrProductNotFound) || ctx.Err() != nil {
+	if err != nil {
 		return View{}, err
 	}
-	v, ferr := c.readPostgres(ctx, id)
-	if ferr != nil {
-		return View{}, ferr
-	}
-	c.metrics.read(FromPostgres)
+	c.metrics.read(v.From)
 	return v, nil
 }
 
@@ -211,8 +205,21 @@ func (c *Cache) leased(id int64) (lease, bool) {
 	return l, true
 }
 
-// fetch reads product id's view from Redis, rebuilding it if it is missing, and leases it.
+// fetch reads product id's view from Redis, rebuilding it if it is missing, and leases it; when
+// Redis cannot serve it, it reads Postgres instead (and leases nothing).
 func (c *Cache) fetch(ctx context.Context, id int64) (lease, error) {
+	l, err := c.fetchCached(ctx, id)
+	if err == nil || errors.Is(err, stock.ErrProductNotFound) {
+		return l, err
+	}
+	v, ferr := c.readPostgres(ctx, id)
+	if ferr != nil {
+		return lease{}, errors.Join(ferr, err)
+	}
+	return lease{view: v}, nil
+}
+
+func (c *Cache) fetchCached(ctx context.Context, id int64) (lease, error) {
 	for try := 1; ; try++ {
 		start := time.Now() // before the read: the lease must end before a raise can write
 		v, found, err := c.readRedis(ctx, id)

@@ -1,0 +1,231 @@
+package stock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stocksvc/stocksvc/internal/stock"
+)
+
+// commandCounter is a go-redis hook that counts the commands a client sends, by name; a
+// script counts under the name of the script command (evalsha, eval).
+type commandCounter struct {
+	mu    sync.Mutex
+	names map[string]int
+}
+
+func countCommands(rdb *redis.Client) *commandCounter {
+	c := &commandCounter{names: map[string]int{}}
+	rdb.AddHook(c)
+	return c
+}
+
+func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.add(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.add(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (c *commandCounter) add(cmd redis.Cmder) {
+	c.mu.Lock()
+	c.names[strings.ToLower(cmd.Name())]++
+	c.mu.Unlock()
+}
+
+// since returns the commands counted since the last call, other than those named in allowed.
+func (c *commandCounter) take(allowed ...string) map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	other := map[string]int{}
+	for name, n := range c.names {
+		if !contains(allowed, name) {
+			other[name] = n
+		}
+	}
+	c.names = map[string]int{}
+	return other
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// sellOut buys every unit of product id through r, one unit per order, and waits until the
+// views have been told.
+func sellOut(t *testing.T, r *replica, id, units int64) {
+	t.Helper()
+	for i := range units {
+		if _, err := r.svc.PlaceOrder(context.Background(), order(fmt.Sprintf("seller-%d", i), one(id, 1))); err != nil {
+			t.Fatalf("order %d of %d: %v", i+1, units, err)
+		}
+	}
+	r.cache.Close() // the views' updates are in Redis
+}
+
+func TestSoldOutIsAnsweredWithoutPostgresOrLocks(t *testing.T) {
+	w := newWorld(t)
+	var queries atomic.Int64
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true, queries: &queries})
+	commands := countCommands(r.redis)
+	id := createProduct(t, r, "hot", 3)
+	ctx := context.Background()
+	if _, err := r.svc.PlaceOrder(ctx, stock.OrderRequest{CustomerID: "early", Items: []stock.Item{one(id, 1)}, IdempotencyKey: "early-key"}); err != nil {
+		t.Fatalf("keyed order: %v", err)
+	}
+	sellOut(t, r, id, 2)
+	// The first refusal may have to learn that the product is sold out.
+	_, err := r.svc.PlaceOrder(ctx, order("first", one(id, 1)))
+	if !errors.Is(err, stock.ErrSoldOut) {
+		t.Fatalf("order after sell-out: got %v, want sold out", err)
+	}
+	queries.Store(0)
+	commands.take()
+
+	const refusals = 200
+	for i := range refusals {
+		_, err := r.svc.PlaceOrder(ctx, order(fmt.Sprintf("late-%d", i), one(id, 1+int64(i%3))))
+		var soldOut *stock.SoldOutError
+		if !errors.As(err, &soldOut) || soldOut.Available != 0 || soldOut.ProductID != id {
+			t.Fatalf("order %d: got %v, want sold out with 0 available", i, err)
+		}
+	}
+	if n := queries.Load(); n != 0 {
+		t.Errorf("%d refusals of a sold-out product sent %d Postgres queries, want 0", refusals, n)
+	}
+	// Within the lease nothing at all goes to Redis; each lease that ends costs one read of
+	// the view, and never a lock command.
+	if other := commands.take("hgetall"); len(other) > 0 {
+		t.Errorf("refusals sent Redis commands other than reads of the view: %v", other)
+	}
+	if got := counterValue(t, r.registry, "stocksvc_orders_refused_from_view_total", "", ""); got < refusals {
+		t.Errorf("stocksvc_orders_refused_from_view_total = %v, want at least %d", got, refusals)
+	}
+
+	// A keyed order costs one query the first time — the product's confirmed keys — and none
+	// after; a retry of the confirmed keyed order is replayed, never refused.
+	for i := range 50 {
+		_, err := r.svc.PlaceOrder(ctx, stock.OrderRequest{CustomerID: "keyed", Items: []stock.Item{one(id, 1)}, IdempotencyKey: fmt.Sprintf("late-key-%d", i)})
+		if !errors.Is(err, stock.ErrSoldOut) {
+			t.Fatalf("keyed order %d: got %v, want sold out", i, err)
+		}
+	}
+	if n := queries.Load(); n != 1 {
+		t.Errorf("50 keyed refusals sent %d Postgres queries, want 1 (the confirmed keys)", n)
+	}
+	res, err := r.svc.PlaceOrder(ctx, stock.OrderRequest{CustomerID: "early", Items: []stock.Item{one(id, 1)}, IdempotencyKey: "early-key"})
+	if err != nil || !res.Replayed {
+		t.Fatalf("retry of a confirmed keyed order after sell-out: got %+v, %v; want the order replayed", res, err)
+	}
+	if a := mustAudit(t, r, id); !a.Consistent() || a.Sold != 3 {
+		t.Errorf("audit: %+v", a)
+	}
+}
+
+// TestRestockRevivesEveryReplicaAtOnce: once a restock has returned, no replica refuses an
+// order on the level before it, although each had just refused from its lease.
+func TestRestockRevivesEveryReplicaAtOnce(t *testing.T) {
+	w := newWorld(t)
+	replicas := make([]*replica, 3)
+	for i := range replicas {
+		replicas[i] = w.replica(t, stock.DefaultDefense(), replicaOptions{views: true})
+	}
+	id := createProduct(t, replicas[0], "revived", 0)
+	ctx := context.Background()
+	for round := range 5 {
+		// Every replica refuses, from its view: each now holds a lease saying "sold out".
+		for i, r := range replicas {
+			_, err := r.svc.PlaceOrder(ctx, order(fmt.Sprintf("r%d-refused-%d", round, i), one(id, 1)))
+			if !errors.Is(err, stock.ErrSoldOut) {
+				t.Fatalf("round %d, replica %d before the restock: got %v, want sold out", round, i, err)
+			}
+		}
+		if _, err := replicas[round%3].svc.Restock(ctx, stock.RestockRequest{ProductID: id, Quantity: 3}); err != nil {
+			t.Fatalf("round %d: restock: %v", round, err)
+		}
+		// At once, on every replica, in parallel: each order must find the new stock.
+		var wg sync.WaitGroup
+		errs := make([]error, len(replicas))
+		for i, r := range replicas {
+			wg.Go(func() {
+				_, errs[i] = r.svc.PlaceOrder(ctx, order(fmt.Sprintf("r%d-bought-%d", round, i), one(id, 1)))
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d, replica %d right after the restock returned: %v", round, i, err)
+			}
+		}
+	}
+	if a := mustAudit(t, replicas[0], id); !a.Consistent() || a.Stock != 0 || a.Sold != 15 {
+		t.Errorf("audit: %+v", a)
+	}
+}
+
+// TestViewsFollowPurchasesAndRestocks: a read that starts after a purchase or restock has
+// been answered reflects it, on the replica that made it at once, and on another one as soon
+// as that replica's lease is not in the way (a replica started afterwards has none).
+func TestViewsFollowPurchasesAndRestocks(t *testing.T) {
+	w := newWorld(t)
+	a := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true})
+	ctx := context.Background()
+	id := createProduct(t, a, "followed", 10)
+	read := func(r *replica) stock.ProductView {
+		t.Helper()
+		v, err := r.svc.Product(ctx, id)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		return v
+	}
+	if v := read(a); v.Stock != 10 || v.From != "postgres" {
+		t.Fatalf("first read: %+v, want stock 10 rebuilt from postgres", v)
+	}
+	if v := read(a); v.Stock != 10 || v.From != "process" {
+		t.Fatalf("second read: %+v, want stock 10 from the lease", v)
+	}
+	if _, err := a.svc.PlaceOrder(ctx, order("buyer", one(id, 4))); err != nil {
+		t.Fatal(err)
+	}
+	if v := read(a); v.Stock != 6 {
+		t.Errorf("read on the buying replica after its 201: stock %d, want 6", v.Stock)
+	}
+	a.cache.Close()
+	b := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true})
+	if v := read(b); v.Stock != 6 || v.From != "redis" || v.Version != 1 {
+		t.Errorf("read on another replica: %+v, want stock 6 at version 1 from redis", v)
+	}
+	if _, err := b.svc.Restock(ctx, stock.RestockRequest{ProductID: id, Quantity: 5}); err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range map[string]*replica{"restocking replica": b, "other replica": a} {
+		// a's lease predates the restock, which waited it out.
+		if v := read(r); v.Stock != 11 || v.Version != 2 {
+			t.Errorf("%s after the restock: %+v, want stock 11 at version 2", name, v)
+		}
+	}
+}

@@ -1,0 +1,308 @@
+package view
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stocksvc/stocksvc/internal/lock"
+	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// world is a database with one product and a Redis prefix, shared by the caches of a test:
+// each cache stands for a replica (its own lock client, singleflight and leases).
+type world struct {
+	t      *testing.T
+	store  *stock.PGStore
+	rdb    *redis.Client
+	prefix string
+	id     int64
+	loads  atomic.Int64 // Postgres reads through the caches' loaders
+}
+
+func newWorld(t *testing.T, units int64) *world {
+	t.Helper()
+	rdb, prefix := testenv.Redis(t)
+	w := &world{t: t, store: stock.NewPGStore(testenv.Pool(t)), rdb: rdb, prefix: prefix}
+	p, err := w.store.CreateProduct(context.Background(), stock.NewProduct{SKU: "hot", Name: "Hot", Stock: units})
+	if err != nil {
+		t.Fatalf("create product: %v", err)
+	}
+	w.id = p.ID
+	return w
+}
+
+// load is a Loader that counts the reads, and runs gate (when set) before each.
+func (w *world) loader(gate func()) Loader {
+	return func(ctx context.Context, id int64) (stock.Product, error) {
+		w.loads.Add(1)
+		if gate != nil {
+			gate()
+		}
+		return w.store.Product(ctx, id)
+	}
+}
+
+func (w *world) cache(cfg Config, load Loader) (*Cache, *prometheus.Registry) {
+	w.t.Helper()
+	if load == nil {
+		load = w.loader(nil)
+	}
+	locks := lock.New(w.rdb, lock.WithNamespace(w.prefix))
+	w.t.Cleanup(func() { _ = locks.Close() })
+	reg := prometheus.NewRegistry()
+	c := New(w.rdb, locks, load, cfg, NewMetrics(reg))
+	w.t.Cleanup(c.Close)
+	return c, reg
+}
+
+func (w *world) deleteView() {
+	w.t.Helper()
+	if err := w.rdb.Del(context.Background(), w.prefix+"view:product:{"+itoa(w.id)+"}").Err(); err != nil {
+		w.t.Fatalf("delete view: %v", err)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func counted(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
+}
+
+// forgetLeases drops the cache's leases, as their running out would.
+func (c *Cache) forgetLeases() {
+	c.mu.Lock()
+	clear(c.leases)
+	c.mu.Unlock()
+}
+
+// TestStampedeCostsOneQuery: 500 readers on three replicas, the view deleted and no lease in
+// the way: one Postgres read in all.
+func TestStampedeCostsOneQuery(t *testing.T) {
+	w := newWorld(t, 42)
+	caches := make([]*Cache, 3)
+	regs := make([]*prometheus.Registry, 3)
+	for i := range caches {
+		caches[i], regs[i] = w.cache(Config{}, nil)
+	}
+	for round := range 3 {
+		w.deleteView()
+		for _, c := range caches {
+			c.forgetLeases()
+		}
+		w.loads.Store(0)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for i := range 500 {
+			c := caches[i%3]
+			wg.Go(func() {
+				<-start
+				v, err := c.Product(context.Background(), w.id)
+				if err != nil || v.Stock != 42 {
+					failed.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := failed.Load(); n > 0 {
+			t.Fatalf("round %d: %d of 500 reads failed or were wrong", round, n)
+		}
+		if n := w.loads.Load(); n != 1 {
+			t.Errorf("round %d: 500 concurrent readers after the view was deleted made %d Postgres reads, want 1", round, n)
+		}
+	}
+}
+
+// TestRebuildLockHeldReadersGiveUpToPostgres: when whoever holds the rebuild lock never
+// writes the view, readers look again a bounded number of times, then read Postgres
+// themselves — one read per replica, whatever the crowd.
+func TestRebuildLockHeldReadersGiveUpToPostgres(t *testing.T) {
+	w := newWorld(t, 7)
+	c, reg := w.cache(Config{RebuildTries: 3}, nil)
+	held, err := lock.New(w.rdb, lock.WithNamespace(w.prefix)).Obtain(context.Background(), c.rebuildLockName(w.id), time.Minute, &lock.Options{Fenceless: true})
+	if err != nil {
+		t.Fatalf("hold the rebuild lock: %v", err)
+	}
+	defer func() { _ = held.Release(context.Background()) }()
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			v, err := c.Product(context.Background(), w.id)
+			if err != nil || v.Stock != 7 || v.From != FromPostgres {
+				t.Errorf("read while the rebuild lock is held: %+v, %v", v, err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := counted(c.metrics.giveUps); got < 1 {
+		t.Errorf("give-ups = %v, want at least 1", got)
+	}
+	if got := counted(c.metrics.waits); got < 2 {
+		t.Errorf("rebuild waits = %v, want the tries (2 waits between 3 tries)", got)
+	}
+	// The readers joined one flight (or a few, if some came late), and a flight that gives
+	// up reads Postgres once for all of its readers.
+	if n := w.loads.Load(); n > 5 {
+		t.Errorf("%d Postgres reads for 50 readers, want one per flight", n)
+	}
+	_ = reg
+}
+
+// TestRedisDownReadsFallBackToPostgresBounded: with Redis unreachable, reads are served from
+// Postgres — one read for all the readers of a product, FallbackReads products at a time; a
+// read of one more product is answered unavailable at once.
+func TestRedisDownReadsFallBackToPostgresBounded(t *testing.T) {
+	w := newWorld(t, 5)
+	other, err := w.store.CreateProduct(context.Background(), stock.NewProduct{SKU: "other", Name: "Other", Stock: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := redis.NewClient(&redis.Options{Addr: testenv.DeadEndpoint(t), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = dead.Close() })
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	load := func(ctx context.Context, id int64) (stock.Product, error) {
+		entered <- struct{}{}
+		<-release
+		return w.store.Product(ctx, id)
+	}
+	locks := lock.New(dead, lock.WithNamespace(w.prefix))
+	t.Cleanup(func() { _ = locks.Close() })
+	c := New(dead, locks, load, Config{FallbackReads: 1}, NewMetrics(prometheus.NewRegistry()))
+	const readers = 20
+	results := make(chan error, readers)
+	for range readers {
+		go func() {
+			v, err := c.Product(context.Background(), w.id)
+			if err == nil && (v.Stock != 5 || v.From != FromPostgres) {
+				err = errors.New("wrong view")
+			}
+			results <- err
+		}()
+	}
+	<-entered // the one fallback read is in flight
+	if _, err := c.Product(context.Background(), other.ID); !errors.Is(err, stock.ErrUnavailable) {
+		t.Errorf("a read of another product while the fallback is in use: got %v, want unavailable", err)
+	}
+	close(release)
+	for range readers {
+		if err := <-results; err != nil {
+			t.Errorf("a reader of the fallback read: %v", err)
+		}
+	}
+
+	if _, sold := c.SoldOut(context.Background(), w.id); sold {
+		t.Error("SoldOut without Redis said sold out; it must leave the decision to the purchase path")
+	}
+}
+
+// TestOlderLevelsNeverOverwriteNewer: purchases committed out of order, and a rebuild from a
+// read older than the view, leave the newest level.
+func TestOlderLevelsNeverOverwriteNewer(t *testing.T) {
+	w := newWorld(t, 10)
+	c, _ := w.cache(Config{}, nil)
+	ctx := context.Background()
+	if _, err := c.Product(ctx, w.id); err != nil { // builds the view at version 0
+		t.Fatal(err)
+	}
+	now := time.Now()
+	c.Committed(w.id, 7, 3, now)
+	c.Close()
+	c.Committed(w.id, 9, 1, now) // older: lost the race to Redis
+	c.Close()
+	v, found, err := c.readRedis(ctx, w.id)
+	if err != nil || !found || v.Product.Version != 3 || v.Product.Stock != 7 {
+		t.Fatalf("view after updates at versions 3 then 1: %+v (found %v, %v), want stock 7 at version 3", v.Product, found, err)
+	}
+	// A rebuild that read Postgres (version 0, stock 10) writes nothing over version 3.
+	c.forgetLeases()
+	w.deleteView()
+	c.Committed(w.id, 7, 3, now) // a missing view stays missing
+	c.Close()
+	if _, found, _ := c.readRedis(ctx, w.id); found {
+		t.Fatal("a purchase's update created a view; only rebuilds may")
+	}
+}
+
+// TestRebuildStartedBeforeARaiseIsNotWritten: a rebuild that read Postgres before a restock
+// began must not write its (older) view after it — it would be leased and refuse orders on
+// the level before the restock.
+func TestRebuildStartedBeforeARaiseIsNotWritten(t *testing.T) {
+	w := newWorld(t, 0)
+	reading := make(chan struct{})
+	proceed := make(chan struct{})
+	var once sync.Once
+	slow, _ := w.cache(Config{}, w.loader(func() {
+		once.Do(func() {
+			close(reading)
+			<-proceed
+		})
+	}))
+	other, _ := w.cache(Config{}, nil)
+	ctx := context.Background()
+	result := make(chan bool, 1)
+	go func() {
+		_, sold := slow.SoldOut(ctx, w.id) // rebuilds: epoch read, then the gated Postgres read
+		result <- sold
+	}()
+	<-reading
+	done, err := other.Raise(ctx, w.id)
+	if err != nil {
+		t.Fatalf("raise: %v", err)
+	}
+	close(proceed) // the slow rebuild now reads stock 0 and tries to write it
+	if sold := <-result; sold {
+		t.Error("a view read before the raise was used to refuse")
+	}
+	if _, found, _ := slow.readRedis(ctx, w.id); found {
+		t.Fatal("the rebuild that began before the raise wrote its view")
+	}
+	p, err := w.store.Restock(ctx, stock.Restocking{ProductID: w.id, Quantity: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done(&p.Product)
+	if _, sold := slow.SoldOut(ctx, w.id); sold {
+		t.Error("sold out after the restock")
+	}
+	v, found, err := slow.readRedis(ctx, w.id)
+	if err != nil || !found || v.Product.Stock != 4 {
+		t.Errorf("view after the raise ended: %+v (found %v, %v), want stock 4", v.Product, found, err)
+	}
+}
+
+// TestMissingProductLeavesNothingInRedis: reads of ids that do not exist keep no view and
+// no epoch.
+func TestMissingProductLeavesNothingInRedis(t *testing.T) {
+	w := newWorld(t, 1)
+	c, _ := w.cache(Config{}, nil)
+	for _, id := range []int64{w.id + 1, w.id + 1000} {
+		if _, err := c.Product(context.Background(), id); !errors.Is(err, stock.ErrProductNotFound) {
+			t.Fatalf("read of missing product %d: %v", id, err)
+		}
+	}
+	keys, err := w.rdb.Keys(context.Background(), w.prefix+"view:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) > 0 {
+		t.Errorf("keys left behind by reads of missing products: %v", keys)
+	}
+}
