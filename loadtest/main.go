@@ -7,6 +7,7 @@
 //	go run ./loadtest                         # the default sale
 //	go run ./loadtest -replicas 5 -stock 2000 -rate 400 -duration 60s -kill-after 20s
 //	go run ./loadtest -compare                # the comparison for docs/benchmarks.md
+//	go run ./loadtest -cache -duration 10s    # reads and sold-out answers against healthz
 //
 // It exits 1 when an invariant or a k6 threshold fails.
 package main
@@ -29,29 +30,33 @@ import (
 const defaultDefense = "lock,version,guard"
 
 type options struct {
-	replicas       int
-	stock          int
-	rate           int
-	duration       time.Duration
-	vus            int
-	raceStock      int
-	scenarios      string
-	defense        string
-	lockRetry      string
-	lockMaxRetries int
-	lockWait       time.Duration
-	killAfter      time.Duration
-	compare        bool
-	throughput     bool
-	closedOnly     bool
-	clients        int
-	pgbenchClients int
-	databaseURL    string
-	redisURL       string
-	out            string
-	keep           bool
-	k6             string
-	script         string
+	replicas        int
+	stock           int
+	rate            int
+	duration        time.Duration
+	vus             int
+	raceStock       int
+	scenarios       string
+	defense         string
+	lockRetry       string
+	lockMaxRetries  int
+	lockWait        time.Duration
+	killAfter       time.Duration
+	compare         bool
+	throughput      bool
+	cache           bool
+	rounds          int
+	stampedeRounds  int
+	stampedeReaders int
+	closedOnly      bool
+	clients         int
+	pgbenchClients  int
+	databaseURL     string
+	redisURL        string
+	out             string
+	keep            bool
+	k6              string
+	script          string
 	// Fault drills.
 	fault         string
 	runs          int
@@ -112,7 +117,11 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.DurationVar(&o.killAfter, "kill-after", 0, "SIGKILL one replica this long into the load (0: never)")
 	fs.BoolVar(&o.compare, "compare", false, "compare the default path, polling the lock, the seeds' naive retry policy, the guard alone and a bare pgbench UPDATE")
 	fs.BoolVar(&o.throughput, "throughput", false, "benchmark: confirmed purchases/s of one hot product in a closed loop, against pgbench in the same run; then latency at 80% and 2× of that peak")
-	fs.IntVar(&o.clients, "clients", 128, "closed-loop clients in -throughput")
+	fs.IntVar(&o.clients, "clients", 128, "closed-loop clients in -throughput, and of each round in -cache")
+	fs.BoolVar(&o.cache, "cache", false, "benchmark: sold-out refusals and product reads during a sale against GET /healthz, in alternating rounds of -duration; then view rebuild stampedes")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds of each load in -cache (medians are reported)")
+	fs.IntVar(&o.stampedeRounds, "stampede-rounds", 10, "stampedes in -cache (0: none)")
+	fs.IntVar(&o.stampedeReaders, "stampede-readers", 500, "reads released at once in each stampede of -cache")
 	fs.BoolVar(&o.closedOnly, "closed-only", false, "in -throughput, only the closed loop (no open-loop phases)")
 	fs.IntVar(&o.pgbenchClients, "pgbench-clients", 8, "pgbench clients in -compare and -throughput")
 	fs.StringVar(&o.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres server to create the run's database on")
@@ -147,6 +156,8 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 		return o, errors.New("-kill-after must fall within -duration")
 	case o.killAfter > 0 && o.replicas < 2:
 		return o, errors.New("-kill-after needs at least 2 replicas")
+	case o.rounds < 1 || o.stampedeRounds < 0 || o.stampedeReaders < 1:
+		return o, errors.New("-rounds and -stampede-readers must be positive, -stampede-rounds not negative")
 	case o.fault != "" && (o.runs < 1 || o.drillRate <= 0):
 		return o, errors.New("-runs and -drill-rate must be positive")
 	case o.fault != "" && o.replicas < 2:
@@ -170,7 +181,7 @@ type harness struct {
 	binary  string
 	k6      string
 	haproxy string
-	wrk     string // only for -throughput
+	wrk     string // only for -throughput and -cache
 	script  string
 	w       io.Writer
 }
@@ -192,7 +203,9 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if h.out, err = filepath.Abs(o.out); err != nil {
 		return err
 	}
-	if o.fault == "" {
+	// Only the sales drive k6.
+	needK6 := o.fault == "" && !o.cache
+	if needK6 {
 		if h.script, err = filepath.Abs(o.script); err != nil {
 			return err
 		}
@@ -203,7 +216,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if err := os.MkdirAll(h.out, 0o755); err != nil {
 		return err
 	}
-	if o.fault == "" {
+	if needK6 {
 		if h.k6, err = findK6(ctx, o.k6, w); err != nil {
 			return err
 		}
@@ -225,6 +238,12 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 			return err
 		}
 		return h.throughput(ctx)
+	}
+	if o.cache {
+		if h.wrk, err = findTool(ctx, "wrk", "wrk", w); err != nil {
+			return err
+		}
+		return h.cache(ctx)
 	}
 	if o.fault != "" {
 		return h.drills(ctx)

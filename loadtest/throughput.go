@@ -124,9 +124,8 @@ func (h *harness) closeCluster(c *cluster) {
 	}
 }
 
-// profile records a CPU profile of replica i for d into <dir>/r<i+1>.cpu.pprof, from its
-// debug listener.
-func (c *cluster) profile(ctx context.Context, i int, d time.Duration) error {
+// profile records a CPU profile of replica i for d into <dir>/<file>, from its debug listener.
+func (c *cluster) profile(ctx context.Context, i int, d time.Duration, file string) error {
 	url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", c.debugPorts[i], int(d.Seconds()))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -144,7 +143,7 @@ func (c *cluster) profile(ctx context.Context, i int, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(c.dir, fmt.Sprintf("r%d.cpu.pprof", i+1)), b, 0o644)
+	return os.WriteFile(filepath.Join(c.dir, file), b, 0o644)
 }
 
 // createProduct creates a product through the balancer and returns its id.
@@ -330,7 +329,7 @@ func (h *harness) throughput(ctx context.Context) error {
 	}
 	h.printf("[throughput] closed loop: %d clients for %v\n", clients, d)
 	profiled := make(chan error, 1)
-	go func() { profiled <- c.profile(ctx, 0, d-time.Second) }()
+	go func() { profiled <- c.profile(ctx, 0, d-time.Second, "r1.cpu.pprof") }()
 	peak, err := h.wrkLoop(ctx, c, "closed loop", product, clients, 0, d)
 	if err != nil {
 		return err

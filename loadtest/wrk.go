@@ -48,6 +48,50 @@ function request()
 end
 `
 
+// statusLua counts wrk's answers by status, which wrk alone does not (it counts non-2xx, all
+// together), and prints the counts when the run is over, one line per thread and status. It
+// sends GETs of the URL wrk was given, or, when $PRODUCT is set, a new order of one unit of
+// that product per request, with its own customer and Idempotency-Key as in orderLua. A 409
+// whose problem code is not sold-out is counted apart: the sold-out rounds must see none.
+// Every round of the -cache mode runs this one script, so that the counting costs each kind
+// of round the same.
+const statusLua = `
+local product = os.getenv("PRODUCT")
+local threads = {}
+function setup(thread)
+  table.insert(threads, thread)
+  thread:set("tid", #threads)
+end
+function init(args)
+  math.randomseed(os.time() * 1000 + tid)
+  counter = 0
+  statuses = {}
+  notSoldOut = 0
+end
+if product then
+  function request()
+    counter = counter + 1
+    local key = string.format("wrk-%d-%d-%08x%08x", tid, counter, math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
+    local body = string.format('{"customer_id":"c%d-%d","items":[{"product_id":%s,"quantity":1}]}', tid, counter, product)
+    return wrk.format("POST", "/v1/orders", {["Content-Type"] = "application/json", ["Idempotency-Key"] = key}, body)
+  end
+end
+function response(status, headers, body)
+  statuses[status] = (statuses[status] or 0) + 1
+  if status == 409 and not string.find(body or "", '"code":"sold-out"', 1, true) then
+    notSoldOut = notSoldOut + 1
+  end
+end
+function done(summary, latency, requests)
+  for _, t in ipairs(threads) do
+    for code, n in pairs(t:get("statuses")) do
+      io.write(string.format("wrk-status %d %d\n", code, n))
+    end
+    io.write(string.format("wrk-409-not-sold-out %d\n", t:get("notSoldOut")))
+  end
+end
+`
+
 // notCreated counts the answers wrk saw that were not a 2xx: it does not tell them apart.
 const notCreated = 999
 
@@ -104,39 +148,75 @@ func (h *harness) wrkLoop(ctx context.Context, c *cluster, name string, product 
 // parseWrk reads what wrk printed: every answer not counted as non-2xx is a 201 here (the only
 // 2xx an order gets), and wrk's latency percentiles are over all answers.
 func parseWrk(out string) (phase, error) {
-	var p phase
+	s, err := parseWrkSummary(out)
+	if err != nil {
+		return phase{}, err
+	}
+	p := phase{window: s.window}
+	p.counts = map[uint16]int{http.StatusCreated: s.requests - s.non2xx, 0: s.failed}
+	if s.non2xx > 0 {
+		p.counts[notCreated] = s.non2xx // wrk does not say which: 429s under overload, mostly
+	}
+	p.pct = map[uint16][2]float64{http.StatusCreated: {s.p50, s.p99}}
+	return p, nil
+}
+
+// wrkSummary is what wrk prints at the end of a run.
+type wrkSummary struct {
+	requests int           // answers received
+	non2xx   int           // answers other than 2xx and 3xx
+	failed   int           // socket errors: connect, read, write and timeout
+	window   time.Duration // how long wrk ran
+	p50, p99 float64       // ms, over all answers
+	// statuses counts the answers by status, and notSoldOut the 409s whose problem code was
+	// not sold-out; both only when the script was statusLua (nil and 0 otherwise).
+	statuses   map[int]int
+	notSoldOut int
+}
+
+var (
+	wrkStatus     = regexp.MustCompile(`(?m)^wrk-status (\d+) (\d+)$`)
+	wrkNotSoldOut = regexp.MustCompile(`(?m)^wrk-409-not-sold-out (\d+)$`)
+)
+
+func parseWrkSummary(out string) (wrkSummary, error) {
+	var s wrkSummary
 	m := wrkTotal.FindStringSubmatch(out)
 	if m == nil {
-		return p, errors.New("wrk printed no request count: " + out)
+		return s, errors.New("wrk printed no request count: " + out)
 	}
-	total, _ := strconv.Atoi(m[1])
+	s.requests, _ = strconv.Atoi(m[1])
 	secs, _ := strconv.ParseFloat(m[2], 64)
-	p.window = time.Duration(secs * float64(durationFor[m[3]]))
-	non2xx := 0
+	s.window = time.Duration(secs * float64(durationFor[m[3]]))
 	if m := wrkNon2xx.FindStringSubmatch(out); m != nil {
-		non2xx, _ = strconv.Atoi(m[1])
+		s.non2xx, _ = strconv.Atoi(m[1])
 	}
-	failed := 0
 	if m := wrkSocket.FindStringSubmatch(out); m != nil {
 		for _, f := range m[1:] {
 			n, _ := strconv.Atoi(f)
-			failed += n
+			s.failed += n
 		}
 	}
-	var pct [2]float64
 	for _, m := range wrkLatLine.FindAllStringSubmatch(out, -1) {
 		v, _ := strconv.ParseFloat(m[2], 64)
 		ms := v * float64(durationFor[m[3]]) / float64(time.Millisecond)
 		if m[1] == "50" {
-			pct[0] = ms
+			s.p50 = ms
 		} else {
-			pct[1] = ms
+			s.p99 = ms
 		}
 	}
-	p.counts = map[uint16]int{http.StatusCreated: total - non2xx, 0: failed}
-	if non2xx > 0 {
-		p.counts[notCreated] = non2xx // wrk does not say which: 429s under overload, mostly
+	for _, m := range wrkStatus.FindAllStringSubmatch(out, -1) {
+		if s.statuses == nil {
+			s.statuses = map[int]int{}
+		}
+		code, _ := strconv.Atoi(m[1])
+		n, _ := strconv.Atoi(m[2])
+		s.statuses[code] += n // one line per wrk thread
 	}
-	p.pct = map[uint16][2]float64{http.StatusCreated: pct}
-	return p, nil
+	for _, m := range wrkNotSoldOut.FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[1])
+		s.notSoldOut += n
+	}
+	return s, nil
 }
