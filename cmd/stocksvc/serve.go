@@ -85,9 +85,7 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	locker := stock.NewRedisLocker(locks, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
 	var views stock.Views
 	if cfg.CacheLease > 0 {
-		cache := view.New(deps.rdb, locks, store.Product, view.Config{Lease: cfg.CacheLease, TTL: cfg.CacheTTL}, view.NewMetrics(reg))
-		defer cache.Close()
-		views = cache
+		views = view.New(deps.rdb, locks, store.Product, view.Config{Lease: cfg.CacheLease, TTL: cfg.CacheTTL}, view.NewMetrics(reg))
 	}
 	svc := stock.NewService(store, locker, stock.Config{
 		Defense:        cfg.defense,

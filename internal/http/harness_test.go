@@ -112,10 +112,8 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	locks := lock.New(rdb, lock.WithNamespace(c.prefix))
 	store := stock.NewPGStore(pool)
 	var views stock.Views
-	var cache *view.Cache
 	if !o.noCache {
-		cache = view.New(rdb, locks, store.Product, view.Config{}, view.NewMetrics(reg))
-		views = cache
+		views = view.New(rdb, locks, store.Product, view.Config{}, view.NewMetrics(reg))
 	}
 	svc := stock.NewService(
 		store,
@@ -144,9 +142,6 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	t.Cleanup(func() {
 		srv.Close()
 		svc.Close()
-		if cache != nil {
-			cache.Close()
-		}
 		_ = locks.Close()
 		_ = rdb.Close()
 		pool.Close()

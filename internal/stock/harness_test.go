@@ -94,7 +94,6 @@ func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replic
 	var views stock.Views
 	if o.views {
 		cache = view.New(rdb, locks, store.Product, view.Config{}, view.NewMetrics(reg))
-		t.Cleanup(cache.Close)
 		views = cache
 	}
 	svc := stock.NewService(store,

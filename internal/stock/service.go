@@ -347,19 +347,26 @@ func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h 
 		}
 	}
 	var (
-		outcomes []outcome
-		err      error
+		outcomes  []outcome
+		committed *Write
+		at        time.Time
+		err       error
 	)
 	if s.cfg.Defense.Lock {
 		err = s.locker.WithProducts(ctx, ids, func(ctx context.Context, g *Grant) error {
 			var err error
-			outcomes, err = s.settle(ctx, ids, tickets, g, h)
+			outcomes, committed, at, err = s.settle(ctx, ids, tickets, g, h)
 			return err
 		})
 	} else {
 		// Without a lock there is no lease to lose; detach from the caller so that a batch
 		// that has begun runs to a known outcome, as it does under the lock.
-		outcomes, err = s.settle(context.WithoutCancel(ctx), ids, tickets, nil, h)
+		outcomes, committed, at, err = s.settle(context.WithoutCancel(ctx), ids, tickets, nil, h)
+	}
+	if committed != nil {
+		// Outside the lock, which the next batch is waiting for; before the answers, so that
+		// a read that starts after a 201 sees its order.
+		s.tellViews(*committed, at)
 	}
 	if layer, ok := caughtBy(err); ok {
 		s.metrics.caught(layer)
@@ -399,8 +406,9 @@ func (s *Service) decideWithoutLock(ctx context.Context, ids []int64, tickets []
 // settle decides tickets under the products' locks (g; nil without the lock layer): it reads,
 // allocates and writes, and when the write is refused — a condition of the decrement no longer
 // held — reads again, names the layer that refused it, and decides afresh. It returns an
-// outcome per ticket, or the error that failed the whole batch (nothing was sold then, or the
-// outcome is unknown and the error says so).
+// outcome per ticket, and the write it committed (nil for none) with its time; or the error
+// that failed the whole batch (nothing was sold then, or the outcome is unknown and the error
+// says so).
 //
 // A batch of one product given the lock with the last holder's note — its level after that
 // holder's batch — is first decided from the note, without a read: one round trip less while
@@ -408,7 +416,7 @@ func (s *Service) decideWithoutLock(ctx context.Context, ids []int64, tickets []
 // makes that safe for what sells: a stale note is a stale read, refused like one, and the batch
 // then reads. What refuses and sells nothing has no write to check, so it is decided from a
 // read. On the way out the batch leaves the product's level for the next holder.
-func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g *Grant, h *hint) ([]outcome, error) {
+func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g *Grant, h *hint) ([]outcome, *Write, time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PurchaseTimeout)
 	defer cancel()
 	// The keys' records are read only once a write has been refused: almost every key is new,
@@ -428,11 +436,11 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 			snap = Snapshot{Levels: map[int64]Level{ids[0]: noted}}
 			useNote = false // a second pass reads
 		} else if snap, err = s.store.Snapshot(ctx, ids, keys); err != nil {
-			return nil, err
+			return nil, nil, time.Time{}, err
 		}
 		if refused != nil {
 			if err := s.explainRefusal(*refused, snap); err != nil {
-				return nil, err
+				return nil, nil, time.Time{}, err
 			}
 		}
 		if s.afterRead != nil {
@@ -449,21 +457,20 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 		h.saw(ids[0], snap, a.write)
 		if a.write.empty() {
 			leaveLevel(g, ids, snap, a.write)
-			return a.outcomes, nil
+			return a.outcomes, nil, time.Time{}, nil
 		}
 		at, werr := s.store.Commit(ctx, a.write)
 		if werr == nil {
 			leaveLevel(g, ids, snap, a.write)
-			s.tellViews(a.write, at)
 			for i := range a.outcomes {
 				if a.outcomes[i].err == nil && a.outcomes[i].order.CreatedAt.IsZero() {
 					a.outcomes[i].order.CreatedAt = at
 				}
 			}
-			return a.outcomes, nil
+			return a.outcomes, &a.write, at, nil
 		}
 		if !errors.Is(werr, ErrConflict) {
-			return nil, werr
+			return nil, nil, time.Time{}, werr
 		}
 		if layer, ok := caughtBy(werr); ok {
 			s.metrics.caught(layer) // the CHECK constraint: the read shows what is left
@@ -472,14 +479,14 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 		}
 		keys = ticketKeys(tickets)
 		if attempt > s.cfg.ConflictRetries {
-			return nil, &BusyError{RetryAfter: time.Second, Reason: fmt.Sprintf("%d conflicting writes in a row: %v", attempt, werr)}
+			return nil, nil, time.Time{}, &BusyError{RetryAfter: time.Second, Reason: fmt.Sprintf("%d conflicting writes in a row: %v", attempt, werr)}
 		}
 		// The first retry is at once: most refusals are a stored key, whose writer has
 		// committed. After that, a short random pause lets a writer that keeps beating us
 		// finish, and keeps a crowd of losers from colliding again in lockstep.
 		if attempt > 1 {
 			if err := sleep(ctx, time.Duration(rand.Int64N(int64(attempt)*int64(time.Millisecond)))); err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrBusy, err)
+				return nil, nil, time.Time{}, fmt.Errorf("%w: %w", ErrBusy, err)
 			}
 		}
 	}

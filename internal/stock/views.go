@@ -30,7 +30,8 @@ type Views interface {
 	// never above the stock in Postgres and never from before a raise that has returned;
 	// version is that view's. It answers false when it cannot tell.
 	SoldOut(ctx context.Context, id int64) (version int64, soldOut bool)
-	// Committed records that a purchase left product id at stock left and version version.
+	// Committed records that a purchase left product id at stock left and version version;
+	// it returns once the views have taken it, or have given up after a short wait.
 	Committed(id int64, left, version int64, at time.Time)
 	// Raise prepares product id for a write that may raise its stock; done must be called
 	// after the write with the product as it left it, or nil when the write failed or its

@@ -87,8 +87,7 @@ const rebuildLockTTL = 2 * time.Second
 // pending mark older than twice this is taken for the mark of a writer that died.
 const maxRaise = 30 * time.Second
 
-// Cache serves and keeps product views. It is safe for concurrent use. Close it to wait for the
-// view updates it still has in flight.
+// Cache serves and keeps product views. It is safe for concurrent use.
 type Cache struct {
 	rdb     redis.UniversalClient
 	locks   *lock.Client
@@ -102,8 +101,6 @@ type Cache struct {
 
 	mu     sync.Mutex
 	leases map[int64]lease
-
-	updates sync.WaitGroup
 }
 
 // lease is a view this replica may answer from until expires.
@@ -127,9 +124,6 @@ func New(rdb redis.UniversalClient, locks *lock.Client, load Loader, cfg Config,
 		leases:   map[int64]lease{},
 	}
 }
-
-// Close waits for the view updates still in flight.
-func (c *Cache) Close() { c.updates.Wait() }
 
 // Lease returns the configured lease.
 func (c *Cache) Lease() time.Duration { return c.cfg.Lease }
@@ -354,11 +348,18 @@ func (c *Cache) keep(id int64, v View, start time.Time) lease {
 // maxLeases is how many leases a replica keeps before it clears the expired ones.
 const maxLeases = 4096
 
-// Committed records that a purchase committed product id at level (stock, version) at time at.
-// It moves this replica's lease and, in the background, the view in Redis, if they are older;
-// it never creates a view (that is a rebuild's job, under an epoch). Purchases only lower the
-// stock, so a view that misses an update shows more stock than there is, never less: it may
-// send an order to the purchase path that then refuses it, but never refuses one itself.
+// updateTimeout bounds how long a purchase's answers wait for Redis to take the view's update.
+const updateTimeout = 500 * time.Millisecond
+
+// Committed records that a purchase committed product id at level (stock left, version) at
+// time at: it moves this replica's lease and the view in Redis, if they are older, and returns
+// once Redis has taken the update (or updateTimeout has passed: the update is then counted
+// lost, and the view lags until the next one or its TTL). The Service calls it before it
+// answers the purchase's orders, so that a read that starts after a 201 reflects the order, on
+// any replica whose lease does not predate it. It never creates a view (that is a rebuild's
+// job, under an epoch). Purchases only lower the stock, so a view that misses an update shows
+// more stock than there is, never less: it may send an order to the purchase path that then
+// refuses it, but never refuses one itself.
 func (c *Cache) Committed(id int64, stockLeft, version int64, at time.Time) {
 	c.mu.Lock()
 	if l, ok := c.leases[id]; ok && l.view.Product.Version < version {
@@ -366,16 +367,12 @@ func (c *Cache) Committed(id int64, stockLeft, version int64, at time.Time) {
 		c.leases[id] = l
 	}
 	c.mu.Unlock()
-	c.updates.Add(1)
-	go func() {
-		defer c.updates.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		err := levelScript.Run(ctx, c.rdb, c.keys(id)[:1], version, stockLeft, micros(at), micros(at), c.cfg.TTL.Milliseconds()).Err()
-		if err != nil {
-			c.metrics.updateLost()
-		}
-	}()
+	ctx, cancel := context.WithTimeout(context.Background(), updateTimeout)
+	defer cancel()
+	err := levelScript.Run(ctx, c.rdb, c.keys(id)[:1], version, stockLeft, micros(at), micros(at), c.cfg.TTL.Milliseconds()).Err()
+	if err != nil {
+		c.metrics.updateLost()
+	}
 }
 
 // Raise prepares product id for a write that may raise its stock (a restock): it forbids new

@@ -63,7 +63,6 @@ func (w *world) cache(cfg Config, load Loader) (*Cache, *prometheus.Registry) {
 	w.t.Cleanup(func() { _ = locks.Close() })
 	reg := prometheus.NewRegistry()
 	c := New(w.rdb, locks, load, cfg, NewMetrics(reg))
-	w.t.Cleanup(c.Close)
 	return c, reg
 }
 
@@ -224,9 +223,7 @@ func TestOlderLevelsNeverOverwriteNewer(t *testing.T) {
 	}
 	now := time.Now()
 	c.Committed(w.id, 7, 3, now)
-	c.Close()
 	c.Committed(w.id, 9, 1, now) // older: lost the race to Redis
-	c.Close()
 	v, found, err := c.readRedis(ctx, w.id)
 	if err != nil || !found || v.Product.Version != 3 || v.Product.Stock != 7 {
 		t.Fatalf("view after updates at versions 3 then 1: %+v (found %v, %v), want stock 7 at version 3", v.Product, found, err)
@@ -235,7 +232,6 @@ func TestOlderLevelsNeverOverwriteNewer(t *testing.T) {
 	c.forgetLeases()
 	w.deleteView()
 	c.Committed(w.id, 7, 3, now) // a missing view stays missing
-	c.Close()
 	if _, found, _ := c.readRedis(ctx, w.id); found {
 		t.Fatal("a purchase's update created a view; only rebuilds may")
 	}
