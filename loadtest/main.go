@@ -137,7 +137,7 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.DurationVar(&o.lockTTL, "lock-ttl", 2*time.Second, "STOCKSVC_LOCK_TTL of the replicas in drills (pauses last twice as long)")
 	fs.DurationVar(&o.clientTimeout, "client-timeout", 5*time.Second, "drill clients give up on an answer after this long (the outcome is then unknown)")
 	fs.DurationVar(&o.checkTimeout, "check-timeout", 5*time.Minute, "longest Porcupine may take on one history before the run is called undecided")
-	fs.DurationVar(&o.readSlack, "read-slack", 100*time.Millisecond, "how stale a product read may be: the replicas' view lease (STOCKSVC_CACHE_LEASE, 50ms) and time for a purchase's update to reach Redis; 0: reads must be linearizable")
+	fs.DurationVar(&o.readSlack, "read-slack", 50*time.Millisecond, "how stale a product read may be: the replicas' view lease (STOCKSVC_CACHE_LEASE, 50ms); 0: reads must be linearizable")
 	fs.StringVar(&o.recheck, "recheck", "", "check a drill's saved history.json again (with -read-slack, -loose-sold-out, -check-timeout) and exit")
 	fs.BoolVar(&o.looseSoldOut, "loose-sold-out", false, "a sold-out answer's available need not equal the stock when it took effect (only be short)")
 	if err := fs.Parse(args); err != nil {
