@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -67,6 +68,41 @@ func BenchmarkPlaceOrder(b *testing.B) {
 			w := httptest.NewRecorder()
 			srv.ServeHTTP(w, r)
 			if w.Code != http.StatusCreated {
+				b.Errorf("status %d: %s", w.Code, w.Body)
+				return
+			}
+		}
+	})
+}
+
+// soldOutViews is a stock.Views that knows every product to be sold out: the cost of a refusal
+// answered from a view, with Redis out of the picture as the store is.
+type soldOutViews struct{}
+
+func (soldOutViews) Product(context.Context, int64) (stock.ProductView, error) {
+	return stock.ProductView{}, stock.ErrUnavailable
+}
+func (soldOutViews) SoldOut(context.Context, int64) (int64, bool) { return 1, true }
+func (soldOutViews) Committed(int64, int64, int64, time.Time)     {}
+func (soldOutViews) Raise(context.Context, int64) (func(*stock.Product), error) {
+	return func(*stock.Product) {}, nil
+}
+
+func BenchmarkSoldOutFromView(b *testing.B) {
+	svc := stock.NewService(stocktest.NewMemStore(), &stocktest.LocalLocker{},
+		stock.Config{Defense: stock.DefaultDefense(), Views: soldOutViews{}}, nil)
+	b.Cleanup(svc.Close)
+	srv := stockhttp.New(stockhttp.Config{Service: svc, Logger: slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	var n atomic.Int64
+	b.SetParallelism(64)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			body := fmt.Sprintf(`{"customer_id":"c%d","items":[{"product_id":7,"quantity":1}]}`, n.Add(1))
+			r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(body))
+			r.Header.Set("Content-Type", "application/json")
+			w := httptest.NewRecorder()
+			srv.ServeHTTP(w, r)
+			if w.Code != http.StatusConflict {
 				b.Errorf("status %d: %s", w.Code, w.Body)
 				return
 			}

@@ -280,15 +280,18 @@ func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderRe
 	if err != nil {
 		return OrderResult{}, err
 	}
+	if len(items) == 1 {
+		// Before anything else is made for the order: after a sell-out, this is most of them.
+		if err := s.soldOutFromView(ctx, items[0], req.IdempotencyKey); err != nil {
+			return OrderResult{}, err
+		}
+	}
 	t := &ticket{id: uuid.Must(uuid.NewV7()), customerID: req.CustomerID, items: items, key: req.IdempotencyKey}
 	if t.key != "" {
 		t.fingerprint = requestFingerprint(req.CustomerID, items)
 	}
 	var o outcome
 	if len(items) == 1 {
-		if err := s.soldOutFromView(ctx, items[0], t.key); err != nil {
-			return OrderResult{}, err
-		}
 		o = s.batches.submit(ctx, items[0].ProductID, t)
 	} else {
 		ids := make([]int64, len(items))
