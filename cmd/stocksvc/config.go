@@ -51,6 +51,7 @@ type config struct {
 
 	defense stock.Defense
 	retry   lock.RetryStrategy
+	gogc    string // the runtime's GOGC, read by the runtime itself; see tuneGC
 }
 
 // setting describes one configuration entry, for flags, the environment and the docs.

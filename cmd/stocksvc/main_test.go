@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -390,4 +391,24 @@ func (db *scratchDatabase) exists(t testing.TB) bool {
 		t.Fatalf("look up database %s: %v", db.Name, err)
 	}
 	return ok
+}
+
+func TestTuneGC(t *testing.T) {
+	before := debug.SetGCPercent(-1)
+	debug.SetGCPercent(before)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+
+	if got := tuneGC(""); got != defaultGCPercent {
+		t.Errorf("tuneGC without GOGC = %d, want %d", got, defaultGCPercent)
+	}
+	if now := debug.SetGCPercent(before); now != defaultGCPercent {
+		t.Errorf("collector target after tuneGC without GOGC = %d, want %d", now, defaultGCPercent)
+	}
+	// With GOGC set, the runtime has read it at start: tuneGC reports it and changes nothing.
+	if got := tuneGC("150"); got != before {
+		t.Errorf("tuneGC with GOGC set = %d, want the runtime's %d", got, before)
+	}
+	if now := debug.SetGCPercent(before); now != before {
+		t.Errorf("collector target after tuneGC with GOGC set = %d, want it untouched (%d)", now, before)
+	}
 }
