@@ -42,7 +42,7 @@ type Config struct {
 	TTL time.Duration
 	// RebuildTries is how many times a read that finds no view tries to rebuild it — or finds
 	// it rebuilt by whoever holds the rebuild lock — before it reads Postgres itself. Default 6,
-	// over about 300ms.
+	// over about 150ms.
 	RebuildTries int
 	// FallbackReads bounds the reads this replica sends to Postgres at once when Redis cannot
 	// serve them (unreachable, or the rebuild tries ran out); a read beyond it is answered
@@ -253,7 +253,7 @@ func (c *Cache) fetchCached(ctx context.Context, id int64) (lease, error) {
 }
 
 // backoff is the wait before try+1: 5, 10, 20, 40, 80, 160ms... — a rebuild takes a few
-// milliseconds, and the waits add up to about 300ms over the default tries.
+// milliseconds, and the waits add up to 155ms over the default tries.
 func backoff(try int) time.Duration {
 	return (5 * time.Millisecond) << min(try-1, 6)
 }
