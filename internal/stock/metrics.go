@@ -74,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		keySetLoads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stocksvc_view_keysets_loaded_total",
-			Help: "Postgres queries loading the idempotency keys of a sold-out product's confirmed orders (one per replica and sell-out), so that keyed orders can be refused from the view.",
+			Help: "Postgres queries loading the idempotency keys with a stored outcome for a sold-out product (one per replica and sell-out), so that other keyed orders can be refused from the view.",
 		}),
 	}
 	// Create every series up front so dashboards show zeros rather than gaps.

@@ -59,14 +59,17 @@ func (s *PGStore) Product(ctx context.Context, id int64) (Product, error) {
 	return prod, nil
 }
 
-// ConfirmedKeys implements Store.
-func (s *PGStore) ConfirmedKeys(ctx context.Context, id int64, limit int) ([]string, error) {
+// StoredKeys implements Store. Refusals name their product in idempotency_keys (a partial
+// index, migration 3); confirmed orders are found through their items.
+func (s *PGStore) StoredKeys(ctx context.Context, id int64, limit int) ([]string, error) {
 	rows, _ := s.pool.Query(ctx, `
-		SELECT k.key FROM order_items i JOIN idempotency_keys k ON k.order_id = i.order_id
-		 WHERE i.product_id = $1 LIMIT $2`, id, limit)
+		(SELECT k.key FROM order_items i JOIN idempotency_keys k ON k.order_id = i.order_id WHERE i.product_id = $1)
+		UNION ALL
+		(SELECT key FROM idempotency_keys WHERE product_id = $1)
+		LIMIT $2`, id, limit)
 	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, dbError("confirmed keys", err)
+		return nil, dbError("stored keys", err)
 	}
 	return keys, nil
 }

@@ -94,7 +94,7 @@ type Service struct {
 	cfg     Config
 	metrics *Metrics
 	batches *batcher
-	keys    confirmedKeys
+	keys    storedKeys
 	// afterRead, when set, runs between a batch's read and its write, with the number of
 	// orders in the batch. Tests use it to open the race window at will.
 	afterRead func(ctx context.Context, orders int)
@@ -103,7 +103,7 @@ type Service struct {
 // NewService returns a Service. metrics may be nil. Close it to let queued orders finish.
 func NewService(store Store, locker Locker, cfg Config, metrics *Metrics) *Service {
 	s := &Service{store: store, locker: locker, cfg: cfg.withDefaults(), metrics: metrics}
-	s.keys = confirmedKeys{store: store, metrics: metrics}
+	s.keys = storedKeys{store: store, metrics: metrics}
 	s.batches = newBatcher(s.cfg.MaxBatchOrders, s.cfg.MaxBatchUnits, s.cfg.QueueWait, metrics)
 	s.batches.decide = s.decideQueued
 	return s
@@ -311,7 +311,7 @@ func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderRe
 // Postgres (purchases lower it after the view was read; a restock waits out every lease before
 // raising it), so "sold out" from a view is true when it is said, and the "available" it
 // reports, 0, is exact. An order with an Idempotency-Key is refused so only when the key has no
-// confirmed order of the product to replay (confirmedKeys); a key used before for some other
+// stored outcome for the product to replay (storedKeys); a key used before for some other
 // request is then answered sold-out, not idempotency-key-reused: both sell nothing.
 func (s *Service) soldOutFromView(ctx context.Context, it Item, key string) error {
 	if s.cfg.Views == nil || s.cfg.Defense.Naive() {

@@ -44,9 +44,10 @@ type Store interface {
 	// committed and the store could not find out whether it had).
 	Commit(ctx context.Context, w Write) (time.Time, error)
 
-	// ConfirmedKeys returns the idempotency keys whose stored outcome is a confirmed order that
-	// includes product id, at most limit of them. Errors: ErrUnavailable.
-	ConfirmedKeys(ctx context.Context, id int64, limit int) ([]string, error)
+	// StoredKeys returns the idempotency keys with a stored outcome that concerns product id —
+	// a confirmed order that includes it, or a refusal for lack of it — at most limit of them.
+	// Errors: ErrUnavailable.
+	StoredKeys(ctx context.Context, id int64, limit int) ([]string, error)
 
 	// PurgeIdempotencyKeys deletes the records created before cutoff and reports how many.
 	// Errors: ErrUnavailable.

@@ -39,17 +39,19 @@ type Views interface {
 	Raise(ctx context.Context, id int64) (done func(p *Product), err error)
 }
 
-// maxConfirmedKeys bounds the idempotency keys a replica holds for one sold-out product. A
-// flash sale confirms far fewer; a product with more keyed orders within the retention than
-// this has keyed orders decided by the purchase path, as before the cache.
-const maxConfirmedKeys = 100_000
+// maxStoredKeys bounds the idempotency keys a replica holds for one sold-out product. A flash
+// sale stores far fewer; a product with more keyed outcomes within the retention than this has
+// its keyed orders decided by the purchase path, as before the cache.
+const maxStoredKeys = 100_000
 
-// confirmedKeys knows, per sold-out product, the idempotency keys of its confirmed orders, so
-// that a keyed order for a sold-out product can be refused without a query: a key that is not
-// among them has no order to replay. Once a product is sold out at some version, nothing can
-// be confirmed for it until a restock moves the version, so the keys loaded for that version
-// stay complete for as long as it is the view's.
-type confirmedKeys struct {
+// storedKeys knows, per sold-out product, the idempotency keys with a stored outcome for it — a
+// confirmed order (to replay, never to refuse: that would lose the order) or a refusal (to
+// replay exactly) — so that a keyed order for a sold-out product can be refused without a
+// query when its key has neither. Once a product is sold out at some version, nothing can be
+// confirmed for it until a restock moves the version, so the confirmed keys loaded for that
+// version stay complete for as long as it is the view's. Refusals stored after the load (by
+// the purchase path, deciding while the stock was 0) say what a refusal from the view says.
+type storedKeys struct {
 	store   Store
 	metrics *Metrics
 	flight  singleflight.Group
@@ -67,10 +69,10 @@ type keySet struct {
 // maxKeySets is how many products' key sets a replica keeps before it forgets the idle ones.
 const maxKeySets = 1024
 
-// unclaimed reports whether key has no confirmed order of product id, the product being sold
+// unclaimed reports whether key has no stored outcome for product id, the product being sold
 // out at version. ok is false when that cannot be told without going to the purchase path (the
 // keys could not be loaded, or there are too many).
-func (c *confirmedKeys) unclaimed(ctx context.Context, id, version int64, key string) (unclaimed, ok bool) {
+func (c *storedKeys) unclaimed(ctx context.Context, id, version int64, key string) (unclaimed, ok bool) {
 	set, err := c.set(ctx, id, version)
 	if err != nil || set.keys == nil {
 		return false, false
@@ -79,7 +81,7 @@ func (c *confirmedKeys) unclaimed(ctx context.Context, id, version int64, key st
 	return !claimed, true
 }
 
-func (c *confirmedKeys) set(ctx context.Context, id, version int64) (*keySet, error) {
+func (c *storedKeys) set(ctx context.Context, id, version int64) (*keySet, error) {
 	now := time.Now()
 	c.mu.Lock()
 	if s, ok := c.sets[id]; ok && s.version == version {
@@ -93,12 +95,12 @@ func (c *confirmedKeys) set(ctx context.Context, id, version int64) (*keySet, er
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		c.metrics.keySetLoaded()
-		keys, err := c.store.ConfirmedKeys(ctx, id, maxConfirmedKeys+1)
+		keys, err := c.store.StoredKeys(ctx, id, maxStoredKeys+1)
 		if err != nil {
 			return nil, err
 		}
 		s := &keySet{version: version, lastUsed: now}
-		if len(keys) <= maxConfirmedKeys {
+		if len(keys) <= maxStoredKeys {
 			s.keys = make(map[string]struct{}, len(keys))
 			for _, k := range keys {
 				s.keys[k] = struct{}{}
@@ -113,7 +115,7 @@ func (c *confirmedKeys) set(ctx context.Context, id, version int64) (*keySet, er
 	return v.(*keySet), nil
 }
 
-func (c *confirmedKeys) keep(id int64, s *keySet) {
+func (c *storedKeys) keep(id int64, s *keySet) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.sets == nil {

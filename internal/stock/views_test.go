@@ -94,6 +94,11 @@ func TestSoldOutIsAnsweredWithoutPostgresOrLocks(t *testing.T) {
 	if _, err := r.svc.PlaceOrder(ctx, stock.OrderRequest{CustomerID: "early", Items: []stock.Item{one(id, 1)}, IdempotencyKey: "early-key"}); err != nil {
 		t.Fatalf("keyed order: %v", err)
 	}
+	// Refused by the purchase path, with 2 left, and stored under its key.
+	greedy := stock.OrderRequest{CustomerID: "greedy", Items: []stock.Item{one(id, 5)}, IdempotencyKey: "greedy-key"}
+	if _, err := r.svc.PlaceOrder(ctx, greedy); !errors.Is(err, stock.ErrSoldOut) {
+		t.Fatalf("order for more than is left: got %v, want sold out", err)
+	}
 	sellOut(t, r, id, 2)
 	// The first refusal may have to learn that the product is sold out.
 	_, err := r.svc.PlaceOrder(ctx, order("first", one(id, 1)))
@@ -137,6 +142,12 @@ func TestSoldOutIsAnsweredWithoutPostgresOrLocks(t *testing.T) {
 	res, err := r.svc.PlaceOrder(ctx, stock.OrderRequest{CustomerID: "early", Items: []stock.Item{one(id, 1)}, IdempotencyKey: "early-key"})
 	if err != nil || !res.Replayed {
 		t.Fatalf("retry of a confirmed keyed order after sell-out: got %+v, %v; want the order replayed", res, err)
+	}
+	// A retry of the stored refusal is that refusal, replayed — 2 were left then — not a new
+	// one from the view.
+	_, err = r.svc.PlaceOrder(ctx, greedy)
+	if soldOut, ok := errors.AsType[*stock.SoldOutError](err); !ok || !soldOut.Replayed || soldOut.Available != 2 {
+		t.Fatalf("retry of a stored refusal after sell-out: got %v; want it replayed with 2 available", err)
 	}
 	if a := mustAudit(t, r, id); !a.Consistent() || a.Sold != 3 {
 		t.Errorf("audit: %+v", a)

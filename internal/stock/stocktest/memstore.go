@@ -212,16 +212,18 @@ func (m *MemStore) Commit(_ context.Context, w stock.Write) (time.Time, error) {
 	return now, nil
 }
 
-// ConfirmedKeys implements stock.Store.
-func (m *MemStore) ConfirmedKeys(_ context.Context, id int64, limit int) ([]string, error) {
+// StoredKeys implements stock.Store.
+func (m *MemStore) StoredKeys(_ context.Context, id int64, limit int) ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var keys []string
 	for k, r := range m.records {
-		if r.rec.Order == nil || len(keys) >= limit {
-			continue
+		if len(keys) >= limit {
+			break
 		}
-		if slices.ContainsFunc(r.rec.Order.Items, func(it stock.Item) bool { return it.ProductID == id }) {
+		refused := r.rec.SoldOut != nil && r.rec.SoldOut.ProductID == id
+		bought := r.rec.Order != nil && slices.ContainsFunc(r.rec.Order.Items, func(it stock.Item) bool { return it.ProductID == id })
+		if refused || bought {
 			keys = append(keys, k)
 		}
 	}
