@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -213,4 +214,66 @@ func TestOpenAPIServed(t *testing.T) {
 		t.Fatalf("GET /openapi.yaml: status %d, %d bytes, want 200 and api/openapi.yaml", res.Status, len(res.Body))
 	}
 	wantHeader(t, res, "Content-Type", "application/yaml")
+}
+
+// TestOpenAPIProblemCodes: the document's code enum is exactly the service's problem codes, and
+// every problem response it documents names codes of that response's status.
+func TestOpenAPIProblemCodes(t *testing.T) {
+	t.Parallel()
+	c, err := loadContract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	statuses := stockhttp.ProblemStatuses()
+	var enum []string
+	for _, v := range c.doc.Components.Schemas["ProblemCode"].Value.Enum {
+		enum = append(enum, v.(string))
+	}
+	var codes []string
+	for code := range statuses {
+		codes = append(codes, code)
+	}
+	slices.Sort(enum)
+	slices.Sort(codes)
+	if !slices.Equal(enum, codes) {
+		t.Errorf("ProblemCode enum = %v, want the service's codes %v", enum, codes)
+	}
+
+	for path, item := range c.doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			for status, ref := range op.Responses.Map() {
+				for _, code := range problemCodes(ref.Value) {
+					if want := statuses[code]; strconv.Itoa(want) != status {
+						t.Errorf("%s %s: %s answers %s, which the service sends as %d", method, path, status, code, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// problemCodes returns the codes a documented problem response allows: the const or enum its
+// schema puts on code next to the Problem schema.
+func problemCodes(res *openapi3.Response) []string {
+	media := res.Content.Get("application/problem+json")
+	if media == nil {
+		return nil
+	}
+	var codes []string
+	for _, part := range media.Schema.Value.AllOf {
+		if part.Ref != "" {
+			continue // the Problem schema itself, which allows every code
+		}
+		code, ok := part.Value.Properties["code"]
+		if !ok || code.Value == nil {
+			continue
+		}
+		if s, ok := code.Value.Const.(string); ok {
+			codes = append(codes, s)
+		}
+		for _, v := range code.Value.Enum {
+			codes = append(codes, v.(string))
+		}
+	}
+	return codes
 }
