@@ -99,7 +99,8 @@ func TestCreateProductErrors(t *testing.T) {
 			default:
 				header["Content-Type"] = tt.contentType
 			}
-			res := call(t, request{Method: http.MethodPost, URL: in.URL + "/v1/products", Body: tt.body, Header: header})
+			// Every case but the duplicate SKU breaks the document on purpose.
+			res := call(t, request{Method: http.MethodPost, URL: in.URL + "/v1/products", Body: tt.body, Header: header, Invalid: tt.code != "duplicate-sku"})
 			p := wantProblem(t, res, tt.code, "/v1/products")
 			if p.Field != tt.wantField {
 				t.Errorf("field = %q, want %q", p.Field, tt.wantField)
@@ -190,7 +191,8 @@ func TestGetProductNotFound(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			path := "/v1/products/" + tt.id
-			p := wantProblem(t, call(t, request{Method: http.MethodGet, URL: in.URL + path}), "product-not-found", path)
+			// An id that is not a product id in its one form breaks the document's pattern.
+			p := wantProblem(t, call(t, request{Method: http.MethodGet, URL: in.URL + path, Invalid: tt.wantProductID == 0}), "product-not-found", path)
 			if p.ProductID != tt.wantProductID {
 				t.Errorf("product_id = %d, want %d", p.ProductID, tt.wantProductID)
 			}
@@ -255,7 +257,7 @@ func TestRestockIdempotencyKey(t *testing.T) {
 	other := call(t, request{Method: http.MethodPost, URL: path, Header: header, Body: map[string]any{"quantity": 6}})
 	wantProblem(t, other, "idempotency-key-reused", "/v1/products/"+itoa(id)+"/restock")
 	header["Idempotency-Key"] = ""
-	empty := call(t, request{Method: http.MethodPost, URL: path, Header: header, Body: map[string]any{"quantity": 1}})
+	empty := call(t, request{Method: http.MethodPost, URL: path, Header: header, Body: map[string]any{"quantity": 1}, Invalid: true})
 	wantProblem(t, empty, "invalid-request", "/v1/products/"+itoa(id)+"/restock")
 }
 
@@ -292,7 +294,9 @@ func TestRestockErrors(t *testing.T) {
 					header[k] = v
 				}
 				path := "/v1/products/" + tt.id + "/restock"
-				p := wantProblem(t, call(t, request{Method: http.MethodPost, URL: in.URL + path, Body: tt.body, Header: header}), tt.code, path)
+				// Every case but a well-formed id of no product breaks the document on purpose.
+				invalid := tt.code != "product-not-found" || tt.wantProductID == 0
+				p := wantProblem(t, call(t, request{Method: http.MethodPost, URL: in.URL + path, Body: tt.body, Header: header, Invalid: invalid}), tt.code, path)
 				if p.Field != tt.wantField {
 					t.Errorf("field = %q, want %q", p.Field, tt.wantField)
 				}
@@ -342,7 +346,8 @@ func TestAuditNotFound(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			path := "/v1/products/" + tt.id + "/audit"
-			p := wantProblem(t, call(t, request{Method: http.MethodGet, URL: in.URL + path}), "product-not-found", path)
+			// An id that is not a product id in its one form breaks the document's pattern.
+			p := wantProblem(t, call(t, request{Method: http.MethodGet, URL: in.URL + path, Invalid: tt.wantProductID == 0}), "product-not-found", path)
 			if p.ProductID != tt.wantProductID {
 				t.Errorf("product_id = %d, want %d", p.ProductID, tt.wantProductID)
 			}
@@ -364,22 +369,23 @@ func TestAdminUnauthorized(t *testing.T) {
 		{name: "restock", path: "/v1/products/" + itoa(id) + "/restock", body: map[string]any{"quantity": 100}},
 	}
 	auths := []struct {
-		name   string
-		header map[string]string
+		name      string
+		header    map[string]string
+		malformed bool // no bearer token at all: breaks the document's security requirement
 	}{
-		{name: "no authorization", header: nil},
+		{name: "no authorization", header: nil, malformed: true},
 		{name: "wrong token", header: map[string]string{"Authorization": "Bearer not-the-token"}},
 		{name: "token prefix", header: map[string]string{"Authorization": "Bearer " + adminToken[:len(adminToken)-1]}},
-		{name: "empty bearer", header: map[string]string{"Authorization": "Bearer "}},
-		{name: "basic scheme", header: map[string]string{"Authorization": "Basic " + adminToken}},
-		{name: "bare token", header: map[string]string{"Authorization": adminToken}},
+		{name: "empty bearer", header: map[string]string{"Authorization": "Bearer "}, malformed: true},
+		{name: "basic scheme", header: map[string]string{"Authorization": "Basic " + adminToken}, malformed: true},
+		{name: "bare token", header: map[string]string{"Authorization": adminToken}, malformed: true},
 	}
 	t.Run("cases", func(t *testing.T) {
 		for _, rt := range routes {
 			for _, a := range auths {
 				t.Run(rt.name+"/"+a.name, func(t *testing.T) {
 					t.Parallel()
-					res := call(t, request{Method: http.MethodPost, URL: in.URL + rt.path, Body: rt.body, Header: a.header})
+					res := call(t, request{Method: http.MethodPost, URL: in.URL + rt.path, Body: rt.body, Header: a.header, Invalid: a.malformed})
 					wantProblem(t, res, "unauthorized", rt.path)
 					if got := res.Header.Get("WWW-Authenticate"); !strings.HasPrefix(got, "Bearer ") {
 						t.Errorf("WWW-Authenticate = %q, want a Bearer challenge", got)
@@ -410,7 +416,8 @@ func TestAdminDisabled(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			res := call(t, request{Method: http.MethodPost, URL: in.URL + tt.path, Body: tt.body, Header: tt.header})
+			// Without a token the request breaks the document's security requirement.
+			res := call(t, request{Method: http.MethodPost, URL: in.URL + tt.path, Body: tt.body, Header: tt.header, Invalid: tt.header == nil})
 			wantProblem(t, res, "admin-disabled", tt.path)
 		})
 	}

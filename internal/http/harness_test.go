@@ -187,26 +187,39 @@ type request struct {
 	URL    string
 	Body   any
 	Header map[string]string
+	// Invalid marks a request that breaks api/openapi.yaml on purpose (bad JSON, a wrong
+	// content type, a missing token, a rule broken): it is sent as is, and only its response
+	// is held to the document.
+	Invalid bool
 }
 
-// send performs req and reads the whole response. It may run in any goroutine: failures are
-// returned, not reported.
+// send performs req and reads the whole response, and holds both to api/openapi.yaml (see
+// contract.check). It may run in any goroutine: failures are returned, not reported; a
+// response that breaks the document is returned with the error.
 func send(ctx context.Context, client *http.Client, req request) (response, error) {
+	c, err := loadContract()
+	if err != nil {
+		return response{}, err
+	}
 	var body io.Reader
+	var sent []byte
 	contentType := ""
 	switch b := req.Body.(type) {
 	case nil:
 	case string:
-		body = bytes.NewBufferString(b)
+		sent = []byte(b)
 	case []byte:
-		body = bytes.NewReader(b)
+		sent = b
 	default:
 		raw, err := json.Marshal(b)
 		if err != nil {
 			return response{}, err
 		}
-		body = bytes.NewReader(raw)
+		sent = raw
 		contentType = "application/json"
+	}
+	if req.Body != nil {
+		body = bytes.NewReader(sent)
 	}
 	hr, err := http.NewRequestWithContext(ctx, req.Method, req.URL, body)
 	if err != nil {
@@ -227,7 +240,8 @@ func send(ctx context.Context, client *http.Client, req request) (response, erro
 	if err != nil {
 		return response{}, err
 	}
-	return response{Status: res.StatusCode, Header: res.Header, Body: raw}, nil
+	got := response{Status: res.StatusCode, Header: res.Header, Body: raw}
+	return got, c.check(ctx, req, sent, hr.Header, got)
 }
 
 // call is send for the test goroutine: any transport failure fails the test.

@@ -213,7 +213,8 @@ func TestIdempotencyKeyInvalid(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				t.Parallel()
-				p := wantProblem(t, postOrder(t, in.URL, body, keyHeader(tt.key)), "invalid-request", "/v1/orders")
+				res := call(t, request{Method: http.MethodPost, URL: in.URL + "/v1/orders", Body: body, Header: keyHeader(tt.key), Invalid: true})
+				p := wantProblem(t, res, "invalid-request", "/v1/orders")
 				if p.Field != "Idempotency-Key" {
 					t.Errorf("field = %q, want Idempotency-Key", p.Field)
 				}

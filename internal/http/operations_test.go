@@ -183,7 +183,7 @@ func TestProblemTypes(t *testing.T) {
 func TestProblemTitlesMatchTheirDocs(t *testing.T) {
 	t.Parallel()
 	in := newInstance(t, instanceOptions{})
-	res := postOrder(t, in.URL, newOrder("", orderItem{1, 1}), nil)
+	res := call(t, request{Method: http.MethodPost, URL: in.URL + "/v1/orders", Body: newOrder("", orderItem{1, 1}), Invalid: true})
 	p := wantProblem(t, res, "invalid-request", "/v1/orders")
 	var doc struct {
 		Status int    `json:"status"`
@@ -290,12 +290,13 @@ func TestRequestID(t *testing.T) {
 		{name: "non-ASCII", incoming: "caf\u00e9"},
 	}
 	routes := []struct {
-		name   string
-		method string
-		path   string
+		name    string
+		method  string
+		path    string
+		invalid bool // breaks api/openapi.yaml on purpose
 	}{
 		{name: "success", method: http.MethodGet, path: "/healthz"},
-		{name: "problem", method: http.MethodGet, path: "/v1/products/0"},
+		{name: "problem", method: http.MethodGet, path: "/v1/products/0", invalid: true},
 		{name: "router 404", method: http.MethodGet, path: "/nope"},
 		{name: "router 405", method: http.MethodDelete, path: "/healthz"},
 		{name: "metrics", method: http.MethodGet, path: "/metrics"},
@@ -308,7 +309,7 @@ func TestRequestID(t *testing.T) {
 				if tt.incoming != "" {
 					header = map[string]string{"X-Request-ID": tt.incoming}
 				}
-				res := call(t, request{Method: rt.method, URL: in.URL + rt.path, Header: header})
+				res := call(t, request{Method: rt.method, URL: in.URL + rt.path, Header: header, Invalid: rt.invalid})
 				got := res.Header.Get("X-Request-ID")
 				switch {
 				case tt.wantEcho && got != tt.incoming:

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/stocksvc/stocksvc/api"
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
@@ -133,6 +134,7 @@ func (s *Server) routes(metricsHandler http.Handler, admin bool) *chi.Mux {
 		r.Method(http.MethodGet, "/metrics", metricsHandler)
 	}
 	r.Get("/problems/{code}", s.handleProblemType)
+	r.Get("/openapi.yaml", handleOpenAPI)
 
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(s.withTimeout)
@@ -190,6 +192,14 @@ func (s *Server) handleProblemType(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, "application/json", map[string]any{
 		"code": code, "status": pt.Status, "title": pt.Title, "description": pt.About,
 	})
+}
+
+// handleOpenAPI serves the contract the tests hold this service to, so that clients read the
+// one that matches the build they talk to.
+func handleOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(api.OpenAPI())
 }
 
 // writeJSON writes v as the whole response. An encoding failure can only come from a broken
