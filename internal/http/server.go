@@ -167,7 +167,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		if s.unready.CompareAndSwap(false, true) {
 			s.log.WarnContext(r.Context(), "not ready", slog.Any("error", err))
 		}
-		s.writeNotReady(w, r, "a backing service (Postgres or Redis) is not answering")
+		s.writeNotReady(w, r, "a backing service is not answering")
 		return
 	}
 	if s.unready.CompareAndSwap(true, false) {
@@ -179,6 +179,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 func (s *Server) writeNotReady(w http.ResponseWriter, r *http.Request, why string) {
 	p := newProblem("unavailable", "not ready: "+why)
 	p.Instance = r.URL.Path
+	p.retryAfter = 1 // every 503 unavailable says when to look again (docs/api.md)
 	writeProblem(w, p)
 }
 
