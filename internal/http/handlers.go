@@ -53,7 +53,7 @@ func (s *Server) handleGetProduct(w http.ResponseWriter, r *http.Request) {
 func setFreshness(h http.Header, v stock.ProductView, now time.Time) {
 	h.Set("Age", strconv.FormatInt(int64(max(now.Sub(v.Read), 0)/time.Second), 10))
 	status := "stocksvc; hit"
-	if v.From == "postgres" {
+	if v.From == stock.FromPostgres {
 		status = "stocksvc; fwd=miss"
 	}
 	h.Set("Cache-Status", status)

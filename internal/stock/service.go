@@ -164,7 +164,7 @@ func (s *Service) Product(ctx context.Context, id int64) (ProductView, error) {
 	if err != nil {
 		return ProductView{}, err
 	}
-	return ProductView{Product: p, Read: time.Now(), From: "postgres"}, nil
+	return ProductView{Product: p, Read: time.Now(), From: FromPostgres}, nil
 }
 
 // Audit accounts for product id's stock. Errors: *ProductNotFoundError, ErrUnavailable.

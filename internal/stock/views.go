@@ -14,10 +14,16 @@ type ProductView struct {
 	Product
 	// Read is when the Postgres read (or the committed write) the view reflects happened.
 	Read time.Time
-	// From says where the view came from: "process" (a replica's lease), "redis" or
-	// "postgres".
+	// From says where the view came from: FromProcess, FromRedis or FromPostgres.
 	From string
 }
+
+// Where a product view came from (ProductView.From), as responses and metrics report it.
+const (
+	FromProcess  = "process"  // a replica's lease on a view it read from Redis
+	FromRedis    = "redis"    // the view in Redis
+	FromPostgres = "postgres" // read from Postgres for this request (or its flight)
+)
 
 // Views is a cache of products' views (package view implements it): the Service answers
 // product reads from it, asks it whether a product is sold out before queueing an order, keeps

@@ -71,9 +71,9 @@ type Loader func(ctx context.Context, id int64) (stock.Product, error)
 
 // Where a read was answered from, as reported in View.From and the metrics.
 const (
-	FromProcess  = "process"
-	FromRedis    = "redis"
-	FromPostgres = "postgres"
+	FromProcess  = stock.FromProcess
+	FromRedis    = stock.FromRedis
+	FromPostgres = stock.FromPostgres
 )
 
 // View is a product as a read saw it.
@@ -215,7 +215,8 @@ func (c *Cache) leased(id int64) (lease, bool) {
 // Redis cannot serve it, it reads Postgres instead (and leases nothing).
 func (c *Cache) fetch(ctx context.Context, id int64) (lease, error) {
 	l, err := c.fetchCached(ctx, id)
-	if err == nil || errors.Is(err, stock.ErrProductNotFound) {
+	if err == nil || errors.Is(err, stock.ErrProductNotFound) || errors.As(err, new(postgresError)) {
+		// Postgres itself failed the rebuild: asking it again would fail the same way.
 		return l, err
 	}
 	start := time.Now()
@@ -289,8 +290,9 @@ func (c *Cache) rebuild(ctx context.Context, id int64) (_ lease, built bool, _ e
 			// Keep no epoch for a product that does not exist: ids nobody will ever create
 			// would otherwise pile up in Redis.
 			_ = dropEpochScript.Run(context.WithoutCancel(ctx), c.rdb, keys[1:], epoch).Err()
+			return lease{}, false, err
 		}
-		return lease{}, false, err
+		return lease{}, false, postgresError{err}
 	}
 	v := View{Product: p, Read: time.Now(), From: FromPostgres}
 	c.metrics.rebuilt()
@@ -443,6 +445,13 @@ func (c *Cache) readRedis(ctx context.Context, id int64) (View, bool, error) {
 	v.From = FromRedis
 	return v, true, nil
 }
+
+// postgresError is a rebuild's failure to read Postgres, as opposed to Redis's failure to serve
+// the view: only the latter is worth a fallback read of Postgres.
+type postgresError struct{ err error }
+
+func (e postgresError) Error() string { return e.err.Error() }
+func (e postgresError) Unwrap() error { return e.err }
 
 func isPending(epoch string) bool { return len(epoch) > 1 && epoch[:2] == "p:" }
 
