@@ -4,6 +4,7 @@
 package migrations
 
 import (
+	"context"
 	"embed"
 	"errors"
 	"fmt"
@@ -34,7 +35,8 @@ func New(databaseURL string) (*migrate.Migrate, error) {
 	return m, nil
 }
 
-// Up applies every pending migration. Having nothing to apply is success.
+// Up applies every pending migration, the service's and then River's. Having nothing to apply
+// is success.
 func Up(databaseURL string) error {
 	m, err := New(databaseURL)
 	if err != nil {
@@ -44,7 +46,7 @@ func Up(databaseURL string) error {
 	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("migrate up: %w", err)
 	}
-	return nil
+	return RiverUp(context.Background(), databaseURL)
 }
 
 // driverURL rewrites the scheme to the one golang-migrate's pgx/v5 driver registers.

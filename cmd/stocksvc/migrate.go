@@ -116,7 +116,11 @@ func runMigrate(ctx context.Context, cfg config, rawArgs []string, std stdio, lo
 		fmt.Fprintln(std.stdout, desc)
 		return nil
 	case "up":
-		err = m.Up()
+		if err = m.Up(); err == nil || errors.Is(err, migrate.ErrNoChange) {
+			if rerr := migrations.RiverUp(ctx, migratorURL(cfg.DatabaseURL)); rerr != nil {
+				return rerr
+			}
+		}
 	case "down":
 		_, _, verr := m.Version()
 		switch {
@@ -124,7 +128,10 @@ func runMigrate(ctx context.Context, cfg config, rawArgs []string, std stdio, lo
 			err = migrate.ErrNoChange
 		case args.steps < 0:
 			if err = confirmDownAll(cfg.DatabaseURL, args.force, std); err == nil {
-				err = m.Down()
+				// River's queue first: its jobs name orders the service's tables hold.
+				if err = migrations.RiverDown(ctx, migratorURL(cfg.DatabaseURL)); err == nil {
+					err = m.Down()
+				}
 			}
 		default:
 			// Asking for more steps than were applied rolls back what there is.

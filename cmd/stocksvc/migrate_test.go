@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,8 +50,8 @@ func mustMigrate(t *testing.T, databaseURL, want string, args ...string) {
 	}
 }
 
-// hasSchema reports whether the database at databaseURL holds the products table.
-func hasSchema(t *testing.T, databaseURL string) bool {
+// hasTable reports whether the database at databaseURL holds the table.
+func hasTable(t *testing.T, databaseURL, table string) bool {
 	t.Helper()
 	conn, err := pgx.Connect(t.Context(), databaseURL)
 	if err != nil {
@@ -58,16 +59,22 @@ func hasSchema(t *testing.T, databaseURL string) bool {
 	}
 	defer conn.Close(context.Background())
 	var ok bool
-	if err := conn.QueryRow(t.Context(), `SELECT to_regclass('public.products') IS NOT NULL`).Scan(&ok); err != nil {
-		t.Fatalf("look for the products table: %v", err)
+	if err := conn.QueryRow(t.Context(), `SELECT to_regclass($1) IS NOT NULL`, "public."+table).Scan(&ok); err != nil {
+		t.Fatalf("look for table %s: %v", table, err)
 	}
 	return ok
+}
+
+// hasSchema reports whether the database at databaseURL holds the products table.
+func hasSchema(t *testing.T, databaseURL string) bool {
+	t.Helper()
+	return hasTable(t, databaseURL, "products")
 }
 
 const (
 	noneApplied = "no migrations applied\n"
 	atVersion1  = "version 1 (dirty: false)\n"
-	atLatest    = "version 3 (dirty: false)\n"
+	atLatest    = "version 4 (dirty: false)\n"
 )
 
 func TestMigrateUpVersionDown(t *testing.T) {
@@ -80,15 +87,20 @@ func TestMigrateUpVersionDown(t *testing.T) {
 		t.Fatalf("a new empty database already has the schema")
 	}
 
-	mustMigrate(t, db.URL, "migrate up: done, version 3 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, "migrate up: done, version 4 (dirty: false)\n", "up")
 	if !hasSchema(t, db.URL) {
 		t.Fatalf("no products table after migrate up")
 	}
 	mustMigrate(t, db.URL, atLatest, "version")
 	// Nothing left to apply is success, not an error.
-	mustMigrate(t, db.URL, "migrate up: done, version 3 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, "migrate up: done, version 4 (dirty: false)\n", "up")
+
+	if !hasTable(t, db.URL, "river_job") {
+		t.Errorf("no river_job table after migrate up: River's migrations were not applied")
+	}
 
 	// One step back at a time.
+	mustMigrate(t, db.URL, "migrate down: done, version 3 (dirty: false)\n", "down", "1")
 	mustMigrate(t, db.URL, "migrate down: done, version 2 (dirty: false)\n", "down", "1")
 	mustMigrate(t, db.URL, "migrate down: done, version 1 (dirty: false)\n", "down", "1")
 	mustMigrate(t, db.URL, atVersion1, "version")
@@ -103,12 +115,16 @@ func TestMigrateUpVersionDown(t *testing.T) {
 
 	// down N and down all.
 	// More steps than were applied rolls back what there is.
-	for _, down := range [][]string{{"down", "3"}, {"down", "all", "-force"}, {"down", "-force", "all"}, {"down", "5"}} {
-		mustMigrate(t, db.URL, "migrate up: done, version 3 (dirty: false)\n", "up")
+	for _, down := range [][]string{{"down", "4"}, {"down", "all", "-force"}, {"down", "-force", "all"}, {"down", "5"}} {
+		mustMigrate(t, db.URL, "migrate up: done, version 4 (dirty: false)\n", "up")
 		mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", down...)
 		mustMigrate(t, db.URL, noneApplied, "version")
 		if hasSchema(t, db.URL) {
 			t.Errorf("products table still there after migrate %s", strings.Join(down, " "))
+		}
+		// River's queue goes with down all only: down N counts the service's migrations.
+		if all := slices.Contains(down, "all"); hasTable(t, db.URL, "river_job") == all {
+			t.Errorf("after migrate %s: river_job table there = %t, want %t", strings.Join(down, " "), !all, !all)
 		}
 	}
 	// Rolling back when nothing is applied is no change, hence success.
@@ -120,7 +136,7 @@ func TestMigrateUpVersionDown(t *testing.T) {
 func TestMigrateCreatesMissingDatabase(t *testing.T) {
 	t.Parallel()
 	db := newScratchDatabase(t)
-	mustMigrate(t, db.URL, "migrate up: done, version 3 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, "migrate up: done, version 4 (dirty: false)\n", "up")
 	if !db.exists(t) {
 		t.Fatalf("database %s not created", db.Name)
 	}
@@ -200,7 +216,7 @@ func TestMigrateKeywordValueSettings(t *testing.T) {
 	}
 	password, _ := u.User.Password()
 	kv := fmt.Sprintf("host=%s port=%s user=%s password='%s' dbname=%s sslmode=disable", u.Hostname(), u.Port(), u.User.Username(), password, db.Name)
-	mustMigrate(t, kv, "migrate up: done, version 3 (dirty: false)\n", "up")
+	mustMigrate(t, kv, "migrate up: done, version 4 (dirty: false)\n", "up")
 	if !hasSchema(t, db.URL) {
 		t.Fatalf("no products table after migrate up with key=value settings")
 	}
@@ -213,7 +229,7 @@ func TestMigrateDownAllConfirmation(t *testing.T) {
 	t.Parallel()
 	db := newScratchDatabase(t)
 	db.create(t)
-	mustMigrate(t, db.URL, "migrate up: done, version 3 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, "migrate up: done, version 4 (dirty: false)\n", "up")
 
 	tests := []struct {
 		name     string

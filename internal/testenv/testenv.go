@@ -349,6 +349,8 @@ func migrationsHash() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("hash migrations: %w", err)
 	}
+	// River's migrations come with its module version, not as files here.
+	fmt.Fprintf(h, "river\x00%d", migrations.RiverLatest())
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
