@@ -134,6 +134,9 @@ func replay(rec IdempotencyRecord, fingerprint []byte) outcome {
 	if !bytes.Equal(rec.Fingerprint, fingerprint) {
 		return outcome{err: ErrIdempotencyKeyReused}
 	}
+	if rec.Accepted != nil {
+		return outcome{err: &AcceptedError{OrderID: *rec.Accepted}}
+	}
 	if rec.SoldOut != nil {
 		refusal := *rec.SoldOut
 		refusal.Replayed = true

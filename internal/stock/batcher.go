@@ -69,11 +69,33 @@ func newBatcher(maxOrders int, maxUnits int64, patience time.Duration, m *Metric
 // batch leaves it out unless it has already decided it — then it is sold, and only a retry with
 // the same idempotency key can tell the caller so.
 func (b *batcher) submit(ctx context.Context, id int64, t *ticket) outcome {
-	w := &waiter{t: t, done: make(chan outcome, 1)}
+	return b.enqueue(ctx, id, []*ticket{t}, true)[0]
+}
+
+// submitAll queues tickets for product id together, in their order, and returns their outcomes
+// in that order. It is for orders already accepted and waiting in a durable line: they skip
+// admission (they are no crowd to shed: the line lets in one round at a time), and they join
+// the queue at once, so that no order submitted later on this replica gets ahead of them.
+func (b *batcher) submitAll(ctx context.Context, id int64, tickets []*ticket) []outcome {
+	return b.enqueue(ctx, id, tickets, false)
+}
+
+func (b *batcher) enqueue(ctx context.Context, id int64, tickets []*ticket, admit bool) []outcome {
+	fail := func(err error) []outcome {
+		out := make([]outcome, len(tickets))
+		for i := range out {
+			out[i] = outcome{err: err}
+		}
+		return out
+	}
+	ws := make([]*waiter, len(tickets))
+	for i, t := range tickets {
+		ws[i] = &waiter{t: t, done: make(chan outcome, 1)}
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return outcome{err: fmt.Errorf("%w: the replica is shutting down", ErrUnavailable)}
+		return fail(fmt.Errorf("%w: the replica is shutting down", ErrUnavailable))
 	}
 	b.sweepIdle()
 	q := b.queues[id]
@@ -81,14 +103,16 @@ func (b *batcher) submit(ctx context.Context, id int64, t *ticket) outcome {
 		q = &productQueue{id: id}
 		b.queues[id] = q
 	}
-	if wait, ok := b.admit(q); !ok {
-		b.mu.Unlock()
-		b.metrics.shed()
-		return outcome{err: &BusyError{RetryAfter: wait,
-			Reason: fmt.Sprintf("%d orders for product %d are queued ahead on this replica, about %v of work", len(q.waiting), id, wait.Round(time.Millisecond))}}
+	if admit {
+		if wait, ok := b.admit(q); !ok {
+			b.mu.Unlock()
+			b.metrics.shed()
+			return fail(&BusyError{RetryAfter: wait, Shed: true,
+				Reason: fmt.Sprintf("%d orders for product %d are queued ahead on this replica, about %v of work", len(q.waiting), id, wait.Round(time.Millisecond))})
+		}
 	}
-	q.waiting = append(q.waiting, w)
-	b.metrics.queue(1)
+	q.waiting = append(q.waiting, ws...)
+	b.metrics.queue(len(ws))
 	if !q.running {
 		q.running = true
 		b.workers.Add(1)
@@ -96,25 +120,39 @@ func (b *batcher) submit(ctx context.Context, id int64, t *ticket) outcome {
 	}
 	b.mu.Unlock()
 
-	select {
-	case o := <-w.done:
-		return o
-	case <-ctx.Done():
-	}
-	b.mu.Lock()
-	if w.taken {
-		t.gone.Store(true)
-	} else {
-		for i, x := range q.waiting {
-			if x == w {
-				q.waiting = append(q.waiting[:i:i], q.waiting[i+1:]...)
-				b.metrics.queue(-1)
-				break
+	out := make([]outcome, len(ws))
+	for i, w := range ws {
+		select {
+		case out[i] = <-w.done:
+			continue
+		case <-ctx.Done():
+		}
+		// The caller gave up: the rest leave the queue, or, if their batch has begun, are left
+		// out of it unless it has decided them already.
+		b.mu.Lock()
+		for j := i; j < len(ws); j++ {
+			select {
+			case out[j] = <-ws[j].done:
+				continue
+			default:
+			}
+			out[j] = outcome{err: fmt.Errorf("waiting for the order to be decided: %w", context.Cause(ctx))}
+			if ws[j].taken {
+				ws[j].t.gone.Store(true)
+				continue
+			}
+			for k, x := range q.waiting {
+				if x == ws[j] {
+					q.waiting = append(q.waiting[:k:k], q.waiting[k+1:]...)
+					b.metrics.queue(-1)
+					break
+				}
 			}
 		}
+		b.mu.Unlock()
+		return out
 	}
-	b.mu.Unlock()
-	return outcome{err: fmt.Errorf("waiting for the order to be decided: %w", context.Cause(ctx))}
+	return out
 }
 
 // admit decides whether one more order may join q: only if it can expect its batch to begin

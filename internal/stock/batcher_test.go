@@ -154,6 +154,9 @@ func TestBatcherRefusesWhatItCannotReachInTime(t *testing.T) {
 	if busy.RetryAfter != 300*time.Millisecond {
 		t.Errorf("RetryAfter = %v, want 300ms: six orders at 20 a second", busy.RetryAfter)
 	}
+	if !busy.Shed {
+		t.Errorf("Shed = false, want true: the order was turned away by the queue, not the lock")
+	}
 	for range 4 {
 		h.release <- struct{}{}
 	}
@@ -203,4 +206,73 @@ func TestBatcherClosed(t *testing.T) {
 	if o := b.submit(context.Background(), 1, tk("c", item(1, 1))); !errors.Is(o.err, ErrUnavailable) {
 		t.Errorf("order after close: %v, want ErrUnavailable", o.err)
 	}
+}
+
+// Orders already accepted for later join the queue together, in their order, and are not
+// turned away however long the queue: they are no crowd, and they have waited their turn.
+func TestBatcherSubmitAllKeepsOrderAndSkipsAdmission(t *testing.T) {
+	b, h := newTestBatcher(t, 4, 100, 50*time.Millisecond)
+	first := submitAsync(context.Background(), b, 1)
+	<-h.arrived
+	b.mu.Lock()
+	b.queues[1].rate = 20 // one order more would wait 100 ms: past the patience
+	b.mu.Unlock()
+	tickets := make([]*ticket, 6)
+	for i := range tickets {
+		tickets[i] = tk("accepted-"+strconv.Itoa(i), item(1, 1))
+	}
+	done := make(chan []outcome, 1)
+	go func() { done <- b.submitAll(context.Background(), 1, tickets) }()
+	queued(t, b, 6)
+	if o := b.submit(context.Background(), 1, tk("late", item(1, 1))); !errors.Is(o.err, ErrBusy) {
+		t.Errorf("a synchronous order behind them: %v, want busy", o.err)
+	}
+	for range 3 {
+		h.release <- struct{}{}
+	}
+	<-first
+	for i, o := range <-done {
+		if o.err != nil || o.order.ID != tickets[i].id {
+			t.Errorf("outcome %d = %+v, want ticket %d's order", i, o, i)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var got []*ticket
+	for _, batch := range h.batches[1:] {
+		got = append(got, batch...)
+	}
+	for i := range tickets {
+		if i >= len(got) || got[i] != tickets[i] {
+			t.Fatalf("batches took the tickets out of order: %d tickets, want %d in submission order", len(got), len(tickets))
+		}
+	}
+}
+
+// A caller of submitAll that gives up takes its orders that no batch has begun out of the
+// queue, and marks the ones whose batch has begun, as submit does for one.
+func TestBatcherSubmitAllCallerLeaving(t *testing.T) {
+	b, h := newTestBatcher(t, 2, 100, time.Minute)
+	first := submitAsync(context.Background(), b, 1)
+	<-h.arrived
+	ctx, cancel := context.WithCancel(context.Background())
+	tickets := []*ticket{tk("a", item(1, 1)), tk("b", item(1, 1)), tk("c", item(1, 1))}
+	done := make(chan []outcome, 1)
+	go func() { done <- b.submitAll(ctx, 1, tickets) }()
+	queued(t, b, 3)
+	h.release <- struct{}{}
+	<-first
+	<-h.arrived // a and b are in a batch; c waits
+	cancel()
+	out := <-done
+	for i, o := range out {
+		if !errors.Is(o.err, context.Canceled) {
+			t.Errorf("outcome %d = %v, want context.Canceled", i, o.err)
+		}
+	}
+	queued(t, b, 0)
+	if !tickets[0].gone.Load() || !tickets[1].gone.Load() || tickets[2].gone.Load() {
+		t.Errorf("gone = %t %t %t, want the two in the batch marked, the queued one not", tickets[0].gone.Load(), tickets[1].gone.Load(), tickets[2].gone.Load())
+	}
+	h.release <- struct{}{}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 var (
@@ -43,6 +45,9 @@ type BusyError struct {
 	// RetryAfter is how long the product's queue is expected to take to drain.
 	RetryAfter time.Duration
 	Reason     string
+	// Shed is true when the order was turned away because the product's queue on this replica
+	// was full, before any attempt: the kind of busy an asynchronous order avoids.
+	Shed bool
 }
 
 func (e *BusyError) Error() string {
@@ -51,6 +56,17 @@ func (e *BusyError) Error() string {
 
 // Is makes errors.Is(err, ErrBusy) hold.
 func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+
+// AcceptedError answers an order whose Idempotency-Key was first sent with an order accepted
+// for later (asynchronous) processing: that order, OrderID, is the key's outcome, whatever it
+// has become since. Nothing new was bought.
+type AcceptedError struct {
+	OrderID uuid.UUID
+}
+
+func (e *AcceptedError) Error() string {
+	return fmt.Sprintf("stock: the idempotency key belongs to order %s, accepted for later", e.OrderID)
+}
 
 // ValidationError names the field that breaks a rule.
 type ValidationError struct {

@@ -25,7 +25,7 @@ const levelsSQL = `SELECT id, stock, version, fence FROM products WHERE id = ANY
 // recordsSQL reads the stored outcomes of a batch's idempotency keys, with the orders they
 // confirmed, so that a replay needs no further query.
 const recordsSQL = `
-SELECT k.key, k.fingerprint, k.order_id, k.product_id, k.requested, k.available, o.customer_id, o.created_at,
+SELECT k.key, k.fingerprint, k.order_id, k.async_order_id, k.product_id, k.requested, k.available, o.customer_id, o.created_at,
        ARRAY(SELECT i.product_id FROM order_items i WHERE i.order_id = k.order_id ORDER BY i.product_id),
        ARRAY(SELECT i.quantity FROM order_items i WHERE i.order_id = k.order_id ORDER BY i.product_id)
   FROM idempotency_keys k LEFT JOIN orders o ON o.id = k.order_id
@@ -120,16 +120,20 @@ func (s *PGStore) Snapshot(ctx context.Context, ids []int64, keys []string) (Sna
 func scanRecord(rows pgx.Rows) (IdempotencyRecord, error) {
 	var (
 		rec                             IdempotencyRecord
-		orderID                         *uuid.UUID
+		orderID, acceptedID             *uuid.UUID
 		productID, requested, available *int64
 		customerID                      *string
 		createdAt                       *time.Time
 		itemProducts, itemQuantities    []int64
 	)
-	err := rows.Scan(&rec.Key, &rec.Fingerprint, &orderID, &productID, &requested, &available,
+	err := rows.Scan(&rec.Key, &rec.Fingerprint, &orderID, &acceptedID, &productID, &requested, &available,
 		&customerID, &createdAt, &itemProducts, &itemQuantities)
 	if err != nil {
 		return IdempotencyRecord{}, err
+	}
+	if acceptedID != nil {
+		rec.Accepted = acceptedID
+		return rec, nil
 	}
 	if orderID == nil {
 		rec.SoldOut = &SoldOutError{ProductID: deref(productID), Requested: deref(requested), Available: deref(available)}

@@ -669,7 +669,7 @@ func requestFingerprint(customerID string, sortedItems []Item) []byte {
 
 func (s *Service) countOutcome(res OrderResult, err error) {
 	switch {
-	case err == nil && res.Replayed:
+	case err == nil && res.Replayed, errors.As(err, new(*AcceptedError)):
 		s.metrics.outcome(outcomeReplayed)
 	case err == nil:
 		s.metrics.outcome(outcomeConfirmed)

@@ -91,6 +91,9 @@ type IdempotencyRecord struct {
 	Order *Order
 	// SoldOut describes the refusal; nil for a confirmed order.
 	SoldOut *SoldOutError
+	// Accepted is the order accepted for later under the key (only read, never written by a
+	// batch): the key's outcome is that order, decided in its own time.
+	Accepted *uuid.UUID
 }
 
 // Write is everything one batch commits.
