@@ -1,0 +1,15 @@
+// Package async is the delay queue for orders: an order sent with Prefer: respond-async is
+// accepted at once (202) and decided later, through the same defended purchase path as any
+// other order, by whichever replica's River worker gets to it.
+//
+// The queue is Postgres: River's job table and the service's async_orders table, written in
+// one transaction, so an accepted order is never lost and never decided twice. Each product
+// has a line — its pending orders in arrival order (async_orders.seq) — which one replica at a
+// time drains (a Postgres advisory lock), a round of up to a batch at a time, so a product's
+// orders are decided in the order they were accepted. The decision is the idempotency record
+// the purchase path stores under the order's internal key (stock.AcceptedKey): a replica that
+// dies after a commit leaves a record, and whoever drains the line next replays it instead of
+// buying again. The jobs are only the signal to drain; a sweep every second restarts any line
+// whose orders wait without one, so losing a job (a replica killed while holding it) costs
+// a second, not an order.
+package async

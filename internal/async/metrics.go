@@ -1,0 +1,62 @@
+package async
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics counts what the queue does. Without a registerer the collectors exist but are not
+// exported, so the code never checks for nil.
+type metrics struct {
+	accepted  prometheus.Counter
+	decisions *prometheus.CounterVec
+	waited    prometheus.Histogram
+	retries   *prometheus.CounterVec
+	swept     prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, pending func() (float64, error)) *metrics {
+	m := &metrics{
+		accepted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stocksvc_async_orders_accepted_total",
+			Help: "Orders accepted for later (202) by this replica.",
+		}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stocksvc_async_orders_decided_total",
+			Help: "Accepted orders decided by this replica's workers, by status.",
+		}, []string{"status"}),
+		waited: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "stocksvc_async_order_wait_seconds",
+			Help:    "Time from an order's acceptance to its decision, on Postgres's clock.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stocksvc_async_retries_total",
+			Help: "Rounds that left orders pending, to be tried again: busy (the lock could not be had in time; the job is snoozed) or error (a dependency failed; the job is retried).",
+		}, []string{"reason"}),
+		swept: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stocksvc_async_sweep_jobs_total",
+			Help: "Jobs the sweep inserted for orders that waited without one.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.accepted, m.decisions, m.waited, m.retries, m.swept,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "stocksvc_async_orders_pending",
+				Help: "Accepted orders not yet decided, across every replica (one indexed count per scrape; -1 when Postgres did not answer within a second).",
+			}, func() float64 {
+				n, err := pending()
+				if err != nil {
+					return -1
+				}
+				return n
+			}))
+	}
+	return m
+}
+
+func (m *metrics) decided(d decided) {
+	m.decisions.WithLabelValues(d.status).Inc()
+	m.waited.Observe(d.waited.Seconds())
+}
+
+func (m *metrics) retried(reason string) { m.retries.WithLabelValues(reason).Inc() }

@@ -1,0 +1,281 @@
+package async
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/stocksvc/stocksvc/internal/stock"
+)
+
+// queueName is the River queue the order jobs run on.
+const queueName = "stocksvc_orders"
+
+// Config tunes a Queue. Zero fields take the defaults documented on each.
+type Config struct {
+	// Workers is how many jobs one replica runs at once. A job drains one product's line (or
+	// decides one cart), and a line is drained by one replica at a time, so this bounds how
+	// many products one replica drains at once. Default 16.
+	Workers int
+	// Round is how many orders of a line are decided per round: they join the product's
+	// queue on this replica together and are decided in batches of up to the service's
+	// MaxBatchOrders. Default 256.
+	Round int
+	// JobTimeout bounds one job. A drain that has worked for half of it hands its line on
+	// (snoozes its job), so that a long line does not hold a worker past the timeout.
+	// Default 30s.
+	JobTimeout time.Duration
+	// Sweep is how often the leader looks for a line whose orders wait without a job to
+	// drain it (its job was lost with a replica, say), and how old the front of a line must
+	// be to count as waiting. Default 1s.
+	Sweep time.Duration
+	// Registerer, when set, registers the queue's metrics.
+	Registerer prometheus.Registerer
+	// Logger logs River's own messages (warnings and above) and the queue's. Default: none.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Workers <= 0 {
+		c.Workers = 16
+	}
+	if c.Round <= 0 {
+		c.Round = 256
+	}
+	if c.JobTimeout <= 0 {
+		c.JobTimeout = 30 * time.Second
+	}
+	if c.Sweep <= 0 {
+		c.Sweep = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Queue accepts orders for later and decides them.
+type Queue struct {
+	pool    *pgxpool.Pool
+	store   *pgStore
+	svc     *stock.Service
+	cfg     Config
+	river   *river.Client[pgx.Tx]
+	metrics *metrics
+	// stopping tells drains to hand their lines on at the end of the round: River's soft stop
+	// waits for jobs without cancelling them, and a long line would outlast the grace.
+	stopping atomic.Bool
+}
+
+// New returns a Queue over pool, whose database has the service's and River's migrations
+// applied; it decides orders through svc. Start it to decide orders; a Queue that is not
+// started still accepts them (another replica decides them).
+func New(pool *pgxpool.Pool, svc *stock.Service, cfg Config) (*Queue, error) {
+	cfg = cfg.withDefaults()
+	q := &Queue{pool: pool, store: &pgStore{pool: pool}, svc: svc, cfg: cfg}
+	q.metrics = newMetrics(cfg.Registerer, q.pendingCount)
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, &drainWorker{q: q}); err != nil {
+		return nil, fmt.Errorf("async: add drain worker: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &cartWorker{q: q}); err != nil {
+		return nil, fmt.Errorf("async: add cart worker: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &sweepWorker{q: q}); err != nil {
+		return nil, fmt.Errorf("async: add sweep worker: %w", err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{queueName: {MaxWorkers: cfg.Workers}},
+		Workers: workers,
+		PeriodicJobs: []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(cfg.Sweep),
+			func() (river.JobArgs, *river.InsertOpts) { return sweepArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true})},
+		// A new job is announced (LISTEN/NOTIFY) and fetched within a few milliseconds; River's
+		// defaults (100 ms between fetches, a poll a second) suit slower work than a sale.
+		FetchCooldown:        5 * time.Millisecond,
+		FetchPollInterval:    250 * time.Millisecond,
+		JobTimeout:           cfg.JobTimeout,
+		RescueStuckJobsAfter: cfg.JobTimeout + 30*time.Second,
+		RetryPolicy:          retryPolicy{},
+		Logger:               slog.New(&levelHandler{min: slog.LevelWarn, h: cfg.Logger.Handler()}),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("async: river client: %w", err)
+	}
+	q.river = client
+	return q, nil
+}
+
+// Start starts deciding orders: this replica's workers join the others in draining lines.
+func (q *Queue) Start(ctx context.Context) error {
+	if err := q.river.Start(ctx); err != nil {
+		return fmt.Errorf("async: start river: %w", err)
+	}
+	return nil
+}
+
+// Stop stops taking jobs and waits, until ctx ends, for the running ones to finish; jobs
+// still running then are cancelled and run again elsewhere (their orders stay in line).
+func (q *Queue) Stop(ctx context.Context) error {
+	q.stopping.Store(true)
+	err := q.river.Stop(ctx)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err = q.river.StopAndCancel(cctx)
+	}
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("async: stop river: %w", err)
+	}
+	return nil
+}
+
+// errReplay leaves Accept's transaction when the key already has an outcome.
+type errReplay struct{ rec keyRecord }
+
+func (e *errReplay) Error() string { return "async: the idempotency key already has an outcome" }
+
+// Accept puts p in its line and returns the pending order; it is decided later. With a key
+// that already has an outcome, nothing is accepted and that outcome is answered instead: the
+// order accepted with the key (Replayed), the order it confirmed (Confirmed), or its refusal
+// (a replayed *stock.SoldOutError). Errors: *stock.ProductNotFoundError,
+// stock.ErrIdempotencyKeyReused, stock.ErrUnavailable (wrapped), the context's error.
+func (q *Queue) Accept(ctx context.Context, p stock.Prepared) (Acceptance, error) {
+	id := uuid.Must(uuid.NewV7())
+	var single *int64
+	if len(p.Items) == 1 {
+		single = &p.Items[0].ProductID
+	}
+	var acc Acceptance
+	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		if single == nil {
+			ids, _ := splitItems(p.Items)
+			missing, ok, err := missingProduct(ctx, tx, ids)
+			if err != nil {
+				return err
+			}
+			if ok {
+				return &stock.ProductNotFoundError{ProductID: missing}
+			}
+		}
+		ids, qtys := splitItems(p.Items)
+		var at time.Time
+		err := tx.QueryRow(ctx, insertOrderSQL, id, p.CustomerID, ids, qtys, single).Scan(&at)
+		if isFKViolation(err, "async_orders_product_id_fkey") {
+			return &stock.ProductNotFoundError{ProductID: *single}
+		}
+		if err != nil {
+			return dbError("accept order", err)
+		}
+		if p.Key != "" {
+			var claimed string
+			err := tx.QueryRow(ctx, claimKeySQL, p.Key, p.Fingerprint, id, single).Scan(&claimed)
+			if errors.Is(err, pgx.ErrNoRows) {
+				rec, err := q.store.keyRecord(ctx, tx, p.Key)
+				if err != nil {
+					return err
+				}
+				return &errReplay{rec: rec}
+			}
+			if err != nil {
+				return dbError("claim idempotency key", err)
+			}
+		}
+		var args river.JobArgs = cartArgs{OrderID: id}
+		if single != nil {
+			args = drainArgs{ProductID: *single}
+		}
+		if _, err := q.river.InsertTx(ctx, tx, args, nil); err != nil {
+			return dbError("enqueue order", err)
+		}
+		acc = Acceptance{Order: Order{ID: id, CustomerID: p.CustomerID, Items: p.Items, Status: StatusPending, AcceptedAt: at}}
+		return nil
+	})
+	if replay, ok := errors.AsType[*errReplay](err); ok {
+		return q.replay(ctx, p, replay.rec)
+	}
+	if err != nil {
+		return Acceptance{}, err
+	}
+	q.metrics.accepted.Inc()
+	return acc, nil
+}
+
+// replay answers an order whose key already has an outcome with that outcome.
+func (q *Queue) replay(ctx context.Context, p stock.Prepared, rec keyRecord) (Acceptance, error) {
+	if string(rec.fingerprint) != string(p.Fingerprint) {
+		return Acceptance{}, stock.ErrIdempotencyKeyReused
+	}
+	switch {
+	case rec.asyncID != nil:
+		o, err := q.store.order(ctx, *rec.asyncID)
+		if err != nil {
+			return Acceptance{}, err
+		}
+		return Acceptance{Order: o, Replayed: true}, nil
+	case rec.orderID != nil:
+		o, err := q.svc.Order(ctx, *rec.orderID)
+		if err != nil {
+			return Acceptance{}, err
+		}
+		return Acceptance{Confirmed: &o, Replayed: true}, nil
+	default:
+		return Acceptance{}, &stock.SoldOutError{ProductID: deref(rec.productID), Requested: deref(rec.requested), Available: deref(rec.available), Replayed: true}
+	}
+}
+
+// Order returns the accepted order id as it stands. Errors: stock.ErrOrderNotFound (no order
+// was accepted with id), stock.ErrUnavailable.
+func (q *Queue) Order(ctx context.Context, id uuid.UUID) (Order, error) {
+	return q.store.order(ctx, id)
+}
+
+func (q *Queue) pendingCount() (float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var n int64
+	if err := q.pool.QueryRow(ctx, pendingCountSQL).Scan(&n); err != nil {
+		return 0, err
+	}
+	return float64(n), nil
+}
+
+// retryPolicy retries a job that failed (Postgres or Redis unreachable, a lock lost) soon: a
+// sale lasts seconds, and River's default (attempt⁴ seconds) would leave a line waiting for
+// minutes after the dependency came back. 100 ms doubling to at most 5 s, with jitter.
+type retryPolicy struct{}
+
+func (retryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
+	d := 100 * time.Millisecond << min(max(job.Attempt-1, 0), 6)
+	d = min(d, 5*time.Second)
+	return time.Now().Add(d/2 + rand.N(d/2+1))
+}
+
+// levelHandler passes on only records at or above min: River's info logs (every leader
+// election, every queue start) are noise in a service's log.
+type levelHandler struct {
+	min slog.Level
+	h   slog.Handler
+}
+
+func (l *levelHandler) Enabled(ctx context.Context, level slog.Level) bool {
+	return level >= l.min && l.h.Enabled(ctx, level)
+}
+func (l *levelHandler) Handle(ctx context.Context, r slog.Record) error { return l.h.Handle(ctx, r) }
+func (l *levelHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return &levelHandler{min: l.min, h: l.h.WithAttrs(a)}
+}
+func (l *levelHandler) WithGroup(name string) slog.Handler {
+	return &levelHandler{min: l.min, h: l.h.WithGroup(name)}
+}

@@ -1,0 +1,232 @@
+package async
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/stocksvc/stocksvc/internal/stock"
+)
+
+// drainArgs asks for a product's line to be drained. Every accepted order of one product
+// inserts one: most find the line already being drained and end at once (see drain).
+type drainArgs struct {
+	ProductID int64 `json:"product_id"`
+}
+
+func (drainArgs) Kind() string                 { return "stocksvc_drain_line" }
+func (drainArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: queueName} }
+
+// cartArgs asks for one accepted cart (an order of several products) to be decided.
+type cartArgs struct {
+	OrderID uuid.UUID `json:"order_id"`
+}
+
+func (cartArgs) Kind() string                 { return "stocksvc_decide_cart" }
+func (cartArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: queueName} }
+
+// sweepArgs is the leader's periodic look for orders waiting without a job.
+type sweepArgs struct{}
+
+func (sweepArgs) Kind() string { return "stocksvc_sweep_lines" }
+func (sweepArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: queueName, MaxAttempts: 1}
+}
+
+type drainWorker struct {
+	river.WorkerDefaults[drainArgs]
+	q *Queue
+}
+
+func (w *drainWorker) Work(ctx context.Context, job *river.Job[drainArgs]) error {
+	return w.q.drain(ctx, job.Args.ProductID)
+}
+
+type cartWorker struct {
+	river.WorkerDefaults[cartArgs]
+	q *Queue
+}
+
+func (w *cartWorker) Work(ctx context.Context, job *river.Job[cartArgs]) error {
+	o, err := w.q.store.order(ctx, job.Args.OrderID)
+	if errors.Is(err, stock.ErrOrderNotFound) {
+		return river.JobCancel(fmt.Errorf("accepted order %s does not exist", job.Args.OrderID))
+	}
+	if err != nil {
+		return err
+	}
+	if o.Status != StatusPending {
+		return nil
+	}
+	return w.q.decide(ctx, []pending{{id: o.ID, customerID: o.CustomerID, items: o.Items}})
+}
+
+type sweepWorker struct {
+	river.WorkerDefaults[sweepArgs]
+	q *Queue
+}
+
+// Work inserts a drain for every line whose front has waited longer than a sweep, and a job
+// for every cart that has waited far longer than its own job's retries would take. A drain
+// inserted for a line that is being drained ends at once, so a sweep costs little when
+// nothing is stuck.
+func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[sweepArgs]) error {
+	products, carts, err := w.q.store.stale(ctx, w.q.cfg.Sweep, w.q.cfg.JobTimeout+time.Minute)
+	if err != nil {
+		return err
+	}
+	var params []river.InsertManyParams
+	for _, id := range products {
+		params = append(params, river.InsertManyParams{Args: drainArgs{ProductID: id}})
+	}
+	for _, id := range carts {
+		params = append(params, river.InsertManyParams{Args: cartArgs{OrderID: id}})
+	}
+	if len(params) == 0 {
+		return nil
+	}
+	if _, err := w.q.river.InsertMany(ctx, params); err != nil {
+		return fmt.Errorf("async: sweep: %w", err)
+	}
+	w.q.metrics.swept.Add(float64(len(params)))
+	return nil
+}
+
+// lineLockClass is the first key of the advisory locks that give a product's line to one
+// drain at a time (the second is the product id). The lock serves order and economy, not
+// safety: two drains of one line would decide the same orders, and the second would replay
+// the first's records.
+const lineLockClass = 0x5707c5a
+
+// drain decides a product's line, a round at a time, oldest orders first, while it holds the
+// line's advisory lock. A drain that finds the lock taken ends at once: the holder will reach
+// its order. That holds even when the holder is about to stop: a holder that finds the line
+// empty lets go of the lock and only then looks once more, so an order committed before a
+// drain found the lock taken (every order is committed before its job can run) is seen either
+// by that last look or by whoever takes the lock next.
+func (q *Queue) drain(ctx context.Context, product int64) error {
+	held, err := q.lockLine(ctx, product)
+	if err != nil || held == nil {
+		return err
+	}
+	defer func() { held.unlock() }()
+	start := time.Now()
+	for {
+		line, err := q.store.line(ctx, product, q.cfg.Round)
+		if err != nil {
+			return err
+		}
+		if len(line) == 0 {
+			held.unlock()
+			if line, err = q.store.line(ctx, product, 1); err != nil || len(line) == 0 {
+				return err
+			}
+			if held, err = q.lockLine(ctx, product); err != nil || held == nil {
+				return err
+			}
+			continue
+		}
+		if err := q.decide(ctx, line); err != nil {
+			return err
+		}
+		if time.Since(start) > q.cfg.JobTimeout/2 || q.stopping.Load() {
+			// Hand the line on: the job comes back at once, on whichever replica fetches it.
+			return river.JobSnooze(0)
+		}
+	}
+}
+
+// decide decides orders (one line's round, or one cart) and records the decisions. Orders left
+// undecided stay pending: busy ones (the lock could not be had in time) make the job snooze
+// for the time the service said, others (a dependency down) fail it, to be retried.
+func (q *Queue) decide(ctx context.Context, orders []pending) error {
+	accepted := make([]stock.Accepted, len(orders))
+	for i, o := range orders {
+		accepted[i] = stock.Accepted{ID: o.id, CustomerID: o.customerID, Items: o.items}
+	}
+	decisions := q.svc.DecideAccepted(ctx, accepted)
+	rejects := map[uuid.UUID]string{}
+	var busy *stock.BusyError
+	var failed error
+	for i, d := range decisions {
+		switch {
+		case d.Err == nil, errors.Is(d.Err, stock.ErrSoldOut):
+		case errors.Is(d.Err, stock.ErrProductNotFound):
+			rejects[orders[i].id] = "product-not-found"
+		case errors.Is(d.Err, stock.ErrInvalid):
+			rejects[orders[i].id] = "invalid-request"
+		case errors.As(d.Err, &busy), errors.Is(d.Err, stock.ErrBusy), errors.Is(d.Err, stock.ErrLockLost):
+			if busy == nil {
+				busy = &stock.BusyError{RetryAfter: 100 * time.Millisecond}
+			}
+		default:
+			failed = cmpErr(failed, d.Err)
+		}
+	}
+	done, err := q.store.record(ctx, orders, decisions, rejects)
+	for _, d := range done {
+		q.metrics.decided(d)
+	}
+	switch {
+	case err != nil:
+		return err
+	case failed != nil:
+		q.metrics.retried("error")
+		return fmt.Errorf("async: orders left pending: %w", failed)
+	case busy != nil:
+		q.metrics.retried("busy")
+		return river.JobSnooze(min(busy.RetryAfter, 2*time.Second))
+	}
+	return nil
+}
+
+func cmpErr(first, next error) error {
+	if first != nil {
+		return first
+	}
+	return next
+}
+
+// lineLock is a held advisory lock on a product's line, on the pool connection that took it.
+type lineLock struct {
+	conn    *pgxpool.Conn
+	product int64
+}
+
+// lockLine takes the line's lock if it is free; nil, nil when another drain holds it.
+func (q *Queue) lockLine(ctx context.Context, product int64) (*lineLock, error) {
+	conn, err := q.pool.Acquire(ctx)
+	if err != nil {
+		return nil, dbError("acquire connection for the line lock", err)
+	}
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, lineLockClass, int32(product)).Scan(&got); err != nil {
+		conn.Release()
+		return nil, dbError("lock line", err)
+	}
+	if !got {
+		conn.Release()
+		return nil, nil
+	}
+	return &lineLock{conn: conn, product: product}, nil
+}
+
+// unlock lets go of the line; safe to call twice. A connection whose unlock failed is closed,
+// never returned to the pool still holding the lock (closing it lets go of the lock too).
+func (l *lineLock) unlock() {
+	if l == nil || l.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1, $2)`, lineLockClass, int32(l.product)); err != nil {
+		_ = l.conn.Conn().Close(ctx)
+	}
+	l.conn.Release()
+	l.conn = nil
+}
