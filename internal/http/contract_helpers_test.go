@@ -39,6 +39,17 @@ type orderBody struct {
 	Status     string      `json:"status"`
 	Items      []orderItem `json:"items"`
 	CreatedAt  time.Time   `json:"created_at"`
+	// Orders accepted for later only.
+	DecidedAt *time.Time     `json:"decided_at"`
+	Rejection *rejectionBody `json:"rejection"`
+}
+
+// rejectionBody is why an order accepted for later was rejected.
+type rejectionBody struct {
+	Code      string `json:"code"`
+	ProductID int64  `json:"product_id"`
+	Requested int64  `json:"requested"`
+	Available *int64 `json:"available"`
 }
 
 // productBody is a product as the API returns it.

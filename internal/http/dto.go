@@ -3,6 +3,7 @@ package stockhttp
 import (
 	"time"
 
+	"github.com/stocksvc/stocksvc/internal/async"
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
@@ -77,6 +78,40 @@ type orderResponse struct {
 	Status     string         `json:"status"`
 	Items      []orderItemDTO `json:"items"`
 	CreatedAt  time.Time      `json:"created_at"`
+	// Only for an order accepted for later and not confirmed (a confirmed one is an order
+	// like any other): when it was decided, and why it was rejected.
+	DecidedAt *time.Time    `json:"decided_at,omitempty"`
+	Rejection *rejectionDTO `json:"rejection,omitempty"`
+}
+
+// rejectionDTO is why an order accepted for later was refused: the problem a synchronous order
+// would have been answered with, without the envelope.
+type rejectionDTO struct {
+	Code      string `json:"code"`
+	ProductID int64  `json:"product_id,omitempty"`
+	Requested int64  `json:"requested,omitempty"`
+	Available *int64 `json:"available,omitempty"`
+}
+
+// toAsyncOrderResponse shows an order accepted for later; created_at is when it was accepted.
+func toAsyncOrderResponse(o async.Order) orderResponse {
+	items := make([]orderItemDTO, len(o.Items))
+	for i, it := range o.Items {
+		items[i] = orderItemDTO{ProductID: it.ProductID, Quantity: it.Quantity}
+	}
+	r := orderResponse{ID: o.ID.String(), CustomerID: o.CustomerID, Status: o.Status, Items: items, CreatedAt: o.AcceptedAt.UTC()}
+	if !o.DecidedAt.IsZero() {
+		at := o.DecidedAt.UTC()
+		r.DecidedAt = &at
+	}
+	if rej := o.Rejection; rej != nil {
+		r.Rejection = &rejectionDTO{Code: rej.Code, ProductID: rej.ProductID, Requested: rej.Requested}
+		if rej.Code == "sold-out" {
+			available := rej.Available
+			r.Rejection.Available = &available
+		}
+	}
+	return r
 }
 
 func toOrderResponse(o stock.Order) orderResponse {

@@ -1,13 +1,17 @@
 package stockhttp
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
+	"github.com/stocksvc/stocksvc/internal/async"
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
@@ -115,16 +119,92 @@ func (s *Server) handlePlaceOrder(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if s.queue != nil && prefersAsync(r.Header) {
+		s.acceptOrder(w, r, req.toOrderRequest(key))
+		return
+	}
 	res, err := s.svc.PlaceOrder(r.Context(), req.toOrderRequest(key))
+	if accepted, ok := errors.AsType[*stock.AcceptedError](err); ok {
+		// The key belongs to an order accepted for later: answer with it, as its own retry is.
+		s.writeAccepted(w, r, accepted.OrderID)
+		return
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if res.Replayed {
+	s.writeConfirmed(w, res.Order, res.Replayed)
+}
+
+func (s *Server) writeConfirmed(w http.ResponseWriter, o stock.Order, replayed bool) {
+	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	w.Header().Set("Location", "/v1/orders/"+res.Order.ID.String())
-	writeJSON(w, http.StatusCreated, "application/json", toOrderResponse(res.Order))
+	w.Header().Set("Location", "/v1/orders/"+o.ID.String())
+	writeJSON(w, http.StatusCreated, "application/json", toOrderResponse(o))
+}
+
+// acceptOrder puts an order in its product's line and answers 202 with where to watch it. An
+// order the service can refuse at once without a query (its product is known sold out) is
+// refused at once, 409, as the synchronous route would: the preference is for not waiting,
+// and there is nothing to wait for.
+func (s *Server) acceptOrder(w http.ResponseWriter, r *http.Request, req stock.OrderRequest) {
+	p, err := s.svc.Prepare(req)
+	if err == nil {
+		err = s.svc.SoldOutNow(r.Context(), p)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	acc, err := s.queue.Accept(r.Context(), p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if acc.Confirmed != nil {
+		s.writeConfirmed(w, *acc.Confirmed, true)
+		return
+	}
+	if acc.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeAcceptedOrder(w, acc.Order)
+}
+
+// writeAccepted answers a synchronous order whose key belongs to the accepted order id.
+func (s *Server) writeAccepted(w http.ResponseWriter, r *http.Request, id uuid.UUID) {
+	if s.queue == nil {
+		s.writeError(w, r, fmt.Errorf("order %s was accepted for later, and this server has no queue to read it from", id))
+		return
+	}
+	o, err := s.queue.Order(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Idempotent-Replayed", "true")
+	writeAcceptedOrder(w, o)
+}
+
+func writeAcceptedOrder(w http.ResponseWriter, o async.Order) {
+	w.Header().Set("Location", "/v1/orders/"+o.ID.String())
+	w.Header().Set("Preference-Applied", "respond-async")
+	writeJSON(w, http.StatusAccepted, "application/json", toAsyncOrderResponse(o))
+}
+
+// prefersAsync reports whether the request's Prefer header (RFC 7240) asks for respond-async.
+func prefersAsync(h http.Header) bool {
+	for _, v := range h.Values("Prefer") {
+		for pref := range strings.SplitSeq(v, ",") {
+			name, _, _ := strings.Cut(pref, ";")
+			name, _, _ = strings.Cut(name, "=")
+			if strings.EqualFold(strings.TrimSpace(name), "respond-async") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (s *Server) handleGetOrder(w http.ResponseWriter, r *http.Request) {
@@ -135,6 +215,19 @@ func (s *Server) handleGetOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o, err := s.svc.Order(r.Context(), id)
+	if errors.Is(err, stock.ErrOrderNotFound) && s.queue != nil {
+		// Not an order (yet): perhaps one accepted for later, pending or rejected.
+		accepted, aerr := s.queue.Order(r.Context(), id)
+		if aerr != nil {
+			s.writeError(w, r, aerr)
+			return
+		}
+		if accepted.Status == async.StatusPending {
+			w.Header().Set("Retry-After", "1")
+		}
+		writeJSON(w, http.StatusOK, "application/json", toAsyncOrderResponse(accepted))
+		return
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

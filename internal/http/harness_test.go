@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stocksvc/stocksvc/internal/async"
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
@@ -64,6 +65,10 @@ type instanceOptions struct {
 	// point one at deadEndpoint to give the replica a dependency that does not answer.
 	databaseURL string
 	redisURL    string
+	// async starts the replica's queue workers, which decide orders sent with Prefer:
+	// respond-async; without it such orders are accepted and stay pending (instance.startQueue
+	// starts the workers later).
+	async bool
 }
 
 // instance is one replica: its own pools, service and HTTP server, as a separate process would
@@ -74,6 +79,17 @@ type instance struct {
 	Registry *prometheus.Registry
 	Pool     *pgxpool.Pool
 	Redis    *redis.Client
+	Queue    *async.Queue
+	started  bool
+}
+
+// startQueue starts the replica's queue workers; they stop when the test ends.
+func (in *instance) startQueue(t testing.TB) {
+	t.Helper()
+	if err := in.Queue.Start(context.Background()); err != nil {
+		t.Fatalf("start queue: %v", err)
+	}
+	in.started = true
 }
 
 func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
@@ -130,8 +146,13 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 			return rdb.Ping(ctx).Err()
 		}
 	}
+	queue, err := async.New(pool, svc, async.Config{Registerer: reg, Sweep: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("new queue: %v", err)
+	}
 	api := stockhttp.New(stockhttp.Config{
 		Service:    svc,
+		Queue:      queue,
 		AdminToken: token,
 		Ready:      ready,
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -139,14 +160,25 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 		Gatherer:   reg,
 	})
 	srv := httptest.NewServer(api)
+	in := &instance{URL: srv.URL, API: api, Registry: reg, Pool: pool, Redis: rdb, Queue: queue}
 	t.Cleanup(func() {
 		srv.Close()
+		if in.started {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := queue.Stop(ctx); err != nil {
+				t.Errorf("stop queue: %v", err)
+			}
+		}
 		svc.Close()
 		_ = locks.Close()
 		_ = rdb.Close()
 		pool.Close()
 	})
-	return &instance{URL: srv.URL, API: api, Registry: reg, Pool: pool, Redis: rdb}
+	if o.async {
+		in.startQueue(t)
+	}
+	return in
 }
 
 // newInstance starts a single replica on a cluster of its own.

@@ -27,6 +27,9 @@ type problem struct {
 	ProductID int64  `json:"product_id,omitempty"`
 	Requested int64  `json:"requested,omitempty"`
 	Available *int64 `json:"available,omitempty"`
+	// Prefer, on a busy order turned away because its product's queue was full, names the
+	// preference that would have had it accepted and decided in turn instead.
+	Prefer string `json:"prefer,omitempty"`
 
 	retryAfter int  // seconds; sent as the Retry-After header when positive
 	replayed   bool // a stored idempotent outcome; sent as Idempotent-Replayed: true
@@ -156,6 +159,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	p.Instance = r.URL.Path
 	if p.Code == "unavailable" && r.Method == http.MethodPost && r.Header.Get("Idempotency-Key") != "" {
 		p.Detail += " with the same Idempotency-Key: it is safe, whatever became of this attempt"
+	}
+	if busy, ok := errors.AsType[*stock.BusyError](err); ok && busy.Shed && s.queue != nil {
+		// The crowd is the problem, not the product: a queued order waits its turn instead
+		// of retrying into the same crowd.
+		p.Prefer = "respond-async"
+		p.Detail += ", or send it with Prefer: respond-async to have it queued and decided in turn"
 	}
 	if p.Status >= 500 {
 		s.log.ErrorContext(r.Context(), "request failed",

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/stocksvc/stocksvc/api"
+	"github.com/stocksvc/stocksvc/internal/async"
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
@@ -22,6 +23,10 @@ import (
 type Config struct {
 	// Service does the work. Required.
 	Service *stock.Service
+	// Queue, when set, takes orders sent with Prefer: respond-async (202, decided later) and
+	// answers for them on GET /v1/orders/{id}. Without it the preference is ignored: every
+	// order is decided at once, as RFC 7240 lets a server do.
+	Queue *async.Queue
 	// AdminToken guards the admin routes; empty turns them off (403 admin-disabled).
 	AdminToken string
 	// Ready reports whether the backing services answer; /readyz calls it with a 1s deadline.
@@ -42,6 +47,7 @@ type Config struct {
 // Server is the stocksvc HTTP API. It is an http.Handler.
 type Server struct {
 	svc         *stock.Service
+	queue       *async.Queue
 	log         *slog.Logger
 	ready       func(ctx context.Context) error
 	adminDigest []byte // sha256 of the admin token; nil when admin routes are off
@@ -74,6 +80,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{
 		svc:     cfg.Service,
+		queue:   cfg.Queue,
 		log:     cfg.Logger,
 		ready:   cfg.Ready,
 		timeout: cfg.RequestTimeout,
