@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/stocksvc/stocksvc/internal/async"
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/lock/lockprom"
@@ -97,8 +98,27 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	// After the HTTP server has shut down no order can arrive; Close returns once the queued
 	// ones are decided (their handlers have already been answered by then).
 	defer svc.Close()
+	queue, err := async.New(deps.pool, svc, async.Config{Workers: cfg.AsyncWorkers, Round: cfg.MaxBatch, Registerer: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	if cfg.AsyncWorkers > 0 {
+		// Not gctx: the workers stop after the HTTP server (below, deferred), not with it, and
+		// before svc.Close, so that a drain in progress finishes its round.
+		if err := queue.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
+			defer cancel()
+			if err := queue.Stop(sctx); err != nil {
+				log.WarnContext(sctx, "async queue did not stop cleanly", slog.Any("error", err))
+			}
+		}()
+	}
 	api := stockhttp.New(stockhttp.Config{
 		Service:    svc,
+		Queue:      queue,
 		AdminToken: cfg.AdminToken,
 		// Ready asks Postgres only. A replica without Redis still serves product reads (from
 		// Postgres, a few at a time) and answers orders 503 itself; taking every replica out
