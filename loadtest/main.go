@@ -8,6 +8,7 @@
 //	go run ./loadtest -replicas 5 -stock 2000 -rate 400 -duration 60s -kill-after 20s
 //	go run ./loadtest -compare                # the comparison for docs/benchmarks.md
 //	go run ./loadtest -cache -duration 10s    # reads and sold-out answers against healthz
+//	go run ./loadtest -async -kill-after 3s   # every order Prefer: respond-async, a replica killed
 //
 // It exits 1 when an invariant or a k6 threshold fails.
 package main
@@ -45,6 +46,7 @@ type options struct {
 	compare         bool
 	throughput      bool
 	cache           bool
+	async           bool
 	rounds          int
 	stampedeRounds  int
 	stampedeReaders int
@@ -119,6 +121,7 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.BoolVar(&o.throughput, "throughput", false, "benchmark: confirmed purchases/s of one hot product in a closed loop, against pgbench in the same run; then latency at 80% and 2× of that peak")
 	fs.IntVar(&o.clients, "clients", 128, "closed-loop clients in -throughput, and of each round in -cache")
 	fs.BoolVar(&o.cache, "cache", false, "benchmark: sold-out refusals and product reads during a sale against GET /healthz, in alternating rounds of -duration; then view rebuild stampedes")
+	fs.BoolVar(&o.async, "async", false, "the asynchronous sale: every order Prefer: respond-async through the balancer, a replica SIGKILLed at -kill-after and restarted; every accepted order must be decided, first-fit in arrival order, none twice")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds of each load in -cache (medians are reported)")
 	fs.IntVar(&o.stampedeRounds, "stampede-rounds", 10, "stampedes in -cache (0: none)")
 	fs.IntVar(&o.stampedeReaders, "stampede-readers", 500, "reads released at once in each stampede of -cache")
@@ -204,7 +207,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		return err
 	}
 	// Only the sales drive k6.
-	needK6 := o.fault == "" && !o.cache
+	needK6 := o.fault == "" && !o.cache && !o.async
 	if needK6 {
 		if h.script, err = filepath.Abs(o.script); err != nil {
 			return err
@@ -247,6 +250,9 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	}
 	if o.fault != "" {
 		return h.drills(ctx)
+	}
+	if o.async {
+		return h.asyncSale(ctx)
 	}
 	return h.sale(ctx)
 }

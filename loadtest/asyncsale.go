@@ -1,0 +1,403 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The asynchronous sale (-async): every order is sent with Prefer: respond-async through the
+// balancer, one replica is SIGKILLed mid-sale and restarted, and when the load ends the run
+// waits for every accepted order to be decided. Then it judges:
+//
+//   - every 202 ended confirmed or rejected; none is left pending;
+//   - each key named one order, and every order in line was one the clients sent;
+//   - each confirmed order was bought once (one orders row, its items), each rejected one never;
+//   - the decisions are exactly first-fit in arrival order (the line's seq) over the stock;
+//   - the stock adds up (audit), and the API tells every order as the tables do.
+//
+// It reports the time from acceptance to decision (Postgres's clock) as p50/p99/max.
+
+// asyncOrder is one order the clients sent.
+type asyncOrder struct {
+	key      string
+	qty      int64
+	id       string // the order's id, from the first 202
+	status   string // "accepted", "refused" (409 at once), "failed" (never answered)
+	attempts int
+	ids      map[string]bool // every id a 202 for this key named
+}
+
+// asyncFigures is what the run measured.
+type asyncFigures struct {
+	sent, accepted, refusedAtOnce, failed, retried int
+	confirmed, rejected, pending                   int
+	p50, p99, max                                  time.Duration
+	killedAt                                       time.Duration
+	settled                                        time.Duration // from the end of the load until no order was pending
+}
+
+func (h *harness) asyncSale(ctx context.Context) error {
+	sc := scenario{name: "async-sale", about: "every order Prefer: respond-async; SIGKILL a replica mid-sale, restart it"}
+	plan := drillPlan{lockTTL: 2 * time.Second}
+	d := &drillEnv{h: h, plan: plan, sc: sc, sup: &supervisor{}, rng: newLockedRand(h.opts.seed, 0), rec: newRecorder(),
+		dir: filepath.Join(h.out, "async-sale")}
+	if err := os.MkdirAll(d.dir, 0o755); err != nil {
+		return err
+	}
+	defer d.teardown()
+	defer func() {
+		if err := d.sup.stopAll(20 * time.Second); err != nil {
+			h.printf("  warning: %v\n", err)
+		}
+	}()
+	if err := d.setup(ctx); err != nil {
+		return err
+	}
+	front := fmt.Sprintf("http://127.0.0.1:%d", d.front)
+	d.client = newDrillClient([]string{front}, d.token, "async", 10*time.Second, d.rec, retryPolicy{})
+	defer d.client.close()
+	product, err := d.client.createProduct(ctx, "ASYNC-"+rand.Text()[:6], int64(h.opts.stock))
+	if err != nil {
+		return err
+	}
+	h.printf("[async-sale] %d replicas behind HAProxy, product %d with %d units; %d orders/s of 1–2 units for %v, every one Prefer: respond-async\n",
+		h.opts.replicas, product, h.opts.stock, h.opts.rate, h.opts.duration)
+
+	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	defer httpc.CloseIdleConnections()
+	var (
+		mu      sync.Mutex
+		orders  []*asyncOrder
+		wg      sync.WaitGroup
+		retried atomic.Int64
+		fig     asyncFigures
+	)
+	fig.killedAt = -1
+	start := time.Now()
+	loadCtx, stopLoad := context.WithTimeout(ctx, h.opts.duration)
+	defer stopLoad()
+	if h.opts.killAfter > 0 {
+		wg.Go(func() {
+			if sleep(loadCtx, h.opts.killAfter) != nil {
+				return
+			}
+			r := d.replicas[d.victim]
+			fig.killedAt = time.Since(start)
+			d.event("SIGKILL %s", r.name)
+			r.proc.signal(syscall.SIGKILL)
+			<-r.proc.done
+			if sleep(ctx, time.Second) != nil {
+				return
+			}
+			if err := d.startReplica(r); err != nil {
+				d.fail("restart %s: %v", r.name, err)
+				return
+			}
+			if err := d.waitReplica(ctx, r); err != nil {
+				d.fail("%s not ready again: %v", r.name, err)
+				return
+			}
+			d.event("%s ready again", r.name)
+		})
+	}
+	// Open loop: arrivals at the rate, whatever the answers.
+	tick := time.NewTicker(time.Second / time.Duration(h.opts.rate))
+	n := 0
+send:
+	for {
+		select {
+		case <-loadCtx.Done():
+			break send
+		case <-tick.C:
+		}
+		n++
+		o := &asyncOrder{key: fmt.Sprintf("async-%s-%d", d.prefix, n), qty: int64(1 + d.rng.intN(2)), ids: map[string]bool{}}
+		mu.Lock()
+		orders = append(orders, o)
+		mu.Unlock()
+		wg.Go(func() {
+			if sendAsyncOrder(context.WithoutCancel(ctx), httpc, front, product, o) {
+				retried.Add(1)
+			}
+		})
+	}
+	tick.Stop()
+	wg.Wait()
+	loadEnd := time.Now()
+
+	pool, err := pgxpool.New(ctx, d.dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	// Wait for the lines to empty: a decision is the service's to make, the run only watches.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM async_orders WHERE status = 'pending'`).Scan(&fig.pending); err != nil {
+			return err
+		}
+		if fig.pending == 0 || time.Now().After(deadline) {
+			break
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	fig.settled = time.Since(loadEnd)
+	fig.sent, fig.retried = len(orders), int(retried.Load())
+	for _, o := range orders {
+		switch o.status {
+		case "accepted":
+			fig.accepted++
+		case "refused":
+			fig.refusedAtOnce++
+		default:
+			fig.failed++
+		}
+	}
+	checks, err := asyncChecks(ctx, pool, httpc, front, product, int64(h.opts.stock), orders, &fig)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	for _, f := range d.failed {
+		checks = append(checks, invariant{name: "harness", ok: false, detail: f})
+	}
+	d.mu.Unlock()
+	return h.asyncReport(d.dir, fig, checks)
+}
+
+// sendAsyncOrder sends one order until it is answered 202 or 409, retrying what may be retried
+// (429, 503, the balancer's 502/503, a lost connection) with the same key; it reports whether
+// it had to retry.
+func sendAsyncOrder(ctx context.Context, c *http.Client, front string, product int64, o *asyncOrder) bool {
+	body := fmt.Sprintf(`{"customer_id":"c-%s","items":[{"product_id":%d,"quantity":%d}]}`, o.key, product, o.qty)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		o.attempts++
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, front+"/v1/orders", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Prefer", "respond-async")
+		req.Header.Set("Idempotency-Key", o.key)
+		req.GetBody = nil // no hidden resends: every attempt is one the run counts
+		res, err := c.Do(req)
+		pause := 200 * time.Millisecond
+		if err == nil {
+			var got struct {
+				ID string `json:"id"`
+			}
+			_ = json.NewDecoder(res.Body).Decode(&got)
+			res.Body.Close()
+			switch res.StatusCode {
+			case http.StatusAccepted:
+				o.ids[got.ID] = true
+				if o.id == "" {
+					o.id = got.ID
+				}
+				o.status = "accepted"
+				return o.attempts > 1
+			case http.StatusConflict:
+				o.status = "refused"
+				return o.attempts > 1
+			case http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
+				if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil && s > 0 {
+					pause = min(time.Duration(s)*time.Second, time.Second)
+				}
+			default:
+				o.status = fmt.Sprintf("failed: %d", res.StatusCode)
+				return o.attempts > 1
+			}
+		}
+		if sleep(ctx, pause) != nil {
+			break
+		}
+	}
+	if o.status == "" {
+		o.status = "failed: no answer"
+	}
+	return true
+}
+
+// asyncChecks judges the run from the tables and the API.
+func asyncChecks(ctx context.Context, pool *pgxpool.Pool, c *http.Client, front string, product, stock int64, orders []*asyncOrder, fig *asyncFigures) ([]invariant, error) {
+	var checks []invariant
+	add := func(name string, ok bool, format string, args ...any) {
+		checks = append(checks, invariant{name: name, ok: ok, detail: fmt.Sprintf(format, args...)})
+	}
+	add("every accepted order decided", fig.pending == 0, "%d pending %v after the load", fig.pending, fig.settled.Round(time.Millisecond))
+	add("every order answered", fig.failed == 0, "%d of %d orders never answered 202 or 409", fig.failed, fig.sent)
+
+	byKey := map[string]*asyncOrder{}
+	oneID := 0
+	for _, o := range orders {
+		byKey[o.key] = o
+		if len(o.ids) > 1 {
+			oneID++
+		}
+	}
+	add("one order per key", oneID == 0, "%d keys were answered with more than one order", oneID)
+
+	// The line in arrival order, with each order's key and whether an order row bought it.
+	rows, err := pool.Query(ctx, `
+		SELECT a.id::text, k.key, a.quantities[1], a.status, a.reason, a.available,
+		       (SELECT count(*) FROM orders o WHERE o.id = a.id),
+		       (SELECT coalesce(sum(i.quantity), 0) FROM order_items i WHERE i.order_id = a.id),
+		       extract(epoch FROM a.decided_at - a.accepted_at)::float8
+		  FROM async_orders a LEFT JOIN idempotency_keys k ON k.async_order_id = a.id
+		 WHERE a.product_id = $1 ORDER BY a.seq`, product)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	left := stock
+	var waits []time.Duration
+	var unknownKey, notFirstFit, twice, wrongRow []string
+	lineIDs := map[string]string{}
+	for rows.Next() {
+		var (
+			id, status       string
+			key, reason      *string
+			qty              int64
+			available        *int64
+			orderRows, items int64
+			waited           *float64
+		)
+		if err := rows.Scan(&id, &key, &qty, &status, &reason, &available, &orderRows, &items, &waited); err != nil {
+			return nil, err
+		}
+		if key == nil || byKey[*key] == nil {
+			unknownKey = append(unknownKey, id)
+		} else {
+			lineIDs[*key] = id
+		}
+		want := "rejected"
+		if qty <= left {
+			want = "confirmed"
+			left -= qty
+		}
+		if status != want {
+			notFirstFit = append(notFirstFit, fmt.Sprintf("%s is %s, want %s (%d asked, %d left)", id, status, want, qty, left))
+		}
+		switch {
+		case orderRows > 1:
+			twice = append(twice, id)
+		case status == "confirmed" && (orderRows != 1 || items != qty):
+			wrongRow = append(wrongRow, fmt.Sprintf("%s confirmed with %d order rows of %d units", id, orderRows, items))
+		case status == "rejected" && orderRows != 0:
+			wrongRow = append(wrongRow, fmt.Sprintf("%s rejected but bought", id))
+		case status == "rejected" && (reason == nil || *reason != "sold-out" || available == nil || *available >= qty):
+			wrongRow = append(wrongRow, fmt.Sprintf("%s rejected without a true sold-out reason", id))
+		}
+		switch status {
+		case "confirmed":
+			fig.confirmed++
+		case "rejected":
+			fig.rejected++
+		}
+		if waited != nil {
+			waits = append(waits, time.Duration(*waited*float64(time.Second)))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	missing := 0
+	for _, o := range orders {
+		if o.status == "accepted" && lineIDs[o.key] != o.id {
+			missing++
+		}
+	}
+	add("every order in line was sent", len(unknownKey) == 0, "%d orders in line with no client key: %v", len(unknownKey), first(unknownKey))
+	add("every 202 is in line", missing == 0, "%d accepted orders not found in line under their key", missing)
+	add("decided first-fit in arrival order", len(notFirstFit) == 0, "%d decisions differ from first-fit over the line: %v", len(notFirstFit), first(notFirstFit))
+	add("no order bought twice", len(twice) == 0, "%d orders with more than one order row: %v", len(twice), first(twice))
+	add("orders match decisions", len(wrongRow) == 0, "%d: %v", len(wrongRow), first(wrongRow))
+
+	var a struct{ stock, received, sold int64 }
+	err = pool.QueryRow(ctx, `
+		SELECT p.stock, p.initial_stock + coalesce((SELECT sum(quantity) FROM restocks WHERE product_id = p.id), 0),
+		       coalesce((SELECT sum(i.quantity) FROM order_items i WHERE i.product_id = p.id), 0)
+		  FROM products p WHERE p.id = $1`, product).Scan(&a.stock, &a.received, &a.sold)
+	if err != nil {
+		return nil, err
+	}
+	add("stock adds up", a.stock >= 0 && a.received == a.stock+a.sold && a.sold == stock-left,
+		"received %d = stock %d + sold %d; first-fit over the line sells %d", a.received, a.stock, a.sold, stock-left)
+
+	// The API tells each order as the tables do (a sample of up to 200, spread over the line).
+	disagree := 0
+	step := max(1, len(orders)/200)
+	for i := 0; i < len(orders); i += step {
+		o := orders[i]
+		if o.status != "accepted" {
+			continue
+		}
+		var got struct {
+			Status string `json:"status"`
+		}
+		res, err := c.Get(front + "/v1/orders/" + o.id)
+		if err != nil {
+			disagree++
+			continue
+		}
+		_ = json.NewDecoder(res.Body).Decode(&got)
+		res.Body.Close()
+		var status string
+		if err := pool.QueryRow(ctx, `SELECT status FROM async_orders WHERE id = $1`, o.id).Scan(&status); err != nil || status != got.Status {
+			disagree++
+		}
+	}
+	add("the API tells the tables' decisions", disagree == 0, "%d sampled orders read differently through GET /v1/orders/{id}", disagree)
+
+	slices.Sort(waits)
+	if len(waits) > 0 {
+		fig.p50 = waits[len(waits)/2]
+		fig.p99 = waits[min(len(waits)-1, len(waits)*99/100)]
+		fig.max = waits[len(waits)-1]
+	}
+	return checks, nil
+}
+
+func first(s []string) []string { return s[:min(len(s), 3)] }
+
+func (h *harness) asyncReport(dir string, fig asyncFigures, checks []invariant) error {
+	h.printf("\n== asynchronous sale\n")
+	h.printf("orders sent         %d (%d retried with the same key after a 429/5xx or a lost connection)\n", fig.sent, fig.retried)
+	h.printf("answered            %d accepted (202), %d refused at once (409 sold out), %d never answered\n", fig.accepted, fig.refusedAtOnce, fig.failed)
+	h.printf("decided             %d confirmed, %d rejected, %d pending; the last decided %v after the load ended\n",
+		fig.confirmed, fig.rejected, fig.pending, fig.settled.Round(time.Millisecond))
+	if fig.killedAt >= 0 {
+		h.printf("fault               SIGKILL of one replica %v into the load, restarted a second later\n", fig.killedAt.Round(time.Millisecond))
+	}
+	h.printf("202 → decision      p50 %v, p99 %v, max %v (Postgres clock, accepted_at → decided_at)\n",
+		fig.p50.Round(time.Millisecond), fig.p99.Round(time.Millisecond), fig.max.Round(time.Millisecond))
+	failed := 0
+	for _, c := range checks {
+		mark := "ok  "
+		if !c.ok {
+			mark = "FAIL"
+			failed++
+		}
+		h.printf("  %s %-38s %s\n", mark, c.name, c.detail)
+	}
+	if failed > 0 {
+		h.printf("verdict: FAIL (%d checks; logs in %s)\n", failed, dir)
+		return errFailed
+	}
+	h.printf("verdict: PASS\n")
+	return nil
+}
