@@ -493,3 +493,52 @@ func counter(t *testing.T, g prometheus.Gatherer, name, value string) float64 {
 	}
 	return 0
 }
+
+// Purging old idempotency records keeps those of orders still pending, however old — the
+// client's key and the order's decision record — and purges them once the order is decided.
+func TestPurgeKeepsPendingOrdersKeys(t *testing.T) {
+	w := newWorld(t)
+	r := w.replica(t, replicaOptions{})
+	id := createProduct(t, r, "PURGE-1", 5)
+	decided := r.accept(t, "c1", "k-decided", one(id, 1))
+	pending := r.accept(t, "c2", "k-pending", one(id, 1))
+	// One order decided and copied, the other decided by the purchase path but not copied.
+	r.start(t)
+	r.awaitDecided(t, []uuid.UUID{decided.Order.ID}, 20*time.Second)
+	ctx := context.Background()
+	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := r.queue.Stop(stopCtx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	r.started = false
+	if _, err := r.pool.Exec(ctx, `UPDATE async_orders SET status = 'pending', decided_at = NULL, reason = NULL WHERE id = $1`, pending.Order.ID); err != nil {
+		t.Fatalf("make the order pending again: %v", err)
+	}
+	keys := func() []string {
+		rows, err := r.pool.Query(ctx, `SELECT key FROM idempotency_keys ORDER BY key`)
+		if err != nil {
+			t.Fatalf("read keys: %v", err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				t.Fatalf("scan: %v", err)
+			}
+			out = append(out, k)
+		}
+		return out
+	}
+	if got := keys(); len(got) != 4 {
+		t.Fatalf("keys before the purge = %q, want 4 (two client keys, two decisions)", got)
+	}
+	if _, err := r.svc.PurgeIdempotencyKeys(ctx, time.Hour, time.Now().Add(48*time.Hour)); err != nil {
+		t.Fatalf("purge: %v", err)
+	}
+	want := []string{stock.AcceptedKey(pending.Order.ID), "k-pending"}
+	if got := keys(); !slices.Equal(got, want) {
+		t.Errorf("keys after the purge = %q, want the pending order's %q", got, want)
+	}
+}

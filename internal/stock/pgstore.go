@@ -225,9 +225,19 @@ func (s *PGStore) Order(ctx context.Context, id uuid.UUID) (Order, error) {
 	return o, nil
 }
 
+// purgeKeysSQL deletes the records older than the cutoff, except those of orders accepted for
+// later and still pending, however old: the client's key (a retry must find its order, not
+// buy again) and the order's own decision record (stored, not yet copied: the copy needs it).
+const purgeKeysSQL = `
+DELETE FROM idempotency_keys k
+ WHERE k.created_at < $1
+   AND NOT EXISTS (SELECT 1 FROM async_orders a WHERE a.status = 'pending' AND
+                   (a.id = k.async_order_id OR
+                    (k.key LIKE $2 || '%' AND a.id::text = substr(k.key, length($2) + 1))))`
+
 // PurgeIdempotencyKeys implements Store.
 func (s *PGStore) PurgeIdempotencyKeys(ctx context.Context, cutoff time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < $1`, cutoff)
+	tag, err := s.pool.Exec(ctx, purgeKeysSQL, cutoff, AcceptedKeyPrefix)
 	if err != nil {
 		return 0, dbError("purge idempotency keys", err)
 	}
