@@ -46,7 +46,9 @@ func (s *Service) Prepare(req OrderRequest) (Prepared, error) {
 
 // Fingerprint is what an order of customerID for items (ascending product order) means, as
 // idempotency records store it.
-func Fingerprint(customerID string, items []Item) []byte { return requestFingerprint(customerID, items) }
+func Fingerprint(customerID string, items []Item) []byte {
+	return requestFingerprint(customerID, items)
+}
 
 // SoldOutNow returns the *SoldOutError PlaceOrder would answer at once, without a query or a
 // lock, for an order of one product that the views know is sold out; nil otherwise (including
