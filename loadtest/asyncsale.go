@@ -36,8 +36,9 @@ type asyncOrder struct {
 	key      string
 	qty      int64
 	id       string // the order's id, from the first 202
-	status   string // "accepted", "refused" (409 at once), "failed" (never answered)
+	status   string // "accepted" (202), "confirmed" (201), "refused" (409), "failed: ..." (never answered)
 	attempts int
+	answered time.Duration   // from the first attempt to the answer that ended it
 	ids      map[string]bool // every id a 202 for this key named
 }
 
@@ -48,6 +49,14 @@ type asyncFigures struct {
 	p50, p99, max                                  time.Duration
 	killedAt                                       time.Duration
 	settled                                        time.Duration // from the end of the load until no order was pending
+	acceptP50, acceptP99                           time.Duration // POST → 202, at the client
+	// The baseline (-async-baseline): the same load sent without the preference, on another
+	// product with the same stock, before the asynchronous one.
+	baseline                bool
+	syncSent, syncConfirmed int
+	syncP50, syncP99        time.Duration // POST → 201, at the client
+	syncAllP50, syncAllP99  time.Duration // POST → any final answer
+	syncRetried             int
 }
 
 func (h *harness) asyncSale(ctx context.Context) error {
@@ -79,18 +88,31 @@ func (h *harness) asyncSale(ctx context.Context) error {
 
 	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	defer httpc.CloseIdleConnections()
-	var (
-		mu      sync.Mutex
-		orders  []*asyncOrder
-		wg      sync.WaitGroup
-		retried atomic.Int64
-		fig     asyncFigures
-	)
+	var fig asyncFigures
 	fig.killedAt = -1
-	start := time.Now()
-	loadCtx, stopLoad := context.WithTimeout(ctx, h.opts.duration)
-	defer stopLoad()
-	if h.opts.killAfter > 0 {
+	if h.opts.asyncBaseline {
+		other, err := d.client.createProduct(ctx, "SYNC-"+rand.Text()[:6], int64(h.opts.stock))
+		if err != nil {
+			return err
+		}
+		h.printf("[async-sale] baseline first: the same load without the preference, on product %d\n", other)
+		sync, retried := h.openLoop(ctx, d, httpc, front, other, false, nil)
+		fig.baseline, fig.syncSent, fig.syncRetried = true, len(sync), retried
+		var ok, all []time.Duration
+		for _, o := range sync {
+			all = append(all, o.answered)
+			if o.status == "confirmed" {
+				ok = append(ok, o.answered)
+				fig.syncConfirmed++
+			}
+		}
+		fig.syncP50, fig.syncP99 = percentiles(ok)
+		fig.syncAllP50, fig.syncAllP99 = percentiles(all)
+	}
+	orders, retried := h.openLoop(ctx, d, httpc, front, product, true, func(loadCtx context.Context, start time.Time, wg *sync.WaitGroup) {
+		if h.opts.killAfter <= 0 {
+			return
+		}
 		wg.Go(func() {
 			if sleep(loadCtx, h.opts.killAfter) != nil {
 				return
@@ -113,31 +135,15 @@ func (h *harness) asyncSale(ctx context.Context) error {
 			}
 			d.event("%s ready again", r.name)
 		})
-	}
-	// Open loop: arrivals at the rate, whatever the answers.
-	tick := time.NewTicker(time.Second / time.Duration(h.opts.rate))
-	n := 0
-send:
-	for {
-		select {
-		case <-loadCtx.Done():
-			break send
-		case <-tick.C:
-		}
-		n++
-		o := &asyncOrder{key: fmt.Sprintf("async-%s-%d", d.prefix, n), qty: int64(1 + d.rng.intN(2)), ids: map[string]bool{}}
-		mu.Lock()
-		orders = append(orders, o)
-		mu.Unlock()
-		wg.Go(func() {
-			if sendAsyncOrder(context.WithoutCancel(ctx), httpc, front, product, o) {
-				retried.Add(1)
-			}
-		})
-	}
-	tick.Stop()
-	wg.Wait()
+	})
 	loadEnd := time.Now()
+	var accepts []time.Duration
+	for _, o := range orders {
+		if o.status == "accepted" {
+			accepts = append(accepts, o.answered)
+		}
+	}
+	fig.acceptP50, fig.acceptP99 = percentiles(accepts)
 
 	pool, err := pgxpool.New(ctx, d.dbURL)
 	if err != nil {
@@ -158,7 +164,7 @@ send:
 		}
 	}
 	fig.settled = time.Since(loadEnd)
-	fig.sent, fig.retried = len(orders), int(retried.Load())
+	fig.sent, fig.retried = len(orders), retried
 	for _, o := range orders {
 		switch o.status {
 		case "accepted":
@@ -181,17 +187,70 @@ send:
 	return h.asyncReport(d.dir, fig, checks)
 }
 
-// sendAsyncOrder sends one order until it is answered 202 or 409, retrying what may be retried
+// openLoop sends orders of 1–2 units of product at the run's rate for its duration (open loop:
+// arrivals do not wait for answers), with the preference when async, each under a key of its
+// own, and returns them once every one is answered; fault, when set, starts beside the load.
+func (h *harness) openLoop(ctx context.Context, d *drillEnv, httpc *http.Client, front string, product int64, async bool,
+	fault func(loadCtx context.Context, start time.Time, wg *sync.WaitGroup)) ([]*asyncOrder, int) {
+	var (
+		mu      sync.Mutex
+		orders  []*asyncOrder
+		wg      sync.WaitGroup
+		retried atomic.Int64
+	)
+	start := time.Now()
+	loadCtx, stopLoad := context.WithTimeout(ctx, h.opts.duration)
+	defer stopLoad()
+	if fault != nil {
+		fault(loadCtx, start, &wg)
+	}
+	tick := time.NewTicker(time.Second / time.Duration(h.opts.rate))
+	defer tick.Stop()
+	n := 0
+	for {
+		select {
+		case <-loadCtx.Done():
+			wg.Wait()
+			return orders, int(retried.Load())
+		case <-tick.C:
+		}
+		n++
+		o := &asyncOrder{key: fmt.Sprintf("%s-%d-%d", d.prefix, product, n), qty: int64(1 + d.rng.intN(2)), ids: map[string]bool{}}
+		mu.Lock()
+		orders = append(orders, o)
+		mu.Unlock()
+		wg.Go(func() {
+			if sendOrder(context.WithoutCancel(ctx), httpc, front, product, async, o) {
+				retried.Add(1)
+			}
+		})
+	}
+}
+
+// percentiles returns the median and the 99th percentile of ds (sorted in place).
+func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2], ds[min(len(ds)-1, len(ds)*99/100)]
+}
+
+// sendOrder sends one order until it is answered 202 or 409, retrying what may be retried
 // (429, 503, the balancer's 502/503, a lost connection) with the same key; it reports whether
 // it had to retry.
-func sendAsyncOrder(ctx context.Context, c *http.Client, front string, product int64, o *asyncOrder) bool {
+func sendOrder(ctx context.Context, c *http.Client, front string, product int64, async bool, o *asyncOrder) bool {
 	body := fmt.Sprintf(`{"customer_id":"c-%s","items":[{"product_id":%d,"quantity":%d}]}`, o.key, product, o.qty)
-	deadline := time.Now().Add(30 * time.Second)
+	began := time.Now()
+	deadline := began.Add(30 * time.Second)
+	defer func() { o.answered = time.Since(began) }()
 	for time.Now().Before(deadline) {
 		o.attempts++
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, front+"/v1/orders", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Prefer", "respond-async")
+		if async {
+			req.Header.Set("Prefer", "respond-async")
+		}
 		req.Header.Set("Idempotency-Key", o.key)
 		req.GetBody = nil // no hidden resends: every attempt is one the run counts
 		res, err := c.Do(req)
@@ -203,6 +262,9 @@ func sendAsyncOrder(ctx context.Context, c *http.Client, front string, product i
 			_ = json.NewDecoder(res.Body).Decode(&got)
 			res.Body.Close()
 			switch res.StatusCode {
+			case http.StatusCreated:
+				o.id, o.status = got.ID, "confirmed"
+				return o.attempts > 1
 			case http.StatusAccepted:
 				o.ids[got.ID] = true
 				if o.id == "" {
@@ -363,10 +425,8 @@ func asyncChecks(ctx context.Context, pool *pgxpool.Pool, c *http.Client, front 
 	}
 	add("the API tells the tables' decisions", disagree == 0, "%d sampled orders read differently through GET /v1/orders/{id}", disagree)
 
-	slices.Sort(waits)
+	fig.p50, fig.p99 = percentiles(waits)
 	if len(waits) > 0 {
-		fig.p50 = waits[len(waits)/2]
-		fig.p99 = waits[min(len(waits)-1, len(waits)*99/100)]
 		fig.max = waits[len(waits)-1]
 	}
 	return checks, nil
@@ -383,8 +443,18 @@ func (h *harness) asyncReport(dir string, fig asyncFigures, checks []invariant) 
 	if fig.killedAt >= 0 {
 		h.printf("fault               SIGKILL of one replica %v into the load, restarted a second later\n", fig.killedAt.Round(time.Millisecond))
 	}
+	h.printf("POST → 202          p50 %v, p99 %v (client)\n", fig.acceptP50.Round(100*time.Microsecond), fig.acceptP99.Round(100*time.Microsecond))
 	h.printf("202 → decision      p50 %v, p99 %v, max %v (Postgres clock, accepted_at → decided_at)\n",
 		fig.p50.Round(time.Millisecond), fig.p99.Round(time.Millisecond), fig.max.Round(time.Millisecond))
+	if fig.baseline {
+		h.printf("baseline (no Prefer) %d orders, %d confirmed, %d retried; POST → 201 p50 %v, p99 %v; POST → any answer p50 %v, p99 %v\n",
+			fig.syncSent, fig.syncConfirmed, fig.syncRetried, fig.syncP50.Round(100*time.Microsecond), fig.syncP99.Round(100*time.Microsecond),
+			fig.syncAllP50.Round(100*time.Microsecond), fig.syncAllP99.Round(100*time.Microsecond))
+		if fig.syncP99 > 0 {
+			h.printf("ratios               202 p99 / 201 p99 = %.2f×; (202 + decision) p99 / 201 p99 = %.2f×\n",
+				float64(fig.acceptP99)/float64(fig.syncP99), float64(fig.acceptP99+fig.p99)/float64(fig.syncP99))
+		}
+	}
 	failed := 0
 	for _, c := range checks {
 		mark := "ok  "

@@ -47,6 +47,7 @@ type options struct {
 	throughput      bool
 	cache           bool
 	async           bool
+	asyncBaseline   bool
 	rounds          int
 	stampedeRounds  int
 	stampedeReaders int
@@ -122,6 +123,7 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.IntVar(&o.clients, "clients", 128, "closed-loop clients in -throughput, and of each round in -cache")
 	fs.BoolVar(&o.cache, "cache", false, "benchmark: sold-out refusals and product reads during a sale against GET /healthz, in alternating rounds of -duration; then view rebuild stampedes")
 	fs.BoolVar(&o.async, "async", false, "the asynchronous sale: every order Prefer: respond-async through the balancer, a replica SIGKILLed at -kill-after and restarted; every accepted order must be decided, first-fit in arrival order, none twice")
+	fs.BoolVar(&o.asyncBaseline, "async-baseline", false, "in -async, first send the same load without the preference (on another product, no fault) and compare latencies")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds of each load in -cache (medians are reported)")
 	fs.IntVar(&o.stampedeRounds, "stampede-rounds", 10, "stampedes in -cache (0: none)")
 	fs.IntVar(&o.stampedeReaders, "stampede-readers", 500, "reads released at once in each stampede of -cache")

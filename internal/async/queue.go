@@ -74,6 +74,8 @@ type Queue struct {
 	cfg     Config
 	river   *river.Client[pgx.Tx]
 	metrics *metrics
+	// acceptor gathers single-product orders into groups accepted in one transaction.
+	acceptor acceptor
 	// stopping tells drains to hand their lines on at the end of the round: River's soft stop
 	// waits for jobs without cancelling them, and a long line would outlast the grace.
 	stopping atomic.Bool
@@ -85,6 +87,7 @@ type Queue struct {
 func New(pool *pgxpool.Pool, svc *stock.Service, cfg Config) (*Queue, error) {
 	cfg = cfg.withDefaults()
 	q := &Queue{pool: pool, store: &pgStore{pool: pool}, svc: svc, cfg: cfg}
+	q.acceptor.q = q
 	q.metrics = newMetrics(cfg.Registerer, q.pendingCount)
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &drainWorker{q: q}); err != nil {
@@ -152,35 +155,48 @@ func (e *errReplay) Error() string { return "async: the idempotency key already 
 // (a replayed *stock.SoldOutError). Errors: *stock.ProductNotFoundError,
 // stock.ErrIdempotencyKeyReused, stock.ErrUnavailable (wrapped), the context's error.
 func (q *Queue) Accept(ctx context.Context, p stock.Prepared) (Acceptance, error) {
-	id := uuid.Must(uuid.NewV7())
-	var single *int64
-	if len(p.Items) == 1 {
-		single = &p.Items[0].ProductID
+	if len(p.Items) > 1 {
+		return q.acceptCart(ctx, p)
 	}
+	req := &acceptRequest{id: uuid.Must(uuid.NewV7()), p: p, done: make(chan acceptResult, 1)}
+	r := q.acceptor.accept(ctx, req)
+	switch {
+	case r.err != nil:
+		return Acceptance{}, r.err
+	case r.state == "missing":
+		return Acceptance{}, &stock.ProductNotFoundError{ProductID: p.Items[0].ProductID}
+	case r.state == "taken":
+		rec, err := q.store.keyRecord(ctx, q.pool, p.Key)
+		if err != nil {
+			return Acceptance{}, err
+		}
+		return q.replay(ctx, p, rec)
+	}
+	q.metrics.accepted.Inc()
+	return Acceptance{Order: Order{ID: req.id, CustomerID: p.CustomerID, Items: p.Items, Status: StatusPending, AcceptedAt: r.at}}, nil
+}
+
+// acceptCart accepts an order of several products in a transaction of its own: carts are in no
+// line, and are rare beside a hot product's crowd.
+func (q *Queue) acceptCart(ctx context.Context, p stock.Prepared) (Acceptance, error) {
+	id := uuid.Must(uuid.NewV7())
 	var acc Acceptance
 	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
-		if single == nil {
-			ids, _ := splitItems(p.Items)
-			missing, ok, err := missingProduct(ctx, tx, ids)
-			if err != nil {
-				return err
-			}
-			if ok {
-				return &stock.ProductNotFoundError{ProductID: missing}
-			}
-		}
 		ids, qtys := splitItems(p.Items)
-		var at time.Time
-		err := tx.QueryRow(ctx, insertOrderSQL, id, p.CustomerID, ids, qtys, single).Scan(&at)
-		if isFKViolation(err, "async_orders_product_id_fkey") {
-			return &stock.ProductNotFoundError{ProductID: *single}
-		}
+		missing, ok, err := missingProduct(ctx, tx, ids)
 		if err != nil {
+			return err
+		}
+		if ok {
+			return &stock.ProductNotFoundError{ProductID: missing}
+		}
+		var at time.Time
+		if err := tx.QueryRow(ctx, insertCartSQL, id, p.CustomerID, ids, qtys).Scan(&at); err != nil {
 			return dbError("accept order", err)
 		}
 		if p.Key != "" {
 			var claimed string
-			err := tx.QueryRow(ctx, claimKeySQL, p.Key, p.Fingerprint, id, single).Scan(&claimed)
+			err := tx.QueryRow(ctx, claimKeySQL, p.Key, p.Fingerprint, id, nil).Scan(&claimed)
 			if errors.Is(err, pgx.ErrNoRows) {
 				rec, err := q.store.keyRecord(ctx, tx, p.Key)
 				if err != nil {
@@ -192,11 +208,7 @@ func (q *Queue) Accept(ctx context.Context, p stock.Prepared) (Acceptance, error
 				return dbError("claim idempotency key", err)
 			}
 		}
-		var args river.JobArgs = cartArgs{OrderID: id}
-		if single != nil {
-			args = drainArgs{ProductID: *single}
-		}
-		if _, err := q.river.InsertTx(ctx, tx, args, nil); err != nil {
+		if _, err := q.river.InsertTx(ctx, tx, cartArgs{OrderID: id}, nil); err != nil {
 			return dbError("enqueue order", err)
 		}
 		acc = Acceptance{Order: Order{ID: id, CustomerID: p.CustomerID, Items: p.Items, Status: StatusPending, AcceptedAt: at}}

@@ -9,17 +9,15 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
-// insertOrderSQL puts an order in its line. product_id is set for an order of one product: the
-// foreign key then refuses a product that does not exist.
-const insertOrderSQL = `
-INSERT INTO async_orders (id, customer_id, product_ids, quantities, product_id)
-VALUES ($1, $2, $3, $4, $5)
+// insertCartSQL accepts a cart (in no product's line: product_id stays NULL).
+const insertCartSQL = `
+INSERT INTO async_orders (id, customer_id, product_ids, quantities)
+VALUES ($1, $2, $3, $4)
 RETURNING accepted_at`
 
 // claimKeySQL records a client's Idempotency-Key as belonging to the accepted order, unless
@@ -116,7 +114,12 @@ type keyRecord struct {
 	available   *int64
 }
 
-func (s *pgStore) keyRecord(ctx context.Context, q pgx.Tx, key string) (keyRecord, error) {
+// rowQuerier is a pool or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s *pgStore) keyRecord(ctx context.Context, q rowQuerier, key string) (keyRecord, error) {
 	var r keyRecord
 	err := q.QueryRow(ctx, keyRecordSQL, key).Scan(&r.fingerprint, &r.outcome, &r.orderID, &r.asyncID, &r.productID, &r.requested, &r.available)
 	if err != nil {
@@ -159,10 +162,6 @@ func missingProduct(ctx context.Context, tx pgx.Tx, ids []int64) (int64, bool, e
 	return 0, false, nil
 }
 
-func isFKViolation(err error, constraint string) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23503" && pgErr.ConstraintName == constraint
-}
 
 // pending is an order at the front of its line.
 type pending struct {

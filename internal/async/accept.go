@@ -1,0 +1,215 @@
+package async
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/stocksvc/stocksvc/internal/stock"
+)
+
+// Accepting an order is a commit, and a commit per order is what the purchase path learned not
+// to pay (docs/design.md, "Why batches"): at a thousand orders a second the accepts' own
+// commits, not the sale, become the bottleneck. So orders of one product each are accepted in
+// groups: every request that arrives while a group commits joins the next one, and a group is
+// one transaction of one statement (acceptSQL) and one insert of River jobs, one per product
+// in it, whatever its size. A quiet replica's lone order is accepted at once, as before.
+
+// maxAcceptGroup caps the orders accepted in one transaction.
+const maxAcceptGroup = 256
+
+// acceptSQL accepts a group of orders of one product each, in the group's order, and says what
+// became of each: 'accepted' (in line, with its acceptance time), 'taken' (its key already had
+// an outcome, or an order earlier in the group claimed it: nothing was written for it) or
+// 'missing' (no such product: nothing was written).
+//
+// The key is claimed first (ON CONFLICT DO NOTHING), and only an order whose key was claimed,
+// or that has none, goes in line: one order per key, whoever else sends it at the same time. An
+// order's identity column follows the input's order (WITH ORDINALITY, ORDER BY), so the line's
+// seq is the group's arrival order. The foreign keys are checked at the end of the statement,
+// when both inserts are done.
+const acceptSQL = `
+WITH input AS (
+  SELECT u.*, EXISTS (SELECT 1 FROM products p WHERE p.id = u.product_id) AS found
+    FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bytea[])
+         WITH ORDINALITY AS u(id, customer_id, product_id, quantity, key, fingerprint, n)
+), claimed AS (
+  INSERT INTO idempotency_keys (key, fingerprint, outcome, async_order_id, product_id)
+  SELECT key, fingerprint, 'accepted', id, product_id FROM input
+   WHERE found AND key IS NOT NULL
+   ORDER BY n
+  ON CONFLICT (key) DO NOTHING
+  RETURNING async_order_id
+), placed AS (
+  INSERT INTO async_orders (id, customer_id, product_ids, quantities, product_id)
+  SELECT id, customer_id, ARRAY[product_id], ARRAY[quantity], product_id FROM input
+   WHERE found AND (key IS NULL OR id IN (SELECT async_order_id FROM claimed))
+   ORDER BY n
+  RETURNING id, accepted_at
+)
+SELECT i.id, CASE WHEN p.id IS NOT NULL THEN 'accepted' WHEN NOT i.found THEN 'missing' ELSE 'taken' END, p.accepted_at
+  FROM input i LEFT JOIN placed p ON p.id = i.id
+ ORDER BY i.n`
+
+// acceptLockClass is the first key of the transaction advisory locks that order a product's
+// accepting groups (the second is the product id, as for lineLockClass).
+const acceptLockClass = lineLockClass + 1
+
+const acceptLockSQL = `SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int[]) AS k ORDER BY k`
+
+// lockKeys returns the distinct second keys of products' advisory locks, ascending.
+func lockKeys(products []int64) []int32 {
+	keys := make([]int32, 0, len(products))
+	for _, id := range products {
+		keys = append(keys, int32(id))
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// acceptRequest is one order waiting to join a group.
+type acceptRequest struct {
+	id   uuid.UUID
+	p    stock.Prepared
+	done chan acceptResult // buffered: answering never blocks the group
+}
+
+type acceptResult struct {
+	state string // 'accepted', 'taken' or 'missing', as acceptSQL says
+	at    time.Time
+	err   error
+}
+
+// acceptor gathers a replica's single-product orders into groups.
+type acceptor struct {
+	q *Queue
+
+	mu      sync.Mutex
+	waiting []*acceptRequest
+	running bool
+}
+
+// accept has req accepted in the next group and returns what became of it. If ctx ends first,
+// the context's error is returned: the order may still be accepted with its group, and only a
+// retry with the same key can tell.
+func (a *acceptor) accept(ctx context.Context, req *acceptRequest) acceptResult {
+	a.mu.Lock()
+	a.waiting = append(a.waiting, req)
+	if !a.running {
+		a.running = true
+		go a.work()
+	}
+	a.mu.Unlock()
+	select {
+	case r := <-req.done:
+		return r
+	case <-ctx.Done():
+		return acceptResult{err: fmt.Errorf("waiting for the order to be accepted (it may have been: retry with the same key): %w", context.Cause(ctx))}
+	}
+}
+
+// work commits groups until no request waits. Its transactions run detached from every
+// caller: a client that leaves does not cancel its group-mates.
+func (a *acceptor) work() {
+	for {
+		a.mu.Lock()
+		n := min(len(a.waiting), maxAcceptGroup)
+		if n == 0 {
+			a.running = false
+			a.mu.Unlock()
+			return
+		}
+		group := a.waiting[:n:n]
+		a.waiting = append([]*acceptRequest(nil), a.waiting[n:]...)
+		a.mu.Unlock()
+
+		results, err := a.q.acceptGroup(context.Background(), group)
+		for i, req := range group {
+			if err != nil {
+				req.done <- acceptResult{err: err}
+			} else {
+				req.done <- results[i]
+			}
+		}
+	}
+}
+
+// acceptGroup writes a group in one transaction: the orders and their keys (acceptSQL), and a
+// drain job for each product in the group.
+func (q *Queue) acceptGroup(ctx context.Context, group []*acceptRequest) ([]acceptResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n := len(group)
+	ids, customers, products, quantities := make([]uuid.UUID, n), make([]string, n), make([]int64, n), make([]int64, n)
+	keys, fingerprints := make([]*string, n), make([][]byte, n)
+	for i, req := range group {
+		ids[i], customers[i] = req.id, req.p.CustomerID
+		products[i], quantities[i] = req.p.Items[0].ProductID, req.p.Items[0].Quantity
+		if req.p.Key != "" {
+			keys[i], fingerprints[i] = &req.p.Key, req.p.Fingerprint
+		}
+	}
+	results := make([]acceptResult, n)
+	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		// A line's order is its seq, and a drain reads the committed front of the line: so a
+		// product's groups must commit in the order they draw seq, or a drain could decide a
+		// later group before an earlier one became visible. Each group therefore holds its
+		// products' accept locks (ascending, so groups never deadlock) until it commits; the
+		// groups of one product follow each other, each as large as what gathered meanwhile.
+		if _, err := tx.Exec(ctx, acceptLockSQL, acceptLockClass, lockKeys(products)); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, acceptSQL, ids, customers, products, quantities, keys, fingerprints)
+		if err != nil {
+			return err
+		}
+		i := 0
+		var (
+			id    uuid.UUID
+			state string
+			at    *time.Time
+		)
+		_, err = pgx.ForEachRow(rows, []any{&id, &state, &at}, func() error {
+			if i >= n || id != ids[i] {
+				return fmt.Errorf("accept: row %d is order %s, want %s", i, id, ids[i])
+			}
+			results[i].state = state
+			if at != nil {
+				results[i].at = *at
+			}
+			i++
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		var jobs []river.InsertManyParams
+		var seen []int64
+		for i, r := range results {
+			if r.state == "accepted" && !slices.Contains(seen, products[i]) {
+				seen = append(seen, products[i])
+				jobs = append(jobs, river.InsertManyParams{Args: drainArgs{ProductID: products[i]}})
+			}
+		}
+		if len(jobs) > 0 {
+			if _, err := q.river.InsertManyTx(ctx, tx, jobs); err != nil {
+				return fmt.Errorf("enqueue drains: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil, fmt.Errorf("accept orders: %w", err)
+		}
+		return nil, dbError("accept orders", err)
+	}
+	return results, nil
+}
