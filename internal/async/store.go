@@ -162,7 +162,6 @@ func missingProduct(ctx context.Context, tx pgx.Tx, ids []int64) (int64, bool, e
 	return 0, false, nil
 }
 
-
 // pending is an order at the front of its line.
 type pending struct {
 	id         uuid.UUID
