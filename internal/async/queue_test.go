@@ -542,3 +542,65 @@ func TestPurgeKeepsPendingOrdersKeys(t *testing.T) {
 		t.Errorf("keys after the purge = %q, want the pending order's %q", got, want)
 	}
 }
+
+// Orders accepted at the same moment share a group (one transaction): a key sent by many of
+// them at once names one order, answered to all; an order for a missing product in the group
+// is refused alone; every other order of the group is accepted.
+func TestAcceptGroups(t *testing.T) {
+	w := newWorld(t)
+	r := w.replica(t, replicaOptions{})
+	id := createProduct(t, r, "GROUP-1", 100)
+	const same = 40
+	var wg sync.WaitGroup
+	ids := make([]uuid.UUID, same)
+	replayed := make([]bool, same)
+	var others []uuid.UUID
+	var mu sync.Mutex
+	for i := range same {
+		wg.Go(func() {
+			acc, err := r.tryAccept("c1", "one-key", one(id, 1))
+			if err != nil {
+				t.Errorf("accept %d: %v", i, err)
+				return
+			}
+			ids[i], replayed[i] = acc.Order.ID, acc.Replayed
+		})
+		wg.Go(func() {
+			acc, err := r.tryAccept(fmt.Sprintf("c-%d", i), "", one(id, 1))
+			if err != nil {
+				t.Errorf("accept other %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			others = append(others, acc.Order.ID)
+			mu.Unlock()
+		})
+		wg.Go(func() {
+			if _, err := r.tryAccept("c2", "", one(id+1000, 1)); !errors.Is(err, stock.ErrProductNotFound) {
+				t.Errorf("accept for a missing product: %v, want not found", err)
+			}
+		})
+	}
+	wg.Wait()
+	news := 0
+	for i := range same {
+		if ids[i] != ids[0] {
+			t.Fatalf("answer %d named order %s, answer 0 %s: one key, two orders", i, ids[i], ids[0])
+		}
+		if !replayed[i] {
+			news++
+		}
+	}
+	if news != 1 {
+		t.Errorf("%d answers were a new order, want exactly 1 (the rest replayed)", news)
+	}
+	var inLine int
+	if err := r.pool.QueryRow(context.Background(), `SELECT count(*) FROM async_orders WHERE product_id = $1`, id).Scan(&inLine); err != nil || inLine != same+1 {
+		t.Errorf("orders in line = %d, %v; want %d (the keyed one once, and the others)", inLine, err, same+1)
+	}
+	r.start(t)
+	r.awaitDecided(t, append(others, ids[0]), 20*time.Second)
+	if a := mustAudit(t, r, id); a.Sold != same+1 {
+		t.Errorf("audit = %+v, want %d sold", a, same+1)
+	}
+}
