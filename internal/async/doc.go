@@ -3,7 +3,9 @@
 // other order, by whichever replica's River worker gets to it.
 //
 // The queue is Postgres: River's job table and the service's async_orders table, written in
-// one transaction, so an accepted order is never lost and never decided twice. Each product
+// one transaction, so an accepted order is never lost and never decided twice. Orders that
+// arrive together are accepted together, in one transaction (accept.go), as purchases are
+// decided in batches. Each product
 // has a line — its pending orders in arrival order (async_orders.seq) — which one replica at a
 // time drains (a Postgres advisory lock), a round of up to a batch at a time, so a product's
 // orders are decided in the order they were accepted. The decision is the idempotency record
