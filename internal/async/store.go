@@ -169,8 +169,14 @@ type pending struct {
 	items      []stock.Item
 }
 
-func (s *pgStore) line(ctx context.Context, productID int64, limit int) ([]pending, error) {
-	rows, err := s.pool.Query(ctx, lineSQL, productID, limit)
+// querier is a pool, a connection or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// line reads the front of product's line through q.
+func (s *pgStore) line(ctx context.Context, q querier, productID int64, limit int) ([]pending, error) {
+	rows, err := q.Query(ctx, lineSQL, productID, limit)
 	if err != nil {
 		return nil, dbError("read line", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -117,13 +118,14 @@ func (q *Queue) drain(ctx context.Context, product int64) error {
 	defer func() { held.unlock() }()
 	start := time.Now()
 	for {
-		line, err := q.store.line(ctx, product, q.cfg.Round)
+		// Read on the lock's own connection: each round renews its lease (see lockLine).
+		line, err := q.store.line(ctx, held.conn, product, q.cfg.Round)
 		if err != nil {
 			return err
 		}
 		if len(line) == 0 {
 			held.unlock()
-			if line, err = q.store.line(ctx, product, 1); err != nil || len(line) == 0 {
+			if line, err = q.store.line(ctx, q.pool, product, 1); err != nil || len(line) == 0 {
 				return err
 			}
 			if held, err = q.lockLine(ctx, product); err != nil || held == nil {
@@ -185,6 +187,11 @@ func (q *Queue) decide(ctx context.Context, orders []pending) error {
 	return nil
 }
 
+// lineLease is how long a drain may go without reading its line before Postgres ends its
+// session and the line passes on: the longest a round can take (a lock wait and a purchase,
+// well inside half the job timeout) with room to spare.
+func (q *Queue) lineLease() time.Duration { return q.cfg.JobTimeout / 2 }
+
 func cmpErr(first, next error) error {
 	if first != nil {
 		return first
@@ -198,6 +205,19 @@ type lineLock struct {
 	product int64
 }
 
+// lockLineSQL takes a line's lock if it is free and then gives the session a lease: Postgres
+// ends a session idle for longer than idle_session_timeout, and its advisory locks with it. A
+// drain reads each round's orders on this session, so a working drain renews the lease every
+// round; a holder that stops working without dying — a paused process keeps its TCP
+// connection, and the kernel answers keepalives for it — loses the line after the lease, and
+// the next job takes it over. A dead holder loses it at once, with its connection.
+const lockLineSQL = `
+SELECT CASE WHEN pg_try_advisory_lock($1, $2) THEN set_config('idle_session_timeout', $3, false) IS NOT NULL ELSE false END`
+
+// unlockLineSQL lets go of the line and takes the lease off the session, which goes back to
+// the pool.
+const unlockLineSQL = `SELECT pg_advisory_unlock($1, $2), set_config('idle_session_timeout', '0', false)`
+
 // lockLine takes the line's lock if it is free; nil, nil when another drain holds it.
 func (q *Queue) lockLine(ctx context.Context, product int64) (*lineLock, error) {
 	conn, err := q.pool.Acquire(ctx)
@@ -205,7 +225,8 @@ func (q *Queue) lockLine(ctx context.Context, product int64) (*lineLock, error) 
 		return nil, dbError("acquire connection for the line lock", err)
 	}
 	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, $2)`, lineLockClass, int32(product)).Scan(&got); err != nil {
+	lease := strconv.FormatInt(q.lineLease().Milliseconds(), 10)
+	if err := conn.QueryRow(ctx, lockLineSQL, lineLockClass, int32(product), lease).Scan(&got); err != nil {
 		conn.Release()
 		return nil, dbError("lock line", err)
 	}
@@ -224,7 +245,7 @@ func (l *lineLock) unlock() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1, $2)`, lineLockClass, int32(l.product)); err != nil {
+	if _, err := l.conn.Exec(ctx, unlockLineSQL, lineLockClass, int32(l.product)); err != nil {
 		_ = l.conn.Conn().Close(ctx)
 	}
 	l.conn.Release()
