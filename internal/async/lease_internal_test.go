@@ -22,6 +22,7 @@ func TestLineLockLease(t *testing.T) {
 	if err != nil || stalled == nil {
 		t.Fatalf("first lock: %v, %v", stalled, err)
 	}
+	t.Cleanup(stalled.unlock) // before the pool closes, which waits for its connections
 	if other, err := q.lockLine(ctx, 7); err != nil || other != nil {
 		t.Fatalf("second lock while held: %v, %v; want the line taken", other, err)
 	}
@@ -34,6 +35,7 @@ func TestLineLockLease(t *testing.T) {
 		}
 		return next != nil
 	})
+	t.Cleanup(next.unlock)
 	stalled.unlock() // the session is gone: the connection is closed, not pooled
 	next.unlock()
 
