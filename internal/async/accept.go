@@ -64,6 +64,17 @@ const acceptLockClass = lineLockClass + 1
 
 const acceptLockSQL = `SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int[]) AS k ORDER BY k`
 
+// distinct returns ids without repeats, in first-seen order.
+func distinct(ids []int64) []int64 {
+	var out []int64
+	for _, id := range ids {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // lockKeys returns the distinct second keys of products' advisory locks, ascending.
 func lockKeys(products []int64) []int32 {
 	keys := make([]int32, 0, len(products))
@@ -158,50 +169,49 @@ func (q *Queue) acceptGroup(ctx context.Context, group []*acceptRequest) ([]acce
 	}
 	results := make([]acceptResult, n)
 	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		// The drain jobs first, for every product of the group (a job for a product that
+		// turns out missing finds an empty line): they need no lock, and the lock below is
+		// held until the commit, so what runs under it is kept to one round trip.
+		var jobs []river.InsertManyParams
+		for _, id := range distinct(products) {
+			jobs = append(jobs, river.InsertManyParams{Args: drainArgs{ProductID: id}})
+		}
+		if _, err := q.river.InsertManyTx(ctx, tx, jobs); err != nil {
+			return fmt.Errorf("enqueue drains: %w", err)
+		}
 		// A line's order is its seq, and a drain reads the committed front of the line: so a
 		// product's groups must commit in the order they draw seq, or a drain could decide a
 		// later group before an earlier one became visible. Each group therefore holds its
 		// products' accept locks (ascending, so groups never deadlock) until it commits; the
 		// groups of one product follow each other, each as large as what gathered meanwhile.
-		if _, err := tx.Exec(ctx, acceptLockSQL, acceptLockClass, lockKeys(products)); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, acceptSQL, ids, customers, products, quantities, keys, fingerprints)
-		if err != nil {
-			return err
-		}
+		// The lock and the inserts go in one round trip.
+		b := &pgx.Batch{}
+		b.Queue(acceptLockSQL, acceptLockClass, lockKeys(products))
 		i := 0
-		var (
-			id    uuid.UUID
-			state string
-			at    *time.Time
-		)
-		_, err = pgx.ForEachRow(rows, []any{&id, &state, &at}, func() error {
-			if i >= n || id != ids[i] {
-				return fmt.Errorf("accept: row %d is order %s, want %s", i, id, ids[i])
-			}
-			results[i].state = state
-			if at != nil {
-				results[i].at = *at
-			}
-			i++
-			return nil
+		b.Queue(acceptSQL, ids, customers, products, quantities, keys, fingerprints).Query(func(rows pgx.Rows) error {
+			var (
+				id    uuid.UUID
+				state string
+				at    *time.Time
+			)
+			_, err := pgx.ForEachRow(rows, []any{&id, &state, &at}, func() error {
+				if i >= n || id != ids[i] {
+					return fmt.Errorf("accept: row %d is order %s, want %s", i, id, ids[i])
+				}
+				results[i].state = state
+				if at != nil {
+					results[i].at = *at
+				}
+				i++
+				return nil
+			})
+			return err
 		})
-		if err != nil {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
-		var jobs []river.InsertManyParams
-		var seen []int64
-		for i, r := range results {
-			if r.state == "accepted" && !slices.Contains(seen, products[i]) {
-				seen = append(seen, products[i])
-				jobs = append(jobs, river.InsertManyParams{Args: drainArgs{ProductID: products[i]}})
-			}
-		}
-		if len(jobs) > 0 {
-			if _, err := q.river.InsertManyTx(ctx, tx, jobs); err != nil {
-				return fmt.Errorf("enqueue drains: %w", err)
-			}
+		if i != n {
+			return fmt.Errorf("accept: %d rows for %d orders", i, n)
 		}
 		return nil
 	})
