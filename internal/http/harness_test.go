@@ -64,6 +64,9 @@ type instanceOptions struct {
 	// point one at deadEndpoint to give the replica a dependency that does not answer.
 	databaseURL string
 	redisURL    string
+	// redlock, when set, puts the product locks on a Redlock over these nodes, as
+	// STOCKSVC_REDIS_MODE=redlock does; the views stay on the cluster's Redis.
+	redlock []*testenv.RedisServer
 }
 
 // instance is one replica: its own pools, service and HTTP server, as a separate process would
@@ -115,9 +118,13 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	if !o.noCache {
 		views = view.New(rdb, locks, store.Product, view.Config{}, view.NewMetrics(reg))
 	}
+	var locker stock.Locker = stock.NewRedisLocker(locks, stock.LockConfig{TTL: o.lockTTL, Wait: o.lockWait})
+	if o.redlock != nil {
+		locker = stock.NewRedlockLocker(testenv.Redlock(t, o.redlock), c.prefix, stock.LockConfig{TTL: o.lockTTL, Wait: o.lockWait})
+	}
 	svc := stock.NewService(
 		store,
-		stock.NewRedisLocker(locks, stock.LockConfig{TTL: o.lockTTL, Wait: o.lockWait}),
+		locker,
 		stock.Config{Defense: defense, MaxQuantity: o.maxQuantity, QueueWait: o.lockWait, Views: views},
 		stock.NewMetrics(reg),
 	)
