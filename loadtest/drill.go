@@ -59,9 +59,11 @@ type drillEnv struct {
 	stats    int
 	lb       *proc
 	redis    *redisServer // the run's own, for faults that stop Redis
-	pg       *pgCluster   // the run's own, for faults that stop Postgres
-	pgProxy  *tcpProxy    // between the victim and Postgres
-	rdProxy  *tcpProxy    // between the victim and Redis
+	redlock  redlockNodes // the run's own Redlock nodes (-redlock, or the scenario's)
+	catches  map[string]float64
+	pg       *pgCluster // the run's own, for faults that stop Postgres
+	pgProxy  *tcpProxy  // between the victim and Postgres
+	rdProxy  *tcpProxy  // between the victim and Redis
 	hot      int64
 	scarce   int64
 
@@ -184,6 +186,12 @@ func (d *drillEnv) setup(ctx context.Context) error {
 		}
 		d.redisURL = d.redis.url()
 	}
+	if n := max(d.h.opts.redlock, d.sc.redlock); n > 0 {
+		if d.redlock, err = startRedlockNodes(ctx, d.sup, d.dir, n); err != nil {
+			return err
+		}
+		d.redisURL = d.redlock.url()
+	}
 	d.prefix = "stocksvc-drill:" + rand.Text()[:10] + ":"
 	d.token = rand.Text()
 	d.victim = d.rng.intN(d.h.opts.replicas)
@@ -231,6 +239,9 @@ func (d *drillEnv) setup(ctx context.Context) error {
 		if d.h.opts.defense != defaultDefense {
 			r.env = append(r.env, "STOCKSVC_DEMO_UNSAFE=1")
 		}
+		if d.redlock != nil {
+			r.env = append(r.env, "STOCKSVC_REDIS_MODE=redlock") // REDIS_URL names the nodes
+		}
 		d.replicas = append(d.replicas, r)
 		if err := d.startReplica(r); err != nil {
 			return err
@@ -248,6 +259,15 @@ func (d *drillEnv) setup(ctx context.Context) error {
 		return err
 	}
 	return waitReady(ctx, d.lb, fmt.Sprintf("http://127.0.0.1:%d/readyz", d.front), 30*time.Second)
+}
+
+// firstRedisURL is the Redis a fault looks at the locks on: the run's Redis, or the first of
+// its Redlock nodes (which also keeps the views).
+func (d *drillEnv) firstRedisURL() string {
+	if d.redlock != nil {
+		return d.redlock[0].url()
+	}
+	return d.redisURL
 }
 
 func withHost(raw, host string) string {
@@ -289,7 +309,7 @@ func (d *drillEnv) teardown() {
 	if d.database != "" && !d.h.opts.keep && d.pg == nil {
 		d.h.dropDatabaseOn(d.serverDB, d.database)
 	}
-	if d.redis == nil {
+	if d.redis == nil && d.redlock == nil {
 		cleanRedisPrefix(d.h.opts.redisURL, d.prefix)
 	}
 	if d.pg != nil {
@@ -513,6 +533,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 			}
 		}
 	}
+	d.catches = out.catches
 
 	// Nothing may take effect once every replica has stopped: that is the end of the history.
 	var stopping sync.WaitGroup

@@ -183,6 +183,18 @@ func TestDrillCatchesUnsafeDefense(t *testing.T) {
 	}
 }
 
+// TestNoFenceCatches: a Redlock drill fails when the fence refused any write, since with no
+// lock lost that means a fencing token went backwards.
+func TestNoFenceCatches(t *testing.T) {
+	t.Parallel()
+	for _, n := range []float64{0, 1, 3} {
+		d := &drillEnv{catches: map[string]float64{"fence": n, "version": 2}}
+		if failed, _ := noFenceCatches(d, nil, availability{}); (len(failed) > 0) != (n > 0) {
+			t.Errorf("%v fence catches: failed = %q", n, failed)
+		}
+	}
+}
+
 // TestReconcile settles what clients were told against the tables of a real database: unknown
 // orders found there happened (and may not have taken effect before their transaction began),
 // those not found never did; orders for refused requests, a second order for one operation and

@@ -20,6 +20,9 @@ type scenario struct {
 	// replica and a server, for faults that hit one replica's connections.
 	ownRedis, ownPostgres     bool
 	proxyPostgres, proxyRedis bool
+	// redlock is how many Redlock nodes of its own the scenario needs at least (-redlock
+	// may ask for more); 0 runs on one Redis unless -redlock says otherwise.
+	redlock int
 	// expected is about how long the fault lasts, and extraLoad how many seconds of base-rate
 	// load it adds: together they size the hot product's stock.
 	expected  time.Duration
@@ -40,6 +43,8 @@ func scenarios() []scenario {
 			expected: 25 * time.Second, inject: rollingRestart, check: noFailedRequests},
 		{name: "pause-redis", about: "SIGSTOP Redis for twice the lock TTL, then SIGCONT", ownRedis: true, expected: 5 * time.Second, inject: pauseRedis},
 		{name: "restart-redis", about: "kill Redis and start it empty (no persistence)", ownRedis: true, expected: 3 * time.Second, inject: restartRedis},
+		{name: "restart-redlock-node", about: "Redlock over 3 nodes (or -redlock N): kill one node mid-sale and start it again empty",
+			redlock: 3, expected: 2 * time.Second, inject: restartRedlockNode, check: noFenceCatches},
 		{name: "expire-locks", about: "delete the product locks under their holders, every 20–80 ms for 5 s", expected: 5 * time.Second, inject: expireLocks},
 		{name: "restart-postgres", about: "stop Postgres immediately (no checkpoint), start it again", ownPostgres: true, expected: 8 * time.Second, inject: restartPostgres},
 		{name: "pg-reset-at-commit", about: "cut one replica's Postgres connections at commit (answer lost after the commit), for 6 s",
@@ -81,7 +86,7 @@ func pickScenarios(spec string) ([]scenario, error) {
 func pauseReplica(ctx context.Context, d *drillEnv) error {
 	r := d.replicas[d.victim]
 	pause := 2 * d.plan.lockTTL
-	opts, err := redis.ParseURL(d.redisURL)
+	opts, err := redis.ParseURL(d.firstRedisURL())
 	if err != nil {
 		return err
 	}
@@ -248,7 +253,7 @@ func restartRedis(ctx context.Context, d *drillEnv) error {
 // expireLocks deletes the products' lock keys as if their leases had run out early. A DEL
 // that removed a key removed a lock someone held.
 func expireLocks(ctx context.Context, d *drillEnv) error {
-	opts, err := redis.ParseURL(d.redisURL)
+	opts, err := redis.ParseURL(d.firstRedisURL())
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,9 @@ func TestParseOptions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
+	if _, err := parseOptions([]string{"-redlock", "5", "-fault", "restart-redlock-node,kill-replica"}, io.Discard); err != nil {
+		t.Errorf("a Redlock drill: %v", err)
+	}
 	if o.replicas != 3 || o.defense != defaultDefense || o.killAfter != 0 || !strings.HasPrefix(o.out, filepath.Join("loadtest", "out")) {
 		t.Errorf("defaults = %+v", o)
 	}
@@ -33,6 +36,10 @@ func TestParseOptions(t *testing.T) {
 		{"-fault", "unplug-the-datacentre"},
 		{"-fault", "burst", "-replicas", "1"},
 		{"-fault", "burst", "-drill-rate", "0"},
+		{"-redlock", "2"},                              // a Redlock of two survives no loss
+		{"-redlock", "3", "-fault", "restart-redis"},   // no one Redis to restart
+		{"-redlock", "3", "-fault", "redis-partition"}, // nor to proxy
+		{"-redlock", "3", "-compare"},
 	}
 	for _, args := range bad {
 		if _, err := parseOptions(args, io.Discard); err == nil {

@@ -72,6 +72,7 @@ type options struct {
 	looseSoldOut  bool
 	direct        bool // clients talk to the replicas in turn, no balancer (tests)
 	recheck       string
+	redlock       int // Redlock nodes of the run's own (0: the one Redis of -redis-url)
 }
 
 func main() {
@@ -144,6 +145,7 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.DurationVar(&o.checkTimeout, "check-timeout", 5*time.Minute, "longest Porcupine may take on one history before the run is called undecided")
 	fs.DurationVar(&o.readSlack, "read-slack", 50*time.Millisecond, "how stale a product read may be: the replicas' view lease (STOCKSVC_CACHE_LEASE, 50ms); 0: reads must be linearizable")
 	fs.StringVar(&o.recheck, "recheck", "", "check a drill's saved history.json again (with -read-slack, -loose-sold-out, -check-timeout) and exit")
+	fs.IntVar(&o.redlock, "redlock", 0, "run the sale or drills with STOCKSVC_REDIS_MODE=redlock over this many redis-servers of the run's own, on free loopback ports (0: the one Redis of -redis-url)")
 	fs.BoolVar(&o.looseSoldOut, "loose-sold-out", false, "a sold-out answer's available need not equal the stock when it took effect (only be short)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -168,9 +170,18 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	case o.fault != "" && o.replicas < 2:
 		return o, errors.New("fault drills need at least 2 replicas")
 	}
+	if o.redlock != 0 && (o.redlock < 3 || o.compare || o.throughput || o.cache) {
+		return o, errors.New("-redlock takes 3 nodes or more, for the sale and the fault drills")
+	}
 	if o.fault != "" {
-		if _, err := pickScenarios(o.fault); err != nil {
+		picked, err := pickScenarios(o.fault)
+		if err != nil {
 			return o, err
+		}
+		for _, sc := range picked {
+			if o.redlock > 0 && (sc.ownRedis || sc.proxyRedis) {
+				return o, fmt.Errorf("-redlock: drill %s stops or proxies the one Redis, which a Redlock run does not have", sc.name)
+			}
 		}
 	}
 	if o.out == "" {

@@ -144,12 +144,20 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 		h.printf(", at most %d retries", spec.lockMaxRetries)
 	}
 	h.printf(")\n")
+	redisEnv := []string{"REDIS_URL=" + h.opts.redisURL}
+	if h.opts.redlock > 0 {
+		nodes, err := startRedlockNodes(ctx, sup, run.dir, h.opts.redlock)
+		if err != nil {
+			return nil, err
+		}
+		redisEnv = nodes.env()
+		h.printf("[%s] product locks on Redlock over %d redis-servers: %s\n", spec.label, len(nodes), nodes.url())
+	}
 	replicas := make([]*proc, h.opts.replicas)
 	for i, port := range replicaPorts {
 		env := []string{
 			"STOCKSVC_ADDR=127.0.0.1:" + strconv.Itoa(port),
 			"DATABASE_URL=" + dbURL,
-			"REDIS_URL=" + h.opts.redisURL,
 			"STOCKSVC_REDIS_PREFIX=" + prefix,
 			"STOCKSVC_ADMIN_TOKEN=" + token,
 			"STOCKSVC_DEFENSE=" + spec.defense,
@@ -158,6 +166,7 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 			"STOCKSVC_LOCK_WAIT=" + h.opts.lockWait.String(),
 			"STOCKSVC_LOG_LEVEL=warn",
 		}
+		env = append(env, redisEnv...)
 		if spec.defense != defaultDefense {
 			env = append(env, "STOCKSVC_DEMO_UNSAFE=1")
 		}

@@ -91,8 +91,8 @@ func settings() []setting {
 		{"STOCKSVC_ADDR", "addr", ":8080", "address to listen on", str(func(c *config) *string { return &c.Addr }), false},
 		{"STOCKSVC_ADMIN_ADDR", "admin-addr", "", "address of a separate listener for the admin routes and /metrics, which STOCKSVC_ADDR then leaves out; empty serves them on STOCKSVC_ADDR", str(func(c *config) *string { return &c.AdminAddr }), false},
 		{"DATABASE_URL", "database-url", "postgres://postgres@localhost:5432/stocksvc?sslmode=disable", "Postgres URL or key=value settings; the database is created if missing and permitted", str(func(c *config) *string { return &c.DatabaseURL }), true},
-		{"REDIS_URL", "redis-url", "redis://localhost:6379/0", "Redis URL; for sentinel and cluster, more nodes as ?addr=host:port&addr=... and the sentinel master as ?master_name=", str(func(c *config) *string { return &c.RedisURL }), true},
-		{"STOCKSVC_REDIS_MODE", "redis-mode", "single", "Redis topology: single, sentinel or cluster", str(func(c *config) *string { return &c.RedisMode }), false},
+		{"REDIS_URL", "redis-url", "redis://localhost:6379/0", "Redis URL; for sentinel, cluster and redlock, more nodes as ?addr=host:port&addr=... and the sentinel master as ?master_name=", str(func(c *config) *string { return &c.RedisURL }), true},
+		{"STOCKSVC_REDIS_MODE", "redis-mode", "single", "Redis topology: single, sentinel, cluster, or redlock (product locks on a quorum of independent nodes)", str(func(c *config) *string { return &c.RedisMode }), false},
 		{"STOCKSVC_REDIS_PREFIX", "redis-prefix", "stocksvc:", "prefix of every Redis key the service writes", str(func(c *config) *string { return &c.RedisPrefix }), false},
 		{"STOCKSVC_ADMIN_TOKEN", "admin-token", "", "bearer token for the admin routes; empty disables them", str(func(c *config) *string { return &c.AdminToken }), true},
 		{"STOCKSVC_DB_MAX_CONNS", "db-max-conns", "20", "Postgres connection pool size", integer(func(c *config, n int64) { c.DBMaxConns = int(n) }), false},
@@ -235,12 +235,12 @@ func (c *config) validate() error {
 		errs = append(errs, err)
 	}
 	switch c.RedisMode {
-	case "single", "sentinel", "cluster":
+	case "single", "sentinel", "cluster", "redlock":
 		if err := checkRedisURL(c.RedisURL, c.RedisMode); err != nil {
 			errs = append(errs, err)
 		}
 	default:
-		errs = append(errs, fmt.Errorf("STOCKSVC_REDIS_MODE: want single, sentinel or cluster, got %q", c.RedisMode))
+		errs = append(errs, fmt.Errorf("STOCKSVC_REDIS_MODE: want single, sentinel, cluster or redlock, got %q", c.RedisMode))
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("STOCKSVC_LOG_FORMAT: want json or text, got %q", c.LogFormat))

@@ -684,6 +684,10 @@ func TestRedisModes(t *testing.T) {
 		{"sentinel", "redis://127.0.0.1:26379?master_name=mymaster&addr=127.0.0.1:26380", "*redis.Client"},
 		{"sentinel", "redis://127.0.0.1:26379", "error"},
 		{"single", "http://127.0.0.1:6379", "error"},
+		// The views' client: the first node.
+		{"redlock", "redis://127.0.0.1:7000/0?addr=127.0.0.1:7001&addr=127.0.0.1:7002", "*redis.Client"},
+		{"redlock", "redis://127.0.0.1:7000?addr=127.0.0.1:7001", "error"},                     // two nodes survive no loss
+		{"redlock", "redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7000", "error"}, // one node twice
 	}
 	for _, tt := range tests {
 		rdb, err := newRedis(tt.url, tt.mode)

@@ -131,11 +131,14 @@ func newRedis(redisURL, mode string) (redis.UniversalClient, error) {
 	return opts.client(), nil
 }
 
-// redisOptions holds the options of one of the three topologies.
+// redisOptions holds the options of one of the topologies.
 type redisOptions struct {
 	single   *redis.Options
 	failover *redis.FailoverOptions
 	cluster  *redis.ClusterOptions
+	// nodes are a Redlock's independent nodes; single is then the first of them, for what
+	// stays on one node (see redlockOptions).
+	nodes []*redis.Options
 }
 
 func (o redisOptions) client() redis.UniversalClient {
@@ -170,6 +173,8 @@ func parseRedisURL(redisURL, mode string) (redisOptions, error) {
 		}
 		tune(&opts.ContextTimeoutEnabled, &opts.DialerRetries, ownDialRetries)
 		return redisOptions{failover: opts}, nil
+	case "redlock":
+		return redlockOptions(redisURL, ownDialRetries)
 	case "cluster":
 		opts, err := redis.ParseClusterURL(redisURL)
 		if err != nil {

@@ -81,9 +81,18 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	store := stock.NewPGStore(deps.pool)
-	locks := lock.New(deps.rdb, lock.WithNamespace(cfg.RedisPrefix), lock.WithObserver(lockprom.New(reg, "stocksvc")))
+	lockObs := lockprom.New(reg, "stocksvc")
+	locks := lock.New(deps.rdb, lock.WithNamespace(cfg.RedisPrefix), lock.WithObserver(lockObs))
 	defer locks.Close()
-	locker := stock.NewRedisLocker(locks, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
+	var locker stock.Locker = stock.NewRedisLocker(locks, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
+	if deps.nodes != nil {
+		if locker, err = redlockLocker(cfg, deps.nodes, lockObs); err != nil {
+			for _, e := range endpoints {
+				_ = e.srv.Close()
+			}
+			return errors.Join(err, g.Wait())
+		}
+	}
 	var views stock.Views
 	if cfg.CacheLease > 0 {
 		views = view.New(deps.rdb, locks, store.Product, view.Config{Lease: cfg.CacheLease, TTL: cfg.CacheTTL}, view.NewMetrics(reg))
@@ -172,11 +181,15 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 
 // dependencies are the connections the API runs on.
 type dependencies struct {
-	pool *pgxpool.Pool
-	rdb  redis.UniversalClient
+	pool  *pgxpool.Pool
+	rdb   redis.UniversalClient
+	nodes []*redis.Client // the Redlock's nodes in redlock mode, else nil
 }
 
 func (d dependencies) close() {
+	for _, n := range d.nodes {
+		_ = n.Close()
+	}
 	_ = d.rdb.Close()
 	d.pool.Close()
 }
@@ -203,11 +216,19 @@ func openDependencies(ctx context.Context, cfg config, log *slog.Logger) (depend
 		return dependencies{}, err
 	}
 	d := dependencies{pool: pool, rdb: rdb}
+	if d.nodes, err = redlockNodes(cfg.RedisURL, cfg.RedisMode); err != nil {
+		d.close()
+		return dependencies{}, err
+	}
 	if err := waitFor(ctx, "postgres", cfg.StartupTimeout, pool.Ping, log); err != nil {
 		d.close()
 		return dependencies{}, err
 	}
-	if err := waitFor(ctx, "redis", cfg.StartupTimeout, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, log); err != nil {
+	pingRedis := func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
+	if d.nodes != nil {
+		pingRedis = func(ctx context.Context) error { return pingQuorum(ctx, d.nodes) }
+	}
+	if err := waitFor(ctx, "redis", cfg.StartupTimeout, pingRedis, log); err != nil {
 		d.close()
 		return dependencies{}, err
 	}

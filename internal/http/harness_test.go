@@ -69,6 +69,9 @@ type instanceOptions struct {
 	// respond-async; without it such orders are accepted and stay pending (instance.startQueue
 	// starts the workers later).
 	async bool
+	// redlock, when set, puts the product locks on a Redlock over these nodes, as
+	// STOCKSVC_REDIS_MODE=redlock does; the views stay on the cluster's Redis.
+	redlock []*testenv.RedisServer
 }
 
 // instance is one replica: its own pools, service and HTTP server, as a separate process would
@@ -131,9 +134,13 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	if !o.noCache {
 		views = view.New(rdb, locks, store.Product, view.Config{}, view.NewMetrics(reg))
 	}
+	var locker stock.Locker = stock.NewRedisLocker(locks, stock.LockConfig{TTL: o.lockTTL, Wait: o.lockWait})
+	if o.redlock != nil {
+		locker = stock.NewRedlockLocker(testenv.Redlock(t, o.redlock), c.prefix, stock.LockConfig{TTL: o.lockTTL, Wait: o.lockWait})
+	}
 	svc := stock.NewService(
 		store,
-		stock.NewRedisLocker(locks, stock.LockConfig{TTL: o.lockTTL, Wait: o.lockWait}),
+		locker,
 		stock.Config{Defense: defense, MaxQuantity: o.maxQuantity, QueueWait: o.lockWait, Views: views},
 		stock.NewMetrics(reg),
 	)

@@ -23,6 +23,11 @@
 // a Client's waiters locally: a service that wants one contender per process and name (to
 // batch work under one lock, as stocksvc does) queues its requests itself.
 //
+// Redlock takes a lock on a majority of independent Redis nodes. Its fencing tokens strictly
+// increase too: the holder takes the largest token its quorum issued and raises every node's
+// counter that still holds its lock to it, and the lock counts as obtained only when a quorum
+// did; any two quorums share a node, on which the later grant came after the earlier raise.
+//
 // The lock is an efficiency device: it keeps contenders from doing the same work at once. It is
 // not, by itself, a correctness guarantee — a lease can expire under a paused holder. Correctness
 // comes from the storage checking the fencing token (and, in stocksvc, from Postgres conditions).

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,16 +22,26 @@ import (
 // What it adds over one node: surviving the loss of a minority of nodes. What it does not add
 // is safety against a paused holder — no lease-based lock can — or against a node that
 // restarts empty while a holder counts on it (the restarted node can grant the lock again;
-// see the package README). Each node issues its own fencing tokens; QuorumLock.Fence is the
-// largest of those the quorum returned, which grows in practice because counters are seeded
-// from the nodes' clocks, but is not strictly monotonic under every interleaving. Use the lock
-// to avoid duplicate work, and let storage conditions decide correctness.
+// see the package README). Fencing tokens are what makes both harmless to storage that checks
+// them, and they strictly increase from one holder to the next: each node issues its own, the
+// holder takes the largest its quorum issued, and then raises the counter to that token on
+// every node that still holds its lock. The lock counts as obtained only when a quorum did so
+// within the validity time. Any two quorums share a node; on that node the earlier holder
+// raised the counter while its lock was still there, and the later holder's grant, and so its
+// increment, came after that lock was gone. A node that restarts empty re-seeds its counter
+// from its clock in microseconds, which keeps tokens increasing as long as no node's clock is
+// behind the largest token issued (the clocks of the nodes agree to within the time a restart
+// takes and never step back).
 type Redlock struct {
 	nodes       []*Client
 	addrs       []string
 	quorum      int
 	nodeTimeout time.Duration
 	driftFactor float64
+	obs         Observer
+	// afterGrant, when set (by tests), runs between a round's grants and its raising of the
+	// fencing counters, to lose the lock on some nodes exactly there.
+	afterGrant func()
 }
 
 // RedlockOptions tune a Redlock. Zero fields take the defaults documented on each.
@@ -40,6 +52,9 @@ type RedlockOptions struct {
 	// DriftFactor is the share of the lease allowed for clock drift between nodes, on top of
 	// a fixed 2ms. Default 0.01.
 	DriftFactor float64
+	// Observer receives acquisitions, give-ups, losses and refresh failures, as a Client's
+	// does (WithObserver). Nil observes nothing.
+	Observer Observer
 }
 
 // NewRedlock returns a Redlock over nodes, each an independent Redis server.
@@ -53,7 +68,10 @@ func NewRedlock(nodes []*redis.Client, opt RedlockOptions) (*Redlock, error) {
 	if opt.DriftFactor <= 0 {
 		opt.DriftFactor = 0.01
 	}
-	r := &Redlock{quorum: len(nodes)/2 + 1, nodeTimeout: opt.NodeTimeout, driftFactor: opt.DriftFactor}
+	r := &Redlock{quorum: len(nodes)/2 + 1, nodeTimeout: opt.NodeTimeout, driftFactor: opt.DriftFactor, obs: opt.Observer}
+	if r.obs == nil {
+		r.obs = noObserver{}
+	}
 	for _, n := range nodes {
 		r.nodes = append(r.nodes, New(n))
 		r.addrs = append(r.addrs, n.Options().Addr)
@@ -64,12 +82,21 @@ func NewRedlock(nodes []*redis.Client, opt RedlockOptions) (*Redlock, error) {
 // NodeError is one node's failure in a Redlock operation.
 type NodeError struct {
 	Addr string
-	Err  error // ErrNotObtained when the node's lock was held by someone else
+	// Err is ErrNotObtained when the node's lock was held by someone else, ErrNotHeld (maybe
+	// wrapped) when the node no longer held this holder's lock, and otherwise why the node
+	// could not be asked.
+	Err error
+}
+
+// answered reports whether the node answered about the lock, as opposed to not answering.
+func (n NodeError) answered() bool {
+	return errors.Is(n.Err, ErrNotObtained) || errors.Is(n.Err, ErrNotHeld)
 }
 
 // QuorumError reports a Redlock operation that did not reach a quorum, with each failing node.
 // errors.Is(err, ErrNotObtained) holds for a failed obtain, and errors.Is(err, ErrNotHeld) for
-// a failed refresh; the node errors are in Nodes.
+// a failed refresh; the node errors are in Nodes. Unreachable tells a lock held by someone
+// else from nodes that could not be asked.
 type QuorumError struct {
 	Op     string
 	Name   string
@@ -88,8 +115,22 @@ func (e *QuorumError) Error() string {
 	return fmt.Sprintf("lock: redlock %s %q: %d of %d nodes, %d needed (%s)", e.Op, e.Name, e.Got, e.Total, e.Needed, strings.Join(parts, "; "))
 }
 
-// Unwrap returns ErrNotObtained or ErrNotHeld.
+// Unwrap returns ErrNotObtained or ErrNotHeld, or nil for a refresh whose nodes could not be
+// asked.
 func (e *QuorumError) Unwrap() error { return e.kind }
+
+// Unreachable reports whether fewer than a quorum of nodes answered at all (granting the lock,
+// or saying who holds it): the nodes are down, cut off or too slow, so nothing can be said
+// about the lock itself. A caller tells "unavailable" from "busy" by it.
+func (e *QuorumError) Unreachable() bool {
+	answered := e.Got
+	for _, n := range e.Nodes {
+		if n.answered() {
+			answered++
+		}
+	}
+	return answered < e.Needed
+}
 
 // QuorumLock is a lock held on a quorum of Redlock nodes.
 type QuorumLock struct {
@@ -101,41 +142,72 @@ type QuorumLock struct {
 
 	mu    sync.Mutex
 	until time.Time
+	lost  bool // the observer was told the lock was lost
 }
 
 // Obtain takes the lock called name on a quorum of nodes, trying again as opt.Retry says (Wait
 // is not supported across nodes) and never past ctx's deadline. A failed round releases
 // whatever it took. It returns a *QuorumError (matching ErrNotObtained) when no round reached a
 // quorum in time, and the context's error when ctx was cancelled.
+//
+// When ctx's deadline cuts the last round short, the error is that of the last round in which
+// a quorum of nodes answered, if any did: the lock was found held, and the nodes only ran out
+// of time on the last try, which says nothing about whether they can be reached.
 func (r *Redlock) Obtain(ctx context.Context, name string, ttl time.Duration, opt *Options) (*QuorumLock, error) {
 	if ttl < time.Millisecond {
 		return nil, fmt.Errorf("lock: redlock obtain %q: ttl %v is below 1ms", name, ttl)
 	}
+	start := time.Now()
+	l, contended, err := r.obtain(ctx, name, ttl, opt)
+	switch {
+	case err == nil:
+		r.obs.Obtained(name, time.Since(start), contended)
+	case errors.Is(err, ErrNotObtained):
+		r.obs.NotObtained(name, time.Since(start))
+	}
+	return l, err
+}
+
+// obtain is Obtain without the observer. contended reports whether a round found the lock held
+// by someone else.
+func (r *Redlock) obtain(ctx context.Context, name string, ttl time.Duration, opt *Options) (l *QuorumLock, contended bool, err error) {
 	retry := opt.retry()
 	deadline, hasDeadline := ctx.Deadline()
 	token := rand.Text()
+	var answered *QuorumError // the last round's error in which a quorum of nodes answered
+	giveUp := func(err error) error {
+		var qe *QuorumError
+		if answered != nil && errors.As(err, &qe) && qe.Unreachable() && ctx.Err() != nil {
+			return answered
+		}
+		return err
+	}
 	for failed := 1; ; failed++ {
 		l, err := r.round(ctx, name, token, ttl, opt)
 		if err == nil {
-			return l, nil
+			return l, contended, nil
+		}
+		if qe := (*QuorumError)(nil); errors.As(err, &qe) && !qe.Unreachable() {
+			answered, contended = qe, true
 		}
 		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("lock: redlock obtain %q: %w", name, ctx.Err())
+			return nil, contended, fmt.Errorf("lock: redlock obtain %q: %w", name, ctx.Err())
 		}
 		pause := retry.Backoff(failed)
 		if pause < 0 || hasDeadline && time.Until(deadline) <= pause {
-			return nil, err
+			return nil, contended, giveUp(err)
 		}
 		if serr := sleep(ctx, pause); serr != nil {
 			if errors.Is(serr, context.DeadlineExceeded) {
-				return nil, err
+				return nil, contended, giveUp(err)
 			}
-			return nil, fmt.Errorf("lock: redlock obtain %q: %w", name, serr)
+			return nil, contended, fmt.Errorf("lock: redlock obtain %q: %w", name, serr)
 		}
 	}
 }
 
-// round asks every node at once and keeps the lock if a quorum granted it in time.
+// round asks every node at once and keeps the lock if a quorum granted it, and then (for a
+// fenced lock) raised its fencing counter to the lock's token, in time.
 func (r *Redlock) round(ctx context.Context, name, token string, ttl time.Duration, opt *Options) (*QuorumLock, error) {
 	start := time.Now()
 	k := keysFor(name)
@@ -144,22 +216,32 @@ func (r *Redlock) round(ctx context.Context, name, token string, ttl time.Durati
 		err error
 	}
 	results := make([]result, len(r.nodes))
-	r.each(ctx, func(ctx context.Context, i int, c *Client) {
+	r.each(ctx, nil, func(ctx context.Context, i int, c *Client) {
 		a, err := c.try(ctx, k, token, ttl, opt, "")
 		if err == nil && !a.obtained {
 			err = ErrNotObtained
 		}
 		results[i] = result{a, err}
 	})
-	got, fence := 0, int64(0)
+	var granted []int
+	fence := int64(0)
 	var failures []NodeError
 	for i, res := range results {
 		if res.err != nil {
 			failures = append(failures, NodeError{Addr: r.addrs[i], Err: res.err})
 			continue
 		}
-		got++
+		granted = append(granted, i)
 		fence = max(fence, res.a.fence)
+	}
+	got := len(granted)
+	if got >= r.quorum && opt.fenced() {
+		if r.afterGrant != nil {
+			r.afterGrant()
+		}
+		var raiseFailures []NodeError
+		got, raiseFailures = r.raise(ctx, k, token, fence, granted)
+		failures = append(failures, raiseFailures...)
 	}
 	validity := ttl - time.Since(start) - r.drift(ttl)
 	if got >= r.quorum && validity > 0 {
@@ -174,14 +256,44 @@ func (r *Redlock) round(ctx context.Context, name, token string, ttl time.Durati
 	return nil, &QuorumError{Op: "obtain", Name: name, Got: got, Total: len(r.nodes), Needed: r.quorum, Nodes: failures, kind: ErrNotObtained}
 }
 
+// raise sets the fencing counter of every node in granted that still holds token to at least
+// fence, and reports on how many it did so. A quorum of them makes fence larger than the token
+// of any later holder can miss: that holder's quorum shares a node with this one, and there
+// its grant, and the counter's increment, can only come after this lock is gone, which is
+// after the raise.
+func (r *Redlock) raise(ctx context.Context, k keys, token string, fence int64, granted []int) (int, []NodeError) {
+	errs := make([]error, len(r.nodes))
+	r.each(ctx, granted, func(ctx context.Context, i int, c *Client) {
+		n, err := raiseScript.Run(ctx, c.rdb, []string{k.lock, k.fence}, token, strconv.FormatInt(fence, 10)).Int64()
+		if err == nil && n != 1 {
+			err = fmt.Errorf("fence not raised: %w", ErrNotHeld)
+		}
+		errs[i] = err
+	})
+	raised := 0
+	var failures []NodeError
+	for _, i := range granted {
+		if errs[i] != nil {
+			failures = append(failures, NodeError{Addr: r.addrs[i], Err: errs[i]})
+		} else {
+			raised++
+		}
+	}
+	return raised, failures
+}
+
 func (r *Redlock) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*r.driftFactor) + 2*time.Millisecond
 }
 
-// each runs fn against every node concurrently, each bounded by the node timeout.
-func (r *Redlock) each(ctx context.Context, fn func(ctx context.Context, i int, c *Client)) {
+// each runs fn against the nodes at indexes (every node when indexes is nil) concurrently,
+// each bounded by the node timeout.
+func (r *Redlock) each(ctx context.Context, indexes []int, fn func(ctx context.Context, i int, c *Client)) {
 	var wg sync.WaitGroup
 	for i, c := range r.nodes {
+		if indexes != nil && !slices.Contains(indexes, i) {
+			continue
+		}
 		wg.Go(func() {
 			nctx, cancel := context.WithTimeout(ctx, r.nodeTimeout)
 			defer cancel()
@@ -194,7 +306,7 @@ func (r *Redlock) each(ctx context.Context, fn func(ctx context.Context, i int, 
 // release deletes the lock on every node that still holds token and reports how many did.
 func (r *Redlock) release(ctx context.Context, k keys, token string) int {
 	var n atomic.Int64
-	r.each(ctx, func(ctx context.Context, _ int, c *Client) {
+	r.each(ctx, nil, func(ctx context.Context, _ int, c *Client) {
 		if held, err := c.release(ctx, k, token, ""); err == nil && held {
 			n.Add(1)
 		}
@@ -208,7 +320,10 @@ func (l *QuorumLock) Name() string { return l.name }
 // Token returns the holder's token, the same on every node.
 func (l *QuorumLock) Token() string { return l.token }
 
-// Fence returns the largest fencing token the quorum issued (see Redlock for its limits).
+// Fence returns the lock's fencing token: the largest its quorum issued, which a quorum of
+// nodes raised their counters to before the lock counted as obtained. It is larger than the
+// token of every earlier holder of the name (see Redlock for the one assumption, about clocks,
+// that a node restarted empty needs). It is 0 for locks obtained with Options.Fenceless.
 func (l *QuorumLock) Fence() int64 { return l.fence }
 
 // Until returns the local time by which the lock's validity ends unless refreshed: the lease
@@ -220,12 +335,15 @@ func (l *QuorumLock) Until() time.Time {
 }
 
 // Refresh extends the lease on every node that still holds it; the lock stays valid only if a
-// quorum did so in time. It returns a *QuorumError (matching ErrNotHeld) otherwise.
+// quorum did so in time. Otherwise it returns a *QuorumError: matching ErrNotHeld when a
+// quorum of nodes answered (the lock is lost, or the refresh came too late), and matching
+// nothing else when they could not be asked (Unreachable): the lock then stays valid until
+// Until, as before, and a later refresh may still succeed.
 func (l *QuorumLock) Refresh(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
 	k := keysFor(l.name)
 	errs := make([]error, len(l.r.nodes))
-	l.r.each(ctx, func(ctx context.Context, i int, c *Client) {
+	l.r.each(ctx, nil, func(ctx context.Context, i int, c *Client) {
 		n, err := refreshScript.Run(ctx, c.rdb, []string{k.lock}, l.token, ttl.Milliseconds()).Int64()
 		if err == nil && n != 1 {
 			err = ErrNotHeld
@@ -247,7 +365,19 @@ func (l *QuorumLock) Refresh(ctx context.Context, ttl time.Duration) error {
 		l.mu.Unlock()
 		return nil
 	}
-	return &QuorumError{Op: "refresh", Name: l.name, Got: got, Total: len(l.r.nodes), Needed: l.r.quorum, Nodes: failures, kind: ErrNotHeld}
+	qe := &QuorumError{Op: "refresh", Name: l.name, Got: got, Total: len(l.r.nodes), Needed: l.r.quorum, Nodes: failures, kind: ErrNotHeld}
+	if qe.Unreachable() {
+		qe.kind = nil
+		l.r.obs.RefreshFailed(l.name, qe)
+		return qe
+	}
+	l.mu.Lock()
+	if !l.lost {
+		l.lost = true
+		l.r.obs.Lost(l.name)
+	}
+	l.mu.Unlock()
+	return qe
 }
 
 // Release deletes the lock on every node where this holder still holds it. It returns
@@ -259,4 +389,31 @@ func (l *QuorumLock) Release(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	return nil
+}
+
+// WithLocks obtains the lock of every name on a quorum of nodes, one by one in the order given
+// (see Client.ObtainAll for why callers must agree on one), runs fn while keeping their leases
+// alive, and releases them afterwards — also when fn fails or panics. locks[i] passed to fn is
+// the lock for names[i].
+//
+// While fn runs, the leases are refreshed every ttl/3. If a lock is lost (a quorum of nodes
+// answers without it, or refreshes keep failing until its validity has run out) fn's context is
+// cancelled at once, with ErrNotHeld as its cause, and a non-nil error from fn is returned
+// wrapped so that errors.Is(err, ErrNotHeld) holds. With Options.Detached, fn's context is not
+// cancelled with ctx once the locks are held. Duplicate names, and no names at all, are an
+// error; other errors before fn runs are those of Obtain.
+func (r *Redlock) WithLocks(ctx context.Context, names []string, ttl time.Duration, fn func(ctx context.Context, locks []*QuorumLock) error, opt *Options) error {
+	if err := checkNames(names); err != nil {
+		return err
+	}
+	locks := make([]*QuorumLock, 0, len(names))
+	defer func() { releaseAll(ctx, locks) }()
+	for _, name := range names {
+		l, err := r.Obtain(ctx, name, ttl, opt)
+		if err != nil {
+			return err
+		}
+		locks = append(locks, l)
+	}
+	return hold(ctx, locks, ttl, opt, fn)
 }

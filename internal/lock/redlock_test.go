@@ -167,14 +167,7 @@ func TestRedlockRestartedNodesDoNotAdmitSecondHolder(t *testing.T) {
 			r, servers, clients := startRedlock(t, 5)
 			restartName := lockName("", "restart")
 			// B is another process: its own clients, its own Redlock.
-			bClients := make([]*redis.Client, len(servers))
-			for i, s := range servers {
-				bClients[i] = s.Client()
-			}
-			b, err := lock.NewRedlock(bClients, redlockOptions)
-			if err != nil {
-				t.Fatal(err)
-			}
+			b := otherRedlock(t, servers)
 			ctx := t.Context()
 			a, err := r.Obtain(ctx, restartName, 30*time.Second, nil)
 			if err != nil {

@@ -172,3 +172,19 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 1
 `)
+
+// raiseScript raises a Redlock node's fencing counter to the token the quorum issued, but only
+// while the node still holds the caller's lock: a node whose lock is gone may already have
+// granted it to the next holder, whose token must stay above ours, so raising there would be
+// pointless at best. The counter never goes down. KEYS[1] lock, KEYS[2] fencing counter;
+// ARGV[1] token, ARGV[2] fence. Returns 1 when the node holds the lock (and its counter is now
+// at least ARGV[2]), 0 when it does not.
+var raiseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+return 1
+`)

@@ -34,7 +34,20 @@ func (c *Client) WithLocks(ctx context.Context, names []string, ttl time.Duratio
 		return err
 	}
 	defer releaseAll(ctx, locks)
+	return hold(ctx, locks, ttl, opt, fn)
+}
 
+// leased is a held lock whose lease keepAlive can refresh: a Lock, or a Redlock's QuorumLock.
+type leased interface {
+	Name() string
+	Until() time.Time
+	Refresh(ctx context.Context, ttl time.Duration) error
+	Release(ctx context.Context) error
+}
+
+// hold runs fn while keeping the leases of locks alive (see WithLocks), and stops the keeper
+// before it returns, so that the caller may release the locks then.
+func hold[L leased](ctx context.Context, locks []L, ttl time.Duration, opt *Options, fn func(ctx context.Context, locks []L) error) error {
 	base := ctx
 	if opt != nil && opt.Detached {
 		base = context.WithoutCancel(ctx)
@@ -45,11 +58,11 @@ func (c *Client) WithLocks(ctx context.Context, names []string, ttl time.Duratio
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { keepAlive(work, locks, ttl, cancel, stop) })
-	// Stop the keeper before releasing (deferred earlier, so it runs later), also on panic.
+	// Stop the keeper before the caller releases, also on panic.
 	defer wg.Wait()
 	defer close(stop)
 
-	err = fn(work, locks)
+	err := fn(work, locks)
 	if err != nil && errors.Is(context.Cause(work), ErrNotHeld) && !errors.Is(err, ErrNotHeld) {
 		return fmt.Errorf("%w (%w)", err, ErrNotHeld)
 	}
@@ -69,26 +82,34 @@ func (c *Client) WithLocks(ctx context.Context, names []string, ttl time.Duratio
 // Duplicate names, and no names at all, are an error, returned before anything is locked.
 // Other errors are those of Obtain.
 func (c *Client) ObtainAll(ctx context.Context, names []string, ttl time.Duration, opt *Options) ([]*Lock, error) {
-	if len(names) == 0 {
-		return nil, errors.New("lock: no names to lock")
-	}
-	seen := make(map[string]bool, len(names))
-	for _, name := range names {
-		if seen[name] {
-			return nil, fmt.Errorf("lock: name %q given twice", name)
-		}
-		seen[name] = true
+	if err := checkNames(names); err != nil {
+		return nil, err
 	}
 	locks := make([]*Lock, len(names))
 	for i, name := range names {
 		l, err := c.Obtain(ctx, name, ttl, opt)
 		if err != nil {
-			releaseAll(ctx, locks)
+			releaseAll(ctx, locks[:i])
 			return nil, err
 		}
 		locks[i] = l
 	}
 	return locks, nil
+}
+
+// checkNames refuses no names at all and a name given twice, before anything is locked.
+func checkNames(names []string) error {
+	if len(names) == 0 {
+		return errors.New("lock: no names to lock")
+	}
+	seen := make(map[string]bool, len(names))
+	for _, name := range names {
+		if seen[name] {
+			return fmt.Errorf("lock: name %q given twice", name)
+		}
+		seen[name] = true
+	}
+	return nil
 }
 
 // ReleaseAll releases every lock (nil entries are skipped) and returns the errors of those that
@@ -103,16 +124,18 @@ func ReleaseAll(ctx context.Context, locks []*Lock) error {
 	return errors.Join(errs...)
 }
 
-// releaseAll releases every lock obtained so far, ignoring errors: a lock that cannot be
-// released expires with its lease, and the caller's outcome does not depend on it.
-func releaseAll(ctx context.Context, locks []*Lock) {
-	_ = ReleaseAll(ctx, locks)
+// releaseAll releases every lock in locks (none may be nil), ignoring errors: a lock that
+// cannot be released expires with its lease, and the caller's outcome does not depend on it.
+func releaseAll[L leased](ctx context.Context, locks []L) {
+	for _, l := range locks {
+		_ = l.Release(ctx)
+	}
 }
 
 // keepAlive refreshes every lock each ttl/3 until stop is closed. It cancels the work with
 // ErrNotHeld as soon as a lock is found lost, or when refreshes have failed for so long that a
 // lease may have run out.
-func keepAlive(work context.Context, locks []*Lock, ttl time.Duration, cancel context.CancelCauseFunc, stop <-chan struct{}) {
+func keepAlive[L leased](work context.Context, locks []L, ttl time.Duration, cancel context.CancelCauseFunc, stop <-chan struct{}) {
 	interval := max(ttl/3, time.Millisecond)
 	timer := time.NewTimer(nextWake(locks, interval))
 	defer timer.Stop()
@@ -126,7 +149,7 @@ func keepAlive(work context.Context, locks []*Lock, ttl time.Duration, cancel co
 		}
 		for _, l := range locks {
 			if !time.Now().Before(l.Until()) {
-				cancel(fmt.Errorf("%w: lease of %q ran out before it could be refreshed", ErrNotHeld, l.name))
+				cancel(fmt.Errorf("%w: lease of %q ran out before it could be refreshed", ErrNotHeld, l.Name()))
 				return
 			}
 			ctx, done := context.WithDeadline(work, l.Until())
@@ -138,7 +161,7 @@ func keepAlive(work context.Context, locks []*Lock, ttl time.Duration, cancel co
 			stopWatch := context.AfterFunc(ctx, func() {
 				defer close(expired)
 				if !time.Now().Before(l.Until()) {
-					cancel(fmt.Errorf("%w: lease of %q ran out while refreshing it", ErrNotHeld, l.name))
+					cancel(fmt.Errorf("%w: lease of %q ran out while refreshing it", ErrNotHeld, l.Name()))
 				}
 			})
 			err := l.Refresh(ctx, ttl)
@@ -147,7 +170,7 @@ func keepAlive(work context.Context, locks []*Lock, ttl time.Duration, cancel co
 			}
 			done()
 			if errors.Is(err, ErrNotHeld) {
-				cancel(fmt.Errorf("%w: %q was taken or expired", ErrNotHeld, l.name))
+				cancel(fmt.Errorf("%w: %q was taken or expired", ErrNotHeld, l.Name()))
 				return
 			}
 			// Any other failure is retried at the next wake-up; the lease check above
@@ -159,7 +182,7 @@ func keepAlive(work context.Context, locks []*Lock, ttl time.Duration, cancel co
 
 // nextWake returns how long to sleep before the next refresh round: the refresh interval, but
 // never past the earliest lease end, so a lost lease is noticed when it ends.
-func nextWake(locks []*Lock, interval time.Duration) time.Duration {
+func nextWake[L leased](locks []L, interval time.Duration) time.Duration {
 	wake := interval
 	for _, l := range locks {
 		wake = min(wake, time.Until(l.Until()))

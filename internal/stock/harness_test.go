@@ -52,6 +52,9 @@ type replicaOptions struct {
 	views    bool   // a view cache (package view) in front, as the service runs
 	// queries, when set, counts every query the replica's pool sends to Postgres.
 	queries *atomic.Int64
+	// redlock, when set, puts the product locks on a Redlock over these nodes (a
+	// RedlockLocker) instead of the world's Redis, which keeps the views.
+	redlock []*testenv.RedisServer
 }
 
 func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replica {
@@ -96,8 +99,11 @@ func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replic
 		cache = view.New(rdb, locks, store.Product, view.Config{}, view.NewMetrics(reg))
 		views = cache
 	}
-	svc := stock.NewService(store,
-		stock.NewRedisLocker(locks, stock.LockConfig{TTL: o.lockTTL, Wait: wait}),
+	var locker stock.Locker = stock.NewRedisLocker(locks, stock.LockConfig{TTL: o.lockTTL, Wait: wait})
+	if o.redlock != nil {
+		locker = stock.NewRedlockLocker(testenv.Redlock(t, o.redlock), w.prefix, stock.LockConfig{TTL: o.lockTTL, Wait: wait})
+	}
+	svc := stock.NewService(store, locker,
 		stock.Config{Defense: d, ConflictRetries: 50, QueueWait: wait, MaxBatchOrders: o.maxBatch, Views: views},
 		stock.NewMetrics(reg))
 	t.Cleanup(svc.Close)

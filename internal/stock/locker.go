@@ -123,10 +123,7 @@ func (r *RedisLocker) WithProducts(ctx context.Context, ids []int64, fn func(ctx
 		return err
 	}, &lock.Options{Wait: r.cfg.Retry == nil, Retry: r.cfg.Retry, Detached: true})
 	if ran {
-		if errors.Is(err, lock.ErrNotHeld) && !errors.Is(err, ErrLockLost) {
-			return fmt.Errorf("%w: %w", ErrLockLost, err)
-		}
-		return err
+		return workError(err)
 	}
 	// Contention is what package lock says it is: ErrNotObtained, the lock seen held until the
 	// wait budget ran out. Anything else that ended the wait — a refused connection however
@@ -135,6 +132,77 @@ func (r *RedisLocker) WithProducts(ctx context.Context, ids []int64, fn func(ctx
 	switch {
 	case errors.Is(err, lock.ErrNotObtained):
 		return &BusyError{RetryAfter: r.cfg.Wait, Reason: fmt.Sprintf("locks not obtained within %v", r.cfg.Wait)}
+	case ctx.Err() != nil:
+		return fmt.Errorf("obtain locks: %w", context.Cause(ctx))
+	default:
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+}
+
+// workError is what the work under the locks returned, with a lock lost meanwhile reported as
+// ErrLockLost.
+func workError(err error) error {
+	if errors.Is(err, lock.ErrNotHeld) && !errors.Is(err, ErrLockLost) {
+		return fmt.Errorf("%w: %w", ErrLockLost, err)
+	}
+	return err
+}
+
+// RedlockLocker is the Locker over a Redlock: each product's lock is held on a majority of
+// independent Redis nodes, so that the loss of a minority of them neither stops the sale nor
+// lets two holders in (see package lock for what a node restarted empty does). A Redlock
+// cannot wait in line, so a batch polls for its locks, and it carries no notes: Grant.Notes is
+// always empty, and every batch reads its rows from Postgres.
+type RedlockLocker struct {
+	locks  *lock.Redlock
+	prefix string
+	cfg    LockConfig
+}
+
+var _ Locker = (*RedlockLocker)(nil)
+
+// NewRedlockLocker returns a Locker that takes its locks through locks, named under prefix (the
+// Redis key prefix). cfg.Retry paces the polling; nil polls with full-jitter exponential
+// backoff from 2ms up to 50ms, so that contenders spread out instead of asking all nodes at
+// once again.
+func NewRedlockLocker(locks *lock.Redlock, prefix string, cfg LockConfig) *RedlockLocker {
+	cfg = cfg.withDefaults()
+	if cfg.Retry == nil {
+		cfg.Retry = lock.Exponential(2*time.Millisecond, 50*time.Millisecond)
+	}
+	return &RedlockLocker{locks: locks, prefix: prefix, cfg: cfg}
+}
+
+// WithProducts implements Locker as RedisLocker does: the wait budget bounds only the
+// acquisition, the work is detached from the caller's cancellation once the locks are held,
+// and only a lost lock cancels it. The locks are refreshed every third of their lease and
+// always released. A failure to obtain them is ErrBusy when a quorum of nodes answered that
+// the lock was held, and ErrUnavailable when no quorum of nodes could be asked.
+func (r *RedlockLocker) WithProducts(ctx context.Context, ids []int64, fn func(ctx context.Context, g *Grant) error) error {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		names[i] = productLockName(r.prefix, id)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, r.cfg.Wait)
+	defer cancel()
+	ran := false
+	err := r.locks.WithLocks(waitCtx, names, r.cfg.TTL, func(ctx context.Context, locks []*lock.QuorumLock) error {
+		ran = true
+		g := &Grant{Fences: make(map[int64]int64, len(locks)), Notes: map[int64]string{}, Leave: map[int64]string{}}
+		for i, l := range locks {
+			g.Fences[ids[i]] = l.Fence()
+		}
+		return fn(ctx, g)
+	}, &lock.Options{Retry: r.cfg.Retry, Detached: true})
+	if ran {
+		return workError(err)
+	}
+	var qe *lock.QuorumError
+	switch {
+	case errors.As(err, &qe) && !qe.Unreachable():
+		return &BusyError{RetryAfter: r.cfg.Wait, Reason: fmt.Sprintf("locks not obtained on a quorum of nodes within %v", r.cfg.Wait)}
 	case ctx.Err() != nil:
 		return fmt.Errorf("obtain locks: %w", context.Cause(ctx))
 	default:

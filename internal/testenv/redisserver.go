@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stocksvc/stocksvc/internal/lock"
 )
 
 // RedisServer is a redis-server process of a test's own, on a loopback port, for tests that
@@ -75,6 +77,32 @@ func (s *RedisServer) Client() *redis.Client {
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
 	s.t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
+}
+
+// NodeClients returns a new client of each server, closed when the test ends, as a service
+// gives a Redlock's nodes: commands end with their contexts, and go-redis does not retry them,
+// because Redlock's rounds are the retries and a retried command on a node that is down would
+// make every round wait the whole node timeout.
+func NodeClients(t testing.TB, servers []*RedisServer) []*redis.Client {
+	t.Helper()
+	clients := make([]*redis.Client, len(servers))
+	for i, s := range servers {
+		clients[i] = redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = clients[i].Close() })
+	}
+	return clients
+}
+
+// Redlock returns a Redlock over servers with clients of its own (NodeClients), as a replica
+// has. The node timeout leaves live nodes room under the race detector on a busy machine: one
+// that missed the default 50ms would count as down.
+func Redlock(t testing.TB, servers []*RedisServer) *lock.Redlock {
+	t.Helper()
+	r, err := lock.NewRedlock(NodeClients(t, servers), lock.RedlockOptions{NodeTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("redlock: %v", err)
+	}
+	return r
 }
 
 func (s *RedisServer) start() {
