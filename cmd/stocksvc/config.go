@@ -103,7 +103,7 @@ func settings() []setting {
 		{"STOCKSVC_LOCK_MAX_RETRIES", "lock-max-retries", "0", "cap on polling lock attempts after the first; 0 means only the wait bounds them", integer(func(c *config, n int64) { c.LockMaxRetries = int(n) }), false},
 		{"STOCKSVC_MAX_QUANTITY", "max-quantity", "10", "most units of one product per order", integer(func(c *config, n int64) { c.MaxQuantity = n }), false},
 		{"STOCKSVC_MAX_BATCH", "max-batch", "256", "most orders of one product decided together (one lock, one read, one write); 1 decides each order alone", integer(func(c *config, n int64) { c.MaxBatch = int(n) }), false},
-		{"STOCKSVC_ASYNC_WORKERS", "async-workers", "16", "how many products' lines of orders sent with Prefer: respond-async this replica drains at once; 0 leaves deciding them to the other replicas (this one still accepts them)", integer(func(c *config, n int64) { c.AsyncWorkers = int(n) }), false},
+		{"STOCKSVC_ASYNC_WORKERS", "async-workers", "4", "how many products' lines of orders sent with Prefer: respond-async this replica drains at once, each holding a Postgres connection for its line's lock (at most half of STOCKSVC_DB_MAX_CONNS); 0 leaves deciding them to the other replicas (this one still accepts them)", integer(func(c *config, n int64) { c.AsyncWorkers = int(n) }), false},
 		{"STOCKSVC_CACHE_LEASE", "cache-lease", "50ms", "how long a replica answers product reads, and refuses orders for a sold-out product, from a view without asking Redis again; every restock waits it out; 0 turns the view cache off", dur(func(c *config) *time.Duration { return &c.CacheLease }), false},
 		{"STOCKSVC_CACHE_TTL", "cache-ttl", "5s", "how long a product's view lives in Redis without an update: the bound on a view whose update was lost", dur(func(c *config) *time.Duration { return &c.CacheTTL }), false},
 		{"STOCKSVC_REQUEST_TIMEOUT", "request-timeout", "10s", "bound on each API request", dur(func(c *config) *time.Duration { return &c.RequestTimeout }), false},
@@ -206,8 +206,10 @@ func (c *config) validate() error {
 	if c.MaxBatch < 1 || c.MaxBatch > 10000 {
 		errs = append(errs, fmt.Errorf("STOCKSVC_MAX_BATCH: %d is outside 1..10000", c.MaxBatch))
 	}
-	if c.AsyncWorkers < 0 || c.AsyncWorkers > 1000 {
-		errs = append(errs, fmt.Errorf("STOCKSVC_ASYNC_WORKERS: %d is outside 0..1000", c.AsyncWorkers))
+	// A line being drained holds a connection for its lock for as long as it drains; half the
+	// pool stays for the purchases, the reads and River's own.
+	if c.AsyncWorkers < 0 || c.DBMaxConns >= 1 && c.AsyncWorkers > c.DBMaxConns/2 {
+		errs = append(errs, fmt.Errorf("STOCKSVC_ASYNC_WORKERS: %d is outside 0..%d (half of STOCKSVC_DB_MAX_CONNS: each line being drained holds a connection)", c.AsyncWorkers, c.DBMaxConns/2))
 	}
 	if c.CacheLease > time.Second {
 		errs = append(errs, fmt.Errorf("STOCKSVC_CACHE_LEASE: %v is too long (every restock waits it out; at most 1s)", c.CacheLease))

@@ -27,7 +27,8 @@ const queueName = "stocksvc_orders"
 type Config struct {
 	// Workers is how many jobs one replica runs at once. A job drains one product's line (or
 	// decides one cart), and a line is drained by one replica at a time, so this bounds how
-	// many products one replica drains at once. Default 16.
+	// many products one replica drains at once; each holds a pool connection for its line's
+	// lock while it drains. Default 4.
 	Workers int
 	// Round is how many orders of a line are decided per round: they join the product's
 	// queue on this replica together and are decided in batches of up to the service's
@@ -49,7 +50,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.Workers <= 0 {
-		c.Workers = 16
+		c.Workers = 4
 	}
 	if c.Round <= 0 {
 		c.Round = 256
