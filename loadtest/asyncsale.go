@@ -42,12 +42,21 @@ type asyncOrder struct {
 	ids      map[string]bool // every id a 202 for this key named
 }
 
+// slowDecision is one of the orders that waited longest for their decision.
+type slowDecision struct {
+	id     string
+	after  time.Duration // accepted this long after the run's first order
+	waited time.Duration
+}
+
 // asyncFigures is what the run measured.
 type asyncFigures struct {
 	sent, accepted, refusedAtOnce, failed, retried int
 	confirmed, rejected, pending                   int
 	p50, p99, max                                  time.Duration
 	killedAt                                       time.Duration
+	pausedAt                                       time.Duration
+	paused                                         string        // the replica paused while it drained the line
 	settled                                        time.Duration // from the end of the load until no order was pending
 	acceptP50, acceptP99                           time.Duration // POST → 202, at the client
 	// The baseline (-async-baseline): the same load sent without the preference, on another
@@ -57,6 +66,7 @@ type asyncFigures struct {
 	syncP50, syncP99        time.Duration // POST → 201, at the client
 	syncAllP50, syncAllP99  time.Duration // POST → any final answer
 	syncRetried             int
+	slowest                 []slowDecision // the three longest waits for a decision
 }
 
 func (h *harness) asyncSale(ctx context.Context) error {
@@ -89,7 +99,7 @@ func (h *harness) asyncSale(ctx context.Context) error {
 	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	defer httpc.CloseIdleConnections()
 	var fig asyncFigures
-	fig.killedAt = -1
+	fig.killedAt, fig.pausedAt = -1, -1
 	if h.opts.asyncBaseline {
 		other, err := d.client.createProduct(ctx, "SYNC-"+rand.Text()[:6], int64(h.opts.stock))
 		if err != nil {
@@ -109,7 +119,25 @@ func (h *harness) asyncSale(ctx context.Context) error {
 		fig.syncP50, fig.syncP99 = percentiles(ok)
 		fig.syncAllP50, fig.syncAllP99 = percentiles(all)
 	}
+	pool, err := pgxpool.New(ctx, d.dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
 	orders, retried := h.openLoop(ctx, d, httpc, front, product, true, func(loadCtx context.Context, start time.Time, wg *sync.WaitGroup) {
+		if h.opts.pauseAfter > 0 {
+			wg.Go(func() {
+				if sleep(loadCtx, h.opts.pauseAfter) != nil {
+					return
+				}
+				fig.pausedAt = time.Since(start)
+				name, err := pauseLineHolder(context.WithoutCancel(ctx), d, pool, product, h.opts.pauseFor)
+				if err != nil {
+					d.fail("pause the line's holder: %v", err)
+				}
+				fig.paused = name
+			})
+		}
 		if h.opts.killAfter <= 0 {
 			return
 		}
@@ -145,11 +173,6 @@ func (h *harness) asyncSale(ctx context.Context) error {
 	}
 	fig.acceptP50, fig.acceptP99 = percentiles(accepts)
 
-	pool, err := pgxpool.New(ctx, d.dbURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
 	// Wait for the lines to empty: a decision is the service's to make, the run only watches.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -318,7 +341,8 @@ func asyncChecks(ctx context.Context, pool *pgxpool.Pool, c *http.Client, front 
 		SELECT a.id::text, k.key, a.quantities[1], a.status, a.reason, a.available,
 		       (SELECT count(*) FROM orders o WHERE o.id = a.id),
 		       (SELECT coalesce(sum(i.quantity), 0) FROM order_items i WHERE i.order_id = a.id),
-		       extract(epoch FROM a.decided_at - a.accepted_at)::float8
+		       extract(epoch FROM a.decided_at - a.accepted_at)::float8,
+		       extract(epoch FROM a.accepted_at - min(a.accepted_at) OVER ())::float8
 		  FROM async_orders a LEFT JOIN idempotency_keys k ON k.async_order_id = a.id
 		 WHERE a.product_id = $1 ORDER BY a.seq`, product)
 	if err != nil {
@@ -337,8 +361,9 @@ func asyncChecks(ctx context.Context, pool *pgxpool.Pool, c *http.Client, front 
 			available        *int64
 			orderRows, items int64
 			waited           *float64
+			acceptedAfter    float64
 		)
-		if err := rows.Scan(&id, &key, &qty, &status, &reason, &available, &orderRows, &items, &waited); err != nil {
+		if err := rows.Scan(&id, &key, &qty, &status, &reason, &available, &orderRows, &items, &waited, &acceptedAfter); err != nil {
 			return nil, err
 		}
 		if key == nil || byKey[*key] == nil {
@@ -371,7 +396,11 @@ func asyncChecks(ctx context.Context, pool *pgxpool.Pool, c *http.Client, front 
 			fig.rejected++
 		}
 		if waited != nil {
-			waits = append(waits, time.Duration(*waited*float64(time.Second)))
+			w := time.Duration(*waited * float64(time.Second))
+			waits = append(waits, w)
+			fig.slowest = append(fig.slowest, slowDecision{id: id, after: time.Duration(acceptedAfter * float64(time.Second)), waited: w})
+			slices.SortFunc(fig.slowest, func(a, b slowDecision) int { return int(b.waited - a.waited) })
+			fig.slowest = fig.slowest[:min(len(fig.slowest), 3)]
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -443,9 +472,15 @@ func (h *harness) asyncReport(dir string, fig asyncFigures, checks []invariant) 
 	if fig.killedAt >= 0 {
 		h.printf("fault               SIGKILL of one replica %v into the load, restarted a second later\n", fig.killedAt.Round(time.Millisecond))
 	}
+	if fig.paused != "" {
+		h.printf("fault               SIGSTOP of %s, which drained the line, %v into the load, for %v\n", fig.paused, fig.pausedAt.Round(time.Millisecond), h.opts.pauseFor)
+	}
 	h.printf("POST → 202          p50 %v, p99 %v (client)\n", fig.acceptP50.Round(100*time.Microsecond), fig.acceptP99.Round(100*time.Microsecond))
 	h.printf("202 → decision      p50 %v, p99 %v, max %v (Postgres clock, accepted_at → decided_at)\n",
 		fig.p50.Round(time.Millisecond), fig.p99.Round(time.Millisecond), fig.max.Round(time.Millisecond))
+	for _, sd := range fig.slowest {
+		h.printf("  slowest           %s accepted %v after the first order, decided %v later\n", sd.id, sd.after.Round(time.Millisecond), sd.waited.Round(time.Millisecond))
+	}
 	if fig.baseline {
 		h.printf("baseline (no Prefer) %d orders, %d confirmed, %d retried; POST → 201 p50 %v, p99 %v; POST → any answer p50 %v, p99 %v\n",
 			fig.syncSent, fig.syncConfirmed, fig.syncRetried, fig.syncP50.Round(100*time.Microsecond), fig.syncP99.Round(100*time.Microsecond),

@@ -48,6 +48,8 @@ type options struct {
 	cache           bool
 	async           bool
 	asyncBaseline   bool
+	pauseAfter      time.Duration
+	pauseFor        time.Duration
 	rounds          int
 	stampedeRounds  int
 	stampedeReaders int
@@ -125,6 +127,8 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.BoolVar(&o.cache, "cache", false, "benchmark: sold-out refusals and product reads during a sale against GET /healthz, in alternating rounds of -duration; then view rebuild stampedes")
 	fs.BoolVar(&o.async, "async", false, "the asynchronous sale: every order Prefer: respond-async through the balancer, a replica SIGKILLed at -kill-after and restarted; every accepted order must be decided, first-fit in arrival order, none twice")
 	fs.BoolVar(&o.asyncBaseline, "async-baseline", false, "in -async, first send the same load without the preference (on another product, no fault) and compare latencies")
+	fs.DurationVar(&o.pauseAfter, "pause-after", 0, "in -async, SIGSTOP the replica draining the product's line this long into the load (0: never)")
+	fs.DurationVar(&o.pauseFor, "pause-for", 20*time.Second, "in -async, how long -pause-after pauses it: past the line lock's lease (15 s), so another replica takes the line over")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds of each load in -cache (medians are reported)")
 	fs.IntVar(&o.stampedeRounds, "stampede-rounds", 10, "stampedes in -cache (0: none)")
 	fs.IntVar(&o.stampedeReaders, "stampede-readers", 500, "reads released at once in each stampede of -cache")
@@ -159,6 +163,8 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 		return o, errors.New("-stock, -rate, -vus and -clients must be positive")
 	case o.duration < 5*time.Second:
 		return o, errors.New("-duration must be at least 5s")
+	case o.pauseAfter > 0 && (!o.async || o.pauseAfter >= o.duration):
+		return o, errors.New("-pause-after needs -async and must fall within -duration")
 	case o.killAfter >= o.duration:
 		return o, errors.New("-kill-after must fall within -duration")
 	case o.killAfter > 0 && o.replicas < 2:

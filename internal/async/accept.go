@@ -34,7 +34,8 @@ const maxAcceptGroup = 256
 // or that has none, goes in line: one order per key, whoever else sends it at the same time. An
 // order's identity column follows the input's order (WITH ORDINALITY, ORDER BY), so the line's
 // seq is the group's arrival order. The foreign keys are checked at the end of the statement,
-// when both inserts are done.
+// when both inserts are done. accepted_at is the statement's clock, not the transaction's
+// start: a group's transaction begins with its drain jobs, before its turn at the lock.
 const acceptSQL = `
 WITH input AS (
   SELECT u.*, EXISTS (SELECT 1 FROM products p WHERE p.id = u.product_id) AS found
@@ -48,8 +49,8 @@ WITH input AS (
   ON CONFLICT (key) DO NOTHING
   RETURNING async_order_id
 ), placed AS (
-  INSERT INTO async_orders (id, customer_id, product_ids, quantities, product_id)
-  SELECT id, customer_id, ARRAY[product_id], ARRAY[quantity], product_id FROM input
+  INSERT INTO async_orders (id, customer_id, product_ids, quantities, product_id, accepted_at)
+  SELECT id, customer_id, ARRAY[product_id], ARRAY[quantity], product_id, clock_timestamp() FROM input
    WHERE found AND (key IS NULL OR id IN (SELECT async_order_id FROM claimed))
    ORDER BY n
   RETURNING id, accepted_at
@@ -184,8 +185,11 @@ func (q *Queue) acceptGroup(ctx context.Context, group []*acceptRequest) ([]acce
 		// later group before an earlier one became visible. Each group therefore holds its
 		// products' accept locks (ascending, so groups never deadlock) until it commits; the
 		// groups of one product follow each other, each as large as what gathered meanwhile.
-		// The lock and the inserts go in one round trip.
+		// The lock and the inserts go in one round trip. A replica paused between them and its
+		// COMMIT (its connection stays up) would hold every other replica's groups of these
+		// products; Postgres ends a transaction left idle that long, and the lock with it.
 		b := &pgx.Batch{}
+		b.Queue(`SET LOCAL idle_in_transaction_session_timeout = '5s'`)
 		b.Queue(acceptLockSQL, acceptLockClass, lockKeys(products))
 		i := 0
 		b.Queue(acceptSQL, ids, customers, products, quantities, keys, fingerprints).Query(func(rows pgx.Rows) error {

@@ -251,3 +251,10 @@ func (l *lineLock) unlock() {
 	l.conn.Release()
 	l.conn = nil
 }
+
+// LineLockKeys returns the two keys of product's line lock as pg_locks shows an advisory lock
+// taken with two int4 keys (classid, objid; objsubid 2), for operators and the load harness to
+// find which session — which replica — drains a line.
+func LineLockKeys(product int64) (classID, objID uint32) {
+	return uint32(lineLockClass), uint32(int32(product))
+}
