@@ -25,6 +25,9 @@ type Order struct {
 	DecidedAt  time.Time // zero while pending
 	// Rejection says why a rejected order was refused.
 	Rejection *Rejection
+	// copied is false while the row itself still says pending: the decision, if there is
+	// one, is only in its idempotency record (Status shows it), and still to be copied.
+	copied bool
 }
 
 // Rejection is why an accepted order was refused: Code is the problem code a synchronous order

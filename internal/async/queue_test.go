@@ -604,3 +604,35 @@ func TestAcceptGroups(t *testing.T) {
 		t.Errorf("audit = %+v, want %d sold", a, same+1)
 	}
 }
+
+// A cart decided by the purchase path but not copied — its worker stopped in between — is
+// copied by its next job, not left pending behind a decided record.
+func TestCartDecidedButNotCopied(t *testing.T) {
+	w := newWorld(t)
+	r := w.replica(t, replicaOptions{})
+	a := createProduct(t, r, "COPY-A", 1)
+	b := createProduct(t, r, "COPY-B", 1)
+	acc := r.accept(t, "c1", "", one(a, 1), one(b, 1))
+	d := r.svc.DecideAccepted(context.Background(), []stock.Accepted{{ID: acc.Order.ID, CustomerID: "c1", Items: acc.Order.Items}})
+	if d[0].Err != nil {
+		t.Fatalf("decide: %v", d[0].Err)
+	}
+	r.start(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var status string
+		if err := r.pool.QueryRow(context.Background(), `SELECT status FROM async_orders WHERE id = $1`, acc.Order.ID).Scan(&status); err != nil {
+			t.Fatalf("stored status: %v", err)
+		}
+		if status == "confirmed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stored status = %q after 20s; want confirmed, copied by the cart's job", status)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the database for the worker's copy
+	}
+	if au := mustAudit(t, r, a); au.Sold != 1 {
+		t.Errorf("audit = %+v, want 1 sold: bought once", au)
+	}
+}

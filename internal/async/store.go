@@ -212,6 +212,7 @@ func (s *pgStore) order(ctx context.Context, id uuid.UUID) (Order, error) {
 		return Order{}, dbError("read accepted order", err)
 	}
 	o.Items = joinItems(ids, qtys)
+	o.copied = o.Status != StatusPending
 	if decidedAt != nil {
 		o.DecidedAt = *decidedAt
 	}

@@ -14,8 +14,9 @@ import (
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
-// drainArgs asks for a product's line to be drained. Every accepted order of one product
-// inserts one: most find the line already being drained and end at once (see drain).
+// drainArgs asks for a product's line to be drained. Every group of accepted orders inserts
+// one for each product in it: most find the line already being drained and end at once (see
+// drain).
 type drainArgs struct {
 	ProductID int64 `json:"product_id"`
 }
@@ -61,9 +62,11 @@ func (w *cartWorker) Work(ctx context.Context, job *river.Job[cartArgs]) error {
 	if err != nil {
 		return err
 	}
-	if o.Status != StatusPending {
+	if o.copied {
 		return nil
 	}
+	// Decided but not copied (its worker stopped in between) is decided again: a replay of
+	// the stored decision, which decide then copies.
 	return w.q.decide(ctx, []pending{{id: o.ID, customerID: o.CustomerID, items: o.Items}})
 }
 
