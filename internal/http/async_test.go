@@ -213,3 +213,25 @@ func TestAsyncPreferParsing(t *testing.T) {
 		}
 	}
 }
+
+// With Redis down, orders cannot be decided (the product locks live there), but they can still
+// be accepted: the line is in Postgres. The synchronous route answers 503; the asynchronous one
+// 202, and the order waits, pending, for a Redis to decide it.
+func TestAsyncAcceptsWhileRedisIsDown(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	healthy := c.start(t, instanceOptions{})
+	id := createProduct(t, healthy.URL, "async-no-redis", 5)
+	down := c.start(t, instanceOptions{redisURL: "redis://" + deadEndpoint(t) + "/0", lockWait: 200 * time.Millisecond})
+
+	wantProblem(t, postOrder(t, down.URL, newOrder("a", orderItem{id, 1}), nil), "unavailable", "/v1/orders")
+	o := wantAccepted(t, postOrder(t, down.URL, newOrder("b", orderItem{id, 1}), respondAsync))
+	if got, _ := getOrder(t, down.URL, o.ID); got.Status != "pending" {
+		t.Errorf("status = %s, want pending", got.Status)
+	}
+	// A replica whose Redis answers decides it.
+	healthy.startQueue(t)
+	if d := awaitDecision(t, healthy.URL, o.ID); d.Status != "confirmed" {
+		t.Errorf("decided = %+v, want confirmed", d)
+	}
+}
