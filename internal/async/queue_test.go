@@ -156,6 +156,22 @@ func (r *replica) awaitDecided(t *testing.T, ids []uuid.UUID, within time.Durati
 	}
 }
 
+// awaitCopied waits, up to 20 s, until order id's own row says confirmed: its decision copied
+// from the record by who. Any status but pending and confirmed fails at once.
+func (r *replica) awaitCopied(t *testing.T, id uuid.UUID, who string) {
+	t.Helper()
+	var status string
+	testenv.Poll(t, 20*time.Second, "the decision copied by "+who, func() bool {
+		if err := r.pool.QueryRow(context.Background(), `SELECT status FROM async_orders WHERE id = $1`, id).Scan(&status); err != nil {
+			t.Fatalf("stored status: %v", err)
+		}
+		if status != "pending" && status != "confirmed" {
+			t.Fatalf("stored status = %q; want confirmed, copied by %s", status, who)
+		}
+		return status == "confirmed"
+	})
+}
+
 func one(productID, quantity int64) stock.Item {
 	return stock.Item{ProductID: productID, Quantity: quantity}
 }
@@ -307,20 +323,7 @@ func TestDecisionIsNotTakenTwice(t *testing.T) {
 	}
 	r.start(t)
 	// Order already says confirmed (from the record); wait for the drain's copy.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var status string
-		if err := r.pool.QueryRow(context.Background(), `SELECT status FROM async_orders WHERE id = $1`, acc.Order.ID).Scan(&status); err != nil {
-			t.Fatalf("stored status: %v", err)
-		}
-		if status == "confirmed" {
-			break
-		}
-		if status != "pending" || time.Now().After(deadline) {
-			t.Fatalf("stored status = %q; want confirmed, copied by the drain", status)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the database for the worker's copy
-	}
+	r.awaitCopied(t, acc.Order.ID, "the drain")
 	if a := mustAudit(t, r, id); a.Sold != 2 {
 		t.Errorf("audit = %+v, want 2 sold: the order bought once", a)
 	}
@@ -618,20 +621,7 @@ func TestCartDecidedButNotCopied(t *testing.T) {
 		t.Fatalf("decide: %v", d[0].Err)
 	}
 	r.start(t)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var status string
-		if err := r.pool.QueryRow(context.Background(), `SELECT status FROM async_orders WHERE id = $1`, acc.Order.ID).Scan(&status); err != nil {
-			t.Fatalf("stored status: %v", err)
-		}
-		if status == "confirmed" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stored status = %q after 20s; want confirmed, copied by the cart's job", status)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the database for the worker's copy
-	}
+	r.awaitCopied(t, acc.Order.ID, "the cart's job")
 	if au := mustAudit(t, r, a); au.Sold != 1 {
 		t.Errorf("audit = %+v, want 1 sold: bought once", au)
 	}

@@ -95,11 +95,7 @@ type rejectionDTO struct {
 
 // toAsyncOrderResponse shows an order accepted for later; created_at is when it was accepted.
 func toAsyncOrderResponse(o async.Order) orderResponse {
-	items := make([]orderItemDTO, len(o.Items))
-	for i, it := range o.Items {
-		items[i] = orderItemDTO{ProductID: it.ProductID, Quantity: it.Quantity}
-	}
-	r := orderResponse{ID: o.ID.String(), CustomerID: o.CustomerID, Status: o.Status, Items: items, CreatedAt: o.AcceptedAt.UTC()}
+	r := toOrderResponse(stock.Order{ID: o.ID, CustomerID: o.CustomerID, Status: o.Status, Items: o.Items, CreatedAt: o.AcceptedAt})
 	if !o.DecidedAt.IsZero() {
 		at := o.DecidedAt.UTC()
 		r.DecidedAt = &at

@@ -69,7 +69,11 @@ func newBatcher(maxOrders int, maxUnits int64, patience time.Duration, m *Metric
 // batch leaves it out unless it has already decided it — then it is sold, and only a retry with
 // the same idempotency key can tell the caller so.
 func (b *batcher) submit(ctx context.Context, id int64, t *ticket) outcome {
-	return b.enqueue(ctx, id, []*ticket{t}, true)[0]
+	// Arrays, not slices: the path every order takes allocates no more than its waiter.
+	ws := [1]*waiter{{t: t, done: make(chan outcome, 1)}}
+	var out [1]outcome
+	b.enqueue(ctx, id, ws[:], out[:], true)
+	return out[0]
 }
 
 // submitAll queues tickets for product id together, in their order, and returns their outcomes
@@ -77,25 +81,28 @@ func (b *batcher) submit(ctx context.Context, id int64, t *ticket) outcome {
 // admission (they are no crowd to shed: the line lets in one round at a time), and they join
 // the queue at once, so that no order submitted later on this replica gets ahead of them.
 func (b *batcher) submitAll(ctx context.Context, id int64, tickets []*ticket) []outcome {
-	return b.enqueue(ctx, id, tickets, false)
-}
-
-func (b *batcher) enqueue(ctx context.Context, id int64, tickets []*ticket, admit bool) []outcome {
-	fail := func(err error) []outcome {
-		out := make([]outcome, len(tickets))
-		for i := range out {
-			out[i] = outcome{err: err}
-		}
-		return out
-	}
 	ws := make([]*waiter, len(tickets))
 	for i, t := range tickets {
 		ws[i] = &waiter{t: t, done: make(chan outcome, 1)}
 	}
+	out := make([]outcome, len(tickets))
+	b.enqueue(ctx, id, ws, out, false)
+	return out
+}
+
+// enqueue queues ws for product id, in their order (refused whole when admit says the queue is
+// too long), waits for them, and writes each one's outcome to out.
+func (b *batcher) enqueue(ctx context.Context, id int64, ws []*waiter, out []outcome, admit bool) {
+	fail := func(err error) {
+		for i := range out {
+			out[i] = outcome{err: err}
+		}
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return fail(fmt.Errorf("%w: the replica is shutting down", ErrUnavailable))
+		fail(fmt.Errorf("%w: the replica is shutting down", ErrUnavailable))
+		return
 	}
 	b.sweepIdle()
 	q := b.queues[id]
@@ -107,8 +114,9 @@ func (b *batcher) enqueue(ctx context.Context, id int64, tickets []*ticket, admi
 		if wait, ok := b.admit(q); !ok {
 			b.mu.Unlock()
 			b.metrics.shed()
-			return fail(&BusyError{RetryAfter: wait, Shed: true,
+			fail(&BusyError{RetryAfter: wait, Shed: true,
 				Reason: fmt.Sprintf("%d orders for product %d are queued ahead on this replica, about %v of work", len(q.waiting), id, wait.Round(time.Millisecond))})
+			return
 		}
 	}
 	q.waiting = append(q.waiting, ws...)
@@ -120,7 +128,6 @@ func (b *batcher) enqueue(ctx context.Context, id int64, tickets []*ticket, admi
 	}
 	b.mu.Unlock()
 
-	out := make([]outcome, len(ws))
 	for i, w := range ws {
 		select {
 		case out[i] = <-w.done:
@@ -150,9 +157,8 @@ func (b *batcher) enqueue(ctx context.Context, id int64, tickets []*ticket, admi
 			}
 		}
 		b.mu.Unlock()
-		return out
+		return
 	}
-	return out
 }
 
 // admit decides whether one more order may join q: only if it can expect its batch to begin
