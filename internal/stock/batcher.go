@@ -112,10 +112,11 @@ func (b *batcher) enqueue(ctx context.Context, id int64, ws []*waiter, out []out
 	}
 	if admit {
 		if wait, ok := b.admit(q); !ok {
+			ahead := len(q.waiting) // read under the lock: the worker takes from it
 			b.mu.Unlock()
 			b.metrics.shed()
 			fail(&BusyError{RetryAfter: wait, Shed: true,
-				Reason: fmt.Sprintf("%d orders for product %d are queued ahead on this replica, about %v of work", len(q.waiting), id, wait.Round(time.Millisecond))})
+				Reason: fmt.Sprintf("%d orders for product %d are queued ahead on this replica, about %v of work", ahead, id, wait.Round(time.Millisecond))})
 			return
 		}
 	}
