@@ -192,7 +192,7 @@ func TestGetProductNotFound(t *testing.T) {
 			t.Parallel()
 			path := "/v1/products/" + tt.id
 			// An id that is not a product id in its one form breaks the document's pattern.
-			p := wantProblem(t, call(t, request{Method: http.MethodGet, URL: in.URL + path, Invalid: tt.wantProductID == 0}), "product-not-found", path)
+			p := wantProblem(t, call(t, request{Method: http.MethodGet, URL: in.URL + path, Header: adminHeader(), Invalid: tt.wantProductID == 0}), "product-not-found", path)
 			if p.ProductID != tt.wantProductID {
 				t.Errorf("product_id = %d, want %d", p.ProductID, tt.wantProductID)
 			}
@@ -318,7 +318,7 @@ func TestAudit(t *testing.T) {
 	wantJSON(t, call(t, request{Method: http.MethodPost, URL: in.URL + "/v1/products/" + itoa(id) + "/restock",
 		Header: adminHeader(), Body: map[string]any{"quantity": 10}}), http.StatusOK, nil)
 
-	res := call(t, request{Method: http.MethodGet, URL: in.URL + "/v1/products/" + itoa(id) + "/audit"})
+	res := call(t, request{Method: http.MethodGet, URL: in.URL + "/v1/products/" + itoa(id) + "/audit", Header: adminHeader()})
 	var got auditBody
 	wantJSON(t, res, http.StatusOK, &got)
 	want := auditBody{ProductID: id, Stock: 12, Received: 15, Sold: 3, Consistent: true}
@@ -347,7 +347,7 @@ func TestAuditNotFound(t *testing.T) {
 			t.Parallel()
 			path := "/v1/products/" + tt.id + "/audit"
 			// An id that is not a product id in its one form breaks the document's pattern.
-			p := wantProblem(t, call(t, request{Method: http.MethodGet, URL: in.URL + path, Invalid: tt.wantProductID == 0}), "product-not-found", path)
+			p := wantProblem(t, call(t, request{Method: http.MethodGet, URL: in.URL + path, Header: adminHeader(), Invalid: tt.wantProductID == 0}), "product-not-found", path)
 			if p.ProductID != tt.wantProductID {
 				t.Errorf("product_id = %d, want %d", p.ProductID, tt.wantProductID)
 			}

@@ -323,7 +323,7 @@ type auditBody struct {
 
 func audit(t testing.TB, baseURL string, id int64) auditBody {
 	t.Helper()
-	res := call(t, request{Method: http.MethodGet, URL: baseURL + "/v1/products/" + itoa(id) + "/audit"})
+	res := call(t, request{Method: http.MethodGet, URL: baseURL + "/v1/products/" + itoa(id) + "/audit", Header: adminHeader()})
 	if res.Status != http.StatusOK {
 		t.Fatalf("audit %d: status %d: %s", id, res.Status, res.Body)
 	}

@@ -334,7 +334,7 @@ func TestHeadOnGetRoutes(t *testing.T) {
 	in := newInstance(t, instanceOptions{})
 	id := createProduct(t, in.URL, "head", 1)
 	for _, path := range []string{"/healthz", "/v1/products/" + itoa(id), "/v1/products/" + itoa(id) + "/audit"} {
-		res := call(t, request{Method: http.MethodHead, URL: in.URL + path})
+		res := call(t, request{Method: http.MethodHead, URL: in.URL + path, Header: adminHeader()})
 		if res.Status != http.StatusOK || len(res.Body) != 0 {
 			t.Errorf("HEAD %s: status %d, %d body bytes; want 200 and no body", path, res.Status, len(res.Body))
 		}

@@ -57,8 +57,8 @@ var problemTypes = map[string]problemType{
 	"duplicate-sku":          {409, "Duplicate SKU", "Another product already uses this SKU."},
 	"sold-out":               {409, "Sold out", "Not enough stock for the order; nothing was sold. `product_id` names the product that is short."},
 	"idempotency-key-reused": {422, "Idempotency key reused", "This Idempotency-Key was first used with a different request body."},
-	"busy":                   {429, "Busy", "The product is contended and the order could not be attempted in time; nothing was sold. Retry after Retry-After seconds."},
-	"unavailable":            {503, "Unavailable", "Postgres or Redis could not be reached, the request timed out, or the replica is still starting. Retry after Retry-After seconds."},
+	"busy":                   {429, "Busy", "The product is contended and the order could not be attempted in time; nothing was sold (and an order sent with an Idempotency-Key has no stored outcome under it). Retry after Retry-After seconds."},
+	"unavailable":            {503, "Unavailable", "Postgres or Redis could not be reached, the request timed out, the replica is still starting, or the order's outcome is unknown. Nothing is promised either way: retry after Retry-After seconds, with the same Idempotency-Key."},
 	"internal":               {500, "Internal error", "Something unexpected failed; the request id identifies it in the logs."},
 }
 
@@ -85,7 +85,18 @@ func (e *requestError) Unwrap() error { return e.err }
 func badRequest(code, detail string) error { return &requestError{code: code, detail: detail} }
 
 // problemFor maps an error to the problem the client sees. It is the only place where errors
-// become statuses and codes.
+// become statuses and codes, and it reads an error in this order, the first match winning:
+//
+//  1. what the transport found before the service was called (malformed JSON, ...);
+//  2. the request's own outcome: invalid input, sold out, product or order not found,
+//     duplicate SKU, idempotency key reused;
+//  3. unavailable (503) — a dependency down or slow, a deadline, or a write whose outcome is
+//     unknown — whatever else the error holds: a lease lost while a commit's reply was lost
+//     is still unknown, and "busy" would tell the buyer that nothing was sold;
+//  4. busy (429): the product's queue, its lock or a lost lease refused the order, and the
+//     service knows nothing was written (the service looks a keyed order's key up before it
+//     says so);
+//  5. anything else is internal (500).
 func problemFor(err error) *problem {
 	// errors.AsType, unlike errors.As, needs no target that escapes: no allocations on the
 	// path every refusal takes.
@@ -122,6 +133,14 @@ func problemFor(err error) *problem {
 		return newProblem("duplicate-sku", "another product already uses this sku")
 	case errors.Is(err, stock.ErrIdempotencyKeyReused):
 		return newProblem("idempotency-key-reused", "this Idempotency-Key was first used with a different request")
+	case errors.Is(err, stock.ErrOutcomeUnknown):
+		p := newProblem("unavailable", "the order's outcome is unknown: Postgres did not answer whether it was written; try again")
+		p.retryAfter = 2
+		return p
+	case errors.Is(err, stock.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		p := newProblem("unavailable", "Postgres or Redis could not be reached or did not answer in time; try again")
+		p.retryAfter = 2
+		return p
 	case isBusy:
 		p := newProblem("busy", "the product is contended; nothing was sold, try again")
 		p.retryAfter = max(1, int(math.Ceil(busy.RetryAfter.Seconds())))
@@ -133,10 +152,6 @@ func problemFor(err error) *problem {
 	case errors.Is(err, stock.ErrLockLost):
 		p := newProblem("busy", "the product lock expired during the purchase and a newer holder took over; nothing was sold, try again")
 		p.retryAfter = 1
-		return p
-	case errors.Is(err, stock.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		p := newProblem("unavailable", "Postgres or Redis could not be reached or did not answer in time; try again")
-		p.retryAfter = 2
 		return p
 	}
 	return newProblem("internal", "an unexpected error occurred")

@@ -148,9 +148,11 @@ func (s *Server) routes(metricsHandler http.Handler, admin bool) *chi.Mux {
 		if admin {
 			r.With(s.requireAdmin).Post("/products", s.handleCreateProduct)
 			r.With(s.requireAdmin).Post("/products/{id}/restock", s.handleRestock)
+			// The audit recounts every order of the product: an operator's check, not a
+			// public read that a crowd could turn against the purchase path's pool.
+			r.With(s.requireAdmin).Get("/products/{id}/audit", s.handleAudit)
 		}
 		r.Get("/products/{id}", s.handleGetProduct)
-		r.Get("/products/{id}/audit", s.handleAudit)
 		r.Post("/orders", s.handlePlaceOrder)
 		r.Get("/orders/{id}", s.handleGetOrder)
 	})

@@ -51,6 +51,7 @@ func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, d Defens
 		left[id] = l.Stock
 	}
 	taken := map[int64]int64{}
+	refused := false          // some ticket was refused for want of stock
 	first := map[string]int{} // key → the ticket of this batch whose outcome it stores
 	for i, t := range tickets {
 		if t.gone.Load() {
@@ -76,6 +77,7 @@ func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, d Defens
 			first[t.key] = i
 		}
 		if short := firstShort(t.items, left); short != nil {
+			refused = true
 			a.outcomes[i] = outcome{err: short}
 			if t.key != "" {
 				a.write.Records = append(a.write.Records, IdempotencyRecord{Key: t.key, Fingerprint: t.fingerprint, SoldOut: short})
@@ -98,6 +100,7 @@ func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, d Defens
 	}
 	slices.SortFunc(a.write.Decrements, func(x, y Decrement) int { return cmpInt64(x.ProductID, y.ProductID) })
 	a.write.Defense = d
+	a.write.SkipStored = !refused
 	return a
 }
 
@@ -107,6 +110,50 @@ var errGone = errors.New("stock: the caller stopped waiting before the order was
 // empty reports whether the write has nothing to commit.
 func (w Write) empty() bool {
 	return len(w.Decrements) == 0 && len(w.Orders) == 0 && len(w.Records) == 0
+}
+
+// Without returns w less the orders skipped (and their records and units): what a write that
+// left them out committed.
+func (w Write) Without(skipped []uuid.UUID) Write {
+	out := Write{Defense: w.Defense, SkipStored: w.SkipStored}
+	units := map[int64]int64{}
+	for _, o := range w.Orders {
+		if slices.Contains(skipped, o.ID) {
+			for _, it := range o.Items {
+				units[it.ProductID] += it.Quantity
+			}
+			continue
+		}
+		out.Orders = append(out.Orders, o)
+	}
+	for _, r := range w.Records {
+		if r.Order == nil || !slices.Contains(skipped, r.Order.ID) {
+			out.Records = append(out.Records, r)
+		}
+	}
+	for _, d := range w.Decrements {
+		if d.Quantity -= units[d.ProductID]; d.Quantity > 0 {
+			out.Decrements = append(out.Decrements, d)
+		}
+	}
+	return out
+}
+
+// leaveOut marks, after a write that left out the orders skipped, every ticket whose outcome
+// rested on one of them — the ticket itself, and any later ticket of the batch with the same
+// key — to be answered from its key's record instead (replayStored).
+func leaveOut(tickets []*ticket, outcomes []outcome, skipped []uuid.UUID) {
+	keys := map[string]bool{}
+	for i, o := range outcomes {
+		if o.err == nil && tickets[i].key != "" && slices.Contains(skipped, o.order.ID) {
+			keys[tickets[i].key] = true
+		}
+	}
+	for i, t := range tickets {
+		if keys[t.key] {
+			outcomes[i] = outcome{err: errStoredMeanwhile}
+		}
+	}
 }
 
 // firstMissing returns the first item's product that snap does not have.

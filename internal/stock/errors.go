@@ -27,6 +27,12 @@ var (
 	// ErrUnavailable means Postgres or Redis could not be reached; nothing was sold unless the
 	// error says otherwise, and the request may be retried (with an idempotency key, safely).
 	ErrUnavailable = errors.New("stock: dependency unavailable")
+	// ErrOutcomeUnknown means a write may or may not have committed: the connection failed
+	// while it did, and looking it up afterwards could not tell. It always comes with
+	// ErrUnavailable, and nothing else in the chain — a lock lost meanwhile, say — makes the
+	// outcome known: retry with the same idempotency key, which is answered with the order if
+	// it was taken.
+	ErrOutcomeUnknown = errors.New("stock: outcome unknown")
 	// ErrIdempotencyKeyReused means the idempotency key was first used with a different
 	// request.
 	ErrIdempotencyKeyReused = errors.New("stock: idempotency key reused with a different request")

@@ -7,3 +7,13 @@ import "context"
 func SetAfterRead(s *Service, hook func(ctx context.Context, orders int)) {
 	s.afterRead = hook
 }
+
+// Waiting returns how many orders for product id wait in s's queue, not yet in a batch.
+func Waiting(s *Service, id int64) int {
+	s.batches.mu.Lock()
+	defer s.batches.mu.Unlock()
+	if q := s.batches.queues[id]; q != nil {
+		return len(q.waiting)
+	}
+	return 0
+}

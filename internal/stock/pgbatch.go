@@ -16,8 +16,11 @@ import (
 // read (levelsSQL) and one write (commitSQL), a single statement in an implicit transaction —
 // no BEGIN, no COMMIT round trip. Every array is a parameter of a fixed statement, so each is
 // prepared once per connection, for every batch size. The batch's idempotency keys are checked
-// by the write itself (the records' primary key): only a batch whose write meets a stored key
-// reads the records (recordsSQL) and is decided again.
+// by the write itself (the records' primary key), so the hot path never reads them. A write
+// that refuses nobody for want of stock claims its keys first and leaves out the orders whose
+// key another request stored (commitSkippingSQL): a retry that lands in a batch costs that
+// batch nothing. Only a write that cannot leave an order out — it also stores refusals — fails
+// on a stored key, and its batch then reads the records (recordsSQL) and is decided again.
 
 // levelsSQL reads the rows a batch decides from.
 const levelsSQL = `SELECT id, stock, version, fence FROM products WHERE id = ANY($1)`
@@ -65,7 +68,57 @@ WITH d AS (
 INSERT INTO orders (id, customer_id, status, created_at)
 SELECT x.id, x.customer_id, 'confirmed', now()
   FROM unnest($6::uuid[], $7::text[]) AS x(id, customer_id), ok WHERE ok.ok
-RETURNING created_at`
+RETURNING id, created_at`
+}
+
+// commitSkippingSQL writes a batch that refuses nobody for want of stock (Write.SkipStored),
+// leaving out the orders whose idempotency key another request has already stored. The keys
+// are claimed first (k: ON CONFLICT DO NOTHING, which waits for a claim still being
+// committed and finds a stored key through the primary key's index, whatever the table's
+// size or plan); the orders written (o) are those without a key and those whose key was
+// claimed; the decrement (d, then decrementSQL) takes only their units, per product, and a
+// product left with none is not touched.
+//
+// All or nothing still holds without a separate check: a claimed key's record references its
+// order, and the orders are inserted only if every decrement matched, so a refused decrement
+// leaves claims whose orders do not exist, and the foreign key fails the whole statement
+// (23503 on idempotency_keys_order_id_fkey, read as a refusal). A batch whose orders were all
+// left out, or refused without a claim, writes nothing and returns no row.
+//
+// It returns the id and time of each order written; the orders missing from it were left out.
+func commitSkippingSQL(d Defense) string {
+	return `
+WITH k AS (
+  INSERT INTO idempotency_keys (key, fingerprint, outcome, order_id)
+  SELECT x.key, x.fingerprint, 'confirmed', x.order_id
+    FROM unnest($11::text[], $12::bytea[], $13::uuid[]) AS x(key, fingerprint, order_id)
+   ORDER BY x.key
+  ON CONFLICT (key) DO NOTHING
+  RETURNING order_id
+), o AS (
+  SELECT x.id, x.customer_id
+    FROM unnest($5::uuid[], $6::text[], $7::bool[]) AS x(id, customer_id, keyed)
+   WHERE NOT x.keyed OR x.id IN (SELECT order_id FROM k)
+), it AS (
+  SELECT x.order_id, x.product_id, x.quantity
+    FROM unnest($8::uuid[], $9::bigint[], $10::bigint[]) AS x(order_id, product_id, quantity)
+   WHERE x.order_id IN (SELECT id FROM o)
+), d AS (
+  SELECT r.id, q.qty, r.read_stock, r.read_version, r.fence
+    FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) AS r(id, read_stock, read_version, fence)
+    JOIN (SELECT product_id, sum(quantity)::bigint AS qty FROM it GROUP BY product_id) q ON q.product_id = r.id
+), u AS (
+  ` + decrementSQL(d) + `
+  RETURNING p.id
+), ok AS (
+  SELECT count(*) = (SELECT count(*) FROM d) AS ok FROM u
+), i AS (
+  INSERT INTO order_items (order_id, product_id, quantity)
+  SELECT it.order_id, it.product_id, it.quantity FROM it, ok WHERE ok.ok
+)
+INSERT INTO orders (id, customer_id, status, created_at)
+SELECT o.id, o.customer_id, 'confirmed', now() FROM o, ok WHERE ok.ok
+RETURNING id, created_at`
 }
 
 // lockRowsSQL takes a cart's product rows in ascending id order before its write, so that
@@ -82,13 +135,10 @@ const (
 // lookupTimeout bounds the query that finds out whether a commit whose reply was lost happened.
 const lookupTimeout = 2 * time.Second
 
-// Snapshot implements Store. The levels are one cached statement; the records, when asked
-// for, a second query planned anew each time (pgx.QueryExecModeCacheDescribe): a cached plan
-// made while idempotency_keys was nearly empty scans the whole table for each key once it has
-// grown, and a new deployment's first sale is exactly when that happens. The purchase path asks
-// for records only once a write has met a stored key, so the hot path never runs it.
+// Snapshot implements Store. The levels are one cached statement; the records, when asked for,
+// are read as Records reads them.
 func (s *PGStore) Snapshot(ctx context.Context, ids []int64, keys []string) (Snapshot, error) {
-	snap := Snapshot{Levels: make(map[int64]Level, len(ids)), Records: map[string]IdempotencyRecord{}}
+	snap := Snapshot{Levels: make(map[int64]Level, len(ids))}
 	rows, _ := s.pool.Query(ctx, levelsSQL, ids)
 	var id int64
 	var l Level
@@ -99,22 +149,36 @@ func (s *PGStore) Snapshot(ctx context.Context, ids []int64, keys []string) (Sna
 	if err != nil {
 		return Snapshot{}, dbError("read stock", err)
 	}
-	if len(keys) == 0 {
-		return snap, nil
+	if snap.Records, err = s.Records(ctx, keys); err != nil {
+		return Snapshot{}, err
 	}
-	rows, _ = s.pool.Query(ctx, recordsSQL, pgx.QueryExecModeCacheDescribe, keys)
+	return snap, nil
+}
+
+// Records implements Store, with a query planned anew each time (pgx.QueryExecModeCacheDescribe):
+// a cached plan made while idempotency_keys was nearly empty scans the whole table for each key
+// once it has grown, and a new deployment's first sale is exactly when that happens. The
+// purchase path asks for records only once a write has met a stored key, or a batch has failed
+// and its keyed orders must not be refused while their keys have an outcome, so the hot path
+// never runs it.
+func (s *PGStore) Records(ctx context.Context, keys []string) (map[string]IdempotencyRecord, error) {
+	records := map[string]IdempotencyRecord{}
+	if len(keys) == 0 {
+		return records, nil
+	}
+	rows, _ := s.pool.Query(ctx, recordsSQL, pgx.QueryExecModeCacheDescribe, keys)
 	defer rows.Close()
 	for rows.Next() {
 		rec, err := scanRecord(rows)
 		if err != nil {
-			return Snapshot{}, err
+			return nil, err
 		}
-		snap.Records[rec.Key] = rec
+		records[rec.Key] = rec
 	}
 	if err := rows.Err(); err != nil {
-		return Snapshot{}, dbError("read idempotency records", err)
+		return nil, dbError("read idempotency records", err)
 	}
-	return snap, nil
+	return records, nil
 }
 
 func scanRecord(rows pgx.Rows) (IdempotencyRecord, error) {
@@ -159,45 +223,76 @@ func deref(p *int64) int64 {
 }
 
 // Commit implements Store.
-func (s *PGStore) Commit(ctx context.Context, w Write) (time.Time, error) {
-	args := commitArgs(w)
+func (s *PGStore) Commit(ctx context.Context, w Write) (Committed, error) {
+	sql, args := commitSQL(w.Defense), commitArgs(w)
+	if w.SkipStored {
+		sql, args = commitSkippingSQL(w.Defense), commitSkippingArgs(w)
+	}
 	var (
-		ok  bool
-		at  time.Time
-		err error
+		written map[uuid.UUID]time.Time
+		err     error
 	)
 	if len(w.Decrements) > 1 {
-		ok, at, err = s.commitCart(ctx, w, args)
+		written, err = s.commitCart(ctx, w, sql, args)
 	} else {
-		ok, at, err = writeBatch(ctx, s.pool, w, args)
+		written, err = writeBatch(ctx, s.pool, sql, args)
 	}
 	var pgErr *pgconn.PgError
 	switch {
-	case err == nil && !ok:
-		return time.Time{}, fmt.Errorf("%w: a decrement matched no row", ErrConflict)
 	case err == nil:
-		return at, nil
+		return committed(w, written)
 	case constraintViolated(err, "23514", "products_stock_nonnegative"):
-		return time.Time{}, &CaughtError{Layer: LayerCheck, ProductID: checkedProduct(w), Err: fmt.Errorf("%w: %w", ErrConflict, err)}
+		return Committed{}, &CaughtError{Layer: LayerCheck, ProductID: checkedProduct(w), Err: fmt.Errorf("%w: %w", ErrConflict, err)}
 	case constraintViolated(err, "23505", "idempotency_keys_pkey"):
-		return time.Time{}, fmt.Errorf("%w: an idempotency key was stored meanwhile: %w", ErrConflict, err)
+		return Committed{}, fmt.Errorf("%w: an idempotency key was stored meanwhile: %w", ErrConflict, err)
+	case constraintViolated(err, "23503", "idempotency_keys_order_id_fkey"):
+		// commitSkippingSQL's claims outlived orders that a refused decrement kept out.
+		return Committed{}, fmt.Errorf("%w: a decrement matched no row", ErrConflict)
 	case errors.As(err, &pgErr), pgconn.SafeToRetry(err):
 		// Postgres refused the statement, or it was never sent: nothing was written.
-		return time.Time{}, dbError("commit batch", err)
+		return Committed{}, dbError("commit batch", err)
 	}
 	// The reply was lost (a broken connection, a deadline): the batch may have committed.
 	return s.findCommit(ctx, w, err)
 }
 
+// committed reads what a write that ran without error did: every order written, or — with
+// w.SkipStored — some left out. A write that confirmed orders and wrote none of them was
+// refused (or, with w.SkipStored, left them all out): either way nothing was written.
+func committed(w Write, written map[uuid.UUID]time.Time) (Committed, error) {
+	if len(w.Orders) == 0 {
+		return Committed{At: time.Now()}, nil
+	}
+	if len(written) == 0 {
+		return Committed{}, fmt.Errorf("%w: a decrement matched no row, or every order's key was stored meanwhile", ErrConflict)
+	}
+	c := Committed{}
+	for _, o := range w.Orders {
+		at, ok := written[o.ID]
+		if !ok {
+			c.Skipped = append(c.Skipped, o.ID)
+			continue
+		}
+		c.At = at
+	}
+	if len(c.Skipped) > 0 && !w.SkipStored {
+		return Committed{}, fmt.Errorf("stock: commit wrote %d of %d orders of an all-or-nothing write", len(written), len(w.Orders))
+	}
+	return c, nil
+}
+
 // commitCart writes a batch over several products in an explicit transaction: a decrement that
 // matches no row must undo those that matched, which one statement alone cannot do.
-func (s *PGStore) commitCart(ctx context.Context, w Write, args []any) (ok bool, at time.Time, err error) {
+func (s *PGStore) commitCart(ctx context.Context, w Write, sql string, args []any) (written map[uuid.UUID]time.Time, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return false, time.Time{}, err
+		return nil, err
 	}
+	// Nothing written (a refused decrement) must not be committed either: the statement may
+	// have written part of it.
+	refused := func() bool { return len(w.Orders) > 0 && len(written) == 0 }
 	defer func() {
-		if err != nil || !ok {
+		if err != nil || refused() {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
@@ -206,56 +301,68 @@ func (s *PGStore) commitCart(ctx context.Context, w Write, args []any) (ok bool,
 		ids[i] = d.ProductID
 	}
 	if _, err := tx.Exec(ctx, lockRowsSQL, ids); err != nil {
-		return false, time.Time{}, err
+		return nil, err
 	}
-	if ok, at, err = writeBatch(ctx, tx, w, args); err != nil || !ok {
-		return ok, at, err
+	if written, err = writeBatch(ctx, tx, sql, args); err != nil || refused() {
+		return written, err
 	}
-	return true, at, tx.Commit(ctx)
+	return written, tx.Commit(ctx)
 }
 
-// writeBatch runs commitSQL on q and reports whether it wrote (every order inserted; a batch of
-// refusals alone always writes) and when.
+// writeBatch runs a commit statement on q and returns the orders it wrote, with their time.
 func writeBatch(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, w Write, args []any) (ok bool, at time.Time, err error) {
-	rows, _ := q.Query(ctx, commitSQL(w.Defense), args...)
-	written := 0
-	_, err = pgx.ForEachRow(rows, []any{&at}, func() error {
-		written++
+}, sql string, args []any) (map[uuid.UUID]time.Time, error) {
+	rows, _ := q.Query(ctx, sql, args...)
+	written := map[uuid.UUID]time.Time{}
+	var id uuid.UUID
+	var at time.Time
+	_, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+		written[id] = at
 		return nil
 	})
 	if err != nil {
-		return false, time.Time{}, err
+		return nil, err
 	}
-	if len(w.Orders) == 0 {
-		return true, time.Now(), nil
-	}
-	return written == len(w.Orders), at, nil
+	return written, nil
 }
 
-// findCommit finds out whether a batch whose commit went unanswered committed: its orders exist
-// or none does, since the write is one transaction. A batch that confirmed nothing only stored
-// refusals, which are true either way.
-func (s *PGStore) findCommit(ctx context.Context, w Write, cause error) (time.Time, error) {
+// findCommitSQL finds which of a batch's orders exist. Planned anew each time, like recordsSQL:
+// it runs rarely, and a plan cached while orders was small would scan it.
+const findCommitSQL = `SELECT id, created_at FROM orders WHERE id = ANY($1)`
+
+// findCommit finds out whether a batch whose commit went unanswered committed: its orders
+// exist or none does, since the write is one transaction (with w.SkipStored, those that exist
+// are the ones written). A batch that confirmed nothing only stored refusals, which are true
+// either way.
+func (s *PGStore) findCommit(ctx context.Context, w Write, cause error) (Committed, error) {
 	if len(w.Orders) == 0 {
-		return time.Time{}, nil
+		return Committed{At: time.Now()}, nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
 	defer cancel()
+	ids := make([]uuid.UUID, len(w.Orders))
+	for i, o := range w.Orders {
+		ids[i] = o.ID
+	}
+	rows, _ := s.pool.Query(ctx, findCommitSQL, pgx.QueryExecModeCacheDescribe, ids)
+	written := map[uuid.UUID]time.Time{}
+	var id uuid.UUID
 	var at time.Time
-	err := s.pool.QueryRow(ctx, `SELECT created_at FROM orders WHERE id = $1`, w.Orders[0].ID).Scan(&at)
+	_, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+		written[id] = at
+		return nil
+	})
 	switch {
-	case err == nil:
-		return at, nil
-	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return Committed{}, fmt.Errorf("%w: %w: commit batch (%w), and looking it up failed: %v", ErrUnavailable, ErrOutcomeUnknown, cause, err)
+	case len(written) == 0:
 		// Not committed as far as Postgres can tell now. A statement still running on a
 		// connection the server has not yet seen close could commit later, so this is
 		// "unavailable" — retry with the same key — and never "not sold".
-		return time.Time{}, fmt.Errorf("%w: commit batch: %w", ErrUnavailable, cause)
-	default:
-		return time.Time{}, fmt.Errorf("%w: commit batch: outcome unknown (%w), and looking it up failed: %v", ErrUnavailable, cause, err)
+		return Committed{}, fmt.Errorf("%w: %w: commit batch: %w", ErrUnavailable, ErrOutcomeUnknown, cause)
 	}
+	return committed(w, written)
 }
 
 // checkedProduct names the product whose CHECK refused a single-product write; for a cart,
@@ -303,4 +410,35 @@ func commitArgs(w Write) []any {
 	}
 	return []any{ids, qtys, stocks, versions, fences, orderIDs, customers, itemOrders, itemProducts, itemQtys,
 		keys, fingerprints, outcomes, recOrders, recProducts, recRequested, recAvailable}
+}
+
+// commitSkippingArgs lays w out as commitSkippingSQL's array parameters (every slice non-nil,
+// as for commitArgs). Its records are all confirmed orders: a write with refusals never skips.
+func commitSkippingArgs(w Write) []any {
+	n := len(w.Decrements)
+	ids, stocks, versions, fences := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, d := range w.Decrements {
+		ids[i], stocks[i], versions[i], fences[i] = d.ProductID, d.Read.Stock, d.Read.Version, d.Fence
+	}
+	r := len(w.Records)
+	keys, fingerprints, recOrders := make([]string, r), make([][]byte, r), make([]pgtype.UUID, r)
+	keyed := make(map[uuid.UUID]bool, r)
+	for i, rec := range w.Records {
+		keys[i], fingerprints[i] = rec.Key, rec.Fingerprint
+		recOrders[i] = pgtype.UUID{Bytes: rec.Order.ID, Valid: true}
+		keyed[rec.Order.ID] = true
+	}
+	orderIDs, customers, orderKeyed := make([]pgtype.UUID, len(w.Orders)), make([]string, len(w.Orders)), make([]bool, len(w.Orders))
+	itemOrders, itemProducts, itemQtys := []pgtype.UUID{}, []int64{}, []int64{}
+	for i, o := range w.Orders {
+		id := pgtype.UUID{Bytes: o.ID, Valid: true}
+		orderIDs[i], customers[i], orderKeyed[i] = id, o.CustomerID, keyed[o.ID]
+		for _, it := range o.Items {
+			itemOrders = append(itemOrders, id)
+			itemProducts = append(itemProducts, it.ProductID)
+			itemQtys = append(itemQtys, it.Quantity)
+		}
+	}
+	return []any{ids, stocks, versions, fences, orderIDs, customers, orderKeyed, itemOrders, itemProducts, itemQtys,
+		keys, fingerprints, recOrders}
 }

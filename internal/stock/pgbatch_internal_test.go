@@ -36,16 +36,16 @@ func TestFindCommit(t *testing.T) {
 		Decrements: []Decrement{{ProductID: p.ID, Quantity: 1, Read: snap.Levels[p.ID], Fence: 1}}}
 	lost := io.ErrUnexpectedEOF
 
-	if _, err := s.findCommit(context.Background(), w, lost); !errors.Is(err, ErrUnavailable) || !errors.Is(err, lost) {
-		t.Errorf("lookup of a batch that never committed = %v, want ErrUnavailable wrapping the cause", err)
+	if _, err := s.findCommit(context.Background(), w, lost); !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, lost) {
+		t.Errorf("lookup of a batch that never committed = %v, want ErrUnavailable and ErrOutcomeUnknown wrapping the cause", err)
 	}
-	at, err := s.Commit(context.Background(), w)
+	c, err := s.Commit(context.Background(), w)
 	if err != nil {
 		t.Fatalf("commit: %v", err)
 	}
 	got, err := s.findCommit(context.Background(), w, lost)
-	if err != nil || !got.Equal(at) {
-		t.Errorf("lookup of a committed batch = %v, %v; want %v", got, err, at)
+	if err != nil || !got.At.Equal(c.At) || len(got.Skipped) != 0 {
+		t.Errorf("lookup of a committed batch = %+v, %v; want %v, nothing skipped", got, err, c.At)
 	}
 	refusals := Write{Records: []IdempotencyRecord{{Key: "k", Fingerprint: []byte("f"), SoldOut: &SoldOutError{ProductID: p.ID}}}}
 	if _, err := s.findCommit(context.Background(), refusals, lost); err != nil {

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"golang.org/x/sync/semaphore"
 )
 
 // Limits on input, enforced by the Service.
@@ -95,6 +96,8 @@ type Service struct {
 	metrics *Metrics
 	batches *batcher
 	keys    storedKeys
+	lookups *recordLookups
+	audits  *semaphore.Weighted
 	// afterRead, when set, runs between a batch's read and its write, with the number of
 	// orders in the batch. Tests use it to open the race window at will.
 	afterRead func(ctx context.Context, orders int)
@@ -104,6 +107,8 @@ type Service struct {
 func NewService(store Store, locker Locker, cfg Config, metrics *Metrics) *Service {
 	s := &Service{store: store, locker: locker, cfg: cfg.withDefaults(), metrics: metrics}
 	s.keys = storedKeys{store: store, metrics: metrics}
+	s.lookups = &recordLookups{store: store}
+	s.audits = semaphore.NewWeighted(maxAudits)
 	s.batches = newBatcher(s.cfg.MaxBatchOrders, s.cfg.MaxBatchUnits, s.cfg.QueueWait, metrics)
 	s.batches.decide = s.decideQueued
 	return s
@@ -112,6 +117,7 @@ func NewService(store Store, locker Locker, cfg Config, metrics *Metrics) *Servi
 // Close refuses new orders and returns once every queued order has been decided.
 func (s *Service) Close() {
 	s.batches.close()
+	s.lookups.wait()
 }
 
 // CreateProduct validates p and stores it, with surrounding spaces trimmed from SKU and name.
@@ -167,8 +173,20 @@ func (s *Service) Product(ctx context.Context, id int64) (ProductView, error) {
 	return ProductView{Product: p, Read: time.Now(), From: FromPostgres}, nil
 }
 
-// Audit accounts for product id's stock. Errors: *ProductNotFoundError, ErrUnavailable.
+// maxAudits is how many audits a replica runs at once. An audit recounts every order of the
+// product, which on a product with a million orders holds a connection of the purchase path's
+// pool for a while: a few at a time leave the rest of the pool to the sale.
+const maxAudits = 1
+
+// Audit accounts for product id's stock by recounting what was received and sold. It waits
+// for the audits already running on this replica (at most maxAudits run at once) as long as
+// ctx allows. Errors: *ProductNotFoundError, ErrUnavailable, a *BusyError when ctx ended
+// while it waited for its turn.
 func (s *Service) Audit(ctx context.Context, id int64) (Audit, error) {
+	if err := s.audits.Acquire(ctx, 1); err != nil {
+		return Audit{}, &BusyError{RetryAfter: time.Second, Reason: fmt.Sprintf("other audits are running on this replica: %v", err)}
+	}
+	defer s.audits.Release(1)
 	return s.store.Audit(ctx, id)
 }
 
@@ -270,9 +288,12 @@ func (s *Service) PurgeIdempotencyKeys(ctx context.Context, retention time.Durat
 // when it is a stored answer); ErrIdempotencyKeyReused; ErrBusy (the product's queue is full,
 // its lock could not be had in time, or writes kept conflicting; nothing was sold — a
 // *BusyError says when to retry); ErrLockLost (a lock expired mid-batch and a defense layer
-// refused the write; nothing was sold); ErrUnavailable (Postgres or Redis unreachable, or the
-// outcome of the commit is unknown: retry with the same key); the context's error when the
-// caller gave up while the order was still queued (nothing was sold).
+// refused the write; nothing was sold); ErrUnavailable (Postgres or Redis unreachable, or —
+// with ErrOutcomeUnknown — the outcome of the commit is unknown: retry with the same key;
+// whatever else the error holds, an error with ErrUnavailable never means "nothing was sold");
+// the context's error when the caller gave up while the order was still queued (nothing was
+// sold). A keyed order is refused busy (or its lock lost) only once its key is known to have
+// no stored outcome: one that has is answered with it (replayStored).
 func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderResult, err error) {
 	defer func() { s.countOutcome(res, err) }()
 
@@ -293,6 +314,13 @@ func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderRe
 	var o outcome
 	if len(items) == 1 {
 		o = s.batches.submit(ctx, items[0].ProductID, t)
+		if busy, ok := errors.AsType[*BusyError](o.err); ok && busy.Shed {
+			// Turned away before any batch looked at it: its key may still have an
+			// outcome from an earlier attempt, which a refusal must not hide.
+			out := [1]outcome{o}
+			s.replayStored(ctx, []*ticket{t}, out[:])
+			o = out[0]
+		}
 	} else {
 		ids := make([]int64, len(items))
 		for i, it := range items {
@@ -345,6 +373,7 @@ func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h 
 	start := time.Now()
 	if s.cfg.Defense.Lock && h.worthLooking(tickets) {
 		if outcomes, ok := s.decideWithoutLock(ctx, ids, tickets, h); ok {
+			s.replayStored(ctx, tickets, outcomes)
 			s.metrics.batch(len(tickets), time.Since(start), false)
 			return outcomes
 		}
@@ -377,6 +406,8 @@ func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h 
 	if err != nil {
 		outcomes = failAll(len(tickets), err)
 	}
+	// After the lock: reading the records is no business of the next holder's.
+	s.replayStored(ctx, tickets, outcomes)
 	s.metrics.batch(len(tickets), time.Since(start), s.cfg.Defense.Lock)
 	return outcomes
 }
@@ -462,15 +493,22 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 			leaveLevel(g, ids, snap, a.write)
 			return a.outcomes, nil, time.Time{}, nil
 		}
-		at, werr := s.store.Commit(ctx, a.write)
+		c, werr := s.store.Commit(ctx, a.write)
 		if werr == nil {
-			leaveLevel(g, ids, snap, a.write)
+			w := a.write
+			if len(c.Skipped) > 0 {
+				// Retries whose keys another batch stored first: answered from their records
+				// once the lock is released; the rest committed without them.
+				w = w.Without(c.Skipped)
+				leaveOut(tickets, a.outcomes, c.Skipped)
+			}
+			leaveLevel(g, ids, snap, w)
 			for i := range a.outcomes {
 				if a.outcomes[i].err == nil && a.outcomes[i].order.CreatedAt.IsZero() {
-					a.outcomes[i].order.CreatedAt = at
+					a.outcomes[i].order.CreatedAt = c.At
 				}
 			}
-			return a.outcomes, &a.write, at, nil
+			return a.outcomes, &w, c.At, nil
 		}
 		if !errors.Is(werr, ErrConflict) {
 			return nil, nil, time.Time{}, werr
@@ -625,9 +663,9 @@ func (s *Service) validateOrder(req OrderRequest) ([]Item, error) {
 }
 
 // validKey checks an Idempotency-Key: empty (none), or at most MaxIdempotencyKeyLen characters
-// of plain text.
+// of plain text (characters, as every other limit here counts them, not bytes).
 func validKey(key string) error {
-	if len(key) > MaxIdempotencyKeyLen {
+	if utf8.RuneCountInString(key) > MaxIdempotencyKeyLen {
 		return &ValidationError{Field: "Idempotency-Key", Reason: fmt.Sprintf("must be at most %d characters", MaxIdempotencyKeyLen)}
 	}
 	return plainText("Idempotency-Key", key)
@@ -678,15 +716,16 @@ func (s *Service) countOutcome(res OrderResult, err error) {
 		}
 	case errors.Is(err, ErrSoldOut):
 		s.metrics.outcome(outcomeSoldOut)
-	case errors.Is(err, ErrBusy), errors.Is(err, ErrLockLost):
-		s.metrics.outcome(outcomeBusy)
 	case errors.Is(err, ErrInvalid), errors.Is(err, ErrProductNotFound), errors.Is(err, ErrIdempotencyKeyReused):
 		s.metrics.outcome(outcomeRejected)
+	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		// What the API answers 503, whatever else the error holds (a lock lost while the
+		// commit's reply was lost, say): a dependency down or slow, or an outcome unknown.
+		s.metrics.outcome(outcomeUnavailable)
+	case errors.Is(err, ErrBusy), errors.Is(err, ErrLockLost):
+		s.metrics.outcome(outcomeBusy)
 	case errors.Is(err, context.Canceled):
 		s.metrics.outcome(outcomeCancelled)
-	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		// What the API answers 503: a dependency down or slow, not a fault of the service.
-		s.metrics.outcome(outcomeUnavailable)
 	default:
 		s.metrics.outcome(outcomeError)
 	}

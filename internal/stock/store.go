@@ -36,13 +36,20 @@ type Store interface {
 	// stored under each key in keys that has one. Errors: ErrBusy, ErrUnavailable.
 	Snapshot(ctx context.Context, ids []int64, keys []string) (Snapshot, error)
 	// Commit applies w in one transaction: every decrement under the conditions w.Defense
-	// selects, and the orders and records, all or nothing. It returns the orders' creation
-	// time. Errors: ErrConflict (nothing written: a condition refused a decrement, or a key
-	// already has a record); a *CaughtError wrapping ErrConflict when the CHECK constraint
-	// refused a decrement; ErrBusy (Postgres lock contention); ErrUnavailable (Postgres
-	// unreachable, or the transaction's outcome is unknown: the connection failed while it
-	// committed and the store could not find out whether it had).
-	Commit(ctx context.Context, w Write) (time.Time, error)
+	// selects, and the orders and records, all or nothing — except that, when w.SkipStored is
+	// set, an order whose key already has a record is left out, its units with it, and the
+	// rest is written (Committed.Skipped names what was left out). Errors: ErrConflict
+	// (nothing written: a condition refused a decrement, or a key already has a record and
+	// w.SkipStored is not set, or every order was left out); a *CaughtError wrapping
+	// ErrConflict when the CHECK constraint refused a decrement; ErrBusy (Postgres lock
+	// contention); ErrUnavailable (Postgres unreachable); ErrUnavailable with
+	// ErrOutcomeUnknown (the connection failed while the write committed, and the store could
+	// not find out whether it had).
+	Commit(ctx context.Context, w Write) (Committed, error)
+
+	// Records returns the records stored under each key in keys that has one. Errors:
+	// ErrUnavailable.
+	Records(ctx context.Context, keys []string) (map[string]IdempotencyRecord, error)
 
 	// StoredKeys returns the idempotency keys with a stored outcome that concerns product id —
 	// a confirmed order that includes it, or a refusal for lack of it — at most limit of them.
@@ -99,6 +106,13 @@ type IdempotencyRecord struct {
 // Write is everything one batch commits.
 type Write struct {
 	Defense Defense
+	// SkipStored lets the store leave out an order whose idempotency key turns out to have a
+	// record already (a retry that reached another batch first), with its units, instead of
+	// refusing the whole write. allocate sets it only for a write that refuses nobody for
+	// want of stock: leaving an order out then only leaves more stock, so every other
+	// decision of the batch stays true. (A refusal decided while the left-out order was
+	// counted would not be.)
+	SkipStored bool
 	// Decrements are the products the batch takes stock from, one entry per product, in
 	// ascending id order.
 	Decrements []Decrement
@@ -106,6 +120,15 @@ type Write struct {
 	Orders []Order
 	// Records are the idempotency records of the batch's keyed orders, confirmed or refused.
 	Records []IdempotencyRecord
+}
+
+// Committed is what a write that committed left behind.
+type Committed struct {
+	// At is when the orders were created.
+	At time.Time
+	// Skipped are the orders of the write that were left out because their key already had a
+	// record (only with Write.SkipStored): nothing of them was written.
+	Skipped []uuid.UUID
 }
 
 // Decrement takes Quantity units of a product: the sum over the batch's confirmed orders.

@@ -102,9 +102,9 @@ var storeCases = []storeCase{
 		refusal := stock.IdempotencyRecord{Key: "r-" + uuid.NewString(), Fingerprint: []byte("r"),
 			SoldOut: &stock.SoldOutError{ProductID: id, Requested: 9, Available: 7}}
 		w.Records = append(w.Records, refusal)
-		at, err := s.Commit(context.Background(), w)
-		if err != nil || at.IsZero() {
-			t.Fatalf("commit = %v, %v; want a time and no error", at, err)
+		c, err := s.Commit(context.Background(), w)
+		if err != nil || c.At.IsZero() || len(c.Skipped) != 0 {
+			t.Fatalf("commit = %+v, %v; want a time, nothing skipped and no error", c, err)
 		}
 		snap := mustSnapshot(t, s, []int64{id}, w.Records[0].Key, refusal.Key)
 		if got := snap.Levels[id]; got.Stock != 7 || got.Version != l.Version+1 || got.Fence != 5 {
@@ -184,6 +184,86 @@ var storeCases = []storeCase{
 			t.Fatalf("second write under the same key = %v, want ErrConflict", err)
 		}
 		wantNothingWritten(t, s, id, 9, o.ID)
+	}},
+	{"a write that may skip leaves out the orders whose key has a record, with their units", func(t *testing.T, s stock.Store) {
+		ctx := context.Background()
+		id := mustCreate(t, s, "skip", 10)
+		stored := "stored-" + uuid.NewString()
+		first, firstOrder := sale(stock.DefaultDefense(), id, 1, mustSnapshot(t, s, []int64{id}).Levels[id], 1, stored)
+		if _, err := s.Commit(ctx, first); err != nil {
+			t.Fatalf("first: %v", err)
+		}
+		l := mustSnapshot(t, s, []int64{id}).Levels[id]
+		retry, retryOrder := sale(stock.DefaultDefense(), id, 2, l, 2, stored)
+		fresh, freshOrder := sale(stock.DefaultDefense(), id, 3, l, 2, "fresh-"+uuid.NewString())
+		_, plainOrder := sale(stock.DefaultDefense(), id, 4, l, 2, "")
+		w := stock.Write{Defense: stock.DefaultDefense(), SkipStored: true,
+			Decrements: []stock.Decrement{{ProductID: id, Quantity: 9, Read: l, Fence: 2}},
+			Orders:     []stock.Order{retryOrder, freshOrder, plainOrder},
+			Records:    append(retry.Records, fresh.Records...)}
+		c, err := s.Commit(ctx, w)
+		if err != nil || len(c.Skipped) != 1 || c.Skipped[0] != retryOrder.ID || c.At.IsZero() {
+			t.Fatalf("commit = %+v, %v; want the retry's order skipped, the rest written", c, err)
+		}
+		if got := mustSnapshot(t, s, []int64{id}).Levels[id]; got.Stock != 2 || got.Version != l.Version+1 {
+			t.Errorf("level = %+v, want 9 - 1 - 3 - 4 = 2 left, one version more: the skipped order's units kept", got)
+		}
+		if _, err := s.Order(ctx, retryOrder.ID); !errors.Is(err, stock.ErrOrderNotFound) {
+			t.Errorf("the skipped order: %v, want not found", err)
+		}
+		for _, o := range []stock.Order{freshOrder, plainOrder} {
+			if _, err := s.Order(ctx, o.ID); err != nil {
+				t.Errorf("order %s: %v, want written", o.ID, err)
+			}
+		}
+		recs, err := s.Records(ctx, []string{stored, fresh.Records[0].Key, "none-" + uuid.NewString()})
+		if err != nil || len(recs) != 2 || recs[stored].Order == nil || recs[stored].Order.ID != firstOrder.ID ||
+			recs[fresh.Records[0].Key].Order == nil || recs[fresh.Records[0].Key].Order.ID != freshOrder.ID {
+			t.Errorf("records = %+v, %v; want the first order's under the stored key and the fresh one's", recs, err)
+		}
+	}},
+	{"a write that may skip, refused, writes nothing: no claim is left behind", func(t *testing.T, s stock.Store) {
+		ctx := context.Background()
+		id := mustCreate(t, s, "skip-refused", 10)
+		for name, d := range map[string]stock.Defense{"version": {Version: true, Check: true}, "guard": {Guard: true, Check: true}, "fence": stock.DefaultDefense()} {
+			l := mustSnapshot(t, s, []int64{id}).Levels[id]
+			qty, fence := int64(1), int64(0)
+			switch name {
+			case "version":
+				l.Version--
+			case "guard":
+				qty = 11
+			case "fence":
+				bump, _ := sale(d, id, 1, l, 100, "")
+				if _, err := s.Commit(ctx, bump); err != nil {
+					t.Fatalf("fence bump: %v", err)
+				}
+				l, fence = mustSnapshot(t, s, []int64{id}).Levels[id], 99
+			}
+			left := mustSnapshot(t, s, []int64{id}).Levels[id].Stock
+			w, o := sale(d, id, qty, l, fence, "claim-"+uuid.NewString())
+			w.SkipStored = true
+			wantRefused(t, s, w, id, left, o.ID)
+			if recs, err := s.Records(ctx, []string{w.Records[0].Key}); err != nil || len(recs) != 0 {
+				t.Errorf("%s: records after a refused write = %+v, %v; want its key unclaimed", name, recs, err)
+			}
+		}
+	}},
+	{"a write that may skip, all of whose orders are left out, writes nothing", func(t *testing.T, s stock.Store) {
+		ctx := context.Background()
+		id := mustCreate(t, s, "skip-all", 10)
+		key := "all-" + uuid.NewString()
+		first, _ := sale(stock.DefaultDefense(), id, 1, mustSnapshot(t, s, []int64{id}).Levels[id], 1, key)
+		if _, err := s.Commit(ctx, first); err != nil {
+			t.Fatalf("first: %v", err)
+		}
+		l := mustSnapshot(t, s, []int64{id}).Levels[id]
+		w, o := sale(stock.DefaultDefense(), id, 1, l, 2, key)
+		w.SkipStored = true
+		wantRefused(t, s, w, id, 9, o.ID)
+		if got := mustSnapshot(t, s, []int64{id}).Levels[id]; got != l {
+			t.Errorf("level = %+v, want %+v untouched", got, l)
+		}
 	}},
 	{"a cart is all or nothing", func(t *testing.T, s stock.Store) {
 		a, b := mustCreate(t, s, "cart-a", 5), mustCreate(t, s, "cart-b", 5)

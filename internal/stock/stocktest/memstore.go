@@ -152,35 +152,63 @@ func (m *MemStore) Snapshot(_ context.Context, ids []int64, keys []string) (stoc
 	return s, nil
 }
 
-// Commit implements stock.Store, with the conditions w.Defense selects, as the Postgres store
-// applies them: all or nothing.
-func (m *MemStore) Commit(_ context.Context, w stock.Write) (time.Time, error) {
+// Records implements stock.Store.
+func (m *MemStore) Records(_ context.Context, keys []string) (map[string]stock.IdempotencyRecord, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	out := map[string]stock.IdempotencyRecord{}
+	for _, k := range keys {
+		if r, ok := m.records[k]; ok {
+			out[k] = r.rec
+		}
+	}
+	return out, nil
+}
+
+// Commit implements stock.Store, with the conditions w.Defense selects, as the Postgres store
+// applies them: all or nothing, except that with w.SkipStored the orders whose key has a record
+// are left out, with their units.
+func (m *MemStore) Commit(_ context.Context, w stock.Write) (stock.Committed, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var skipped []uuid.UUID
+	if w.SkipStored {
+		for _, r := range w.Records {
+			if _, taken := m.records[r.Key]; taken && r.Order != nil {
+				skipped = append(skipped, r.Order.ID)
+			}
+		}
+		if len(skipped) > 0 {
+			w = w.Without(skipped)
+			if len(w.Orders) == 0 {
+				return stock.Committed{}, fmt.Errorf("%w: every order's key was stored meanwhile", stock.ErrConflict)
+			}
+		}
+	}
 	for _, d := range w.Decrements {
 		x, ok := m.products[d.ProductID]
 		if !ok {
-			return time.Time{}, fmt.Errorf("%w: product %d is gone", stock.ErrConflict, d.ProductID)
+			return stock.Committed{}, fmt.Errorf("%w: product %d is gone", stock.ErrConflict, d.ProductID)
 		}
 		naive := w.Defense == stock.Defense{}
 		refused := w.Defense.Version && x.p.Version != d.Read.Version ||
 			w.Defense.Guard && x.p.Stock < d.Quantity ||
 			w.Defense.Lock && x.fence > d.Fence
 		if refused {
-			return time.Time{}, fmt.Errorf("%w: the decrement of product %d matched no row", stock.ErrConflict, d.ProductID)
+			return stock.Committed{}, fmt.Errorf("%w: the decrement of product %d matched no row", stock.ErrConflict, d.ProductID)
 		}
 		left := x.p.Stock - d.Quantity
 		if naive {
 			left = d.Read.Stock - d.Quantity
 		}
 		if left < 0 {
-			return time.Time{}, &stock.CaughtError{Layer: stock.LayerCheck, ProductID: d.ProductID,
+			return stock.Committed{}, &stock.CaughtError{Layer: stock.LayerCheck, ProductID: d.ProductID,
 				Err: fmt.Errorf("%w: stock would be %d", stock.ErrConflict, left)}
 		}
 	}
 	for _, r := range w.Records {
 		if _, taken := m.records[r.Key]; taken {
-			return time.Time{}, fmt.Errorf("%w: key %q has a record", stock.ErrConflict, r.Key)
+			return stock.Committed{}, fmt.Errorf("%w: key %q has a record", stock.ErrConflict, r.Key)
 		}
 	}
 	now := m.now()
@@ -209,7 +237,7 @@ func (m *MemStore) Commit(_ context.Context, w stock.Write) (time.Time, error) {
 		}
 		m.records[r.Key] = record{rec: r, created: now}
 	}
-	return now, nil
+	return stock.Committed{At: now, Skipped: skipped}, nil
 }
 
 // StoredKeys implements stock.Store.

@@ -1,0 +1,59 @@
+package stock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stocktest"
+)
+
+// slowAudits holds every audit until release is closed, and says when one has begun.
+type slowAudits struct {
+	*stocktest.MemStore
+	begun   chan struct{}
+	release chan struct{}
+}
+
+func (s *slowAudits) Audit(ctx context.Context, id int64) (stock.Audit, error) {
+	s.begun <- struct{}{}
+	<-s.release
+	return s.MemStore.Audit(ctx, id)
+}
+
+// TestAuditsRunOneAtATime: an audit recounts a product's orders, so a replica runs one at a
+// time; another waits its turn, and one whose deadline ends first is busy, having read nothing.
+func TestAuditsRunOneAtATime(t *testing.T) {
+	t.Parallel()
+	store := &slowAudits{MemStore: stocktest.NewMemStore(), begun: make(chan struct{}, 2), release: make(chan struct{})}
+	svc := newMemService(t, store, &stocktest.LocalLocker{})
+	p, err := store.CreateProduct(context.Background(), stock.NewProduct{SKU: "p", Name: "p", Stock: 5})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := svc.Audit(context.Background(), p.ID)
+		first <- err
+	}()
+	<-store.begun
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := svc.Audit(ctx, p.ID); !errors.Is(err, stock.ErrBusy) {
+		t.Errorf("second audit while one runs, until its deadline = %v, want busy", err)
+	}
+	select {
+	case <-store.begun:
+		t.Errorf("the second audit reached the store while the first ran")
+	default:
+	}
+	close(store.release)
+	if err := <-first; err != nil {
+		t.Errorf("first audit: %v", err)
+	}
+	if a, err := svc.Audit(context.Background(), p.ID); err != nil || a.Stock != 5 {
+		t.Errorf("audit after = %+v, %v", a, err)
+	}
+}
