@@ -100,7 +100,8 @@ func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, d Defens
 	}
 	slices.SortFunc(a.write.Decrements, func(x, y Decrement) int { return cmpInt64(x.ProductID, y.ProductID) })
 	a.write.Defense = d
-	a.write.SkipStored = !refused
+	// Only a write with keys has anything to skip; one without keeps the plainer statement.
+	a.write.SkipStored = !refused && len(a.write.Records) > 0
 	return a
 }
 

@@ -208,3 +208,44 @@ func TestAllocateNothingToWrite(t *testing.T) {
 		t.Errorf("write for an unkeyed refusal = %+v, want nothing", a.write)
 	}
 }
+
+// TestAllocateSkipsStoredKeysOnlyWhenNothingIsRefused: a write may leave out an order whose
+// key turns out to be stored only when no order of the batch was refused for want of stock —
+// that refusal was decided counting the order left out — and only when it has keys at all.
+func TestAllocateSkipsStoredKeysOnlyWhenNothingIsRefused(t *testing.T) {
+	tests := []struct {
+		name    string
+		stock   int64
+		tickets []*ticket
+		want    bool
+	}{
+		{"keyed, all fit", 5, []*ticket{keyed(tk("a", item(1, 2)), "k1"), tk("b", item(1, 1))}, true},
+		{"keyed, one refused", 2, []*ticket{keyed(tk("a", item(1, 2)), "k1"), keyed(tk("b", item(1, 1)), "k2")}, false},
+		{"unkeyed refusal beside a keyed order", 2, []*ticket{keyed(tk("a", item(1, 2)), "k1"), tk("b", item(1, 1))}, false},
+		{"no keys", 5, []*ticket{tk("a", item(1, 2))}, false},
+		{"a missing product is no refusal for stock", 5, []*ticket{keyed(tk("a", item(1, 2)), "k1"), tk("b", item(9, 1))}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := allocate(levels(map[int64]int64{1: tt.stock}), tt.tickets, nil, DefaultDefense())
+			if a.write.SkipStored != tt.want {
+				t.Errorf("SkipStored = %v, want %v (outcomes %v)", a.write.SkipStored, tt.want, summary(a))
+			}
+		})
+	}
+}
+
+// TestWriteWithout: what a write that left orders out committed — the rest of its orders and
+// records, and only their units.
+func TestWriteWithout(t *testing.T) {
+	a := tk("a", item(1, 2), item(2, 1))
+	b := tk("b", item(1, 3))
+	w := allocate(levels(map[int64]int64{1: 10, 2: 10}), []*ticket{keyed(a, "ka"), keyed(b, "kb")}, nil, DefaultDefense()).write
+	got := w.Without([]uuid.UUID{a.id})
+	if len(got.Orders) != 1 || got.Orders[0].ID != b.id || len(got.Records) != 1 || got.Records[0].Key != "kb" {
+		t.Errorf("orders %v, records %v; want b's alone", got.Orders, got.Records)
+	}
+	if len(got.Decrements) != 1 || got.Decrements[0].ProductID != 1 || got.Decrements[0].Quantity != 3 {
+		t.Errorf("decrements = %+v, want 3 units of product 1 (product 2 untouched)", got.Decrements)
+	}
+}

@@ -108,9 +108,9 @@ type Write struct {
 	Defense Defense
 	// SkipStored lets the store leave out an order whose idempotency key turns out to have a
 	// record already (a retry that reached another batch first), with its units, instead of
-	// refusing the whole write. allocate sets it only for a write that refuses nobody for
-	// want of stock: leaving an order out then only leaves more stock, so every other
-	// decision of the batch stays true. (A refusal decided while the left-out order was
+	// refusing the whole write. allocate sets it only for a write with keys that refuses
+	// nobody for want of stock: leaving an order out then only leaves more stock, so every
+	// other decision of the batch stays true. (A refusal decided while the left-out order was
 	// counted would not be.)
 	SkipStored bool
 	// Decrements are the products the batch takes stock from, one entry per product, in
