@@ -59,11 +59,9 @@ SELECT i.id, CASE WHEN p.id IS NOT NULL THEN 'accepted' WHEN NOT i.found THEN 'm
   FROM input i LEFT JOIN placed p ON p.id = i.id
  ORDER BY i.n`
 
-// acceptLockClass is the first key of the transaction advisory locks that order a product's
-// accepting groups (the second is the product id, as for lineLockClass).
-const acceptLockClass = lineLockClass + 1
-
-const acceptLockSQL = `SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int[]) AS k ORDER BY k`
+// acceptLockSQL takes the accept locks of a group's products, in ascending order of their keys
+// (the id's high and low halves: see lineLockKey on how the service's locks are kept apart).
+const acceptLockSQL = `SELECT pg_advisory_xact_lock(hi, lo) FROM unnest($1::int[], $2::int[]) AS k(hi, lo) ORDER BY hi, lo`
 
 // distinct returns ids without repeats, in first-seen order.
 func distinct(ids []int64) []int64 {
@@ -76,14 +74,12 @@ func distinct(ids []int64) []int64 {
 	return out
 }
 
-// lockKeys returns the distinct second keys of products' advisory locks, ascending.
-func lockKeys(products []int64) []int32 {
-	keys := make([]int32, 0, len(products))
-	for _, id := range products {
-		keys = append(keys, int32(id))
+// acceptLockKeys returns the two int4 keys of products' accept locks, each product once.
+func acceptLockKeys(products []int64) (hi, lo []int32) {
+	for _, id := range distinct(products) {
+		hi, lo = append(hi, int32(id>>32)), append(lo, int32(id))
 	}
-	slices.Sort(keys)
-	return slices.Compact(keys)
+	return hi, lo
 }
 
 // acceptRequest is one order waiting to join a group.
@@ -190,7 +186,8 @@ func (q *Queue) acceptGroup(ctx context.Context, group []*acceptRequest) ([]acce
 		// products; Postgres ends a transaction left idle that long, and the lock with it.
 		b := &pgx.Batch{}
 		b.Queue(`SET LOCAL idle_in_transaction_session_timeout = '5s'`)
-		b.Queue(acceptLockSQL, acceptLockClass, lockKeys(products))
+		hi, lo := acceptLockKeys(products)
+		b.Queue(acceptLockSQL, hi, lo)
 		i := 0
 		b.Queue(acceptSQL, ids, customers, products, quantities, keys, fingerprints).Query(func(rows pgx.Rows) error {
 			var (

@@ -113,6 +113,10 @@ func New(pool *pgxpool.Pool, svc *stock.Service, cfg Config) (*Queue, error) {
 		RescueStuckJobsAfter: cfg.JobTimeout + 30*time.Second,
 		RetryPolicy:          retryPolicy{},
 		Logger:               slog.New(&levelHandler{min: slog.LevelWarn, h: cfg.Logger.Handler()}),
+		// River takes advisory locks only for a kind of unique job this service does not use;
+		// should it ever, its keys then begin with this prefix, positive, clear of the line
+		// locks' negative keys (see lineLockKey).
+		AdvisoryLockPrefix: riverLockPrefix,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("async: river client: %w", err)

@@ -101,11 +101,29 @@ func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[sweepArgs]) error {
 	return nil
 }
 
-// lineLockClass is the first key of the advisory locks that give a product's line to one
-// drain at a time (the second is the product id). The lock serves order and economy, not
-// safety: two drains of one line would decide the same orders, and the second would replay
-// the first's records.
-const lineLockClass = 0x5707c5a
+// The service's advisory locks, and how their keys are kept apart. A product id is a positive
+// bigint (an identity column; the API refuses any other), all 64 bits of which must count, or
+// two products that agree in the low 32 bits would share a lock: a drain of one would make
+// the other's jobs end, believing its line in hand.
+//   - A line's lock (a session lock, held while the line is drained; lineLockKey) has one
+//     bigint key, the product id's bitwise complement: negative for every product. The other
+//     bigint keys taken on the service's database are all non-negative: golang-migrate's lock
+//     (a uint32 from the database's name), River's migration lock (migrations.riverLockID)
+//     and River's own (riverLockPrefix).
+//   - A product's accept lock (a transaction lock, ordering the groups that accept its orders;
+//     acceptLockSQL) has two int4 keys, the id's high and low halves, a space of its own:
+//     Postgres never takes a lock with two int4 keys as one with a bigint key, nor the other way
+//     round, and nothing else here takes two-key locks.
+//
+// The line lock serves order and economy, not safety: two drains of one line would decide the
+// same orders, and the second would replay the first's records.
+
+// riverLockPrefix is the first 32 bits of any advisory lock key River takes (River's
+// AdvisoryLockPrefix): positive, so its keys are too.
+const riverLockPrefix = 0x5707c5
+
+// lineLockKey returns the bigint key of product's line lock: its bitwise complement, -1-product.
+func lineLockKey(product int64) int64 { return ^product }
 
 // drain decides a product's line, a round at a time, oldest orders first, while it holds the
 // line's advisory lock. A drain that finds the lock taken ends at once: the holder will reach
@@ -215,11 +233,11 @@ type lineLock struct {
 // connection, and the kernel answers keepalives for it — loses the line after the lease, and
 // the next job takes it over. A dead holder loses it at once, with its connection.
 const lockLineSQL = `
-SELECT CASE WHEN pg_try_advisory_lock($1, $2) THEN set_config('idle_session_timeout', $3, false) IS NOT NULL ELSE false END`
+SELECT CASE WHEN pg_try_advisory_lock($1::bigint) THEN set_config('idle_session_timeout', $2, false) IS NOT NULL ELSE false END`
 
 // unlockLineSQL lets go of the line and takes the lease off the session, which goes back to
 // the pool.
-const unlockLineSQL = `SELECT pg_advisory_unlock($1, $2), set_config('idle_session_timeout', '0', false)`
+const unlockLineSQL = `SELECT pg_advisory_unlock($1::bigint), set_config('idle_session_timeout', '0', false)`
 
 // lockLine takes the line's lock if it is free; nil, nil when another drain holds it.
 func (q *Queue) lockLine(ctx context.Context, product int64) (*lineLock, error) {
@@ -229,7 +247,7 @@ func (q *Queue) lockLine(ctx context.Context, product int64) (*lineLock, error) 
 	}
 	var got bool
 	lease := strconv.FormatInt(q.lineLease().Milliseconds(), 10)
-	if err := conn.QueryRow(ctx, lockLineSQL, lineLockClass, int32(product), lease).Scan(&got); err != nil {
+	if err := conn.QueryRow(ctx, lockLineSQL, lineLockKey(product), lease).Scan(&got); err != nil {
 		conn.Release()
 		return nil, dbError("lock line", err)
 	}
@@ -248,16 +266,17 @@ func (l *lineLock) unlock() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := l.conn.Exec(ctx, unlockLineSQL, lineLockClass, int32(l.product)); err != nil {
+	if _, err := l.conn.Exec(ctx, unlockLineSQL, lineLockKey(l.product)); err != nil {
 		_ = l.conn.Conn().Close(ctx)
 	}
 	l.conn.Release()
 	l.conn = nil
 }
 
-// LineLockKeys returns the two keys of product's line lock as pg_locks shows an advisory lock
-// taken with two int4 keys (classid, objid; objsubid 2), for operators and the load harness to
-// find which session — which replica — drains a line.
-func LineLockKeys(product int64) (classID, objID uint32) {
-	return uint32(lineLockClass), uint32(int32(product))
+// LineLockKeys returns how pg_locks shows product's line lock (an advisory lock with one bigint
+// key): classid is the key's high 32 bits, objid its low 32 bits, and objsubid 1. Operators and
+// the load harness use it to find which session — which replica — drains a line.
+func LineLockKeys(product int64) (classID, objID uint32, objSubID int16) {
+	k := uint64(lineLockKey(product))
+	return uint32(k >> 32), uint32(k), 1
 }
