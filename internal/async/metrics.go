@@ -7,11 +7,13 @@ import (
 // metrics counts what the queue does. Without a registerer the collectors exist but are not
 // exported, so the code never checks for nil.
 type metrics struct {
-	accepted  prometheus.Counter
-	decisions *prometheus.CounterVec
-	waited    prometheus.Histogram
-	retries   *prometheus.CounterVec
-	swept     prometheus.Counter
+	accepted      prometheus.Counter
+	acceptRefused prometheus.Counter
+	acceptWaiting prometheus.Gauge
+	decisions     *prometheus.CounterVec
+	waited        prometheus.Histogram
+	retries       *prometheus.CounterVec
+	swept         prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, pending func() (float64, error)) *metrics {
@@ -19,6 +21,14 @@ func newMetrics(reg prometheus.Registerer, pending func() (float64, error)) *met
 		accepted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stocksvc_async_orders_accepted_total",
 			Help: "Orders accepted for later (202) by this replica.",
+		}),
+		acceptRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stocksvc_async_accepts_refused_total",
+			Help: "Orders sent with Prefer: respond-async refused at once (429 busy) because too many already waited on this replica to be accepted.",
+		}),
+		acceptWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stocksvc_async_accept_waiting",
+			Help: "Orders waiting on this replica for a group to accept them.",
 		}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stocksvc_async_orders_decided_total",
@@ -39,7 +49,7 @@ func newMetrics(reg prometheus.Registerer, pending func() (float64, error)) *met
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.accepted, m.decisions, m.waited, m.retries, m.swept,
+		reg.MustRegister(m.accepted, m.acceptRefused, m.acceptWaiting, m.decisions, m.waited, m.retries, m.swept,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "stocksvc_async_orders_pending",
 				Help: "Accepted orders not yet decided, across every replica (one indexed count per scrape; -1 when Postgres did not answer within a second).",

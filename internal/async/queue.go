@@ -42,6 +42,11 @@ type Config struct {
 	// drain it (its job was lost with a replica, say), and how old the front of a line must
 	// be to count as waiting. Default 1s.
 	Sweep time.Duration
+	// AcceptQueue is how many orders may wait on one replica for a group to accept them;
+	// more are refused at once (429 busy). A group takes up to 256 and commits in
+	// milliseconds, so a longer wait than a few groups' worth means Postgres is not keeping
+	// up, and an answer at once beats one at the request timeout. Default 1024.
+	AcceptQueue int
 	// Registerer, when set, registers the queue's metrics.
 	Registerer prometheus.Registerer
 	// Logger logs River's own messages (warnings and above) and the queue's. Default: none.
@@ -60,6 +65,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Sweep <= 0 {
 		c.Sweep = time.Second
+	}
+	if c.AcceptQueue <= 0 {
+		c.AcceptQueue = 4 * maxAcceptGroup
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -88,7 +96,7 @@ type Queue struct {
 func New(pool *pgxpool.Pool, svc *stock.Service, cfg Config) (*Queue, error) {
 	cfg = cfg.withDefaults()
 	q := &Queue{pool: pool, store: &pgStore{pool: pool}, svc: svc, cfg: cfg}
-	q.acceptor.q = q
+	q.acceptor.q, q.acceptor.limit = q, cfg.AcceptQueue
 	q.metrics = newMetrics(cfg.Registerer, q.pendingCount)
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &drainWorker{q: q}); err != nil {

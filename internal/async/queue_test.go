@@ -47,8 +47,9 @@ type replica struct {
 }
 
 type replicaOptions struct {
-	lockWait time.Duration
-	round    int
+	lockWait    time.Duration
+	round       int
+	acceptQueue int
 }
 
 // replica returns a replica whose queue is not started: the test starts it (start) when the
@@ -71,7 +72,8 @@ func (w *world) replica(t *testing.T, o replicaOptions) *replica {
 	reg := prometheus.NewRegistry()
 	svc := stock.NewService(stock.NewPGStore(pool), stock.NewRedisLocker(locks, stock.LockConfig{Wait: o.lockWait}),
 		stock.Config{Defense: stock.DefaultDefense(), QueueWait: o.lockWait}, stock.NewMetrics(reg))
-	q, err := async.New(pool, svc, async.Config{Registerer: reg, Round: o.round, Sweep: 200 * time.Millisecond})
+	q, err := async.New(pool, svc, async.Config{Registerer: reg, Round: o.round, Sweep: 200 * time.Millisecond,
+		AcceptQueue: o.acceptQueue})
 	if err != nil {
 		t.Fatalf("new queue: %v", err)
 	}
@@ -119,11 +121,15 @@ func (r *replica) accept(t *testing.T, customer, key string, items ...stock.Item
 }
 
 func (r *replica) tryAccept(customer, key string, items ...stock.Item) (async.Acceptance, error) {
+	return r.tryAcceptCtx(context.Background(), customer, key, items...)
+}
+
+func (r *replica) tryAcceptCtx(ctx context.Context, customer, key string, items ...stock.Item) (async.Acceptance, error) {
 	p, err := r.svc.Prepare(stock.OrderRequest{CustomerID: customer, Items: items, IdempotencyKey: key})
 	if err != nil {
 		return async.Acceptance{}, err
 	}
-	return r.queue.Accept(context.Background(), p)
+	return r.queue.Accept(ctx, p)
 }
 
 // awaitDecided waits, up to a deadline, until every order in ids is decided, and returns them.
