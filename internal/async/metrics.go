@@ -11,6 +11,7 @@ type metrics struct {
 	acceptRefused prometheus.Counter
 	acceptWaiting prometheus.Gauge
 	decisions     *prometheus.CounterVec
+	failed        prometheus.Counter
 	waited        prometheus.Histogram
 	retries       *prometheus.CounterVec
 	swept         prometheus.Counter
@@ -34,6 +35,10 @@ func newMetrics(reg prometheus.Registerer, pending func() (float64, error)) *met
 			Name: "stocksvc_async_orders_decided_total",
 			Help: "Accepted orders decided by this replica's workers, by status.",
 		}, []string{"status"}),
+		failed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stocksvc_async_orders_failed_total",
+			Help: "Accepted orders rejected (reason internal) by this replica's workers because deciding them failed with an unexpected error as many times as allowed.",
+		}),
 		waited: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "stocksvc_async_order_wait_seconds",
 			Help:    "Time from an order's acceptance to its decision, on Postgres's clock.",
@@ -41,7 +46,7 @@ func newMetrics(reg prometheus.Registerer, pending func() (float64, error)) *met
 		}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stocksvc_async_retries_total",
-			Help: "Rounds that left orders pending, to be tried again: busy (the lock could not be had in time; the job is snoozed) or error (a dependency failed; the job is retried).",
+			Help: "Rounds that left orders pending, to be tried again: busy (the lock could not be had in time; the job is snoozed), error (a dependency failed; the job is retried) or unexpected (an error nobody expected; counted against the order, which is rejected after too many).",
 		}, []string{"reason"}),
 		swept: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stocksvc_async_sweep_jobs_total",
@@ -49,7 +54,7 @@ func newMetrics(reg prometheus.Registerer, pending func() (float64, error)) *met
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.accepted, m.acceptRefused, m.acceptWaiting, m.decisions, m.waited, m.retries, m.swept,
+		reg.MustRegister(m.accepted, m.acceptRefused, m.acceptWaiting, m.decisions, m.failed, m.waited, m.retries, m.swept,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "stocksvc_async_orders_pending",
 				Help: "Accepted orders not yet decided, across every replica (one indexed count per scrape; -1 when Postgres did not answer within a second).",

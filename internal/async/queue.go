@@ -47,6 +47,11 @@ type Config struct {
 	// milliseconds, so a longer wait than a few groups' worth means Postgres is not keeping
 	// up, and an answer at once beats one at the request timeout. Default 1024.
 	AcceptQueue int
+	// MaxAttempts is how many times deciding an order may fail with an unexpected error — not
+	// busy and not a dependency down, which an order waits out however long they last — before
+	// the order is rejected (reason internal), so that the orders behind it in its line are
+	// decided. Attempts are counted in the order's row. Default 5.
+	MaxAttempts int
 	// Registerer, when set, registers the queue's metrics.
 	Registerer prometheus.Registerer
 	// Logger logs River's own messages (warnings and above) and the queue's. Default: none.
@@ -68,6 +73,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AcceptQueue <= 0 {
 		c.AcceptQueue = 4 * maxAcceptGroup
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 5
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

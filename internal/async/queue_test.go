@@ -50,6 +50,7 @@ type replicaOptions struct {
 	lockWait    time.Duration
 	round       int
 	acceptQueue int
+	maxAttempts int
 }
 
 // replica returns a replica whose queue is not started: the test starts it (start) when the
@@ -73,7 +74,7 @@ func (w *world) replica(t *testing.T, o replicaOptions) *replica {
 	svc := stock.NewService(stock.NewPGStore(pool), stock.NewRedisLocker(locks, stock.LockConfig{Wait: o.lockWait}),
 		stock.Config{Defense: stock.DefaultDefense(), QueueWait: o.lockWait}, stock.NewMetrics(reg))
 	q, err := async.New(pool, svc, async.Config{Registerer: reg, Round: o.round, Sweep: 200 * time.Millisecond,
-		AcceptQueue: o.acceptQueue})
+		AcceptQueue: o.acceptQueue, MaxAttempts: o.maxAttempts})
 	if err != nil {
 		t.Fatalf("new queue: %v", err)
 	}
