@@ -4,6 +4,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// oldestLines is how many lines stocksvc_async_oldest_pending_seconds exports at most: the
+// ones whose front has waited longest. The oldest line is always among them, which is what the
+// alert on it needs, and the label's values stay bounded however many products are on sale.
+const oldestLines = 10
+
+// lineAge is how long the front of a line (a product's, or "cart" for the carts) has waited.
+type lineAge struct {
+	Line    string
+	Seconds float64
+}
+
 // metrics counts what the queue does. Without a registerer the collectors exist but are not
 // exported, so the code never checks for nil.
 type metrics struct {
@@ -17,7 +28,7 @@ type metrics struct {
 	swept         prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, pending func() (float64, error)) *metrics {
+func newMetrics(reg prometheus.Registerer, pending func() (float64, error), oldest func() ([]lineAge, error)) *metrics {
 	m := &metrics{
 		accepted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stocksvc_async_orders_accepted_total",
@@ -64,9 +75,35 @@ func newMetrics(reg prometheus.Registerer, pending func() (float64, error)) *met
 					return -1
 				}
 				return n
-			}))
+			}),
+			&oldestCollector{query: oldest, desc: prometheus.NewDesc("stocksvc_async_oldest_pending_seconds",
+				"How long the oldest pending order of a line has waited, across every replica, for the 10 lines that have waited longest (product_id is the product, or cart for the carts); a line with nothing pending has no series. None at all when Postgres did not answer within a second.",
+				[]string{"product_id"}, nil)})
 	}
 	return m
+}
+
+// oldestCollector exports the age of each line's oldest pending order, read at each scrape:
+// only lines that have pending orders then are exported, so a line that empties leaves no
+// series behind.
+type oldestCollector struct {
+	desc  *prometheus.Desc
+	query func() ([]lineAge, error)
+}
+
+func (c *oldestCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *oldestCollector) Collect(ch chan<- prometheus.Metric) {
+	lines, err := c.query()
+	if err != nil {
+		// Nothing rather than a failed scrape: stocksvc_async_orders_pending says -1.
+		return
+	}
+	for _, l := range lines {
+		if m, err := prometheus.NewConstMetric(c.desc, prometheus.GaugeValue, l.Seconds, l.Line); err == nil {
+			ch <- m
+		}
+	}
 }
 
 func (m *metrics) decided(d decided) {

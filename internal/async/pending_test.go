@@ -2,11 +2,14 @@ package async_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stocksvc/stocksvc/internal/async"
 )
@@ -52,5 +55,79 @@ func TestFailingOrderIsRejectedAfterItsAttempts(t *testing.T) {
 	}
 	if a := mustAudit(t, r, id); a.Sold != 2 {
 		t.Errorf("audit = %+v, want 2 sold (the good order only)", a)
+	}
+}
+
+// oldestPending reads stocksvc_async_oldest_pending_seconds: line → age.
+func oldestPending(t *testing.T, g prometheus.Gatherer) map[string]float64 {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "stocksvc_async_oldest_pending_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) != 1 || m.GetLabel()[0].GetName() != "product_id" {
+				t.Fatalf("labels %v, want product_id only", m.GetLabel())
+			}
+			out[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// The age of the oldest pending order is exported per line, for the lines that have waited
+// longest (at most 10, the carts counting as one line), and a line that empties leaves no
+// series.
+func TestOldestPendingPerLine(t *testing.T) {
+	w := newWorld(t)
+	r := w.replica(t, replicaOptions{})
+	ctx := context.Background()
+	if got := oldestPending(t, r.registry); len(got) != 0 {
+		t.Errorf("with nothing pending: %v, want no series", got)
+	}
+	var ids []uuid.UUID
+	var products []int64
+	for i := range 12 {
+		p := createProduct(t, r, fmt.Sprintf("OLD-%d", i), 10)
+		products = append(products, p)
+		for range 2 {
+			ids = append(ids, r.accept(t, "c", "", one(p, 1)).Order.ID)
+		}
+		// Line i's oldest order has waited 100·(i+1) s, the other a second less.
+		if _, err := r.pool.Exec(ctx, `UPDATE async_orders SET accepted_at = now() - make_interval(secs => $2 - seq % 2)
+			WHERE product_id = $1`, p, 100*(i+1)); err != nil {
+			t.Fatalf("age line %d: %v", i, err)
+		}
+	}
+	cart := r.accept(t, "c", "", one(products[0], 1), one(products[1], 1))
+	ids = append(ids, cart.Order.ID)
+	if _, err := r.pool.Exec(ctx, `UPDATE async_orders SET accepted_at = now() - interval '5000 s' WHERE id = $1`, cart.Order.ID); err != nil {
+		t.Fatalf("age the cart: %v", err)
+	}
+
+	got := oldestPending(t, r.registry)
+	want := map[string]float64{"cart": 5000}
+	for i := 3; i < 12; i++ { // the nine oldest products' lines
+		want[strconv.FormatInt(products[i], 10)] = float64(100 * (i + 1))
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d lines exported, want %d: %v", len(got), len(want), got)
+	}
+	for line, age := range want {
+		// The scrape comes after the update, by however long the machine takes.
+		if g, ok := got[line]; !ok || g < age || g > age+60 {
+			t.Errorf("line %s: age %v (exported %t), want %v s and a little", line, g, ok, age)
+		}
+	}
+
+	r.start(t)
+	r.awaitDecided(t, ids, 30*time.Second)
+	if got := oldestPending(t, r.registry); len(got) != 0 {
+		t.Errorf("after every line emptied: %v, want no series", got)
 	}
 }

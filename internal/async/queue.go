@@ -105,7 +105,7 @@ func New(pool *pgxpool.Pool, svc *stock.Service, cfg Config) (*Queue, error) {
 	cfg = cfg.withDefaults()
 	q := &Queue{pool: pool, store: &pgStore{pool: pool}, svc: svc, cfg: cfg}
 	q.acceptor.q, q.acceptor.limit = q, cfg.AcceptQueue
-	q.metrics = newMetrics(cfg.Registerer, q.pendingCount)
+	q.metrics = newMetrics(cfg.Registerer, q.pendingCount, q.oldestPending)
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &drainWorker{q: q}); err != nil {
 		return nil, fmt.Errorf("async: add drain worker: %w", err)
@@ -272,6 +272,16 @@ func (q *Queue) replay(ctx context.Context, p stock.Prepared, rec keyRecord) (Ac
 // was accepted with id), stock.ErrUnavailable.
 func (q *Queue) Order(ctx context.Context, id uuid.UUID) (Order, error) {
 	return q.store.order(ctx, id)
+}
+
+func (q *Queue) oldestPending() ([]lineAge, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rows, err := q.pool.Query(ctx, oldestPendingSQL, oldestLines)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[lineAge])
 }
 
 func (q *Queue) pendingCount() (float64, error) {

@@ -106,6 +106,16 @@ SELECT NULL, id FROM async_orders
 
 const pendingCountSQL = `SELECT count(*) FROM async_orders WHERE status = 'pending'`
 
+// oldestPendingSQL returns how long the front of each line has waited, longest first, the
+// carts counting as one line: one pass over the pending orders, as the count above.
+const oldestPendingSQL = `
+SELECT coalesce(product_id::text, 'cart'), greatest(extract(epoch FROM now() - min(accepted_at)), 0)::float8
+  FROM async_orders
+ WHERE status = 'pending'
+ GROUP BY product_id
+ ORDER BY 2 DESC
+ LIMIT $1`
+
 type pgStore struct {
 	pool *pgxpool.Pool
 }
