@@ -57,7 +57,15 @@ type replicaOptions struct {
 // orders it needs are in line.
 func (w *world) replica(t *testing.T, o replicaOptions) *replica {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), w.databaseURL)
+	pcfg, err := pgxpool.ParseConfig(w.databaseURL)
+	if err != nil {
+		t.Fatalf("parse database url: %v", err)
+	}
+	// As the service requires (STOCKSVC_ASYNC_WORKERS at most half the pool): each of the 4
+	// workers draining a line holds a connection for its lock, and its purchases need more.
+	// pgxpool's default, 4 on a 2-core machine, lets 4 lines take every connection.
+	pcfg.MaxConns = 10
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		t.Fatalf("connect postgres: %v", err)
 	}
