@@ -22,15 +22,15 @@ import (
 // (idle_session_timeout) can hand the line to another replica; the run then shows how long
 // that took. It returns the paused replica's name.
 func pauseLineHolder(ctx context.Context, d *drillEnv, pool *pgxpool.Pool, product int64, pause time.Duration) (string, error) {
-	classID, objID := async.LineLockKeys(product)
+	classID, objID, objSubID := async.LineLockKeys(product)
 	var victim *replica
 	deadline := time.Now().Add(5 * time.Second)
 	for victim == nil {
 		var port int
 		err := pool.QueryRow(ctx, `
 			SELECT a.client_port FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-			 WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1 AND l.objid = $2 AND l.objsubid = 2`,
-			classID, objID).Scan(&port)
+			 WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1 AND l.objid = $2 AND l.objsubid = $3`,
+			classID, objID, objSubID).Scan(&port)
 		if err == nil {
 			for _, r := range d.replicas {
 				if r.proc != nil && ownsLocalPort(r.proc.cmd.Process.Pid, port) {

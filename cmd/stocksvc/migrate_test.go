@@ -74,7 +74,7 @@ func hasSchema(t *testing.T, databaseURL string) bool {
 const (
 	noneApplied = "no migrations applied\n"
 	atVersion1  = "version 1 (dirty: false)\n"
-	atLatest    = "version 4 (dirty: false)\n"
+	atLatest    = "version 5 (dirty: false)\n"
 )
 
 func TestMigrateUpVersionDown(t *testing.T) {
@@ -87,19 +87,20 @@ func TestMigrateUpVersionDown(t *testing.T) {
 		t.Fatalf("a new empty database already has the schema")
 	}
 
-	mustMigrate(t, db.URL, "migrate up: done, version 4 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
 	if !hasSchema(t, db.URL) {
 		t.Fatalf("no products table after migrate up")
 	}
 	mustMigrate(t, db.URL, atLatest, "version")
 	// Nothing left to apply is success, not an error.
-	mustMigrate(t, db.URL, "migrate up: done, version 4 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
 
 	if !hasTable(t, db.URL, "river_job") {
 		t.Errorf("no river_job table after migrate up: River's migrations were not applied")
 	}
 
 	// One step back at a time.
+	mustMigrate(t, db.URL, "migrate down: done, version 4 (dirty: false)\n", "down", "1")
 	mustMigrate(t, db.URL, "migrate down: done, version 3 (dirty: false)\n", "down", "1")
 	mustMigrate(t, db.URL, "migrate down: done, version 2 (dirty: false)\n", "down", "1")
 	mustMigrate(t, db.URL, "migrate down: done, version 1 (dirty: false)\n", "down", "1")
@@ -115,8 +116,8 @@ func TestMigrateUpVersionDown(t *testing.T) {
 
 	// down N and down all.
 	// More steps than were applied rolls back what there is.
-	for _, down := range [][]string{{"down", "4"}, {"down", "all", "-force"}, {"down", "-force", "all"}, {"down", "5"}} {
-		mustMigrate(t, db.URL, "migrate up: done, version 4 (dirty: false)\n", "up")
+	for _, down := range [][]string{{"down", "5"}, {"down", "all", "-force"}, {"down", "-force", "all"}, {"down", "6"}} {
+		mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
 		mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", down...)
 		mustMigrate(t, db.URL, noneApplied, "version")
 		if hasSchema(t, db.URL) {
@@ -136,7 +137,7 @@ func TestMigrateUpVersionDown(t *testing.T) {
 func TestMigrateCreatesMissingDatabase(t *testing.T) {
 	t.Parallel()
 	db := newScratchDatabase(t)
-	mustMigrate(t, db.URL, "migrate up: done, version 4 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
 	if !db.exists(t) {
 		t.Fatalf("database %s not created", db.Name)
 	}
@@ -216,7 +217,7 @@ func TestMigrateKeywordValueSettings(t *testing.T) {
 	}
 	password, _ := u.User.Password()
 	kv := fmt.Sprintf("host=%s port=%s user=%s password='%s' dbname=%s sslmode=disable", u.Hostname(), u.Port(), u.User.Username(), password, db.Name)
-	mustMigrate(t, kv, "migrate up: done, version 4 (dirty: false)\n", "up")
+	mustMigrate(t, kv, "migrate up: done, version 5 (dirty: false)\n", "up")
 	if !hasSchema(t, db.URL) {
 		t.Fatalf("no products table after migrate up with key=value settings")
 	}
@@ -229,7 +230,7 @@ func TestMigrateDownAllConfirmation(t *testing.T) {
 	t.Parallel()
 	db := newScratchDatabase(t)
 	db.create(t)
-	mustMigrate(t, db.URL, "migrate up: done, version 4 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
 
 	tests := []struct {
 		name     string

@@ -59,11 +59,9 @@ SELECT i.id, CASE WHEN p.id IS NOT NULL THEN 'accepted' WHEN NOT i.found THEN 'm
   FROM input i LEFT JOIN placed p ON p.id = i.id
  ORDER BY i.n`
 
-// acceptLockClass is the first key of the transaction advisory locks that order a product's
-// accepting groups (the second is the product id, as for lineLockClass).
-const acceptLockClass = lineLockClass + 1
-
-const acceptLockSQL = `SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int[]) AS k ORDER BY k`
+// acceptLockSQL takes the accept locks of a group's products, in ascending order of their keys
+// (the id's high and low halves: see lineLockKey on how the service's locks are kept apart).
+const acceptLockSQL = `SELECT pg_advisory_xact_lock(hi, lo) FROM unnest($1::int[], $2::int[]) AS k(hi, lo) ORDER BY hi, lo`
 
 // distinct returns ids without repeats, in first-seen order.
 func distinct(ids []int64) []int64 {
@@ -76,21 +74,28 @@ func distinct(ids []int64) []int64 {
 	return out
 }
 
-// lockKeys returns the distinct second keys of products' advisory locks, ascending.
-func lockKeys(products []int64) []int32 {
-	keys := make([]int32, 0, len(products))
-	for _, id := range products {
-		keys = append(keys, int32(id))
+// acceptLockKeys returns the two int4 keys of products' accept locks, each product once.
+func acceptLockKeys(products []int64) (hi, lo []int32) {
+	for _, id := range distinct(products) {
+		hi, lo = append(hi, int32(id>>32)), append(lo, int32(id))
 	}
-	slices.Sort(keys)
-	return slices.Compact(keys)
+	return hi, lo
 }
+
+// acceptTimeout bounds a group's transaction. It is also how long after its own deadline a
+// request may still be answered (see acceptor.accept): cmd/stocksvc gives the HTTP server a
+// write timeout 5 s beyond the request timeout, and this leaves a second of that for the
+// answer.
+const acceptTimeout = 4 * time.Second
 
 // acceptRequest is one order waiting to join a group.
 type acceptRequest struct {
 	id   uuid.UUID
 	p    stock.Prepared
 	done chan acceptResult // buffered: answering never blocks the group
+	// taken is set, under acceptor.mu, when the request joins a group whose transaction is
+	// about to begin: from then on its outcome is the group's.
+	taken bool
 }
 
 type acceptResult struct {
@@ -102,18 +107,40 @@ type acceptResult struct {
 // acceptor gathers a replica's single-product orders into groups.
 type acceptor struct {
 	q *Queue
+	// limit is how many requests may wait to be grouped; more are refused at once.
+	limit int
 
 	mu      sync.Mutex
 	waiting []*acceptRequest
 	running bool
 }
 
-// accept has req accepted in the next group and returns what became of it. If ctx ends first,
-// the context's error is returned: the order may still be accepted with its group, and only a
-// retry with the same key can tell.
+// accept has req accepted in the next group and returns what became of it.
+//
+// A request whose caller leaves (ctx ends) before its group begins leaves the queue: nothing
+// is written for it, and it is answered with the context's error. Once its group has begun, it
+// is answered with the group's outcome even if ctx ends meanwhile — the request timeout firing
+// mid-commit, say. That is the only answer that is true whichever way the commit goes: an error
+// there would tell the client that nothing was accepted when an order may be in line, and a
+// client without a key would never learn of it. The wait is bounded by acceptTimeout.
+//
+// When as many requests as the acceptor's limit already wait, req is refused at once with a
+// *stock.BusyError: nothing is written for it.
 func (a *acceptor) accept(ctx context.Context, req *acceptRequest) acceptResult {
+	if err := ctx.Err(); err != nil {
+		return acceptResult{err: fmt.Errorf("waiting to be accepted (nothing was): %w", context.Cause(ctx))}
+	}
 	a.mu.Lock()
+	if n := len(a.waiting); n >= a.limit {
+		a.mu.Unlock()
+		a.q.metrics.acceptRefused.Inc()
+		// Not Shed: Shed marks the busy that sending the order with Prefer: respond-async
+		// avoids (the HTTP layer then suggests it), and this order was sent so.
+		return acceptResult{err: &stock.BusyError{RetryAfter: time.Second,
+			Reason: fmt.Sprintf("%d orders wait to be accepted on this replica", n)}}
+	}
 	a.waiting = append(a.waiting, req)
+	a.q.metrics.acceptWaiting.Inc()
 	if !a.running {
 		a.running = true
 		go a.work()
@@ -123,8 +150,19 @@ func (a *acceptor) accept(ctx context.Context, req *acceptRequest) acceptResult 
 	case r := <-req.done:
 		return r
 	case <-ctx.Done():
-		return acceptResult{err: fmt.Errorf("waiting for the order to be accepted (it may have been: retry with the same key): %w", context.Cause(ctx))}
 	}
+	a.mu.Lock()
+	if !req.taken {
+		// Still waiting: it leaves, and no group will write it.
+		if i := slices.Index(a.waiting, req); i >= 0 {
+			a.waiting = slices.Delete(a.waiting, i, i+1)
+			a.q.metrics.acceptWaiting.Dec()
+		}
+		a.mu.Unlock()
+		return acceptResult{err: fmt.Errorf("waiting to be accepted (nothing was): %w", context.Cause(ctx))}
+	}
+	a.mu.Unlock()
+	return <-req.done
 }
 
 // work commits groups until no request waits. Its transactions run detached from every
@@ -139,7 +177,11 @@ func (a *acceptor) work() {
 			return
 		}
 		group := a.waiting[:n:n]
+		for _, req := range group {
+			req.taken = true
+		}
 		a.waiting = append([]*acceptRequest(nil), a.waiting[n:]...)
+		a.q.metrics.acceptWaiting.Sub(float64(n))
 		a.mu.Unlock()
 
 		results, err := a.q.acceptGroup(context.Background(), group)
@@ -156,7 +198,7 @@ func (a *acceptor) work() {
 // acceptGroup writes a group in one transaction: the orders and their keys (acceptSQL), and a
 // drain job for each product in the group.
 func (q *Queue) acceptGroup(ctx context.Context, group []*acceptRequest) ([]acceptResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, acceptTimeout)
 	defer cancel()
 	n := len(group)
 	ids, customers, products, quantities := make([]uuid.UUID, n), make([]string, n), make([]int64, n), make([]int64, n)
@@ -190,7 +232,8 @@ func (q *Queue) acceptGroup(ctx context.Context, group []*acceptRequest) ([]acce
 		// products; Postgres ends a transaction left idle that long, and the lock with it.
 		b := &pgx.Batch{}
 		b.Queue(`SET LOCAL idle_in_transaction_session_timeout = '5s'`)
-		b.Queue(acceptLockSQL, acceptLockClass, lockKeys(products))
+		hi, lo := acceptLockKeys(products)
+		b.Queue(acceptLockSQL, hi, lo)
 		i := 0
 		b.Queue(acceptSQL, ids, customers, products, quantities, keys, fingerprints).Query(func(rows pgx.Rows) error {
 			var (

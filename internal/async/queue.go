@@ -42,6 +42,16 @@ type Config struct {
 	// drain it (its job was lost with a replica, say), and how old the front of a line must
 	// be to count as waiting. Default 1s.
 	Sweep time.Duration
+	// AcceptQueue is how many orders may wait on one replica for a group to accept them;
+	// more are refused at once (429 busy). A group takes up to 256 and commits in
+	// milliseconds, so a longer wait than a few groups' worth means Postgres is not keeping
+	// up, and an answer at once beats one at the request timeout. Default 1024.
+	AcceptQueue int
+	// MaxAttempts is how many times deciding an order may fail with an unexpected error — not
+	// busy and not a dependency down, which an order waits out however long they last — before
+	// the order is rejected (reason internal), so that the orders behind it in its line are
+	// decided. Attempts are counted in the order's row. Default 5.
+	MaxAttempts int
 	// Registerer, when set, registers the queue's metrics.
 	Registerer prometheus.Registerer
 	// Logger logs River's own messages (warnings and above) and the queue's. Default: none.
@@ -60,6 +70,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Sweep <= 0 {
 		c.Sweep = time.Second
+	}
+	if c.AcceptQueue <= 0 {
+		c.AcceptQueue = 4 * maxAcceptGroup
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 5
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -88,8 +104,8 @@ type Queue struct {
 func New(pool *pgxpool.Pool, svc *stock.Service, cfg Config) (*Queue, error) {
 	cfg = cfg.withDefaults()
 	q := &Queue{pool: pool, store: &pgStore{pool: pool}, svc: svc, cfg: cfg}
-	q.acceptor.q = q
-	q.metrics = newMetrics(cfg.Registerer, q.pendingCount)
+	q.acceptor.q, q.acceptor.limit = q, cfg.AcceptQueue
+	q.metrics = newMetrics(cfg.Registerer, q.pendingCount, q.oldestPending)
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &drainWorker{q: q}); err != nil {
 		return nil, fmt.Errorf("async: add drain worker: %w", err)
@@ -113,6 +129,10 @@ func New(pool *pgxpool.Pool, svc *stock.Service, cfg Config) (*Queue, error) {
 		RescueStuckJobsAfter: cfg.JobTimeout + 30*time.Second,
 		RetryPolicy:          retryPolicy{},
 		Logger:               slog.New(&levelHandler{min: slog.LevelWarn, h: cfg.Logger.Handler()}),
+		// River takes advisory locks only for a kind of unique job this service does not use;
+		// should it ever, its keys then begin with this prefix, positive, clear of the line
+		// locks' negative keys (see lineLockKey).
+		AdvisoryLockPrefix: riverLockPrefix,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("async: river client: %w", err)
@@ -252,6 +272,16 @@ func (q *Queue) replay(ctx context.Context, p stock.Prepared, rec keyRecord) (Ac
 // was accepted with id), stock.ErrUnavailable.
 func (q *Queue) Order(ctx context.Context, id uuid.UUID) (Order, error) {
 	return q.store.order(ctx, id)
+}
+
+func (q *Queue) oldestPending() ([]lineAge, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rows, err := q.pool.Query(ctx, oldestPendingSQL, oldestLines)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[lineAge])
 }
 
 func (q *Queue) pendingCount() (float64, error) {

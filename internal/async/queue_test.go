@@ -47,15 +47,25 @@ type replica struct {
 }
 
 type replicaOptions struct {
-	lockWait time.Duration
-	round    int
+	lockWait    time.Duration
+	round       int
+	acceptQueue int
+	maxAttempts int
 }
 
 // replica returns a replica whose queue is not started: the test starts it (start) when the
 // orders it needs are in line.
 func (w *world) replica(t *testing.T, o replicaOptions) *replica {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), w.databaseURL)
+	pcfg, err := pgxpool.ParseConfig(w.databaseURL)
+	if err != nil {
+		t.Fatalf("parse database url: %v", err)
+	}
+	// As the service requires (STOCKSVC_ASYNC_WORKERS at most half the pool): each of the 4
+	// workers draining a line holds a connection for its lock, and its purchases need more.
+	// pgxpool's default, 4 on a 2-core machine, lets 4 lines take every connection.
+	pcfg.MaxConns = 10
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		t.Fatalf("connect postgres: %v", err)
 	}
@@ -71,7 +81,8 @@ func (w *world) replica(t *testing.T, o replicaOptions) *replica {
 	reg := prometheus.NewRegistry()
 	svc := stock.NewService(stock.NewPGStore(pool), stock.NewRedisLocker(locks, stock.LockConfig{Wait: o.lockWait}),
 		stock.Config{Defense: stock.DefaultDefense(), QueueWait: o.lockWait}, stock.NewMetrics(reg))
-	q, err := async.New(pool, svc, async.Config{Registerer: reg, Round: o.round, Sweep: 200 * time.Millisecond})
+	q, err := async.New(pool, svc, async.Config{Registerer: reg, Round: o.round, Sweep: 200 * time.Millisecond,
+		AcceptQueue: o.acceptQueue, MaxAttempts: o.maxAttempts})
 	if err != nil {
 		t.Fatalf("new queue: %v", err)
 	}
@@ -119,11 +130,15 @@ func (r *replica) accept(t *testing.T, customer, key string, items ...stock.Item
 }
 
 func (r *replica) tryAccept(customer, key string, items ...stock.Item) (async.Acceptance, error) {
+	return r.tryAcceptCtx(context.Background(), customer, key, items...)
+}
+
+func (r *replica) tryAcceptCtx(ctx context.Context, customer, key string, items ...stock.Item) (async.Acceptance, error) {
 	p, err := r.svc.Prepare(stock.OrderRequest{CustomerID: customer, Items: items, IdempotencyKey: key})
 	if err != nil {
 		return async.Acceptance{}, err
 	}
-	return r.queue.Accept(context.Background(), p)
+	return r.queue.Accept(ctx, p)
 }
 
 // awaitDecided waits, up to a deadline, until every order in ids is decided, and returns them.

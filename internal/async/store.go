@@ -80,6 +80,20 @@ UPDATE async_orders
  WHERE id = $1 AND status = 'pending'
 RETURNING extract(epoch FROM decided_at - accepted_at)::float8`
 
+// failSQL counts a failed attempt to decide an order, and rejects it (reason internal) at the
+// attempt that reaches the cap ($2). An order whose decision is a record after all is left to
+// be copied: the record is the truth. The error is kept for operators.
+const failSQL = `
+UPDATE async_orders a
+   SET attempts = a.attempts + 1,
+       last_error = left($3, 2000),
+       status = CASE WHEN a.attempts + 1 >= $2 THEN 'rejected' ELSE 'pending' END,
+       reason = CASE WHEN a.attempts + 1 >= $2 THEN 'internal' END,
+       decided_at = CASE WHEN a.attempts + 1 >= $2 THEN greatest(now(), a.accepted_at) END
+ WHERE a.id = $1 AND a.status = 'pending'
+   AND NOT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.key = $4)
+RETURNING a.status, a.attempts, extract(epoch FROM coalesce(a.decided_at, a.accepted_at) - a.accepted_at)::float8`
+
 // staleSQL finds what waits without being drained: the lines whose front is older than $1, and
 // the carts older than $2 (a cart's own job retries it long before that).
 const staleSQL = `
@@ -91,6 +105,16 @@ SELECT NULL, id FROM async_orders
  LIMIT 1000`
 
 const pendingCountSQL = `SELECT count(*) FROM async_orders WHERE status = 'pending'`
+
+// oldestPendingSQL returns how long the front of each line has waited, longest first, the
+// carts counting as one line: one pass over the pending orders, as the count above.
+const oldestPendingSQL = `
+SELECT coalesce(product_id::text, 'cart'), greatest(extract(epoch FROM now() - min(accepted_at)), 0)::float8
+  FROM async_orders
+ WHERE status = 'pending'
+ GROUP BY product_id
+ ORDER BY 2 DESC
+ LIMIT $1`
 
 type pgStore struct {
 	pool *pgxpool.Pool
@@ -264,9 +288,9 @@ func (s *pgStore) record(ctx context.Context, orders []pending, decisions []stoc
 			outcomes = append(outcomes, "sold_out")
 			products, requested, available = append(products, soldOut.ProductID), append(requested, soldOut.Requested), append(available, soldOut.Available)
 		}
-		if d.Err == nil || errors.Is(d.Err, stock.ErrSoldOut) {
-			ids = append(ids, o.id)
-		}
+		// Every order's record is copied if it has one, decided by this round or not: an
+		// order that failed may have been decided by an earlier round whose copy was lost.
+		ids = append(ids, o.id)
 	}
 	var out []decided
 	if len(ids) > 0 {
@@ -301,6 +325,30 @@ func (s *pgStore) record(ctx context.Context, orders []pending, decisions []stoc
 		out = append(out, decided{status: StatusRejected, waited: time.Duration(secs * float64(time.Second))})
 	}
 	return out, nil
+}
+
+// failure is what counting a failed attempt did: the order's status ("" when the order was
+// no longer pending, or had a record), its attempts, and, when rejected, how long it waited.
+type failure struct {
+	status   string
+	attempts int
+	waited   time.Duration
+}
+
+// fail counts a failed attempt to decide order id, rejecting it at the attempt that reaches
+// maxAttempts.
+func (s *pgStore) fail(ctx context.Context, id uuid.UUID, maxAttempts int, cause string) (failure, error) {
+	var f failure
+	var secs float64
+	err := s.pool.QueryRow(ctx, failSQL, id, maxAttempts, cause, stock.AcceptedKey(id)).Scan(&f.status, &f.attempts, &secs)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return failure{}, nil
+	}
+	if err != nil {
+		return failure{}, dbError("count a failed attempt", err)
+	}
+	f.waited = time.Duration(secs * float64(time.Second))
+	return f, nil
 }
 
 // stale returns the products whose line waits undrained and the carts that wait undecided.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -46,7 +47,7 @@ type drainWorker struct {
 }
 
 func (w *drainWorker) Work(ctx context.Context, job *river.Job[drainArgs]) error {
-	return w.q.drain(ctx, job.Args.ProductID)
+	return w.q.drain(ctx, job.Args.ProductID, job.Attempt)
 }
 
 type cartWorker struct {
@@ -101,11 +102,34 @@ func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[sweepArgs]) error {
 	return nil
 }
 
-// lineLockClass is the first key of the advisory locks that give a product's line to one
-// drain at a time (the second is the product id). The lock serves order and economy, not
-// safety: two drains of one line would decide the same orders, and the second would replay
-// the first's records.
-const lineLockClass = 0x5707c5a
+// The service's advisory locks, and how their keys are kept apart. A product id is a positive
+// bigint (an identity column; the API refuses any other), all 64 bits of which must count, or
+// two products that agree in the low 32 bits would share a lock: a drain of one would make
+// the other's jobs end, believing its line in hand.
+//   - A line's lock (a session lock, held while the line is drained; lineLockKey) has one
+//     bigint key, the product id's bitwise complement: negative for every product. The other
+//     bigint keys taken on the service's database are all non-negative: golang-migrate's lock
+//     (a uint32 from the database's name), River's migration lock (migrations.riverLockID)
+//     and River's own (riverLockPrefix).
+//   - A product's accept lock (a transaction lock, ordering the groups that accept its orders;
+//     acceptLockSQL) has two int4 keys, the id's high and low halves, a space of its own:
+//     Postgres never takes a lock with two int4 keys as one with a bigint key, nor the other way
+//     round, and nothing else here takes two-key locks.
+//
+// The line lock serves order and economy, not safety: two drains of one line would decide the
+// same orders, and the second would replay the first's records.
+
+// riverLockPrefix is the first 32 bits of any advisory lock key River takes (River's
+// AdvisoryLockPrefix): positive, so its keys are too.
+const riverLockPrefix = 0x5707c5
+
+// lineLockKey returns the bigint key of product's line lock: its bitwise complement, -1-product.
+func lineLockKey(product int64) int64 { return ^product }
+
+// errIsolate is what deciding a round of several orders returns when some failed with an
+// unexpected error: the drain decides the front of its line alone next, so that the failure
+// is counted against the order that fails, not against every order that shared its batch.
+var errIsolate = errors.New("async: a round failed unexpectedly")
 
 // drain decides a product's line, a round at a time, oldest orders first, while it holds the
 // line's advisory lock. A drain that finds the lock taken ends at once: the holder will reach
@@ -113,16 +137,25 @@ const lineLockClass = 0x5707c5a
 // empty lets go of the lock and only then looks once more, so an order committed before a
 // drain found the lock taken (every order is committed before its job can run) is seen either
 // by that last look or by whoever takes the lock next.
-func (q *Queue) drain(ctx context.Context, product int64) error {
+//
+// A round that fails unexpectedly is followed by a round of the front order alone, and so is
+// the start of a job's retry (attempt above 1): an order that keeps failing is then decided
+// alone, its failures counted against it until it is rejected (see fail), while an order
+// that only shared a failing batch is decided alone and the line goes on in full rounds.
+func (q *Queue) drain(ctx context.Context, product int64, attempt int) error {
 	held, err := q.lockLine(ctx, product)
 	if err != nil || held == nil {
 		return err
 	}
 	defer func() { held.unlock() }()
 	start := time.Now()
+	limit := q.cfg.Round
+	if attempt > 1 {
+		limit = 1
+	}
 	for {
 		// Read on the lock's own connection: each round renews its lease (see lockLine).
-		line, err := q.store.line(ctx, held.conn, product, q.cfg.Round)
+		line, err := q.store.line(ctx, held.conn, product, limit)
 		if err != nil {
 			return err
 		}
@@ -136,8 +169,13 @@ func (q *Queue) drain(ctx context.Context, product int64) error {
 			}
 			continue
 		}
-		if err := q.decide(ctx, line); err != nil {
+		switch err := q.decide(ctx, line); {
+		case errors.Is(err, errIsolate):
+			limit = 1
+		case err != nil:
 			return err
+		default:
+			limit = q.cfg.Round
 		}
 		if time.Since(start) > q.cfg.JobTimeout/2 || q.stopping.Load() {
 			// Hand the line on: the job comes back at once, on whichever replica fetches it.
@@ -148,7 +186,10 @@ func (q *Queue) drain(ctx context.Context, product int64) error {
 
 // decide decides orders (one line's round, or one cart) and records the decisions. Orders left
 // undecided stay pending: busy ones (the lock could not be had in time) make the job snooze
-// for the time the service said, others (a dependency down) fail it, to be retried.
+// for the time the service said, and those whose dependency is down fail it, to be retried,
+// however long that lasts. An unexpected error (anything else: a bug, a refusal nobody
+// foresaw) is counted against the order when it was decided alone (fail), and otherwise
+// returned as errIsolate.
 func (q *Queue) decide(ctx context.Context, orders []pending) error {
 	accepted := make([]stock.Accepted, len(orders))
 	for i, o := range orders {
@@ -157,7 +198,7 @@ func (q *Queue) decide(ctx context.Context, orders []pending) error {
 	decisions := q.svc.DecideAccepted(ctx, accepted)
 	rejects := map[uuid.UUID]string{}
 	var busy *stock.BusyError
-	var failed error
+	var failed, unexpected error
 	for i, d := range decisions {
 		switch {
 		case d.Err == nil, errors.Is(d.Err, stock.ErrSoldOut):
@@ -169,8 +210,10 @@ func (q *Queue) decide(ctx context.Context, orders []pending) error {
 			if busy == nil {
 				busy = &stock.BusyError{RetryAfter: 100 * time.Millisecond}
 			}
-		default:
+		case errors.Is(d.Err, stock.ErrUnavailable), errors.Is(d.Err, context.Canceled), errors.Is(d.Err, context.DeadlineExceeded):
 			failed = cmpErr(failed, d.Err)
+		default:
+			unexpected = cmpErr(unexpected, d.Err)
 		}
 	}
 	done, err := q.store.record(ctx, orders, decisions, rejects)
@@ -180,6 +223,11 @@ func (q *Queue) decide(ctx context.Context, orders []pending) error {
 	switch {
 	case err != nil:
 		return err
+	case unexpected != nil && len(orders) > 1:
+		q.metrics.retried("unexpected")
+		return fmt.Errorf("%w: %w", errIsolate, unexpected)
+	case unexpected != nil:
+		return q.fail(ctx, orders[0], unexpected)
 	case failed != nil:
 		q.metrics.retried("error")
 		return fmt.Errorf("async: orders left pending: %w", failed)
@@ -188,6 +236,30 @@ func (q *Queue) decide(ctx context.Context, orders []pending) error {
 		return river.JobSnooze(min(busy.RetryAfter, 2*time.Second))
 	}
 	return nil
+}
+
+// fail counts an unexpected failure to decide o, and rejects o (reason internal) once it has
+// failed MaxAttempts times: nil then, so that the line goes on. Until then it returns the
+// failure, and the job is retried. The count is in o's row, so it survives the job, which
+// River gives up after its own attempts (the sweep then makes another), and the replica.
+func (q *Queue) fail(ctx context.Context, o pending, cause error) error {
+	f, err := q.store.fail(ctx, o.id, q.cfg.MaxAttempts, cause.Error())
+	switch {
+	case err != nil:
+		return err
+	case f.status == "":
+		// No longer pending, or decided after all (a record is there): the next round copies
+		// the decision.
+		return nil
+	case f.status == StatusRejected:
+		q.metrics.decided(decided{status: StatusRejected, waited: f.waited})
+		q.metrics.failed.Inc()
+		q.cfg.Logger.Warn("async order rejected after failed attempts",
+			slog.String("order_id", o.id.String()), slog.Int("attempts", f.attempts), slog.Any("error", cause))
+		return nil
+	}
+	q.metrics.retried("unexpected")
+	return fmt.Errorf("async: order %s left pending after %d of %d attempts: %w", o.id, f.attempts, q.cfg.MaxAttempts, cause)
 }
 
 // lineLease is how long a drain may go without reading its line before Postgres ends its
@@ -215,11 +287,11 @@ type lineLock struct {
 // connection, and the kernel answers keepalives for it — loses the line after the lease, and
 // the next job takes it over. A dead holder loses it at once, with its connection.
 const lockLineSQL = `
-SELECT CASE WHEN pg_try_advisory_lock($1, $2) THEN set_config('idle_session_timeout', $3, false) IS NOT NULL ELSE false END`
+SELECT CASE WHEN pg_try_advisory_lock($1::bigint) THEN set_config('idle_session_timeout', $2, false) IS NOT NULL ELSE false END`
 
 // unlockLineSQL lets go of the line and takes the lease off the session, which goes back to
 // the pool.
-const unlockLineSQL = `SELECT pg_advisory_unlock($1, $2), set_config('idle_session_timeout', '0', false)`
+const unlockLineSQL = `SELECT pg_advisory_unlock($1::bigint), set_config('idle_session_timeout', '0', false)`
 
 // lockLine takes the line's lock if it is free; nil, nil when another drain holds it.
 func (q *Queue) lockLine(ctx context.Context, product int64) (*lineLock, error) {
@@ -229,7 +301,7 @@ func (q *Queue) lockLine(ctx context.Context, product int64) (*lineLock, error) 
 	}
 	var got bool
 	lease := strconv.FormatInt(q.lineLease().Milliseconds(), 10)
-	if err := conn.QueryRow(ctx, lockLineSQL, lineLockClass, int32(product), lease).Scan(&got); err != nil {
+	if err := conn.QueryRow(ctx, lockLineSQL, lineLockKey(product), lease).Scan(&got); err != nil {
 		conn.Release()
 		return nil, dbError("lock line", err)
 	}
@@ -248,16 +320,17 @@ func (l *lineLock) unlock() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := l.conn.Exec(ctx, unlockLineSQL, lineLockClass, int32(l.product)); err != nil {
+	if _, err := l.conn.Exec(ctx, unlockLineSQL, lineLockKey(l.product)); err != nil {
 		_ = l.conn.Conn().Close(ctx)
 	}
 	l.conn.Release()
 	l.conn = nil
 }
 
-// LineLockKeys returns the two keys of product's line lock as pg_locks shows an advisory lock
-// taken with two int4 keys (classid, objid; objsubid 2), for operators and the load harness to
-// find which session — which replica — drains a line.
-func LineLockKeys(product int64) (classID, objID uint32) {
-	return uint32(lineLockClass), uint32(int32(product))
+// LineLockKeys returns how pg_locks shows product's line lock (an advisory lock with one bigint
+// key): classid is the key's high 32 bits, objid its low 32 bits, and objsubid 1. Operators and
+// the load harness use it to find which session — which replica — drains a line.
+func LineLockKeys(product int64) (classID, objID uint32, objSubID int16) {
+	k := uint64(lineLockKey(product))
+	return uint32(k >> 32), uint32(k), 1
 }
