@@ -27,6 +27,12 @@ type scenario struct {
 	// load it adds: together they size the hot product's stock.
 	expected  time.Duration
 	extraLoad float64
+	// buyers is how many closed-loop buyers of the hot product run beside the drill's load
+	// (drillClient.buy: a 429 ends an order, Go's own resends are on); 0 runs none. With
+	// buyers, the hot product has stock enough never to sell out.
+	buyers int
+	// lockWait, when set, is the replicas' STOCKSVC_LOCK_WAIT instead of -lock-wait.
+	lockWait time.Duration
 	// inject causes the fault and returns once it has healed.
 	inject func(ctx context.Context, d *drillEnv) error
 	// check judges what only this scenario demands (e.g. no failed request); it returns
@@ -39,9 +45,12 @@ func scenarios() []scenario {
 	return []scenario{
 		{name: "pause-replica", about: "SIGSTOP a replica mid-purchase for twice the lock TTL, then SIGCONT; three times", expected: 15 * time.Second, inject: pauseReplica},
 		{name: "kill-replica", about: "SIGKILL a replica mid-sale, restart it", expected: 5 * time.Second, inject: killReplica},
+		{name: "kill-replica-rush", about: "48 closed-loop buyers (a 429 ends an order, Go's own resends on), lock wait 1 s: SIGKILL a replica mid-sale, restart it",
+			expected: 5 * time.Second, buyers: 48, lockWait: time.Second, inject: killReplica},
 		{name: "rolling-restart", about: "SIGTERM each replica in turn and restart it; no request may fail",
 			expected: 25 * time.Second, inject: rollingRestart, check: noFailedRequests},
-		{name: "pause-redis", about: "SIGSTOP Redis for twice the lock TTL, then SIGCONT", ownRedis: true, expected: 5 * time.Second, inject: pauseRedis},
+		{name: "pause-redis", about: "SIGSTOP Redis for twice the lock TTL, then SIGCONT; product reads meanwhile must be answered 200",
+			ownRedis: true, expected: 5 * time.Second, inject: pauseRedis, check: readsWhileRedisHung},
 		{name: "restart-redis", about: "kill Redis and start it empty (no persistence)", ownRedis: true, expected: 3 * time.Second, inject: restartRedis},
 		{name: "restart-redlock-node", about: "Redlock over 3 nodes (or -redlock N): kill one node mid-sale and start it again empty",
 			redlock: 3, expected: 2 * time.Second, inject: restartRedlockNode, check: noFenceCatches},
@@ -226,13 +235,22 @@ func rollingRestart(ctx context.Context, d *drillEnv) error {
 	return nil
 }
 
+// pauseRedis stops the run's Redis for twice the lock TTL, and meanwhile reads the hot product
+// a few times (redishang.go): reads must go on from Postgres while Redis hangs.
 func pauseRedis(ctx context.Context, d *drillEnv) error {
 	pause := 2 * d.plan.lockTTL
 	d.event("SIGSTOP redis for %v (lock TTL %v)", pause, d.plan.lockTTL)
 	d.redis.proc.signal(syscall.SIGSTOP)
+	probed := make(chan []hangRead, 1)
+	go func() { probed <- d.probeReads(ctx) }()
 	err := sleep(ctx, pause)
 	d.redis.proc.signal(syscall.SIGCONT)
+	resumed := d.rec.now()
 	d.event("SIGCONT redis")
+	reads := <-probed
+	d.mu.Lock()
+	d.hang = &hangProbe{reads: reads, resumed: resumed}
+	d.mu.Unlock()
 	return err
 }
 
