@@ -606,6 +606,9 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 	}
 	out.reconcile = append(out.reconcile, keys...)
 	for _, p := range ops {
+		if p.refusedButSold {
+			continue // a violation, not an unknown outcome
+		}
 		if p.in.Kind == kindOrder && len(p.attempts) > 0 && p.out.Outcome == outHappened {
 			out.resolved++
 		}
@@ -750,9 +753,21 @@ func reconcileOrders(ctx context.Context, pool *pgxpool.Pool, ops []*op, start t
 			default:
 				p.notBefore = found[0].created.Sub(start) - clockSlack
 			}
-		case outSoldOut, outRefused:
+		case outSoldOut:
 			if len(found) > 0 {
 				phantom++
+			}
+		case outRefused:
+			if len(found) > 0 {
+				phantom++
+				// The violation is counted here. For the model, the order happened: a refusal
+				// constrains nothing, and leaving out an order the stock shows was sold would
+				// make the history unexplainable — and with dozens of orders open at once,
+				// Porcupine takes its whole time limit to prove that.
+				if len(found) == 1 && found[0].product == p.in.Product && found[0].quantity == p.in.Quantity {
+					p.out.Outcome, p.refusedButSold = outHappened, true
+					p.notBefore = found[0].created.Sub(start) - clockSlack
+				}
 			}
 		case outUnknown:
 			if len(found) == 1 && found[0].product == p.in.Product && found[0].quantity == p.in.Quantity {

@@ -248,6 +248,9 @@ type op struct {
 	// notBefore, when positive, is the earliest the operation can have taken effect, as the
 	// database recorded it (see reconcileOrders).
 	notBefore time.Duration
+	// refusedButSold marks an order refused to its client (429) that the database holds: a
+	// violation, checked by the model as an order that happened (see reconcileOrders).
+	refusedButSold bool
 }
 
 // recorder collects operations from many goroutines.
