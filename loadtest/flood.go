@@ -33,7 +33,10 @@ type floodOptions struct {
 	orders int           // past orders of the hot product seeded before the rounds
 	buyers int           // wrk connections buying the hot product, in every round
 	conns  int           // wrk connections flooding
-	kinds  string        // the floods, comma-separated; healthz is the baseline and always runs
+	// rate, when positive, paces every flood to at most this many requests per second in all
+	// (each connection waits conns/rate s before its next request); 0 floods in a closed loop.
+	rate  float64
+	kinds string // the floods, comma-separated; healthz is the baseline and always runs
 }
 
 func (o *floodOptions) register(fs *flag.FlagSet) {
@@ -43,6 +46,7 @@ func (o *floodOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.orders, "flood-orders", 300_000, "in -flood, past orders of the hot product written into the run's database before the rounds")
 	fs.IntVar(&o.buyers, "flood-buyers", 64, "in -flood, wrk connections buying the hot product")
 	fs.IntVar(&o.conns, "flood-conns", 32, "in -flood, wrk connections flooding")
+	fs.Float64Var(&o.rate, "flood-rate", 0, "in -flood, pace every flood to at most this many requests/s, so that kinds are compared at one rate (0: closed loop, as fast as answers come)")
 	fs.StringVar(&o.kinds, "flood-kinds", "healthz,audit,audit-admin,missing-ids", "in -flood, the floods to run (healthz, the baseline, always runs)")
 }
 
@@ -51,8 +55,8 @@ func (o floodOptions) validate() error {
 		return nil
 	}
 	switch {
-	case o.round < time.Second || o.rounds < 1 || o.orders < 0 || o.buyers < 1 || o.conns < 1:
-		return errors.New("-flood-round must be at least 1s, -flood-rounds, -flood-buyers and -flood-conns positive, -flood-orders not negative")
+	case o.round < time.Second || o.rounds < 1 || o.orders < 0 || o.buyers < 1 || o.conns < 1 || o.rate < 0:
+		return errors.New("-flood-round must be at least 1s, -flood-rounds, -flood-buyers and -flood-conns positive, -flood-orders and -flood-rate not negative")
 	}
 	_, err := pickFloodKinds(o.kinds)
 	return err
@@ -102,11 +106,16 @@ func pickFloodKinds(spec string) ([]floodKind, error) {
 //   - otherwise wrk's own request: a GET of the URL it was given, with its -H headers.
 //
 // Keys start with $KEYPREFIX, unique to the process, then the thread, a counter and randomness.
-// It prints the answers by status (`wrk-status`), as statusLua does.
+// With $DELAY_MS, each connection waits that long before each request. It prints the answers
+// by status (`wrk-status`), as statusLua does.
 const floodLua = `
 local mode = os.getenv("MODE") or "get"
 local product = os.getenv("PRODUCT")
 local prefix = os.getenv("KEYPREFIX") or "k"
+local pause = tonumber(os.getenv("DELAY_MS") or "0")
+if pause > 0 then
+  function delay() return pause end
+end
 local threads = {}
 function setup(thread)
   table.insert(threads, thread)
@@ -194,6 +203,9 @@ func (h *harness) floodBench(ctx context.Context) error {
 		buyers := wrkJob{name: "buyers", conns: o.buyers, threads: 2, script: script,
 			env: []string{"MODE=order", "PRODUCT=" + strconv.FormatInt(hot, 10), fmt.Sprintf("KEYPREFIX=b%d%s", n, k.name)}}
 		flood := floodJob(k, script, o.conns, hot, c.token, n)
+		if o.rate > 0 {
+			flood.env = append(flood.env, "DELAY_MS="+strconv.Itoa(max(1, int(float64(o.conns)*1000/o.rate))))
+		}
 		res, err := runWrkJobs(ctx, h.wrk, c.dir, label, c.front, d, buyers, flood)
 		if err != nil {
 			return floodRound{}, err
@@ -375,8 +387,12 @@ func floodReport(o options, hot int64, lines []floodLine, rounds []floodRound) s
 	var b strings.Builder
 	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy. In every round, %d wrk connections buy product %d (stock %d, %d past orders seeded) "+
 		"in a closed loop, each order a fresh Idempotency-Key, beside %d wrk connections flooding. Rounds of %v, %d of each flood, taking turns "+
-		"after a %v warm-up of each; rates are medians over the rounds, and ratios are taken between those medians.\n\n",
+		"after a %v warm-up of each; rates are medians over the rounds, and ratios are taken between those medians.",
 		o.replicas, f.buyers, hot, throughputStock, f.orders, f.conns, f.round, f.rounds, floodWarmUp)
+	if f.rate > 0 {
+		fmt.Fprintf(&b, " Every flood was paced to at most %.0f requests/s (`-flood-rate`).", f.rate)
+	}
+	b.WriteString("\n\n")
 	b.WriteString("| flood | buyers' confirmed/s | ÷ healthz flood | rounds | target | flood answers/s | the flood's answers | the buyers' answers |\n")
 	b.WriteString("| --- | ---: | ---: | --- | --- | ---: | --- | --- |\n")
 	for _, l := range lines {

@@ -37,6 +37,7 @@ func TestFloodOptions(t *testing.T) {
 		{"-flood", "-flood-round", "500ms"},
 		{"-flood", "-flood-rounds", "0"},
 		{"-flood", "-flood-orders", "-1"},
+		{"-flood", "-flood-rate", "-5"},
 		{"-flood", "-cache"},
 		{"-replays", "-flood"},
 		{"-replays", "-replay-clients", "1"},
