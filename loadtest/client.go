@@ -9,9 +9,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -99,12 +101,26 @@ type answer struct {
 	body        []byte
 	retryAfter  time.Duration
 	err         error
+	resent      bool // Go's transport sent the request a second time, on a new connection
 }
 
 func (c *drillClient) do(ctx context.Context, method, url string, body []byte, header map[string]string) answer {
+	return c.send(ctx, method, url, body, header, false)
+}
+
+// send makes one request. Go's transport silently sends a request again on a new connection
+// when a reused one breaks before the answer begins and the request looks replayable — which a
+// request with an Idempotency-Key does. Unless resend, that is turned off: every request the
+// service sees is then an attempt the history records. With resend, it is left on, as an
+// ordinary Go client has it, and the answer says whether it happened.
+func (c *drillClient) send(ctx context.Context, method, url string, body []byte, header map[string]string, resend bool) answer {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
+	}
+	var conns atomic.Int32
+	if resend {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { conns.Add(1) }})
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
@@ -112,24 +128,23 @@ func (c *drillClient) do(ctx context.Context, method, url string, body []byte, h
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
-		// Go's transport silently sends a request again on a new connection when one fails and
-		// the request looks replayable — which a request with an Idempotency-Key does. Every
-		// request the service sees must be an attempt the history records: no hidden resends.
-		req.GetBody = nil
+		if !resend {
+			req.GetBody = nil // without it, the transport cannot send the body again
+		}
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
 	res, err := c.http.Do(req)
 	if err != nil {
-		return answer{err: err}
+		return answer{err: err, resent: conns.Load() > 1}
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
 	if err != nil {
-		return answer{err: fmt.Errorf("read answer: %w", err)}
+		return answer{err: fmt.Errorf("read answer: %w", err), resent: conns.Load() > 1}
 	}
-	a := answer{status: res.StatusCode, contentType: res.Header.Get("Content-Type"), body: b}
+	a := answer{status: res.StatusCode, contentType: res.Header.Get("Content-Type"), body: b, resent: conns.Load() > 1}
 	if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil && s > 0 {
 		a.retryAfter = time.Duration(s) * time.Second
 	}
@@ -181,9 +196,11 @@ func classify(a answer, okStatus int) attemptKind {
 	return attemptUnexpected
 }
 
-// write runs one logical write: attempts until one says what happened, or the budget ends.
-// It returns the attempts and the last answer.
-func (c *drillClient) write(ctx context.Context, p *op, send func(ctx context.Context) answer, okStatus int) (answer, attemptKind, bool) {
+// write runs one logical write: attempts until one says what happened, or the budget ends;
+// with refusalEnds, also when a replica refused it (429), as a buyer who believes "nothing
+// was sold" walks away. It returns the last answer, its kind, and whether some attempt's
+// outcome was unknown.
+func (c *drillClient) write(ctx context.Context, p *op, send func(ctx context.Context) answer, okStatus int, refusalEnds bool) (answer, attemptKind, bool) {
 	pause := c.retries.pause
 	var last answer
 	unknown := false
@@ -192,7 +209,7 @@ func (c *drillClient) write(ctx context.Context, p *op, send func(ctx context.Co
 		a := send(ctx)
 		end := c.rec.now()
 		kind := classify(a, okStatus)
-		at := attempt{start: start, end: end, status: a.status, code: a.problemCode(), replica: a.fromReplica()}
+		at := attempt{start: start, end: end, status: a.status, code: a.problemCode(), replica: a.fromReplica(), resent: a.resent}
 		if a.err != nil {
 			at.err = shortErr(a.err)
 		}
@@ -201,7 +218,7 @@ func (c *drillClient) write(ctx context.Context, p *op, send func(ctx context.Co
 		if kind == attemptUnknown {
 			unknown = true
 		}
-		if kind == attemptDone || kind == attemptUnexpected || n >= c.retries.attempts ||
+		if kind == attemptDone || kind == attemptUnexpected || n >= c.retries.attempts || refusalEnds && kind == attemptNoEffect && a.fromReplica() ||
 			c.rec.now()-p.invoke+pause > c.retries.budget || ctx.Err() != nil {
 			return last, kind, unknown
 		}
@@ -246,19 +263,40 @@ func (c *drillClient) order(ctx context.Context, product, qty int64) *op {
 // orderVia is order with the first attempt sent to base (a replica, say) rather than in turn;
 // retries go the usual way.
 func (c *drillClient) orderVia(ctx context.Context, base string, product, qty int64) *op {
-	p := &op{client: c.lane(), in: stockInput{Kind: kindOrder, Product: product, Quantity: qty}, customer: c.customer()}
+	return c.place(ctx, product, qty, orderStyle{base: base})
+}
+
+// buy is the order of a buyer in a closed loop (kill-replica-rush), as issue #18 found the
+// refusals for sold keys: one unit; a 429 ends it (the buyer believes nothing was sold and
+// moves on); a lost answer is asked again with the same key; and Go's transport may send a
+// request again by itself when its connection breaks, as it does for any Go client.
+func (c *drillClient) buy(ctx context.Context, product int64) *op {
+	return c.place(ctx, product, 1, orderStyle{resend: true, refusalEnds: true})
+}
+
+// orderStyle is how a client places an order.
+type orderStyle struct {
+	base        string // where the first attempt goes; "" takes the next base in turn
+	resend      bool   // leave Go's own resends on (see send)
+	refusalEnds bool   // a 429 ends the operation (see write)
+}
+
+// place makes an order of qty units of product and records the operation.
+func (c *drillClient) place(ctx context.Context, product, qty int64, style orderStyle) *op {
+	p := &op{client: c.lane(), in: stockInput{Kind: kindOrder, Product: product, Quantity: qty}, customer: c.customer(), key: uuid.NewString()}
 	defer func() { c.freeLane(p.client, p.out.Outcome) }()
 	body, _ := json.Marshal(map[string]any{"customer_id": p.customer, "items": []map[string]int64{{"product_id": product, "quantity": qty}}})
-	header := map[string]string{"Idempotency-Key": uuid.NewString()}
+	header := map[string]string{"Idempotency-Key": p.key}
 	p.invoke = c.rec.now()
+	base := style.base
 	last, kind, unknown := c.write(ctx, p, func(ctx context.Context) answer {
 		to := base
 		if to == "" {
 			to = c.base()
 		}
 		base = ""
-		return c.do(ctx, http.MethodPost, to+"/v1/orders", body, header)
-	}, http.StatusCreated)
+		return c.send(ctx, http.MethodPost, to+"/v1/orders", body, header, style.resend)
+	}, http.StatusCreated, style.refusalEnds)
 	p.ret = c.rec.now()
 	switch {
 	case kind == attemptDone && last.status == http.StatusCreated:
@@ -296,7 +334,7 @@ func (c *drillClient) restock(ctx context.Context, product, qty int64) *op {
 	p.invoke = c.rec.now()
 	last, kind, unknown := c.write(ctx, p, func(ctx context.Context) answer {
 		return c.do(ctx, http.MethodPost, fmt.Sprintf("%s/v1/products/%d/restock", c.base(), product), body, header)
-	}, http.StatusOK)
+	}, http.StatusOK, false)
 	p.ret = c.rec.now()
 	switch {
 	case kind == attemptDone && last.status == http.StatusOK:

@@ -257,7 +257,8 @@ func TestReconcile(t *testing.T) {
 	if _, err := pool.Exec(ctx, `INSERT INTO restocks (product_id, quantity) VALUES ($1, 5)`, product); err != nil {
 		t.Fatal(err)
 	}
-	ops = append(ops, order("c-sold-out", outSoldOut, ""))
+	insert("c-busy", 1)
+	ops = append(ops, order("c-sold-out", outSoldOut, ""), order("c-busy", outRefused, ""))
 	invs, err = reconcileOrders(ctx, pool, ops, start)
 	if err != nil {
 		t.Fatal(err)
@@ -271,5 +272,16 @@ func TestReconcile(t *testing.T) {
 		if !failed[want] {
 			t.Errorf("%q passed, want it failed: %+v", want, invs)
 		}
+	}
+	for _, inv := range invs {
+		if inv.name == "no order for a client told sold-out or busy, none nobody asked for" && !strings.Contains(inv.detail, "2 orders for refused requests") {
+			t.Errorf("%s: %s; want the sold-out and the busy order counted", inv.name, inv.detail)
+		}
+	}
+	// The busy order that was sold is checked by the model as one that happened, so that the
+	// stock adds up there; it is a violation all the same.
+	if busy := ops[len(ops)-1]; busy.out.Outcome != outHappened || !busy.refusedButSold || busy.notBefore < 50*time.Second {
+		t.Errorf("busy order found in the database: %v, refused but sold %v, not before %v; want happened, marked, about a minute after start",
+			busy.out.Outcome, busy.refusedButSold, busy.notBefore)
 	}
 }

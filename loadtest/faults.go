@@ -27,6 +27,12 @@ type scenario struct {
 	// load it adds: together they size the hot product's stock.
 	expected  time.Duration
 	extraLoad float64
+	// buyers is how many closed-loop buyers of the hot product run beside the drill's load
+	// (drillClient.buy: a 429 ends an order, Go's own resends are on); 0 runs none. With
+	// buyers, the hot product has stock enough never to sell out.
+	buyers int
+	// lockWait, when set, is the replicas' STOCKSVC_LOCK_WAIT instead of -lock-wait.
+	lockWait time.Duration
 	// inject causes the fault and returns once it has healed.
 	inject func(ctx context.Context, d *drillEnv) error
 	// check judges what only this scenario demands (e.g. no failed request); it returns
@@ -39,9 +45,12 @@ func scenarios() []scenario {
 	return []scenario{
 		{name: "pause-replica", about: "SIGSTOP a replica mid-purchase for twice the lock TTL, then SIGCONT; three times", expected: 15 * time.Second, inject: pauseReplica},
 		{name: "kill-replica", about: "SIGKILL a replica mid-sale, restart it", expected: 5 * time.Second, inject: killReplica},
+		{name: "kill-replica-rush", about: "48 closed-loop buyers (a 429 ends an order, Go's own resends on), lock wait 1 s: SIGKILL a replica the moment one of its writes has committed, restart it",
+			proxyPostgres: true, expected: 5 * time.Second, buyers: 48, lockWait: time.Second, inject: killAtCommit},
 		{name: "rolling-restart", about: "SIGTERM each replica in turn and restart it; no request may fail",
 			expected: 25 * time.Second, inject: rollingRestart, check: noFailedRequests},
-		{name: "pause-redis", about: "SIGSTOP Redis for twice the lock TTL, then SIGCONT", ownRedis: true, expected: 5 * time.Second, inject: pauseRedis},
+		{name: "pause-redis", about: "SIGSTOP Redis for twice the lock TTL, then SIGCONT; product reads meanwhile must be answered 200",
+			ownRedis: true, expected: 5 * time.Second, inject: pauseRedis, check: readsWhileRedisHung},
 		{name: "restart-redis", about: "kill Redis and start it empty (no persistence)", ownRedis: true, expected: 3 * time.Second, inject: restartRedis},
 		{name: "restart-redlock-node", about: "Redlock over 3 nodes (or -redlock N): kill one node mid-sale and start it again empty",
 			redlock: 3, expected: 2 * time.Second, inject: restartRedlockNode, check: noFenceCatches},
@@ -142,6 +151,52 @@ func killReplica(ctx context.Context, d *drillEnv) error {
 	return nil
 }
 
+// killAtCommit SIGKILLs the victim the moment Postgres has committed one of its writes — a
+// batch of orders, mostly — before the victim hears of it, so that the batch is sold and its
+// buyers never answered by it (issue #18 item 11: the moment the kill of a random moment hit
+// in a quarter of the issue's runs). Their requests, sent again, reach replicas that must not
+// refuse them. Without a commit point within commitWait it kills anyway, and notes so.
+func killAtCommit(ctx context.Context, d *drillEnv) error {
+	r := d.replicas[d.victim]
+	killed := make(chan time.Duration, 1)
+	d.pgProxy.cut.atNextCommit(func() {
+		r.proc.signal(syscall.SIGKILL)
+		killed <- d.rec.now()
+	})
+	select {
+	case at := <-killed:
+		d.event("SIGKILL %s at a commit point (%.3fs): its write committed, its answers not sent", r.name, at.Seconds())
+	case <-time.After(commitWait):
+		if d.pgProxy.cut.onCommit.Swap(nil) == nil { // a commit point came meanwhile
+			at := <-killed
+			d.event("SIGKILL %s at a commit point (%.3fs): its write committed, its answers not sent", r.name, at.Seconds())
+			break
+		}
+		r.proc.signal(syscall.SIGKILL)
+		d.event("SIGKILL %s: no commit point within %v", r.name, commitWait)
+		d.note("%s made no commit within %v; it was killed at a random moment instead", r.name, commitWait)
+	case <-ctx.Done():
+		d.pgProxy.cut.onCommit.Store(nil)
+		return ctx.Err()
+	}
+	<-r.proc.done
+	if err := sleep(ctx, time.Second); err != nil {
+		return err
+	}
+	if err := d.startReplica(r); err != nil {
+		return err
+	}
+	d.event("restarted %s", r.name)
+	if err := d.waitReplica(ctx, r); err != nil {
+		return err
+	}
+	d.event("%s ready", r.name)
+	return nil
+}
+
+// commitWait bounds how long killAtCommit waits for the victim to commit.
+const commitWait = 5 * time.Second
+
 // rollingRestart stops each replica the way an orchestrator does (SIGTERM, wait) and starts
 // it again, waiting until the balancer has it back before going on to the next.
 // heldByPaused watches the product locks for half the lock TTL after the victim was
@@ -226,13 +281,22 @@ func rollingRestart(ctx context.Context, d *drillEnv) error {
 	return nil
 }
 
+// pauseRedis stops the run's Redis for twice the lock TTL, and meanwhile reads the hot product
+// a few times (redishang.go): reads must go on from Postgres while Redis hangs.
 func pauseRedis(ctx context.Context, d *drillEnv) error {
 	pause := 2 * d.plan.lockTTL
 	d.event("SIGSTOP redis for %v (lock TTL %v)", pause, d.plan.lockTTL)
 	d.redis.proc.signal(syscall.SIGSTOP)
+	probed := make(chan []hangRead, 1)
+	go func() { probed <- d.probeReads(ctx) }()
 	err := sleep(ctx, pause)
 	d.redis.proc.signal(syscall.SIGCONT)
+	resumed := d.rec.now()
 	d.event("SIGCONT redis")
+	reads := <-probed
+	d.mu.Lock()
+	d.hang = &hangProbe{reads: reads, resumed: resumed}
+	d.mu.Unlock()
 	return err
 }
 

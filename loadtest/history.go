@@ -223,6 +223,10 @@ type attempt struct {
 	code       string        // the problem code, when the answer was one
 	replica    bool          // the answer came from a replica (problem+json or JSON), not the balancer
 	err        string
+	// resent: Go's transport sent the request again on a new connection after the first one
+	// broke (it does so by itself for a request with an Idempotency-Key); the answer is the
+	// second sending's.
+	resent bool
 }
 
 // op is one logical operation: all the attempts made for it (with the same Idempotency-Key,
@@ -236,6 +240,7 @@ type op struct {
 	ret      time.Duration // of the last attempt
 	attempts []attempt
 	customer string // orders: the customer id, unique to the operation
+	key      string // orders: the Idempotency-Key of every attempt
 	orderID  string // orders: the id a 201 gave
 	// final marks the read of the stock in the database once every replica has stopped: it
 	// belongs to the writes-only history too, as the state all the writes add up to.
@@ -243,6 +248,9 @@ type op struct {
 	// notBefore, when positive, is the earliest the operation can have taken effect, as the
 	// database recorded it (see reconcileOrders).
 	notBefore time.Duration
+	// refusedButSold marks an order refused to its client (429) that the database holds: a
+	// violation, checked by the model as an order that happened (see reconcileOrders).
+	refusedButSold bool
 }
 
 // recorder collects operations from many goroutines.
@@ -326,9 +334,15 @@ func (p *op) describeAttempts() string {
 		} else if a.err != "" {
 			s += " (" + a.err + ")"
 		}
+		if a.resent {
+			s += " (sent again by Go's transport)"
+		}
 		parts = append(parts, fmt.Sprintf("%s at %.3fs", s, a.end.Seconds()))
 	}
 	desc := strings.Join(parts, "; ")
+	if p.key != "" {
+		desc = "key " + p.key + ": " + desc
+	}
 	if p.customer != "" {
 		desc = "customer " + p.customer + ": " + desc
 	}

@@ -9,6 +9,8 @@
 //	go run ./loadtest -compare                # the comparison for docs/benchmarks.md
 //	go run ./loadtest -cache -duration 10s    # reads and sold-out answers against healthz
 //	go run ./loadtest -async -kill-after 3s   # every order Prefer: respond-async, a replica killed
+//	go run ./loadtest -flood                  # buyers beside floods of audits, missing ids and healthz
+//	go run ./loadtest -replays                # fresh keys against every key sent twice
 //
 // It exits 1 when an invariant or a k6 threshold fails.
 package main
@@ -75,6 +77,9 @@ type options struct {
 	direct        bool // clients talk to the replicas in turn, no balancer (tests)
 	recheck       string
 	redlock       int // Redlock nodes of the run's own (0: the one Redis of -redis-url)
+	// The benchmarks of issue #18, each with flags of its own (flood.go, replays.go).
+	flood   floodOptions
+	replays replayOptions
 }
 
 func main() {
@@ -151,8 +156,19 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.StringVar(&o.recheck, "recheck", "", "check a drill's saved history.json again (with -read-slack, -loose-sold-out, -check-timeout) and exit")
 	fs.IntVar(&o.redlock, "redlock", 0, "run the sale or drills with STOCKSVC_REDIS_MODE=redlock over this many redis-servers of the run's own, on free loopback ports (0: the one Redis of -redis-url)")
 	fs.BoolVar(&o.looseSoldOut, "loose-sold-out", false, "a sold-out answer's available need not equal the stock when it took effect (only be short)")
+	o.flood.register(fs)
+	o.replays.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if err := o.flood.validate(); err != nil {
+		return o, err
+	}
+	if err := o.replays.validate(); err != nil {
+		return o, err
+	}
+	if modes := countTrue(o.compare, o.throughput, o.cache, o.async, o.flood.on, o.replays.on, o.fault != ""); modes > 1 {
+		return o, errors.New("-compare, -throughput, -cache, -async, -flood, -replays and -fault are modes: pick one")
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -176,7 +192,7 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	case o.fault != "" && o.replicas < 2:
 		return o, errors.New("fault drills need at least 2 replicas")
 	}
-	if o.redlock != 0 && (o.redlock < 3 || o.compare || o.throughput || o.cache) {
+	if o.redlock != 0 && (o.redlock < 3 || o.compare || o.throughput || o.cache || o.flood.on || o.replays.on) {
 		return o, errors.New("-redlock takes 3 nodes or more, for the sale and the fault drills")
 	}
 	if o.fault != "" {
@@ -203,12 +219,22 @@ type harness struct {
 	binary  string
 	k6      string
 	haproxy string
-	wrk     string // only for -throughput and -cache
+	wrk     string // only for -throughput, -cache, -flood and -replays
 	script  string
 	w       io.Writer
 }
 
 func (h *harness) printf(format string, args ...any) { fmt.Fprintf(h.w, format, args...) }
+
+func countTrue(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
 
 func run(ctx context.Context, args []string, w io.Writer) error {
 	o, err := parseOptions(args, w)
@@ -226,7 +252,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		return err
 	}
 	// Only the sales drive k6.
-	needK6 := o.fault == "" && !o.cache && !o.async
+	needK6 := o.fault == "" && !o.cache && !o.async && !o.flood.on && !o.replays.on
 	if needK6 {
 		if h.script, err = filepath.Abs(o.script); err != nil {
 			return err
@@ -261,11 +287,18 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		}
 		return h.throughput(ctx)
 	}
-	if o.cache {
+	if o.cache || o.flood.on || o.replays.on {
 		if h.wrk, err = findTool(ctx, "wrk", "wrk", w); err != nil {
 			return err
 		}
+	}
+	switch {
+	case o.cache:
 		return h.cache(ctx)
+	case o.flood.on:
+		return h.floodBench(ctx)
+	case o.replays.on:
+		return h.replayBench(ctx)
 	}
 	if o.fault != "" {
 		return h.drills(ctx)

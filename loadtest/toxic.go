@@ -76,7 +76,14 @@ type commitCut struct {
 	probability atomic.Uint64 // in millionths
 	commits     atomic.Int64  // commit points seen while armed
 	cuts        atomic.Int64
+	// onCommit, when set, is called once, at the next commit point of any connection, before
+	// the server's answer is passed on; the connection is then cut. (kill-replica-rush kills
+	// the replica there: its write committed, its answers never sent.)
+	onCommit atomic.Pointer[func()]
 }
+
+// atNextCommit has f called at the next commit point, in place of passing it on.
+func (c *commitCut) atNextCommit(f func()) { c.onCommit.Store(&f) }
 
 func (c *commitCut) arm(probability float64) {
 	c.probability.Store(uint64(probability * 1e6))
@@ -104,25 +111,40 @@ func (c *commitCut) Pipe(stub *toxics.ToxicStub) {
 				stub.Close()
 				return
 			}
-			if w.feed(chunk.Data) && c.armed.Load() {
+			if !w.feed(chunk.Data) {
+				stub.Output <- chunk
+				continue
+			}
+			if f := c.onCommit.Swap(nil); f != nil {
+				(*f)()
+				c.cutAndDrain(stub)
+				return
+			}
+			if c.armed.Load() {
 				c.commits.Add(1)
 				if rand.Float64()*1e6 < float64(c.probability.Load()) {
 					c.cuts.Add(1)
-					stub.Close()
-					// Keep reading what the server still sends, so the proxy's reader never blocks.
-					for {
-						select {
-						case <-stub.Interrupt:
-							return
-						case more := <-stub.Input:
-							if more == nil {
-								return
-							}
-						}
-					}
+					c.cutAndDrain(stub)
+					return
 				}
 			}
 			stub.Output <- chunk
+		}
+	}
+}
+
+// cutAndDrain closes the connection, and keeps reading what the server still sends, so the
+// proxy's reader never blocks.
+func (c *commitCut) cutAndDrain(stub *toxics.ToxicStub) {
+	stub.Close()
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case more := <-stub.Input:
+			if more == nil {
+				return
+			}
 		}
 	}
 }
