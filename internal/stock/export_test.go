@@ -7,3 +7,10 @@ import "context"
 func SetAfterRead(s *Service, hook func(ctx context.Context, orders int)) {
 	s.afterRead = hook
 }
+
+// Queues returns how many product queues s keeps.
+func Queues(s *Service) int {
+	s.batches.mu.Lock()
+	defer s.batches.mu.Unlock()
+	return len(s.batches.queues)
+}
