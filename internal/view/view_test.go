@@ -377,3 +377,25 @@ func TestHungRedisReadsFromPostgres(t *testing.T) {
 		t.Errorf("order for a product that does not exist while Redis hangs: %+v, want missing", r)
 	}
 }
+
+// TestFallbackHasABudgetOfItsOwn: a Redis step that spends its whole budget (here, waiting for
+// a rebuild lock nobody releases, with tries enough to outlast it) leaves the read of Postgres
+// that follows a budget of its own, not a spent one.
+func TestFallbackHasABudgetOfItsOwn(t *testing.T) {
+	w := newWorld(t, 4)
+	c, _ := w.cache(Config{RebuildTries: 1000}, nil)
+	held, err := lock.New(w.rdb, lock.WithNamespace(w.prefix)).Obtain(context.Background(), c.rebuildLockName(w.id), time.Minute, &lock.Options{Fenceless: true})
+	if err != nil {
+		t.Fatalf("hold the rebuild lock: %v", err)
+	}
+	defer func() { _ = held.Release(context.Background()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*fetchTimeout)
+	defer cancel()
+	v, err := c.Product(ctx, w.id)
+	if err != nil || v.Stock != 4 || v.From != FromPostgres {
+		t.Fatalf("read after the Redis step ran out of time: %+v, %v; want stock 4 from postgres", v, err)
+	}
+	if got := counted(c.metrics.giveUps); got != 0 {
+		t.Errorf("give-ups = %v, want 0: the step must have ended on its budget, not on its tries", got)
+	}
+}
