@@ -25,8 +25,9 @@ import (
 // exist is relied on — identity values are taken when an insert begins, so an id below the
 // highest can belong to an insert that commits later — only when each fact was read:
 //
-//  1. A fact read by a statement that began at T is used only by a call that asked at a time
-//     asked < T + lease, on this replica's clock (fresh).
+//  1. A fact read by a statement that began at T is used only by a call that asked within one
+//     lease of it, asked ≤ T + lease, on this replica's clock (fresh, and the flight's check in
+//     Cache.view).
 //  2. Postgres takes a statement's snapshot after the statement began, and a commit that has
 //     returned is in every snapshot taken after it. A fact that says product X is missing, or
 //     that the highest id is below X, came from a read whose snapshot missed X's insert: that
@@ -34,9 +35,9 @@ import (
 //  3. The creation of X is answered only once Created has waited one lease and a margin after
 //     the commit returned: at A ≥ C + lease + margin, on the creating replica's clock.
 //  4. A call that asks after that answer, on any replica (asked > A), could only use a fact
-//     read at T > asked − lease. The margin covers the two clocks measuring a lease at slightly
-//     different rates, so T > A − lease − margin ≥ C: the read began after the commit had
-//     returned, and found X, against 2.
+//     read at T ≥ asked − lease > A − lease ≥ C + margin. The margin covers the two clocks
+//     measuring a lease at slightly different rates, so T > C: the read began after the
+//     commit had returned, and found X, against 2.
 //
 // A fact that a flight brings is checked against when each of its callers asked, not when the
 // flight began: a slow read brings a fact that may be stale on arrival, and it is not used then.
