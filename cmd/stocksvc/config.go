@@ -39,6 +39,7 @@ type config struct {
 	AsyncWorkers   int
 	CacheLease     time.Duration
 	CacheTTL       time.Duration
+	CacheRedisWait time.Duration
 	RequestTimeout time.Duration
 	ShutdownGrace  time.Duration
 	ShutdownDelay  time.Duration
@@ -104,8 +105,9 @@ func settings() []setting {
 		{"STOCKSVC_MAX_QUANTITY", "max-quantity", "10", "most units of one product per order", integer(func(c *config, n int64) { c.MaxQuantity = n }), false},
 		{"STOCKSVC_MAX_BATCH", "max-batch", "256", "most orders of one product decided together (one lock, one read, one write); 1 decides each order alone", integer(func(c *config, n int64) { c.MaxBatch = int(n) }), false},
 		{"STOCKSVC_ASYNC_WORKERS", "async-workers", "4", "how many products' lines of orders sent with Prefer: respond-async this replica drains at once, each holding a Postgres connection for its line's lock (at most half of STOCKSVC_DB_MAX_CONNS); 0 leaves deciding them to the other replicas (this one still accepts them)", integer(func(c *config, n int64) { c.AsyncWorkers = int(n) }), false},
-		{"STOCKSVC_CACHE_LEASE", "cache-lease", "50ms", "how long a replica answers product reads, and refuses orders for a sold-out product, from a view without asking Redis again; every restock waits it out; 0 turns the view cache off", dur(func(c *config) *time.Duration { return &c.CacheLease }), false},
+		{"STOCKSVC_CACHE_LEASE", "cache-lease", "50ms", "how long a replica answers product reads, and refuses orders for a sold-out product, from a view without asking Redis again, and remembers that a product does not exist; every restock and product creation waits it out; 0 turns the view cache off", dur(func(c *config) *time.Duration { return &c.CacheLease }), false},
 		{"STOCKSVC_CACHE_TTL", "cache-ttl", "5s", "how long a product's view lives in Redis without an update: the bound on a view whose update was lost", dur(func(c *config) *time.Duration { return &c.CacheTTL }), false},
+		{"STOCKSVC_CACHE_REDIS_WAIT", "cache-redis-wait", "500ms", "how long a product read waits for each Redis command before it reads Postgres instead: what a read costs while Redis hangs", dur(func(c *config) *time.Duration { return &c.CacheRedisWait }), false},
 		{"STOCKSVC_REQUEST_TIMEOUT", "request-timeout", "10s", "bound on each API request", dur(func(c *config) *time.Duration { return &c.RequestTimeout }), false},
 		{"STOCKSVC_SHUTDOWN_GRACE", "shutdown-grace", "15s", "how long in-flight requests may take to finish after SIGTERM", dur(func(c *config) *time.Duration { return &c.ShutdownGrace }), false},
 		{"STOCKSVC_SHUTDOWN_DELAY", "shutdown-delay", "2s", "how long /readyz answers 503 before the listener closes, so a balancer can notice", dur(func(c *config) *time.Duration { return &c.ShutdownDelay }), false},
@@ -214,6 +216,9 @@ func (c *config) validate() error {
 	if c.CacheLease > time.Second {
 		errs = append(errs, fmt.Errorf("STOCKSVC_CACHE_LEASE: %v is too long (every restock waits it out; at most 1s)", c.CacheLease))
 	}
+	if c.CacheRedisWait <= 0 {
+		errs = append(errs, errors.New("STOCKSVC_CACHE_REDIS_WAIT: must be positive"))
+	}
 	if c.CacheLease > 0 && c.CacheTTL < c.CacheLease {
 		errs = append(errs, fmt.Errorf("STOCKSVC_CACHE_TTL: %v is shorter than STOCKSVC_CACHE_LEASE", c.CacheTTL))
 	}
@@ -321,6 +326,7 @@ func (c config) logAttrs() []any {
 		slog.String("queue_wait", c.QueueWait.String()),
 		slog.String("cache_lease", c.CacheLease.String()),
 		slog.String("cache_ttl", c.CacheTTL.String()),
+		slog.String("cache_redis_wait", c.CacheRedisWait.String()),
 		slog.String("request_timeout", c.RequestTimeout.String()),
 		slog.String("shutdown_grace", c.ShutdownGrace.String()),
 		slog.String("shutdown_delay", c.ShutdownDelay.String()),

@@ -95,7 +95,7 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	}
 	var views stock.Views
 	if cfg.CacheLease > 0 {
-		views = view.New(deps.rdb, locks, store.Product, view.Config{Lease: cfg.CacheLease, TTL: cfg.CacheTTL}, view.NewMetrics(reg))
+		views = view.New(deps.rdb, locks, store, view.Config{Lease: cfg.CacheLease, TTL: cfg.CacheTTL, RedisTimeout: cfg.CacheRedisWait}, view.NewMetrics(reg))
 	}
 	svc := stock.NewService(store, locker, stock.Config{
 		Defense:        cfg.defense,

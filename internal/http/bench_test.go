@@ -82,11 +82,14 @@ type soldOutViews struct{}
 func (soldOutViews) Product(context.Context, int64) (stock.ProductView, error) {
 	return stock.ProductView{}, stock.ErrUnavailable
 }
-func (soldOutViews) SoldOut(context.Context, int64) (int64, bool) { return 1, true }
-func (soldOutViews) Committed(int64, int64, int64, time.Time)     {}
+func (soldOutViews) Refusal(context.Context, int64) stock.Refusal {
+	return stock.Refusal{SoldOut: true, Version: 1}
+}
+func (soldOutViews) Committed(int64, int64, int64, time.Time) {}
 func (soldOutViews) Raise(context.Context, int64) (func(*stock.Product), error) {
 	return func(*stock.Product) {}, nil
 }
+func (soldOutViews) Created(int64) {}
 
 func BenchmarkSoldOutFromView(b *testing.B) {
 	svc := stock.NewService(stocktest.NewMemStore(), &stocktest.LocalLocker{},

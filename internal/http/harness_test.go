@@ -132,7 +132,7 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	store := stock.NewPGStore(pool)
 	var views stock.Views
 	if !o.noCache {
-		views = view.New(rdb, locks, store.Product, view.Config{}, view.NewMetrics(reg))
+		views = view.New(rdb, locks, store, view.Config{}, view.NewMetrics(reg))
 	}
 	var locker stock.Locker = stock.NewRedisLocker(locks, stock.LockConfig{TTL: o.lockTTL, Wait: o.lockWait})
 	if o.redlock != nil {

@@ -17,3 +17,10 @@ func Waiting(s *Service, id int64) int {
 	}
 	return 0
 }
+
+// Queues returns how many product queues s keeps.
+func Queues(s *Service) int {
+	s.batches.mu.Lock()
+	defer s.batches.mu.Unlock()
+	return len(s.batches.queues)
+}

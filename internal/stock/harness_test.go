@@ -50,6 +50,8 @@ type replicaOptions struct {
 	redisURL string // instead of the world's Redis
 	maxBatch int    // orders per batch; 0 keeps the default
 	views    bool   // a view cache (package view) in front, as the service runs
+	// viewLease is the view cache's lease; 0 keeps the default.
+	viewLease time.Duration
 	// queries, when set, counts every query the replica's pool sends to Postgres.
 	queries *atomic.Int64
 	// redlock, when set, puts the product locks on a Redlock over these nodes (a
@@ -96,7 +98,7 @@ func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replic
 	var cache *view.Cache
 	var views stock.Views
 	if o.views {
-		cache = view.New(rdb, locks, store.Product, view.Config{}, view.NewMetrics(reg))
+		cache = view.New(rdb, locks, store, view.Config{Lease: o.viewLease}, view.NewMetrics(reg))
 		views = cache
 	}
 	var locker stock.Locker = stock.NewRedisLocker(locks, stock.LockConfig{TTL: o.lockTTL, Wait: wait})

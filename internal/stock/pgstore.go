@@ -59,6 +59,18 @@ func (s *PGStore) Product(ctx context.Context, id int64) (Product, error) {
 	return prod, nil
 }
 
+// HighestProductID implements Store: one backward step on the primary key's index. Ids are an
+// identity column, taken when an insert begins and never reused, so an id below the answer may
+// still belong to an insert that has not committed: the answer says which ids did not exist
+// when the statement read, not which never will.
+func (s *PGStore) HighestProductID(ctx context.Context) (int64, error) {
+	var id int64
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM products`).Scan(&id); err != nil {
+		return 0, dbError("highest product id", err)
+	}
+	return id, nil
+}
+
 // StoredKeys implements Store. Refusals name their product in idempotency_keys (a partial
 // index, migration 3); confirmed orders are found through their items.
 func (s *PGStore) StoredKeys(ctx context.Context, id int64, limit int) ([]string, error) {

@@ -121,8 +121,9 @@ func (s *Service) Close() {
 }
 
 // CreateProduct validates p and stores it, with surrounding spaces trimmed from SKU and name.
-// Errors: *ValidationError, ErrDuplicateSKU,
-// ErrUnavailable.
+// With views it answers one view lease (and a margin) after the insert has committed, once no
+// replica can still say the product does not exist (Views.Created). Errors: *ValidationError,
+// ErrDuplicateSKU, ErrUnavailable.
 func (s *Service) CreateProduct(ctx context.Context, p NewProduct) (Product, error) {
 	p.SKU, p.Name = strings.TrimSpace(p.SKU), strings.TrimSpace(p.Name)
 	switch {
@@ -143,7 +144,16 @@ func (s *Service) CreateProduct(ctx context.Context, p NewProduct) (Product, err
 	if err := plainText("name", p.Name); err != nil {
 		return Product{}, err
 	}
-	return s.store.CreateProduct(ctx, p)
+	created, err := s.store.CreateProduct(ctx, p)
+	if err != nil {
+		return Product{}, err
+	}
+	if s.cfg.Views != nil {
+		// A replica may remember, for a moment, that this id did not exist: an order or read
+		// that begins after this answer must not be told so.
+		s.cfg.Views.Created(created.ID)
+	}
+	return created, nil
 }
 
 // plainText refuses text Postgres cannot store (NUL, invalid UTF-8) and control characters,
@@ -334,23 +344,36 @@ func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderRe
 	return OrderResult{Order: o.order, Replayed: o.replayed}, nil
 }
 
-// soldOutFromView refuses an order for one product that the views know is sold out, with no
-// query and no lock, and returns nil when they do not. A view is never above the stock in
-// Postgres (purchases lower it after the view was read; a restock waits out every lease before
-// raising it), so "sold out" from a view is true when it is said, and the "available" it
-// reports, 0, is exact. An order with an Idempotency-Key is refused so only when the key has no
-// stored outcome for the product to replay (storedKeys); a key used before for some other
-// request is then answered sold-out, not idempotency-key-reused: both sell nothing.
+// soldOutFromView refuses an order for one product that the views know does not exist, or is
+// sold out, with no query and no lock, and returns nil when they know neither.
+//
+// "Does not exist" comes from a Postgres read that began at most one lease before the order,
+// and a creation is answered only once every such read from before it is older than that
+// (Views.Created), so it never hides a product whose creation has been answered. Nothing is
+// stored for an order of a product that does not exist, so a key has no outcome to replay —
+// unless the product came into existence since: only an order decided between the insert's
+// commit and the creation's answer (its id guessed), retried within one lease, could meet
+// such a refusal.
+//
+// A view is never above the stock in Postgres (purchases lower it after the view was read; a
+// restock waits out every lease before raising it), so "sold out" from a view is true when it
+// is said, and the "available" it reports, 0, is exact. An order with an Idempotency-Key is
+// refused so only when the key has no stored outcome for the product to replay (storedKeys); a
+// key used before for some other request is then answered sold-out, not
+// idempotency-key-reused: both sell nothing.
 func (s *Service) soldOutFromView(ctx context.Context, it Item, key string) error {
 	if s.cfg.Views == nil || s.cfg.Defense.Naive() {
 		return nil
 	}
-	version, soldOut := s.cfg.Views.SoldOut(ctx, it.ProductID)
-	if !soldOut {
+	r := s.cfg.Views.Refusal(ctx, it.ProductID)
+	if r.Missing {
+		return &ProductNotFoundError{ProductID: it.ProductID}
+	}
+	if !r.SoldOut {
 		return nil
 	}
 	if key != "" {
-		if unclaimed, ok := s.keys.unclaimed(ctx, it.ProductID, version, key); !ok || !unclaimed {
+		if unclaimed, ok := s.keys.unclaimed(ctx, it.ProductID, r.Version, key); !ok || !unclaimed {
 			return nil
 		}
 	}

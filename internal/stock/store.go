@@ -19,6 +19,9 @@ type Store interface {
 	CreateProduct(ctx context.Context, p NewProduct) (Product, error)
 	// Product returns the product with id. Errors: *ProductNotFoundError, ErrUnavailable.
 	Product(ctx context.Context, id int64) (Product, error)
+	// HighestProductID returns the highest id of a product that exists (committed, as one read
+	// saw it), or 0 when there is none. Errors: ErrUnavailable.
+	HighestProductID(ctx context.Context) (int64, error)
 	// Restock adds r.Quantity units to product r.ProductID, under r.Fence when not zero. With
 	// r.Key, the restock is recorded under the key in the same transaction, and a key that
 	// already has a restock is answered with it (Replayed, the product as that restock left

@@ -85,6 +85,21 @@ func sale(d stock.Defense, id, qty int64, l stock.Level, fence int64, key string
 }
 
 var storeCases = []storeCase{
+	{"the highest product id is the newest product's, not an id a failed insert took", func(t *testing.T, s stock.Store) {
+		ctx := context.Background()
+		if got, err := s.HighestProductID(ctx); err != nil || got != 0 {
+			t.Fatalf("highest id with no products = %d, %v; want 0", got, err)
+		}
+		mustCreate(t, s, "older", 1)
+		newest := mustCreate(t, s, "newest", 1)
+		// Postgres takes an identity value for the insert it then refuses.
+		if _, err := s.CreateProduct(ctx, stock.NewProduct{SKU: "newest", Name: "again", Stock: 1}); !errors.Is(err, stock.ErrDuplicateSKU) {
+			t.Fatalf("duplicate SKU: %v", err)
+		}
+		if got, err := s.HighestProductID(ctx); err != nil || got != newest {
+			t.Errorf("highest id = %d, %v; want %d", got, err, newest)
+		}
+	}},
 	{"a snapshot has what exists, and nothing for what does not", func(t *testing.T, s stock.Store) {
 		id := mustCreate(t, s, "snap", 7)
 		snap := mustSnapshot(t, s, []int64{id, id + 1000}, "no-such-key")

@@ -26,16 +26,16 @@ const (
 )
 
 // Views is a cache of products' views (package view implements it): the Service answers
-// product reads from it, asks it whether a product is sold out before queueing an order, keeps
-// it current with every purchase, and tells it before every write that may raise a stock.
+// product reads from it, asks it whether an order can be refused at once — its product does not
+// exist, or is sold out — before queueing the order, keeps it current with every purchase, and
+// tells it before every write that may raise a stock and after every creation.
 type Views interface {
 	// Product returns product id's view. Errors: *ProductNotFoundError, ErrUnavailable, the
 	// context's error.
 	Product(ctx context.Context, id int64) (ProductView, error)
-	// SoldOut reports whether product id is known to have no stock left, from a view that is
-	// never above the stock in Postgres and never from before a raise that has returned;
-	// version is that view's. It answers false when it cannot tell.
-	SoldOut(ctx context.Context, id int64) (version int64, soldOut bool)
+	// Refusal reports what the views know that refuses an order for product id before it is
+	// queued; the zero Refusal when they cannot tell.
+	Refusal(ctx context.Context, id int64) Refusal
 	// Committed records that a purchase left product id at stock left and version version;
 	// it returns once the views have taken it, or have given up after a short wait.
 	Committed(id int64, left, version int64, at time.Time)
@@ -43,6 +43,24 @@ type Views interface {
 	// after the write with the product as it left it, or nil when the write failed or its
 	// outcome is unknown. Errors: ErrUnavailable (nothing may be written), the context's error.
 	Raise(ctx context.Context, id int64) (done func(p *Product), err error)
+	// Created is told that product id's insert has committed, and returns once no replica
+	// can say the product does not exist to a Product or Refusal call that begins after it
+	// returned. The Service calls it before it answers the creation.
+	Created(id int64)
+}
+
+// Refusal is what the views know of a product that refuses an order for it at once, with no
+// queue, no lock and no query. At most one of Missing and SoldOut is set.
+type Refusal struct {
+	// Missing says that no product has the id: a Postgres read that began at most one lease
+	// before the call found none. A product whose creation has been answered is never missing
+	// (Views.Created).
+	Missing bool
+	// SoldOut says that the product has no stock left, from a view that is never above the
+	// stock in Postgres and never from before a raise that has returned; Version is that
+	// view's.
+	SoldOut bool
+	Version int64
 }
 
 // maxStoredKeys bounds the idempotency keys a replica holds for one sold-out product. A flash

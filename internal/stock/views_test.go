@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
@@ -236,4 +239,124 @@ func TestViewsFollowPurchasesAndRestocks(t *testing.T) {
 			t.Errorf("%s after the restock: %+v, want stock 11 at version 2", name, v)
 		}
 	}
+}
+
+// TestOrdersForMissingProductsCostNoQuery: a flood of orders for random ids nobody created is
+// refused product-not-found from the replica's memory — one read of the highest product id
+// while it is fresh, no other query, no Redis command, no queue. An id below the highest that
+// no product has costs one read, then none while remembered. (The lease is long here so that
+// what was read stays fresh for the whole flood; the product is created through the store so
+// that its creation does not wait that lease out.)
+func TestOrdersForMissingProductsCostNoQuery(t *testing.T) {
+	w := newWorld(t)
+	var queries atomic.Int64
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true, viewLease: 10 * time.Second, queries: &queries})
+	commands := countCommands(r.redis)
+	ctx := context.Background()
+	if _, err := r.store.CreateProduct(ctx, stock.NewProduct{SKU: "dup", Name: "dup", Stock: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// The refused insert takes an id: a gap below the highest.
+	if _, err := r.store.CreateProduct(ctx, stock.NewProduct{SKU: "dup", Name: "dup", Stock: 1}); !errors.Is(err, stock.ErrDuplicateSKU) {
+		t.Fatalf("duplicate: %v", err)
+	}
+	real, err := r.store.CreateProduct(ctx, stock.NewProduct{SKU: "real", Name: "real", Stock: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gap := real.ID - 1
+	queries.Store(0)
+	commands.take()
+
+	const flood = 300
+	for i := range flood {
+		id := real.ID + 1 + rand.Int64N(1<<62)
+		_, err := r.svc.PlaceOrder(ctx, order(fmt.Sprintf("random-%d", i), one(id, 1)))
+		if notFound, ok := errors.AsType[*stock.ProductNotFoundError](err); !ok || notFound.ProductID != id {
+			t.Fatalf("order %d for random id %d: %v, want product not found", i, id, err)
+		}
+	}
+	if n := queries.Load(); n != 1 {
+		t.Errorf("%d orders for random missing ids sent %d Postgres queries, want 1 (the highest id)", flood, n)
+	}
+	if other := commands.take(); len(other) > 0 {
+		t.Errorf("orders for random missing ids sent Redis commands: %v", other)
+	}
+	if n := stock.Queues(r.svc); n != 0 {
+		t.Errorf("%d product queues after orders for missing products, want none", n)
+	}
+
+	if _, err := r.svc.PlaceOrder(ctx, order("gap-first", one(gap, 1))); !errors.Is(err, stock.ErrProductNotFound) {
+		t.Fatalf("first order for id %d below the highest: %v, want product not found", gap, err)
+	}
+	queries.Store(0)
+	commands.take()
+	for i := range 100 {
+		if _, err := r.svc.PlaceOrder(ctx, order(fmt.Sprintf("gap-%d", i), one(gap, 1))); !errors.Is(err, stock.ErrProductNotFound) {
+			t.Fatalf("order %d for id %d below the highest: %v, want product not found", i, gap, err)
+		}
+	}
+	if n := queries.Load(); n != 0 {
+		t.Errorf("100 orders for a remembered missing id sent %d Postgres queries, want 0", n)
+	}
+	if other := commands.take(); len(other) > 0 {
+		t.Errorf("orders for a remembered missing id sent Redis commands: %v", other)
+	}
+	if n := stock.Queues(r.svc); n != 0 {
+		t.Errorf("%d product queues after orders for missing products, want none", n)
+	}
+	if got := labelledValue(t, r.registry, "stocksvc_view_not_found_total", map[string]string{"use": "order", "from": "memory"}); got != flood+100 {
+		t.Errorf("stocksvc_view_not_found_total{use=order,from=memory} = %v, want %d", got, flood+100)
+	}
+	// The product that exists still sells.
+	if _, err := r.svc.PlaceOrder(ctx, order("buyer", one(real.ID, 1))); err != nil {
+		t.Errorf("order for the product that exists: %v", err)
+	}
+}
+
+// TestCreatedProductIsFoundAtOnceOnEveryReplica: replica B has just refused an order for an id
+// nobody created (so it remembers the highest id, fresh); replica A creates a product; the
+// moment the creation is answered, B takes an order for it and reads it. Many times over.
+func TestCreatedProductIsFoundAtOnceOnEveryReplica(t *testing.T) {
+	w := newWorld(t)
+	a := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true})
+	b := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true})
+	ctx := context.Background()
+	for round := range 25 {
+		if _, err := b.svc.PlaceOrder(ctx, order("prober", one(1<<60, 1))); !errors.Is(err, stock.ErrProductNotFound) {
+			t.Fatalf("round %d: order for an id nobody created: %v", round, err)
+		}
+		id := createProduct(t, a, fmt.Sprintf("new-%d", round), 2)
+		if _, err := b.svc.PlaceOrder(ctx, order(fmt.Sprintf("first-%d", round), one(id, 1))); err != nil {
+			t.Fatalf("round %d: order on another replica right after the creation of %d was answered: %v", round, id, err)
+		}
+		if v, err := b.svc.Product(ctx, id); err != nil || v.Stock != 1 {
+			t.Fatalf("round %d: read on another replica after the creation and an order: %+v, %v", round, v, err)
+		}
+	}
+}
+
+// labelledValue reads the counter name{labels} from g.
+func labelledValue(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; !ok || v != lp.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("metric %s%v not found", name, labels)
+	return 0
 }

@@ -11,6 +11,7 @@ type Metrics struct {
 	giveUps     prometheus.Counter
 	refused     prometheus.Counter
 	lostUpdates prometheus.Counter
+	notFounds   *prometheus.CounterVec
 }
 
 // NewMetrics creates the view metrics and registers them with reg.
@@ -22,7 +23,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"from"}),
 		queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stocksvc_view_postgres_queries_total",
-			Help: "Postgres queries made for product views: rebuilds of a missing view, and fallback reads when Redis could not serve one.",
+			Help: "Postgres queries made for product views: rebuilds of a missing view, fallback reads when Redis could not serve one, and reads of the highest product id (what this replica knows of products that do not exist).",
 		}, []string{"purpose"}),
 		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stocksvc_view_rebuilds_total",
@@ -44,14 +45,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "stocksvc_view_updates_failed_total",
 			Help: "View updates Redis did not take (unreachable): the view may lag until its TTL.",
 		}),
+		notFounds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stocksvc_view_not_found_total",
+			Help: "Orders refused (404, before any queue) and reads answered not found because the product does not exist, by what said so: memory (this replica's memory of missing products, with no Redis command and no query) or postgres (the view's read).",
+		}, []string{"use", "from"}),
 	}
 	for _, from := range []string{FromProcess, FromRedis, FromPostgres} {
 		m.reads.WithLabelValues(from)
 	}
-	for _, purpose := range []string{"rebuild", "fallback"} {
+	for _, purpose := range []string{"rebuild", "fallback", "highest"} {
 		m.queries.WithLabelValues(purpose)
 	}
-	reg.MustRegister(m.reads, m.queries, m.rebuilds, m.waits, m.giveUps, m.refused, m.lostUpdates)
+	for _, use := range []string{"order", "read"} {
+		for _, from := range []string{"memory", FromPostgres} {
+			m.notFounds.WithLabelValues(use, from)
+		}
+	}
+	reg.MustRegister(m.reads, m.queries, m.rebuilds, m.waits, m.giveUps, m.refused, m.lostUpdates, m.notFounds)
 	return m
 }
 
@@ -94,5 +104,13 @@ func (m *Metrics) fallbackRefused() {
 func (m *Metrics) updateLost() {
 	if m != nil {
 		m.lostUpdates.Inc()
+	}
+}
+
+// notFound counts an answer that product does not exist, for use ("order" or "read"), from
+// "memory" or "postgres".
+func (m *Metrics) notFound(use, from string) {
+	if m != nil {
+		m.notFounds.WithLabelValues(use, from).Inc()
 	}
 }

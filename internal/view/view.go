@@ -12,6 +12,13 @@
 // restock, which raises it. A raise therefore goes through Raise: it forbids new views and waits
 // until every lease on an old one has run out before it writes, so that once a restock has been
 // answered no replica can refuse an order on the level before it.
+//
+// Each replica also remembers, for a lease at a time, which products do not exist (missing.go),
+// so that orders and reads for ids nobody created cost neither Redis nor Postgres; a creation
+// waits that lease out before it answers (Created), so that none is hidden by it.
+//
+// Redis is asked with a short deadline (Config.RedisTimeout): when it does not answer, a read
+// goes to Postgres with a budget of its own instead of waiting on it.
 package view
 
 import (
@@ -34,7 +41,8 @@ import (
 type Config struct {
 	// Lease is how long a replica answers from a view it read from Redis without reading it
 	// again; it bounds how stale a read served from memory may be, and every restock waits
-	// it out before writing. Default 50ms.
+	// it out before writing. It is also how long a replica remembers that a product does not
+	// exist, which every creation waits out before it answers (Created). Default 50ms.
 	Lease time.Duration
 	// TTL is how long a view lives in Redis without a write. Purchases keep a hot product's view
 	// current; the TTL bounds how long a view can outlive a write whose update was lost (Redis
@@ -48,6 +56,14 @@ type Config struct {
 	// serve them (unreachable, or the rebuild tries ran out); a read beyond it is answered
 	// unavailable. Default 8.
 	FallbackReads int
+	// RedisTimeout bounds each Redis command a read makes (the view, the rebuild lock, the
+	// epoch, the rebuilt view's write): a Redis that has not answered by then is taken for one
+	// that cannot serve the read, which then goes to Postgres. It is an order of magnitude
+	// above a healthy Redis's slowest answers, and what a read costs on top of Postgres while
+	// Redis hangs. The Redis client must end a command when its context does
+	// (ContextTimeoutEnabled, as cmd/stocksvc builds it); one that does not holds each command
+	// for its own read timeout instead. Default 500ms.
+	RedisTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -63,11 +79,22 @@ func (c Config) withDefaults() Config {
 	if c.FallbackReads <= 0 {
 		c.FallbackReads = 8
 	}
+	if c.RedisTimeout <= 0 {
+		c.RedisTimeout = 500 * time.Millisecond
+	}
 	return c
 }
 
-// Loader reads a product from Postgres. Errors: *stock.ProductNotFoundError, ErrUnavailable.
-type Loader func(ctx context.Context, id int64) (stock.Product, error)
+// Source is where views are read from when Redis has none: Postgres, through the stock store
+// (*stock.PGStore implements it).
+type Source interface {
+	// Product reads the product with id. Errors: *stock.ProductNotFoundError,
+	// stock.ErrUnavailable.
+	Product(ctx context.Context, id int64) (stock.Product, error)
+	// HighestProductID reads the highest id of a product that exists, 0 for none. Errors:
+	// stock.ErrUnavailable.
+	HighestProductID(ctx context.Context) (int64, error)
+}
 
 // Where a read was answered from, as reported in View.From and the metrics.
 const (
@@ -83,6 +110,15 @@ type View = stock.ProductView
 // one indexed read, and is given that long at most.
 const rebuildLockTTL = 2 * time.Second
 
+// fetchTimeout bounds a flight's Redis step as a whole: its tries, the waits between them, and
+// a rebuild's read of Postgres (each Redis command has Config.RedisTimeout).
+const fetchTimeout = 2 * rebuildLockTTL
+
+// postgresTimeout bounds a read of Postgres made for the views without Redis — a fallback read,
+// or the highest product id. It is a budget of its own, not what the Redis step left: a Redis
+// that hung must not leave the read nothing to reach Postgres with.
+const postgresTimeout = 2 * time.Second
+
 // maxRaise bounds how long a raise may take between marking the epoch pending and ending it; a
 // pending mark older than twice this is taken for the mark of a writer that died.
 const maxRaise = 30 * time.Second
@@ -92,15 +128,20 @@ type Cache struct {
 	rdb     redis.UniversalClient
 	locks   *lock.Client
 	prefix  string
-	load    Loader
+	src     Source
 	cfg     Config
 	metrics *Metrics
+	absent  absent
 
 	flight   singleflight.Group
 	fallback chan struct{}
 
 	mu     sync.Mutex
 	leases map[int64]lease
+
+	// joined, when set, runs once a read has joined a flight for product id. Tests use it to
+	// know when a read waits on a flight they hold.
+	joined func(id int64)
 }
 
 // lease is a view this replica may answer from until expires.
@@ -114,12 +155,14 @@ type lease struct {
 	expires time.Time
 }
 
-// New returns a Cache over rdb. Its keys, and its rebuild locks' names, start with the lock
-// client's namespace (STOCKSVC_REDIS_PREFIX). metrics may be nil.
-func New(rdb redis.UniversalClient, locks *lock.Client, load Loader, cfg Config, metrics *Metrics) *Cache {
+// New returns a Cache over rdb, reading src when Redis has no view. Its keys, and its rebuild
+// locks' names, start with the lock client's namespace (STOCKSVC_REDIS_PREFIX). Every replica
+// must be given the same lease. metrics may be nil.
+func New(rdb redis.UniversalClient, locks *lock.Client, src Source, cfg Config, metrics *Metrics) *Cache {
 	cfg = cfg.withDefaults()
 	return &Cache{
-		rdb: rdb, locks: locks, prefix: locks.Namespace(), load: load, cfg: cfg, metrics: metrics,
+		rdb: rdb, locks: locks, prefix: locks.Namespace(), src: src, cfg: cfg, metrics: metrics,
+		absent:   absent{src: src, lease: cfg.Lease, metrics: metrics, ids: map[int64]time.Time{}},
 		fallback: make(chan struct{}, cfg.FallbackReads),
 		leases:   map[int64]lease{},
 	}
@@ -139,12 +182,13 @@ func (c *Cache) rebuildLockName(id int64) string {
 }
 
 // Product returns product id's view: from this replica's lease, from Redis, or rebuilt from
-// Postgres. When Redis cannot serve it (unreachable, or the rebuild tries ran out), it is read
-// from Postgres, once for all the readers of the product that wait on this replica, and at
-// most FallbackReads products at a time. Errors: *stock.ProductNotFoundError,
+// Postgres. When Redis cannot serve it (unreachable, not answering within RedisTimeout, or the
+// rebuild tries ran out), it is read from Postgres, once for all the readers of the product that
+// wait on this replica, and at most FallbackReads products at a time. A product this replica
+// knows does not exist is answered so at once. Errors: *stock.ProductNotFoundError,
 // stock.ErrUnavailable, the context's error.
 func (c *Cache) Product(ctx context.Context, id int64) (View, error) {
-	l, err := c.view(ctx, id)
+	l, err := c.view(ctx, id, "read")
 	if err != nil {
 		return View{}, err
 	}
@@ -152,48 +196,83 @@ func (c *Cache) Product(ctx context.Context, id int64) (View, error) {
 	return l.view, nil
 }
 
-// SoldOut reports whether product id is known to be sold out: its view, read within the lease,
-// has no stock left. It never reads Postgres for a product whose view is in Redis, and a view
-// it has to rebuild is rebuilt once for every replica. version is the view's. It answers false
-// when it cannot tell (Redis unreachable, say): the purchase path decides then.
-func (c *Cache) SoldOut(ctx context.Context, id int64) (version int64, soldOut bool) {
-	l, err := c.view(ctx, id)
+// Refusal reports what refuses an order for product id at once: that it does not exist — this
+// replica knows so (missing.go), or the view's read of Postgres found so — or that its view,
+// read within the lease, has no stock left. It never reads Postgres for a product whose view is
+// in Redis, and a view it has to rebuild is rebuilt once for every replica. It answers the zero
+// Refusal when it cannot tell (Redis unreachable, say): the purchase path decides then.
+func (c *Cache) Refusal(ctx context.Context, id int64) stock.Refusal {
+	l, err := c.view(ctx, id, "order")
+	if errors.Is(err, stock.ErrProductNotFound) {
+		// view answers "not found" only from a read that began at most one lease before it
+		// was called: a creation that has been answered is never behind it.
+		return stock.Refusal{Missing: true}
+	}
 	// Only a view that may still be answered from: a lease that has not run out. (One that a
 	// slow flight brought after its lease ended may be older than a restock that has
 	// returned.)
 	if err != nil || l.view.Product.Stock > 0 || !time.Now().Before(l.expires) {
-		return 0, false
+		return stock.Refusal{}
 	}
-	return l.view.Product.Version, true
+	return stock.Refusal{SoldOut: true, Version: l.view.Product.Version}
 }
 
+// Created returns one lease and a margin after it is called: by then no replica answers "not
+// found" for a product whose insert committed before the call (missing.go has the proof). It
+// waits whatever happens to the caller: the product exists, and its creation must not be
+// answered before.
+func (c *Cache) Created(id int64) {
+	t := time.NewTimer(c.cfg.Lease + margin(c.cfg.Lease))
+	defer t.Stop()
+	<-t.C
+}
+
+// margin is added to a lease that another replica waits out: it covers clocks of other
+// machines running a little slow.
+func margin(lease time.Duration) time.Duration { return lease/10 + time.Millisecond }
+
 // view returns product id's view from a lease, from Redis, or rebuilt, no older than one lease
-// before the call.
-func (c *Cache) view(ctx context.Context, id int64) (lease, error) {
+// before the call; or *stock.ProductNotFoundError from this replica's memory of missing
+// products, or from a read of Postgres that began no earlier than one lease before the call.
+// use says what the answer is for ("read" or "order"), for the metrics.
+func (c *Cache) view(ctx context.Context, id int64, use string) (lease, error) {
 	asked := time.Now()
 	if l, ok := c.leased(id); ok {
 		return l, nil
 	}
+	if c.absent.missing(ctx, id, asked) {
+		c.metrics.notFound(use, "memory")
+		return lease{}, &stock.ProductNotFoundError{ProductID: id}
+	}
 	for joined := 1; ; joined++ {
 		ch := c.flight.DoChan(strconv.FormatInt(id, 10), func() (any, error) {
 			// The flight serves every caller that joins it: it must not end with the first.
-			ctx := context.WithoutCancel(ctx)
-			ctx, cancel := context.WithTimeout(ctx, 2*rebuildLockTTL)
-			defer cancel()
-			return c.fetch(ctx, id)
+			l, err := c.fetch(context.WithoutCancel(ctx), id)
+			if errors.Is(err, stock.ErrProductNotFound) {
+				c.absent.found(id, l.start)
+			}
+			return l, err
 		})
+		if c.joined != nil {
+			c.joined(id)
+		}
 		select {
 		case r := <-ch:
-			if r.Err != nil {
+			l, _ := r.Val.(lease)
+			notFound := errors.Is(r.Err, stock.ErrProductNotFound)
+			if r.Err != nil && !notFound {
 				return lease{}, r.Err
 			}
-			l := r.Val.(lease)
 			// A flight that began over a lease before this caller asked (a slow Redis) would
-			// answer it with a view older than the bound; the next one begins after it asked.
+			// answer it with a view, or a "not found", older than the bound; the next one
+			// begins after it asked.
 			if asked.Sub(l.start) > c.cfg.Lease && joined == 1 {
 				continue
 			}
-			return l, nil
+			if notFound {
+				c.metrics.notFound(use, "postgres")
+			}
+			return l, r.Err
 		case <-ctx.Done():
 			return lease{}, fmt.Errorf("waiting for product %d's view: %w", id, context.Cause(ctx))
 		}
@@ -212,16 +291,26 @@ func (c *Cache) leased(id int64) (lease, bool) {
 }
 
 // fetch reads product id's view from Redis, rebuilding it if it is missing, and leases it; when
-// Redis cannot serve it, it reads Postgres instead (and leases nothing).
+// Redis cannot serve it, it reads Postgres instead (and leases nothing). A product that does
+// not exist is *stock.ProductNotFoundError, with the returned lease's start set to when the read
+// that found so began.
 func (c *Cache) fetch(ctx context.Context, id int64) (lease, error) {
-	l, err := c.fetchCached(ctx, id)
+	cached, cancel := context.WithTimeout(ctx, fetchTimeout)
+	l, err := c.fetchCached(cached, id)
+	cancel()
 	if err == nil || errors.Is(err, stock.ErrProductNotFound) || errors.As(err, new(postgresError)) {
 		// Postgres itself failed the rebuild: asking it again would fail the same way.
 		return l, err
 	}
+	// A budget of its own: a Redis that hung may have left the step above none.
+	ctx, cancel = context.WithTimeout(ctx, postgresTimeout)
+	defer cancel()
 	start := time.Now()
 	v, ferr := c.readPostgres(ctx, id)
-	if ferr != nil {
+	switch {
+	case errors.Is(ferr, stock.ErrProductNotFound):
+		return lease{start: start}, ferr
+	case ferr != nil:
 		return lease{}, errors.Join(ferr, err)
 	}
 	return lease{view: v, start: start}, nil
@@ -253,6 +342,11 @@ func (c *Cache) fetchCached(ctx context.Context, id int64) (lease, error) {
 	}
 }
 
+// redisCtx bounds one Redis command of a read by RedisTimeout (see Config).
+func (c *Cache) redisCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.RedisTimeout)
+}
+
 // backoff is the wait before try+1: 5, 10, 20, 40, 80, 160ms... — a rebuild takes a few
 // milliseconds, and the waits add up to 155ms over the default tries.
 func backoff(try int) time.Duration {
@@ -260,37 +354,54 @@ func backoff(try int) time.Duration {
 }
 
 // rebuild rebuilds product id's view from Postgres if it gets the rebuild lock; built is false
-// when someone else holds it.
+// when someone else holds it. A product that does not exist is *stock.ProductNotFoundError,
+// with the lease's start set to before the read that found so.
 func (c *Cache) rebuild(ctx context.Context, id int64) (_ lease, built bool, _ error) {
-	l, err := c.locks.Obtain(ctx, c.rebuildLockName(id), rebuildLockTTL, &lock.Options{Fenceless: true})
+	rctx, cancel := c.redisCtx(ctx)
+	l, err := c.locks.Obtain(rctx, c.rebuildLockName(id), rebuildLockTTL, &lock.Options{Fenceless: true})
+	cancel()
 	if errors.Is(err, lock.ErrNotObtained) {
 		return lease{}, false, nil
 	}
 	if err != nil {
 		return lease{}, false, fmt.Errorf("%w: rebuild lock: %w", stock.ErrUnavailable, err)
 	}
-	defer func() { _ = l.Release(context.WithoutCancel(ctx)) }()
+	// A Redis that did not answer a command of the rebuild would hold the release for the
+	// lock's own timeout (seconds), keeping this read from Postgres meanwhile: the lock's TTL
+	// frees it instead then.
+	redisFailed := false
+	defer func() {
+		if !redisFailed {
+			_ = l.Release(context.WithoutCancel(ctx))
+		}
+	}()
 	start := time.Now()
 	// Whoever held the lock just before may have written the view after this flight looked.
 	if v, found, err := c.readRedis(ctx, id); err != nil || found {
 		if err != nil {
+			redisFailed = true
 			return lease{}, false, err
 		}
 		return c.keep(id, v, start), true, nil
 	}
 	keys := c.keys(id)
-	epoch, err := epochScript.Run(ctx, c.rdb, keys, rand.Text(), (2 * maxRaise).Milliseconds()).Text()
+	rctx, cancel = c.redisCtx(ctx)
+	epoch, err := epochScript.Run(rctx, c.rdb, keys, rand.Text(), (2 * maxRaise).Milliseconds()).Text()
+	cancel()
 	if err != nil {
+		redisFailed = true
 		return lease{}, false, fmt.Errorf("%w: view epoch: %w", stock.ErrUnavailable, err)
 	}
 	c.metrics.postgresQuery("rebuild")
-	p, err := c.load(ctx, id)
+	p, err := c.src.Product(ctx, id)
 	if err != nil {
 		if errors.Is(err, stock.ErrProductNotFound) {
 			// Keep no epoch for a product that does not exist: ids nobody will ever create
 			// would otherwise pile up in Redis.
-			_ = dropEpochScript.Run(context.WithoutCancel(ctx), c.rdb, keys[1:], epoch).Err()
-			return lease{}, false, err
+			rctx, cancel := c.redisCtx(context.WithoutCancel(ctx))
+			redisFailed = dropEpochScript.Run(rctx, c.rdb, keys[1:], epoch).Err() != nil
+			cancel()
+			return lease{start: start}, false, err
 		}
 		return lease{}, false, postgresError{err}
 	}
@@ -300,9 +411,13 @@ func (c *Cache) rebuild(ctx context.Context, id int64) (_ lease, built bool, _ e
 		// A raise is under way: answer from this read, but write and lease nothing.
 		return lease{view: v, start: start}, true, nil
 	}
-	written, err := writeScript.Run(ctx, c.rdb, keys, viewArgs(epoch, "", v, c.cfg.TTL)...).Int()
-	if err != nil || written != 1 {
-		// Not written: a raise began since the epoch was read, or a newer view is there.
+	rctx, cancel = c.redisCtx(ctx)
+	written, werr := writeScript.Run(rctx, c.rdb, keys, viewArgs(epoch, "", v, c.cfg.TTL)...).Int()
+	cancel()
+	redisFailed = werr != nil
+	if werr != nil || written != 1 {
+		// Not written: a raise began since the epoch was read, or a newer view is there (or
+		// Redis did not answer). Answer from the read, lease nothing.
 		return lease{view: v, start: start}, true, nil
 	}
 	return c.keep(id, v, start), true, nil
@@ -319,7 +434,7 @@ func (c *Cache) readPostgres(ctx context.Context, id int64) (View, error) {
 		return View{}, fmt.Errorf("%w: the product view is unavailable and %d reads of Postgres are already in flight", stock.ErrUnavailable, c.cfg.FallbackReads)
 	}
 	c.metrics.postgresQuery("fallback")
-	p, err := c.load(ctx, id)
+	p, err := c.src.Product(ctx, id)
 	if err != nil {
 		return View{}, err
 	}
@@ -394,9 +509,8 @@ func (c *Cache) Raise(ctx context.Context, id int64) (done func(p *stock.Product
 	delete(c.leases, id)
 	c.mu.Unlock()
 	// A lease began before its view was read, and every view read since the mark above is
-	// gone: every lease on an older view ends within one lease from now. The margin covers
-	// clocks of other machines running a little slow.
-	if err := sleep(ctx, c.cfg.Lease+c.cfg.Lease/10+time.Millisecond); err != nil {
+	// gone: every lease on an older view ends within one lease from now.
+	if err := sleep(ctx, c.cfg.Lease+margin(c.cfg.Lease)); err != nil {
 		c.endRaise(keys, pending, nil)
 		return nil, err
 	}
@@ -429,6 +543,8 @@ func (c *Cache) endRaise(keys []string, pending string, p *stock.Product) {
 
 // readRedis reads product id's view from Redis; found is false when there is none.
 func (c *Cache) readRedis(ctx context.Context, id int64) (View, bool, error) {
+	ctx, cancel := c.redisCtx(ctx)
+	defer cancel()
 	fields, err := c.rdb.HGetAll(ctx, c.keys(id)[0]).Result()
 	if err != nil {
 		return View{}, false, fmt.Errorf("%w: read product %d's view: %w", stock.ErrUnavailable, id, err)

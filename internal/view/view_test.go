@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
@@ -24,17 +25,20 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // each cache stands for a replica (its own lock client, singleflight and leases).
 type world struct {
 	t      *testing.T
+	pool   *pgxpool.Pool
 	store  *stock.PGStore
 	rdb    *redis.Client
 	prefix string
 	id     int64
-	loads  atomic.Int64 // Postgres reads through the caches' loaders
+	loads  atomic.Int64 // reads of products through the caches' sources
+	highs  atomic.Int64 // reads of the highest product id through them
 }
 
 func newWorld(t *testing.T, units int64) *world {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
-	w := &world{t: t, store: stock.NewPGStore(testenv.Pool(t)), rdb: rdb, prefix: prefix}
+	pool := testenv.Pool(t)
+	w := &world{t: t, pool: pool, store: stock.NewPGStore(pool), rdb: rdb, prefix: prefix}
 	p, err := w.store.CreateProduct(context.Background(), stock.NewProduct{SKU: "hot", Name: "Hot", Stock: units})
 	if err != nil {
 		t.Fatalf("create product: %v", err)
@@ -43,26 +47,45 @@ func newWorld(t *testing.T, units int64) *world {
 	return w
 }
 
-// load is a Loader that counts the reads, and runs gate (when set) before each.
-func (w *world) loader(gate func()) Loader {
-	return func(ctx context.Context, id int64) (stock.Product, error) {
-		w.loads.Add(1)
-		if gate != nil {
-			gate()
-		}
-		return w.store.Product(ctx, id)
-	}
+// source is the world's store as a Source that counts its reads, and runs gate (when set)
+// before each read of a product and after (when set) after it.
+type source struct {
+	w           *world
+	gate, after func()
 }
 
-func (w *world) cache(cfg Config, load Loader) (*Cache, *prometheus.Registry) {
-	w.t.Helper()
-	if load == nil {
-		load = w.loader(nil)
+func (s source) Product(ctx context.Context, id int64) (stock.Product, error) {
+	s.w.loads.Add(1)
+	if s.gate != nil {
+		s.gate()
 	}
-	locks := lock.New(w.rdb, lock.WithNamespace(w.prefix))
+	p, err := s.w.store.Product(ctx, id)
+	if s.after != nil {
+		s.after()
+	}
+	return p, err
+}
+
+func (s source) HighestProductID(ctx context.Context) (int64, error) {
+	s.w.highs.Add(1)
+	return s.w.store.HighestProductID(ctx)
+}
+
+func (w *world) cache(cfg Config, src Source) (*Cache, *prometheus.Registry) {
+	w.t.Helper()
+	return w.cacheOn(w.rdb, cfg, src)
+}
+
+// cacheOn is a cache over rdb instead of the world's Redis client.
+func (w *world) cacheOn(rdb redis.UniversalClient, cfg Config, src Source) (*Cache, *prometheus.Registry) {
+	w.t.Helper()
+	if src == nil {
+		src = source{w: w}
+	}
+	locks := lock.New(rdb, lock.WithNamespace(w.prefix))
 	w.t.Cleanup(func() { _ = locks.Close() })
 	reg := prometheus.NewRegistry()
-	c := New(w.rdb, locks, load, cfg, NewMetrics(reg))
+	c := New(rdb, locks, src, cfg, NewMetrics(reg))
 	return c, reg
 }
 
@@ -177,14 +200,10 @@ func TestRedisDownReadsFallBackToPostgresBounded(t *testing.T) {
 	t.Cleanup(func() { _ = dead.Close() })
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
-	load := func(ctx context.Context, id int64) (stock.Product, error) {
+	c, _ := w.cacheOn(dead, Config{FallbackReads: 1}, source{w: w, gate: func() {
 		entered <- struct{}{}
 		<-release
-		return w.store.Product(ctx, id)
-	}
-	locks := lock.New(dead, lock.WithNamespace(w.prefix))
-	t.Cleanup(func() { _ = locks.Close() })
-	c := New(dead, locks, load, Config{FallbackReads: 1}, NewMetrics(prometheus.NewRegistry()))
+	}})
 	const readers = 20
 	results := make(chan error, readers)
 	for range readers {
@@ -207,7 +226,7 @@ func TestRedisDownReadsFallBackToPostgresBounded(t *testing.T) {
 		}
 	}
 
-	if _, sold := c.SoldOut(context.Background(), w.id); sold {
+	if r := c.Refusal(context.Background(), w.id); r != (stock.Refusal{}) {
 		t.Error("SoldOut without Redis said sold out; it must leave the decision to the purchase path")
 	}
 }
@@ -245,18 +264,17 @@ func TestRebuildStartedBeforeARaiseIsNotWritten(t *testing.T) {
 	reading := make(chan struct{})
 	proceed := make(chan struct{})
 	var once sync.Once
-	slow, _ := w.cache(Config{}, w.loader(func() {
+	slow, _ := w.cache(Config{}, source{w: w, gate: func() {
 		once.Do(func() {
 			close(reading)
 			<-proceed
 		})
-	}))
+	}})
 	other, _ := w.cache(Config{}, nil)
 	ctx := context.Background()
 	result := make(chan bool, 1)
 	go func() {
-		_, sold := slow.SoldOut(ctx, w.id) // rebuilds: epoch read, then the gated Postgres read
-		result <- sold
+		result <- slow.Refusal(ctx, w.id).SoldOut // rebuilds: epoch read, then the gated Postgres read
 	}()
 	<-reading
 	done, err := other.Raise(ctx, w.id)
@@ -275,7 +293,7 @@ func TestRebuildStartedBeforeARaiseIsNotWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	done(&p.Product)
-	if _, sold := slow.SoldOut(ctx, w.id); sold {
+	if slow.Refusal(ctx, w.id).SoldOut {
 		t.Error("sold out after the restock")
 	}
 	v, found, err := slow.readRedis(ctx, w.id)
@@ -285,14 +303,19 @@ func TestRebuildStartedBeforeARaiseIsNotWritten(t *testing.T) {
 }
 
 // TestMissingProductLeavesNothingInRedis: reads of ids that do not exist keep no view and
-// no epoch.
+// no epoch — above the highest id (answered from memory) and below it (read through a
+// rebuild).
 func TestMissingProductLeavesNothingInRedis(t *testing.T) {
 	w := newWorld(t, 1)
+	gap := w.gap()
 	c, _ := w.cache(Config{}, nil)
-	for _, id := range []int64{w.id + 1, w.id + 1000} {
+	for _, id := range []int64{gap, w.id + 1000} {
 		if _, err := c.Product(context.Background(), id); !errors.Is(err, stock.ErrProductNotFound) {
 			t.Fatalf("read of missing product %d: %v", id, err)
 		}
+	}
+	if n := w.loads.Load(); n != 1 {
+		t.Errorf("%d reads of products, want 1 (the id below the highest)", n)
 	}
 	keys, err := w.rdb.Keys(context.Background(), w.prefix+"view:*").Result()
 	if err != nil {
@@ -300,5 +323,79 @@ func TestMissingProductLeavesNothingInRedis(t *testing.T) {
 	}
 	if len(keys) > 0 {
 		t.Errorf("keys left behind by reads of missing products: %v", keys)
+	}
+}
+
+// TestHungRedisReadsFromPostgres: with Redis accepting connections and answering nothing
+// (SIGSTOPped), product reads are answered from Postgres within a request's budget — the Redis
+// step gives up after RedisTimeout, and the read of Postgres has a budget of its own — and a
+// view read that way is never leased, so it never refuses an order. An order for a product
+// that does not exist is still refused: that needs no Redis.
+func TestHungRedisReadsFromPostgres(t *testing.T) {
+	w := newWorld(t, 5)
+	soldOut := w.create("sold-out")
+	if _, err := w.pool.Exec(context.Background(), `UPDATE products SET stock = 0 WHERE id = $1`, soldOut.ID); err != nil {
+		t.Fatal(err)
+	}
+	srv := testenv.StartRedis(t)
+	rdb := srv.Client() // ends its commands with their contexts, as the service's client does
+	c, _ := w.cacheOn(rdb, Config{}, nil)
+	ctx := context.Background()
+	for _, id := range []int64{w.id, soldOut.ID} { // the views are in Redis, the connections up
+		if _, err := c.Product(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.forgetLeases()
+
+	srv.Pause()
+	defer srv.Resume()
+	// The drill's budget: five reads, each given 3 s (the old flight gave Redis 4 s, then
+	// Postgres what was left of them).
+	for i := range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		start := time.Now()
+		v, err := c.Product(ctx, w.id)
+		cancel()
+		if err != nil || v.Stock != 5 || v.From != FromPostgres {
+			t.Fatalf("read %d while Redis hangs: %+v, %v; want stock 5 from postgres", i+1, v, err)
+		}
+		t.Logf("read %d while Redis hangs: from %s in %v", i+1, v.From, time.Since(start))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if r := c.Refusal(ctx, soldOut.ID); r != (stock.Refusal{}) {
+		t.Errorf("order for the sold-out product while Redis hangs: %+v; a view read from Postgres without Redis must not refuse", r)
+	}
+	c.mu.Lock()
+	leased := len(c.leases)
+	c.mu.Unlock()
+	if leased != 0 {
+		t.Errorf("%d leases taken while Redis hangs, want none", leased)
+	}
+	if r := c.Refusal(ctx, soldOut.ID+1000); !r.Missing {
+		t.Errorf("order for a product that does not exist while Redis hangs: %+v, want missing", r)
+	}
+}
+
+// TestFallbackHasABudgetOfItsOwn: a Redis step that spends its whole budget (here, waiting for
+// a rebuild lock nobody releases, with tries enough to outlast it) leaves the read of Postgres
+// that follows a budget of its own, not a spent one.
+func TestFallbackHasABudgetOfItsOwn(t *testing.T) {
+	w := newWorld(t, 4)
+	c, _ := w.cache(Config{RebuildTries: 1000}, nil)
+	held, err := lock.New(w.rdb, lock.WithNamespace(w.prefix)).Obtain(context.Background(), c.rebuildLockName(w.id), time.Minute, &lock.Options{Fenceless: true})
+	if err != nil {
+		t.Fatalf("hold the rebuild lock: %v", err)
+	}
+	defer func() { _ = held.Release(context.Background()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*fetchTimeout)
+	defer cancel()
+	v, err := c.Product(ctx, w.id)
+	if err != nil || v.Stock != 4 || v.From != FromPostgres {
+		t.Fatalf("read after the Redis step ran out of time: %+v, %v; want stock 4 from postgres", v, err)
+	}
+	if got := counted(c.metrics.giveUps); got != 0 {
+		t.Errorf("give-ups = %v, want 0: the step must have ended on its budget, not on its tries", got)
 	}
 }

@@ -81,6 +81,17 @@ func (m *MemStore) Product(_ context.Context, id int64) (stock.Product, error) {
 	return x.p, nil
 }
 
+// HighestProductID implements stock.Store.
+func (m *MemStore) HighestProductID(context.Context) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var highest int64
+	for id := range m.products {
+		highest = max(highest, id)
+	}
+	return highest, nil
+}
+
 // Restock implements stock.Store.
 func (m *MemStore) Restock(_ context.Context, r stock.Restocking) (stock.RestockResult, error) {
 	m.mu.Lock()
