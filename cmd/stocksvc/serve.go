@@ -152,8 +152,9 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	}
 	log.InfoContext(ctx, "ready", public.addrAttrs(admin)...)
 
+	purger := newKeyPurger(svc.PurgeIdempotencyKeys, cfg.IdempotencyTTL, reg, log)
 	g.Go(func() error {
-		purgeIdempotencyKeys(gctx, svc, cfg.IdempotencyTTL, log)
+		purger.run(gctx)
 		return nil
 	})
 	g.Go(func() error {
@@ -285,24 +286,4 @@ func (h *handlerSwitch) set(next http.Handler) { h.current.Store(&next) }
 
 func (h *handlerSwitch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	(*h.current.Load()).ServeHTTP(w, r)
-}
-
-// purgeIdempotencyKeys forgets idempotency keys older than ttl, hourly, until ctx ends. With
-// several replicas each purges; the deletes are idempotent.
-func purgeIdempotencyKeys(ctx context.Context, svc *stock.Service, ttl time.Duration, log *slog.Logger) {
-	ticker := time.NewTicker(time.Hour)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-ticker.C:
-			n, err := svc.PurgeIdempotencyKeys(ctx, ttl, now)
-			if err != nil {
-				log.WarnContext(ctx, "purging idempotency keys failed", slog.Any("error", err))
-				continue
-			}
-			log.InfoContext(ctx, "purged idempotency keys", slog.Int64("deleted", n))
-		}
-	}
 }

@@ -63,10 +63,23 @@ func TestRunServesAndStops(t *testing.T) {
 		t.Errorf("order beyond the stock: status %d, want %d: %s", res.Status, http.StatusConflict, res.Body)
 	}
 
+	// The idempotency keys are purged as the replica starts, and the metrics say when.
+	eventually(t, 10*time.Second, func() (bool, string) {
+		res := in.call(t, http.MethodGet, "/metrics", nil, nil)
+		const gauge = "stocksvc_idempotency_purge_last_success_timestamp_seconds "
+		for line := range strings.Lines(string(res.Body)) {
+			if v, ok := strings.CutPrefix(line, gauge); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				return err == nil && f > 0, "purge last success " + v
+			}
+		}
+		return false, "no " + gauge + "in /metrics"
+	})
+
 	if err := in.stop(t); err != nil {
 		t.Fatalf("run after cancellation = %v, want nil; logs:\n%s", err, in.Logs)
 	}
-	for _, msg := range []string{"starting", "listening", "ready", "shutting down", "stopped"} {
+	for _, msg := range []string{"starting", "listening", "ready", "purged idempotency keys", "shutting down", "stopped"} {
 		if n := in.Logs.count(msg); n != 1 {
 			t.Errorf("%q logged %d times, want once", msg, n)
 		}
