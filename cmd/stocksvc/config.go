@@ -118,7 +118,7 @@ func settings() []setting {
 		}, false},
 		{"STOCKSVC_LOG_FORMAT", "log-format", "json", "log format: json or text", str(func(c *config) *string { return &c.LogFormat }), false},
 		{"STOCKSVC_LOG_LEVEL", "log-level", "info", "log level: debug, info, warn or error", str(func(c *config) *string { return &c.LogLevel }), false},
-		{"STOCKSVC_DEBUG_ADDR", "debug-addr", "", "address of the Go profiler (net/http/pprof), e.g. 127.0.0.1:6060; empty turns it off", str(func(c *config) *string { return &c.DebugAddr }), false},
+		{"STOCKSVC_DEBUG_ADDR", "debug-addr", "", "address of the Go profiler (net/http/pprof), on loopback only, e.g. 127.0.0.1:6060; empty turns it off", str(func(c *config) *string { return &c.DebugAddr }), false},
 	}
 }
 
@@ -223,6 +223,9 @@ func (c *config) validate() error {
 	if c.RequestTimeout <= 0 {
 		errs = append(errs, errors.New("STOCKSVC_REQUEST_TIMEOUT: must be positive"))
 	}
+	if err := checkDebugAddr(c.DebugAddr); err != nil {
+		errs = append(errs, err)
+	}
 	if c.StartupTimeout <= 0 {
 		errs = append(errs, errors.New("STOCKSVC_STARTUP_TIMEOUT: must be positive"))
 	}
@@ -252,6 +255,23 @@ func (c *config) validate() error {
 		errs = append(errs, fmt.Errorf("STOCKSVC_LOG_LEVEL: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// checkDebugAddr refuses a profiler address that is not on loopback: profiles show the
+// service's internals, and a profile or trace request costs the replica CPU for as long as it
+// asks. An empty address (the profiler off) is fine; "localhost" is loopback by name.
+func checkDebugAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("STOCKSVC_DEBUG_ADDR: %q is not host:port: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("STOCKSVC_DEBUG_ADDR: %q is not a loopback address (127.0.0.1, ::1 or localhost); the profiler must not be reachable from other hosts", addr)
 }
 
 // parseRetry reads a lock retry policy: "wait" (nil: queue and wake on release), or a polling

@@ -333,6 +333,11 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"flag value failing validation", nil, []string{"-idempotency-ttl=1h"}, []string{"STOCKSVC_IDEMPOTENCY_TTL"}},
 		{"unknown flag", nil, []string{"-frobnicate"}, []string{"frobnicate"}},
 		{"admin listener on the public address", map[string]string{"STOCKSVC_ADMIN_ADDR": ":8080"}, nil, []string{"STOCKSVC_ADMIN_ADDR", "leave it empty"}},
+		{"profiler on every interface", map[string]string{"STOCKSVC_DEBUG_ADDR": ":6060"}, nil, []string{"STOCKSVC_DEBUG_ADDR", `":6060" is not a loopback address`}},
+		{"profiler on a public address", map[string]string{"STOCKSVC_DEBUG_ADDR": "10.1.2.3:6060"}, nil, []string{"STOCKSVC_DEBUG_ADDR", "not a loopback address"}},
+		{"profiler on an unspecified address", map[string]string{"STOCKSVC_DEBUG_ADDR": "[::]:6060"}, nil, []string{"STOCKSVC_DEBUG_ADDR", "not a loopback address"}},
+		{"profiler on a host name", map[string]string{"STOCKSVC_DEBUG_ADDR": "stocksvc:6060"}, nil, []string{"STOCKSVC_DEBUG_ADDR", "not a loopback address"}},
+		{"profiler without a port", map[string]string{"STOCKSVC_DEBUG_ADDR": "127.0.0.1"}, nil, []string{"STOCKSVC_DEBUG_ADDR", "not host:port"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -701,6 +706,18 @@ func TestRedisModes(t *testing.T) {
 		}
 		if got != tt.want {
 			t.Errorf("newRedis(%q, %s) = %s (%v), want %s", tt.url, tt.mode, got, err, tt.want)
+		}
+	}
+}
+
+// TestLoadConfigDebugAddrOnLoopback: the profiler may listen on any loopback address, by
+// number or as localhost, or be off.
+func TestLoadConfigDebugAddrOnLoopback(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"", "127.0.0.1:6060", "127.8.9.10:0", "[::1]:6060", "localhost:6060"} {
+		got, _, err := loadConfig(nil, envOf(map[string]string{"STOCKSVC_DEBUG_ADDR": addr}), io.Discard)
+		if err != nil || got.DebugAddr != addr {
+			t.Errorf("STOCKSVC_DEBUG_ADDR=%q: DebugAddr %q, err %v; want it accepted", addr, got.DebugAddr, err)
 		}
 	}
 }
