@@ -23,7 +23,6 @@ import (
 	"github.com/stocksvc/stocksvc/internal/lock/lockprom"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/view"
-	"github.com/stocksvc/stocksvc/migrations"
 )
 
 // serve runs the API until ctx ends, then drains and shuts down in order.
@@ -204,7 +203,13 @@ func openDependencies(ctx context.Context, cfg config, log *slog.Logger) (depend
 	}, log); err != nil {
 		return dependencies{}, err
 	}
-	if err := migrations.Up(migratorURL(cfg.DatabaseURL)); err != nil {
+	// The migrations honour the stop signal, and the start-up deadline.
+	mctx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
+	defer cancel()
+	if err := migrateOnStart(mctx, cfg.DatabaseURL, log); err != nil {
+		if ctx.Err() == nil && mctx.Err() != nil {
+			return dependencies{}, fmt.Errorf("migrations not done within the start-up timeout (%v): %w", cfg.StartupTimeout, err)
+		}
 		return dependencies{}, err
 	}
 	pool, err := newPool(ctx, cfg.DatabaseURL, cfg.DBMaxConns)
