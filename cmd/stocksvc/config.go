@@ -107,9 +107,9 @@ func settings() []setting {
 		{"STOCKSVC_CACHE_LEASE", "cache-lease", "50ms", "how long a replica answers product reads, and refuses orders for a sold-out product, from a view without asking Redis again; every restock waits it out; 0 turns the view cache off", dur(func(c *config) *time.Duration { return &c.CacheLease }), false},
 		{"STOCKSVC_CACHE_TTL", "cache-ttl", "5s", "how long a product's view lives in Redis without an update: the bound on a view whose update was lost", dur(func(c *config) *time.Duration { return &c.CacheTTL }), false},
 		{"STOCKSVC_REQUEST_TIMEOUT", "request-timeout", "10s", "bound on each API request", dur(func(c *config) *time.Duration { return &c.RequestTimeout }), false},
-		{"STOCKSVC_SHUTDOWN_GRACE", "shutdown-grace", "15s", "how long in-flight requests may take to finish after SIGTERM", dur(func(c *config) *time.Duration { return &c.ShutdownGrace }), false},
-		{"STOCKSVC_SHUTDOWN_DELAY", "shutdown-delay", "2s", "how long /readyz answers 503 before the listener closes, so a balancer can notice", dur(func(c *config) *time.Duration { return &c.ShutdownDelay }), false},
-		{"STOCKSVC_STARTUP_TIMEOUT", "startup-timeout", "30s", "how long start-up waits for Postgres and Redis to answer before giving up", dur(func(c *config) *time.Duration { return &c.StartupTimeout }), false},
+		{"STOCKSVC_SHUTDOWN_GRACE", "shutdown-grace", "15s", "the whole shutdown after SIGTERM: the shutdown delay, requests in flight, the async workers, queued orders and closing connections, under one deadline; keep it below the orchestrator's grace period (Compose: 20s)", dur(func(c *config) *time.Duration { return &c.ShutdownGrace }), false},
+		{"STOCKSVC_SHUTDOWN_DELAY", "shutdown-delay", "2s", "how long /readyz answers 503 before the listener closes, so a balancer can notice; part of STOCKSVC_SHUTDOWN_GRACE, and shorter than it", dur(func(c *config) *time.Duration { return &c.ShutdownDelay }), false},
+		{"STOCKSVC_STARTUP_TIMEOUT", "startup-timeout", "30s", "how long start-up may take to reach Postgres and migrate before giving up (Redis is not waited for)", dur(func(c *config) *time.Duration { return &c.StartupTimeout }), false},
 		{"STOCKSVC_IDEMPOTENCY_TTL", "idempotency-ttl", "24h", "how long idempotency keys are kept (at least)", dur(func(c *config) *time.Duration { return &c.IdempotencyTTL }), false},
 		{"STOCKSVC_DEFENSE", "defense", "lock,version,guard", "defense layers; anything else needs STOCKSVC_DEMO_UNSAFE=1", str(func(c *config) *string { return &c.Defense }), false},
 		{"STOCKSVC_DEMO_UNSAFE", "demo-unsafe", "", "set to 1 to allow a non-default STOCKSVC_DEFENSE (demonstrations only)", func(c *config, v string) error {
@@ -222,6 +222,11 @@ func (c *config) validate() error {
 	}
 	if c.RequestTimeout <= 0 {
 		errs = append(errs, errors.New("STOCKSVC_REQUEST_TIMEOUT: must be positive"))
+	}
+	if c.ShutdownGrace <= 0 {
+		errs = append(errs, errors.New("STOCKSVC_SHUTDOWN_GRACE: must be positive"))
+	} else if c.ShutdownDelay >= c.ShutdownGrace {
+		errs = append(errs, fmt.Errorf("STOCKSVC_SHUTDOWN_DELAY: %v leaves nothing of STOCKSVC_SHUTDOWN_GRACE (%v), the budget of the whole shutdown, for the requests in flight", c.ShutdownDelay, c.ShutdownGrace))
 	}
 	if err := checkDebugAddr(c.DebugAddr); err != nil {
 		errs = append(errs, err)

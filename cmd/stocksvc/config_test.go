@@ -306,6 +306,8 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"duration without unit", map[string]string{"STOCKSVC_REQUEST_TIMEOUT": "10"}, nil, []string{"STOCKSVC_REQUEST_TIMEOUT", `"10"`}},
 		{"negative duration", map[string]string{"STOCKSVC_SHUTDOWN_GRACE": "-1s"}, nil, []string{"STOCKSVC_SHUTDOWN_GRACE"}},
 		{"negative delay", map[string]string{"STOCKSVC_SHUTDOWN_DELAY": "-5s"}, nil, []string{"STOCKSVC_SHUTDOWN_DELAY"}},
+		{"zero shutdown budget", map[string]string{"STOCKSVC_SHUTDOWN_GRACE": "0s", "STOCKSVC_SHUTDOWN_DELAY": "0s"}, nil, []string{"STOCKSVC_SHUTDOWN_GRACE", "positive"}},
+		{"shutdown delay filling the budget", map[string]string{"STOCKSVC_SHUTDOWN_GRACE": "2s", "STOCKSVC_SHUTDOWN_DELAY": "2s"}, nil, []string{"STOCKSVC_SHUTDOWN_DELAY", "leaves nothing of STOCKSVC_SHUTDOWN_GRACE (2s)"}},
 		{"non-integer", map[string]string{"STOCKSVC_DB_MAX_CONNS": "many"}, nil, []string{"STOCKSVC_DB_MAX_CONNS", `"many"`}},
 		{"fractional integer", map[string]string{"STOCKSVC_MAX_QUANTITY": "1.5"}, nil, []string{"STOCKSVC_MAX_QUANTITY", `"1.5"`}},
 		{"non-integer retries", map[string]string{"STOCKSVC_LOCK_MAX_RETRIES": "3x"}, nil, []string{"STOCKSVC_LOCK_MAX_RETRIES"}},

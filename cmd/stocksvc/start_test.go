@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,75 @@ func schemaVersion(t *testing.T, databaseURL string) (version int64, dirty bool)
 		t.Fatalf("read the schema version: %v", err)
 	}
 	return version, dirty
+}
+
+// TestRunStartsWithoutRedis starts a replica while Redis — or a quorum of the Redlock's nodes
+// — is down: it turns ready once Postgres answers and is migrated (readiness asks Postgres
+// only), warns that it runs without Redis, answers orders 503, and sells once Redis answers.
+func TestRunStartsWithoutRedis(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"single", "redlock"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			servers := []*testenv.RedisServer{testenv.StartRedis(t)}
+			if mode == "redlock" {
+				servers = append(servers, testenv.StartRedis(t), testenv.StartRedis(t))
+			}
+			redisURL := "redis://" + servers[0].Addr() + "/0"
+			for i, s := range servers[1:] {
+				sep := "&"
+				if i == 0 {
+					sep = "?"
+				}
+				redisURL += sep + "addr=" + s.Addr()
+			}
+			down := servers[:len(servers)/2+1] // a quorum of the nodes, or the one server
+			for _, s := range down {
+				s.Kill()
+			}
+			env := serveEnv(t, "nostart:"+randomHex(t, 4)+":", map[string]string{
+				"REDIS_URL":                redisURL,
+				"STOCKSVC_REDIS_MODE":      mode,
+				"STOCKSVC_STARTUP_TIMEOUT": "2s", // shorter than the test's wait for ready
+			})
+			in := launch(t, env)
+			in.await(t, "ready")
+
+			warning, ok := in.Logs.find("starting without redis: orders and restocks answer 503 until it answers, product reads come from postgres")
+			if !ok || warning["level"] != "WARN" || warning["redis_mode"] != mode {
+				t.Errorf("warning = %v (found %v), want a WARN line naming redis_mode %q; logs:\n%s", warning, ok, mode, in.Logs)
+			}
+			if res := in.call(t, http.MethodGet, "/readyz", nil, nil); res.Status != http.StatusOK {
+				t.Errorf("GET /readyz without redis: status %d, want 200: %s", res.Status, res.Body)
+			}
+			var id int64
+			conn, err := pgx.Connect(t.Context(), env["DATABASE_URL"])
+			if err != nil {
+				t.Fatalf("connect: %v", err)
+			}
+			defer conn.Close(context.Background())
+			if err := conn.QueryRow(t.Context(), `INSERT INTO products (sku, name, stock, initial_stock) VALUES ('no-redis', 'x', 5, 5) RETURNING id`).Scan(&id); err != nil {
+				t.Fatalf("create product: %v", err)
+			}
+			order := map[string]any{"customer_id": "c", "items": []map[string]any{{"product_id": id, "quantity": 1}}}
+			if res := in.call(t, http.MethodPost, "/v1/orders", order, nil); res.Status != http.StatusServiceUnavailable {
+				t.Errorf("order without redis: status %d, want 503: %s", res.Status, res.Body)
+			}
+
+			for _, s := range down {
+				s.Restart()
+			}
+			if _, err := in.Logs.wait(t.Context(), in.done, "dependency answered"); err != nil {
+				t.Fatalf("%v; logs:\n%s", err, in.Logs)
+			}
+			if res := in.call(t, http.MethodPost, "/v1/orders", order, nil); res.Status != http.StatusCreated {
+				t.Errorf("order once redis answers: status %d, want 201: %s", res.Status, res.Body)
+			}
+			if err := in.stop(t); err != nil {
+				t.Fatalf("run = %v, want nil; logs:\n%s", err, in.Logs)
+			}
+		})
+	}
 }
 
 // TestRunMigrationsHonourStop holds a migration up on a lock: a stop signal ends start-up
