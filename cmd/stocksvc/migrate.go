@@ -160,22 +160,20 @@ func rollBack(ctx context.Context, cfg config, mg *migrator, args migrateArgs, s
 			return err
 		}
 	}
-	if all {
-		if err := confirmDownAll(cfg.DatabaseURL, args, applied, std); err != nil {
-			return err
-		}
-	}
+	// Refused before anyone is asked to confirm.
 	if current >= asyncOrdersMigration && target < asyncOrdersMigration {
 		if err := refusePendingOrders(ctx, cfg.DatabaseURL); err != nil {
 			return err
 		}
 	}
-	if args.steps >= 0 {
-		// Asking for more steps than were applied rolls back what there is.
-		if err := mg.run(ctx, false, func() error { return mg.m.Steps(-min(args.steps, applied)) }); err != nil {
+	if all {
+		if err := confirmDownAll(cfg.DatabaseURL, args, applied, std); err != nil {
 			return err
 		}
-		return nil
+	}
+	if args.steps >= 0 {
+		// Asking for more steps than were applied rolls back what there is.
+		return mg.run(ctx, false, func() error { return mg.m.Steps(-min(args.steps, applied)) })
 	}
 	// River's queue first: its jobs name orders the service's tables hold.
 	if err := migrations.RiverDown(ctx, mg.url); err != nil {
@@ -202,7 +200,7 @@ func refusePendingOrders(ctx context.Context, databaseURL string) error {
 		return fmt.Errorf("count pending orders: %w", err)
 	}
 	if n > 0 {
-		return fmt.Errorf("%w: rolling back migration %d drops async_orders and the %d orders in it that buyers were told would be decided; "+
+		return fmt.Errorf("%w: rolling back migration %d drops async_orders, with %d pending orders whose buyers were told they would be decided; "+
 			"let a replica with STOCKSVC_ASYNC_WORKERS above 0 decide them first (stocksvc_async_orders_pending falls to 0), then stop the replicas and roll back",
 			errPendingOrders, asyncOrdersMigration, n)
 	}

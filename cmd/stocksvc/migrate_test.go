@@ -344,7 +344,7 @@ func TestMigrateDownRefusesPendingOrders(t *testing.T) {
 	}
 	for _, args := range [][]string{{"down", "1"}, {"down", "3"}, {"down", "all", "-force"}, {"down", "9", "-force"}} {
 		out, err := migrateCmd(t, url, args...)
-		if !errors.Is(err, errPendingOrders) || !strings.Contains(err.Error(), "the 1 orders in it") {
+		if !errors.Is(err, errPendingOrders) || !strings.Contains(err.Error(), "with 1 pending orders") {
 			t.Errorf("migrate %q with a pending order = %v, want errPendingOrders naming one order", args, err)
 		}
 		if out != "" {
