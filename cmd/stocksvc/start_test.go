@@ -13,12 +13,19 @@ import (
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
-// holdUpMigration rolls the database at databaseURL back to the migration before the newest
-// and holds a lock on idempotency_keys, which the newest migration alters: migrating it again
-// waits for the lock until release is called (or the test ends).
+// holdUpMigration rolls the database at databaseURL back to the version before
+// asyncOrdersMigration and holds a lock on idempotency_keys, which that migration alters:
+// migrating it again waits for the lock until release is called (or the test ends).
 func holdUpMigration(t *testing.T, databaseURL string) (release func()) {
 	t.Helper()
-	mustMigrate(t, databaseURL, fmt.Sprintf("migrate down: done, version %d (dirty: false)\n", asyncOrdersMigration-1), "down", "1")
+	for {
+		if v, _ := schemaVersion(t, databaseURL); v < asyncOrdersMigration {
+			break
+		}
+		if _, err := migrateCmd(t, databaseURL, "down", "1"); err != nil {
+			t.Fatalf("migrate down 1: %v", err)
+		}
+	}
 	conn, err := pgx.Connect(context.Background(), databaseURL)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
