@@ -109,9 +109,9 @@ func settings() []setting {
 		{"STOCKSVC_CACHE_TTL", "cache-ttl", "5s", "how long a product's view lives in Redis without an update: the bound on a view whose update was lost", dur(func(c *config) *time.Duration { return &c.CacheTTL }), false},
 		{"STOCKSVC_CACHE_REDIS_WAIT", "cache-redis-wait", "500ms", "how long a product read waits for each Redis command before it reads Postgres instead: what a read costs while Redis hangs", dur(func(c *config) *time.Duration { return &c.CacheRedisWait }), false},
 		{"STOCKSVC_REQUEST_TIMEOUT", "request-timeout", "10s", "bound on each API request", dur(func(c *config) *time.Duration { return &c.RequestTimeout }), false},
-		{"STOCKSVC_SHUTDOWN_GRACE", "shutdown-grace", "15s", "how long in-flight requests may take to finish after SIGTERM", dur(func(c *config) *time.Duration { return &c.ShutdownGrace }), false},
-		{"STOCKSVC_SHUTDOWN_DELAY", "shutdown-delay", "2s", "how long /readyz answers 503 before the listener closes, so a balancer can notice", dur(func(c *config) *time.Duration { return &c.ShutdownDelay }), false},
-		{"STOCKSVC_STARTUP_TIMEOUT", "startup-timeout", "30s", "how long start-up waits for Postgres and Redis to answer before giving up", dur(func(c *config) *time.Duration { return &c.StartupTimeout }), false},
+		{"STOCKSVC_SHUTDOWN_GRACE", "shutdown-grace", "15s", "the whole shutdown after SIGTERM: the shutdown delay, requests in flight, the async workers, queued orders and closing connections, under one deadline; keep it below the orchestrator's grace period (Compose: 20s)", dur(func(c *config) *time.Duration { return &c.ShutdownGrace }), false},
+		{"STOCKSVC_SHUTDOWN_DELAY", "shutdown-delay", "2s", "how long /readyz answers 503 before the listener closes, so a balancer can notice; part of STOCKSVC_SHUTDOWN_GRACE, and shorter than it", dur(func(c *config) *time.Duration { return &c.ShutdownDelay }), false},
+		{"STOCKSVC_STARTUP_TIMEOUT", "startup-timeout", "30s", "how long start-up may take to reach Postgres and migrate before giving up (Redis is not waited for)", dur(func(c *config) *time.Duration { return &c.StartupTimeout }), false},
 		{"STOCKSVC_IDEMPOTENCY_TTL", "idempotency-ttl", "24h", "how long idempotency keys are kept (at least)", dur(func(c *config) *time.Duration { return &c.IdempotencyTTL }), false},
 		{"STOCKSVC_DEFENSE", "defense", "lock,version,guard", "defense layers; anything else needs STOCKSVC_DEMO_UNSAFE=1", str(func(c *config) *string { return &c.Defense }), false},
 		{"STOCKSVC_DEMO_UNSAFE", "demo-unsafe", "", "set to 1 to allow a non-default STOCKSVC_DEFENSE (demonstrations only)", func(c *config, v string) error {
@@ -120,7 +120,7 @@ func settings() []setting {
 		}, false},
 		{"STOCKSVC_LOG_FORMAT", "log-format", "json", "log format: json or text", str(func(c *config) *string { return &c.LogFormat }), false},
 		{"STOCKSVC_LOG_LEVEL", "log-level", "info", "log level: debug, info, warn or error", str(func(c *config) *string { return &c.LogLevel }), false},
-		{"STOCKSVC_DEBUG_ADDR", "debug-addr", "", "address of the Go profiler (net/http/pprof), e.g. 127.0.0.1:6060; empty turns it off", str(func(c *config) *string { return &c.DebugAddr }), false},
+		{"STOCKSVC_DEBUG_ADDR", "debug-addr", "", "address of the Go profiler (net/http/pprof), on loopback only, e.g. 127.0.0.1:6060; empty turns it off", str(func(c *config) *string { return &c.DebugAddr }), false},
 	}
 }
 
@@ -228,6 +228,14 @@ func (c *config) validate() error {
 	if c.RequestTimeout <= 0 {
 		errs = append(errs, errors.New("STOCKSVC_REQUEST_TIMEOUT: must be positive"))
 	}
+	if c.ShutdownGrace <= 0 {
+		errs = append(errs, errors.New("STOCKSVC_SHUTDOWN_GRACE: must be positive"))
+	} else if c.ShutdownDelay >= c.ShutdownGrace {
+		errs = append(errs, fmt.Errorf("STOCKSVC_SHUTDOWN_DELAY: %v leaves nothing of STOCKSVC_SHUTDOWN_GRACE (%v), the budget of the whole shutdown, for the requests in flight", c.ShutdownDelay, c.ShutdownGrace))
+	}
+	if err := checkDebugAddr(c.DebugAddr); err != nil {
+		errs = append(errs, err)
+	}
 	if c.StartupTimeout <= 0 {
 		errs = append(errs, errors.New("STOCKSVC_STARTUP_TIMEOUT: must be positive"))
 	}
@@ -257,6 +265,23 @@ func (c *config) validate() error {
 		errs = append(errs, fmt.Errorf("STOCKSVC_LOG_LEVEL: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// checkDebugAddr refuses a profiler address that is not on loopback: profiles show the
+// service's internals, and a profile or trace request costs the replica CPU for as long as it
+// asks. An empty address (the profiler off) is fine; "localhost" is loopback by name.
+func checkDebugAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("STOCKSVC_DEBUG_ADDR: %q is not host:port: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("STOCKSVC_DEBUG_ADDR: %q is not a loopback address (127.0.0.1, ::1 or localhost); the profiler must not be reachable from other hosts", addr)
 }
 
 // parseRetry reads a lock retry policy: "wait" (nil: queue and wake on release), or a polling

@@ -309,6 +309,8 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"duration without unit", map[string]string{"STOCKSVC_REQUEST_TIMEOUT": "10"}, nil, []string{"STOCKSVC_REQUEST_TIMEOUT", `"10"`}},
 		{"negative duration", map[string]string{"STOCKSVC_SHUTDOWN_GRACE": "-1s"}, nil, []string{"STOCKSVC_SHUTDOWN_GRACE"}},
 		{"negative delay", map[string]string{"STOCKSVC_SHUTDOWN_DELAY": "-5s"}, nil, []string{"STOCKSVC_SHUTDOWN_DELAY"}},
+		{"zero shutdown budget", map[string]string{"STOCKSVC_SHUTDOWN_GRACE": "0s", "STOCKSVC_SHUTDOWN_DELAY": "0s"}, nil, []string{"STOCKSVC_SHUTDOWN_GRACE", "positive"}},
+		{"shutdown delay filling the budget", map[string]string{"STOCKSVC_SHUTDOWN_GRACE": "2s", "STOCKSVC_SHUTDOWN_DELAY": "2s"}, nil, []string{"STOCKSVC_SHUTDOWN_DELAY", "leaves nothing of STOCKSVC_SHUTDOWN_GRACE (2s)"}},
 		{"non-integer", map[string]string{"STOCKSVC_DB_MAX_CONNS": "many"}, nil, []string{"STOCKSVC_DB_MAX_CONNS", `"many"`}},
 		{"fractional integer", map[string]string{"STOCKSVC_MAX_QUANTITY": "1.5"}, nil, []string{"STOCKSVC_MAX_QUANTITY", `"1.5"`}},
 		{"non-integer retries", map[string]string{"STOCKSVC_LOCK_MAX_RETRIES": "3x"}, nil, []string{"STOCKSVC_LOCK_MAX_RETRIES"}},
@@ -337,6 +339,11 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"flag value failing validation", nil, []string{"-idempotency-ttl=1h"}, []string{"STOCKSVC_IDEMPOTENCY_TTL"}},
 		{"unknown flag", nil, []string{"-frobnicate"}, []string{"frobnicate"}},
 		{"admin listener on the public address", map[string]string{"STOCKSVC_ADMIN_ADDR": ":8080"}, nil, []string{"STOCKSVC_ADMIN_ADDR", "leave it empty"}},
+		{"profiler on every interface", map[string]string{"STOCKSVC_DEBUG_ADDR": ":6060"}, nil, []string{"STOCKSVC_DEBUG_ADDR", `":6060" is not a loopback address`}},
+		{"profiler on a public address", map[string]string{"STOCKSVC_DEBUG_ADDR": "10.1.2.3:6060"}, nil, []string{"STOCKSVC_DEBUG_ADDR", "not a loopback address"}},
+		{"profiler on an unspecified address", map[string]string{"STOCKSVC_DEBUG_ADDR": "[::]:6060"}, nil, []string{"STOCKSVC_DEBUG_ADDR", "not a loopback address"}},
+		{"profiler on a host name", map[string]string{"STOCKSVC_DEBUG_ADDR": "stocksvc:6060"}, nil, []string{"STOCKSVC_DEBUG_ADDR", "not a loopback address"}},
+		{"profiler without a port", map[string]string{"STOCKSVC_DEBUG_ADDR": "127.0.0.1"}, nil, []string{"STOCKSVC_DEBUG_ADDR", "not host:port"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -705,6 +712,18 @@ func TestRedisModes(t *testing.T) {
 		}
 		if got != tt.want {
 			t.Errorf("newRedis(%q, %s) = %s (%v), want %s", tt.url, tt.mode, got, err, tt.want)
+		}
+	}
+}
+
+// TestLoadConfigDebugAddrOnLoopback: the profiler may listen on any loopback address, by
+// number or as localhost, or be off.
+func TestLoadConfigDebugAddrOnLoopback(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"", "127.0.0.1:6060", "127.8.9.10:0", "[::1]:6060", "localhost:6060"} {
+		got, _, err := loadConfig(nil, envOf(map[string]string{"STOCKSVC_DEBUG_ADDR": addr}), io.Discard)
+		if err != nil || got.DebugAddr != addr {
+			t.Errorf("STOCKSVC_DEBUG_ADDR=%q: DebugAddr %q, err %v; want it accepted", addr, got.DebugAddr, err)
 		}
 	}
 }

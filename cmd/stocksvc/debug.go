@@ -12,12 +12,14 @@ import (
 
 // serveDebug serves the Go profiler on addr until ctx ends: what a CPU profile of a replica
 // under load is taken from (go run ./loadtest -throughput does). It has its own mux, so nothing
-// is registered on http.DefaultServeMux, and its own listener, which should be bound to
-// loopback: profiles show the service's internals.
+// is registered on http.DefaultServeMux, and its own listener, bound to loopback (the
+// configuration refuses any other address): profiles show the service's internals.
+//
+// /debug/pprof/cmdline is left out: it shows the command line, and flags can carry secrets
+// (-database-url, -admin-token). Index answers it 404 like any unknown profile.
 func serveDebug(ctx context.Context, addr string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

@@ -5,7 +5,7 @@
 //
 //	stocksvc [flags] [serve]              serve the API (migrating the database first)
 //	stocksvc [flags] migrate up           apply pending migrations
-//	stocksvc [flags] migrate down N|all   roll back N migrations, or all of them (asks first)
+//	stocksvc [flags] migrate down N|all   roll back N migrations, or all of them (all asks first)
 //	stocksvc [flags] migrate version      print the schema version
 //	stocksvc version                      print the build's module version and VCS revision
 //	stocksvc [flags] healthcheck          exit 0 if this host's replica is ready, 1 if not
@@ -67,8 +67,9 @@ const commands = `Usage: stocksvc [flags] [command]
 Commands:
   serve                 serve the API, migrating the database first (the default)
   migrate up            apply pending migrations
-  migrate down N|all    roll back N migrations, or all of them: all asks on a terminal,
-                        and needs -force otherwise
+  migrate down N|all    roll back N migrations, or all of them: all (or an N reaching
+                        the first migration) asks on a terminal, and needs -force
+                        otherwise; refused while orders accepted for later are pending
   migrate version       print the schema version
   version               print the module version and VCS revision of this build
   healthcheck           GET /readyz of the replica on this host (STOCKSVC_ADDR);

@@ -24,7 +24,7 @@ const migrateUsage = "want up, down N|all [-force] or version"
 type migrateArgs struct {
 	action string // up, down or version
 	steps  int    // for down: how many; -1 means all
-	force  bool   // down all without asking
+	force  bool   // down all (or down N reaching the first migration) without asking
 }
 
 // parseMigrateArgs reads "up", "version" or "down N|all", with -force anywhere after "migrate".
@@ -32,7 +32,7 @@ func parseMigrateArgs(args []string) (migrateArgs, error) {
 	var a migrateArgs
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // the error says it all
-	fs.BoolVar(&a.force, "force", false, "roll back all migrations without asking")
+	fs.BoolVar(&a.force, "force", false, "roll back every migration without asking")
 	var words []string
 	for {
 		// A negative number is a wrong step count, not an unknown flag: say so.
@@ -68,8 +68,8 @@ func parseMigrateArgs(args []string) (migrateArgs, error) {
 	default:
 		return a, fmt.Errorf("migrate: unknown arguments %q (%s)", words, migrateUsage)
 	}
-	if a.force && a.steps >= 0 {
-		return a, errors.New("migrate: -force applies to down all only")
+	if a.force && words[0] != "down" {
+		return a, errors.New("migrate: -force applies to down only (down all, or down N reaching the first migration)")
 	}
 	a.action = words[0]
 	return a, nil
@@ -101,49 +101,31 @@ func runMigrate(ctx context.Context, cfg config, rawArgs []string, std stdio, lo
 		}
 		return fmt.Errorf("migrate %s: %w", args.action, err)
 	}
-	m, err := migrations.New(migratorURL(cfg.DatabaseURL))
+	mg, err := openMigrator(cfg.DatabaseURL)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
+	defer mg.Close()
 
 	switch args.action {
 	case "version":
-		desc, err := describeVersion(m)
+		desc, err := describeVersion(mg.m)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(std.stdout, desc)
 		return nil
 	case "up":
-		if err = m.Up(); err == nil || errors.Is(err, migrate.ErrNoChange) {
-			if rerr := migrations.RiverUp(ctx, migratorURL(cfg.DatabaseURL)); rerr != nil {
-				return rerr
-			}
+		if err = mg.run(ctx, true, mg.m.Up); err == nil {
+			err = migrations.RiverUp(ctx, mg.url)
 		}
 	case "down":
-		_, _, verr := m.Version()
-		switch {
-		case errors.Is(verr, migrate.ErrNilVersion):
-			err = migrate.ErrNoChange
-		case args.steps < 0:
-			if err = confirmDownAll(cfg.DatabaseURL, args.force, std); err == nil {
-				// River's queue first: its jobs name orders the service's tables hold.
-				if err = migrations.RiverDown(ctx, migratorURL(cfg.DatabaseURL)); err == nil {
-					err = m.Down()
-				}
-			}
-		default:
-			// Asking for more steps than were applied rolls back what there is.
-			if err = m.Steps(-args.steps); errors.As(err, new(migrate.ErrShortLimit)) {
-				err = nil
-			}
-		}
+		err = rollBack(ctx, cfg, mg, args, std)
 	}
 	if err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("migrate %s: %w", args.action, err)
 	}
-	desc, err := describeVersion(m)
+	desc, err := describeVersion(mg.m)
 	if err != nil {
 		return err
 	}
@@ -151,18 +133,97 @@ func runMigrate(ctx context.Context, cfg config, rawArgs []string, std stdio, lo
 	return nil
 }
 
+// asyncOrdersMigration is the migration that creates async_orders, the line of orders
+// accepted for later; rolling it back drops the table.
+const asyncOrdersMigration = 4
+
+// rollBack runs "migrate down N|all". Rolling back every migration, whether asked as all or
+// as a count that reaches the first one, drops every table and needs confirmation; rolling
+// back asyncOrdersMigration is refused while orders accepted for later are pending, since
+// their buyers were told they would be decided.
+func rollBack(ctx context.Context, cfg config, mg *migrator, args migrateArgs, std stdio) error {
+	current, _, err := mg.m.Version()
+	if errors.Is(err, migrate.ErrNilVersion) {
+		return migrate.ErrNoChange
+	}
+	if err != nil {
+		return fmt.Errorf("read the schema version: %w", err)
+	}
+	applied, err := mg.applied(current)
+	if err != nil {
+		return err
+	}
+	all := args.steps < 0 || args.steps >= applied
+	target := -1 // the version left once the rollback is done; -1 for none
+	if !all {
+		if target, err = mg.versionBefore(current, args.steps); err != nil {
+			return err
+		}
+	}
+	// Refused before anyone is asked to confirm.
+	if current >= asyncOrdersMigration && target < asyncOrdersMigration {
+		if err := refusePendingOrders(ctx, cfg.DatabaseURL); err != nil {
+			return err
+		}
+	}
+	if all {
+		if err := confirmDownAll(cfg.DatabaseURL, args, applied, std); err != nil {
+			return err
+		}
+	}
+	if args.steps >= 0 {
+		// Asking for more steps than were applied rolls back what there is.
+		return mg.run(ctx, false, func() error { return mg.m.Steps(-min(args.steps, applied)) })
+	}
+	// River's queue first: its jobs name orders the service's tables hold.
+	if err := migrations.RiverDown(ctx, mg.url); err != nil {
+		return err
+	}
+	return mg.run(ctx, false, mg.m.Down)
+}
+
+// errPendingOrders refuses a rollback that would drop orders accepted for later and not yet
+// decided.
+var errPendingOrders = errors.New("orders accepted for later are still pending")
+
+// refusePendingOrders returns errPendingOrders (wrapped, with their number and what to do)
+// when async_orders holds pending orders. It is a check before the rollback, not a lock: stop
+// the replicas, which accept such orders, before rolling back.
+func refusePendingOrders(ctx context.Context, databaseURL string) error {
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var n int64
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM async_orders WHERE status = 'pending'`).Scan(&n); err != nil {
+		return fmt.Errorf("count pending orders: %w", err)
+	}
+	if n > 0 {
+		return fmt.Errorf("%w: rolling back migration %d drops async_orders, with %d pending orders whose buyers were told they would be decided; "+
+			"let a replica with STOCKSVC_ASYNC_WORKERS above 0 decide them first (stocksvc_async_orders_pending falls to 0), then stop the replicas and roll back",
+			errPendingOrders, asyncOrdersMigration, n)
+	}
+	return nil
+}
+
 // errNotConfirmed is returned when "migrate down all" was not confirmed.
 var errNotConfirmed = errors.New("not confirmed")
 
-// confirmDownAll lets "migrate down all" go ahead: with -force, or when a person at a terminal
-// types the database's name. Anything else — a script, a pipe, CI — is refused, since the
-// rollback drops every table and every order in it.
-func confirmDownAll(databaseURL string, force bool, std stdio) error {
-	if force {
+// confirmDownAll lets a rollback of every migration go ahead — "migrate down all", or "down N"
+// with N at or above the applied count, which amounts to the same — with -force, or when a
+// person at a terminal types the database's name. Anything else — a script, a pipe, CI — is
+// refused, since the rollback drops every table and every order in it.
+func confirmDownAll(databaseURL string, args migrateArgs, applied int, std stdio) error {
+	if args.force {
 		return nil
 	}
+	what := "down all"
+	if args.steps >= 0 {
+		what = fmt.Sprintf("down %d rolls back all %d applied migrations: it", args.steps, applied)
+	}
 	if !std.terminal {
-		return fmt.Errorf("down all drops every table, orders included: run it at a terminal to confirm, or add -force: %w", errNotConfirmed)
+		return fmt.Errorf("%s drops every table, orders included: run it at a terminal to confirm, or add -force: %w", what, errNotConfirmed)
 	}
 	cfg, err := pgx.ParseConfig(databaseURL)
 	if err != nil {
@@ -175,7 +236,7 @@ func confirmDownAll(databaseURL string, force bool, std stdio) error {
 		return fmt.Errorf("read confirmation: %w", err)
 	}
 	if strings.TrimSpace(answer) != cfg.Database {
-		return fmt.Errorf("down all: the answer was not %q, nothing was rolled back: %w", cfg.Database, errNotConfirmed)
+		return fmt.Errorf("the answer was not %q, nothing was rolled back: %w", cfg.Database, errNotConfirmed)
 	}
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
 // migrateCmd runs "stocksvc migrate args..." against databaseURL, as a script would (no
@@ -108,15 +110,19 @@ func TestMigrateUpVersionDown(t *testing.T) {
 	if !hasSchema(t, db.URL) {
 		t.Errorf("products table gone after migrate down 1 from version 2")
 	}
-	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down", "1")
+	// The last one is every one left: confirmed as down all is.
+	if _, err := migrateCmd(t, db.URL, "down", "1"); !errors.Is(err, errNotConfirmed) {
+		t.Errorf("migrate down 1 at version 1 from a script = %v, want it refused as not confirmed", err)
+	}
+	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down", "1", "-force")
 	if hasSchema(t, db.URL) {
 		t.Errorf("products table still there after migrate down 1 from version 1")
 	}
 	mustMigrate(t, db.URL, noneApplied, "version")
 
-	// down N and down all.
-	// More steps than were applied rolls back what there is.
-	for _, down := range [][]string{{"down", "5"}, {"down", "all", "-force"}, {"down", "-force", "all"}, {"down", "6"}} {
+	// down N and down all. More steps than were applied rolls back what there is, and asks
+	// for the same confirmation as down all (TestMigrateDownEverythingConfirmation).
+	for _, down := range [][]string{{"down", "5", "-force"}, {"down", "all", "-force"}, {"down", "-force", "all"}, {"down", "-force", "6"}} {
 		mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
 		mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", down...)
 		mustMigrate(t, db.URL, noneApplied, "version")
@@ -173,8 +179,8 @@ func TestMigrateBadArguments(t *testing.T) {
 	}{
 		{nil, "migrate: no action given (want up, down N|all [-force] or version)"},
 		{[]string{"down"}, "migrate down: say how many migrations to roll back: a number, or all"},
-		{[]string{"down", "1", "-force"}, "-force applies to down all only"},
-		{[]string{"up", "-force"}, "-force applies to down all only"},
+		{[]string{"up", "-force"}, "-force applies to down only"},
+		{[]string{"version", "-force"}, "-force applies to down only"},
 		{[]string{"down", "all", "-yes"}, "flag provided but not defined: -yes"},
 		{[]string{"sideways"}, "unknown arguments"},
 		{[]string{"UP"}, "unknown arguments"},
@@ -275,4 +281,86 @@ func TestMigrateDownAllConfirmation(t *testing.T) {
 	if hasSchema(t, db.URL) {
 		t.Errorf("products table still there after a confirmed migrate down all")
 	}
+}
+
+// TestMigrateDownEverythingConfirmation: "down N" with N at or above the number of applied
+// migrations rolls back everything, as down all does, and needs the same confirmation.
+func TestMigrateDownEverythingConfirmation(t *testing.T) {
+	t.Parallel()
+	db := newScratchDatabase(t)
+	db.create(t)
+	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+
+	for _, n := range []string{"5", "9"} {
+		var stdout, stderr bytes.Buffer
+		err := migrateWith(t, db.URL, stdio{stdout: &stdout, stderr: &stderr}, "down", n)
+		if !errors.Is(err, errNotConfirmed) || !strings.Contains(err.Error(), "rolls back all 5 applied migrations") {
+			t.Errorf("migrate down %s from a script = %v, want it refused as not confirmed, saying it rolls back all 5", n, err)
+		}
+		err = migrateWith(t, db.URL, stdio{stdin: strings.NewReader("yes\n"), stdout: &stdout, stderr: &stderr, terminal: true}, "down", n)
+		if !errors.Is(err, errNotConfirmed) {
+			t.Errorf("migrate down %s at a terminal, wrong answer = %v, want it refused", n, err)
+		}
+		if !hasSchema(t, db.URL) {
+			t.Fatalf("migrate down %s rolled back everything without confirmation", n)
+		}
+	}
+	// Fewer than all: no question.
+	mustMigrate(t, db.URL, "migrate down: done, version 4 (dirty: false)\n", "down", "1")
+	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+
+	var stdout, stderr bytes.Buffer
+	err := migrateWith(t, db.URL, stdio{stdin: strings.NewReader(db.Name + "\n"), stdout: &stdout, stderr: &stderr, terminal: true}, "down", "5")
+	if err != nil {
+		t.Fatalf("migrate down 5 confirmed at a terminal: %v", err)
+	}
+	if !strings.Contains(stderr.String(), "Type the database name to go on") {
+		t.Errorf("migrate down 5 did not ask; stderr:\n%s", stderr.String())
+	}
+	if hasSchema(t, db.URL) {
+		t.Errorf("products table still there after a confirmed migrate down 5")
+	}
+	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down", "5", "-force")
+}
+
+// TestMigrateDownRefusesPendingOrders: rolling back the migration that holds the orders
+// accepted for later (down N reaching it, or down all, even forced) is refused while one of
+// them is pending, and goes ahead once none is.
+func TestMigrateDownRefusesPendingOrders(t *testing.T) {
+	t.Parallel()
+	url := testenv.DatabaseURL(t)
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var order string
+	err = conn.QueryRow(t.Context(), `
+		WITH p AS (INSERT INTO products (sku, name, stock, initial_stock) VALUES ('pending', 'x', 5, 5) RETURNING id)
+		INSERT INTO async_orders (id, customer_id, product_ids, quantities, product_id)
+		SELECT gen_random_uuid(), 'c', ARRAY[p.id], ARRAY[1::bigint], p.id FROM p RETURNING id::text`).Scan(&order)
+	if err != nil {
+		t.Fatalf("accept an order: %v", err)
+	}
+	for _, args := range [][]string{{"down", "2"}, {"down", "4"}, {"down", "all", "-force"}, {"down", "9", "-force"}} {
+		out, err := migrateCmd(t, url, args...)
+		if !errors.Is(err, errPendingOrders) || !strings.Contains(err.Error(), "with 1 pending orders") {
+			t.Errorf("migrate %q with a pending order = %v, want errPendingOrders naming one order", args, err)
+		}
+		if out != "" {
+			t.Errorf("migrate %q printed %q, want nothing", args, out)
+		}
+		if !hasTable(t, url, "async_orders") {
+			t.Fatalf("migrate %q dropped async_orders with a pending order in it", args)
+		}
+	}
+	// Rollbacks that leave the table are not concerned.
+	mustMigrate(t, url, "migrate down: done, version 4 (dirty: false)\n", "down", "1")
+	mustMigrate(t, url, "migrate up: done, version 5 (dirty: false)\n", "up")
+
+	if _, err := conn.Exec(t.Context(), `UPDATE async_orders SET status = 'rejected', reason = 'sold_out', decided_at = now() WHERE id = $1`, order); err != nil {
+		t.Fatalf("decide the order: %v", err)
+	}
+	mustMigrate(t, url, "migrate down: done, version 3 (dirty: false)\n", "down", "2")
 }

@@ -23,111 +23,134 @@ import (
 	"github.com/stocksvc/stocksvc/internal/lock/lockprom"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/view"
-	"github.com/stocksvc/stocksvc/migrations"
 )
 
-// serve runs the API until ctx ends, then drains and shuts down in order.
+// serve runs the API until ctx ends, then shuts down within one budget (see shutdown).
 //
-// It listens before its dependencies answer: while it waits for Postgres and Redis and
-// migrates, /healthz says the process is alive and everything else, /readyz included, says
-// 503 (stockhttp.Starting). An orchestrator then neither restarts a replica that is only
-// waiting for its database nor routes orders to it.
+// It listens before its dependencies answer: while it waits for Postgres and migrates,
+// /healthz says the process is alive and everything else, /readyz included, says 503
+// (stockhttp.Starting). An orchestrator then neither restarts a replica that is only waiting
+// for its database nor routes orders to it. Redis is not waited for: without it a replica
+// serves what Postgres alone can, as it does when Redis fails later (see openDependencies).
 func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger) error {
 	log.InfoContext(ctx, "starting", cfg.logAttrs()...)
 	if cfg.defense != stock.DefaultDefense() {
 		log.WarnContext(ctx, "UNSAFE DEFENSE SETTING: this replica may oversell; use it only to demonstrate the layers",
 			slog.String("defense", cfg.defense.String()))
 	}
-
-	public, err := listen(cfg.Addr, cfg, log)
+	lis, err := openListeners(cfg, log)
 	if err != nil {
 		return err
 	}
-	endpoints := []*endpoint{public}
-	var admin *endpoint // nil: the admin routes and /metrics are on the public listener
-	if cfg.AdminAddr != "" {
-		if admin, err = listen(cfg.AdminAddr, cfg, log); err != nil {
-			_ = public.ln.Close()
-			return err
-		}
-		endpoints = append(endpoints, admin)
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	for _, e := range endpoints {
-		e.handler.set(stockhttp.Starting(log))
-		g.Go(e.serve)
-	}
-	log.InfoContext(ctx, "listening", public.addrAttrs(admin)...)
+	// The group's goroutines (listeners, profiler, housekeeping) end with gctx: when ctx
+	// ends, when one of them fails, or when start-up gives up (stopGroup).
+	groupCtx, stopGroup := context.WithCancel(ctx)
+	defer stopGroup()
+	g, gctx := errgroup.WithContext(groupCtx)
+	lis.serve(g, stockhttp.Starting(log))
+	log.InfoContext(ctx, "listening", lis.addrAttrs()...)
 	if cfg.DebugAddr != "" {
 		g.Go(func() error { return serveDebug(gctx, cfg.DebugAddr) })
 	}
 
 	deps, err := openDependencies(gctx, cfg, log)
 	if err != nil {
-		for _, e := range endpoints {
-			_ = e.srv.Close()
-		}
-		serveErr := g.Wait()
-		if ctx.Err() != nil {
-			// Asked to stop before it was ready: nothing was served, nothing to drain.
-			stopSignals()
-			log.InfoContext(context.WithoutCancel(ctx), "stopped before ready", slog.Any("reason", context.Cause(ctx)))
-			return nil
-		}
-		return errors.Join(err, serveErr)
+		return startFailed(ctx, stopSignals, lis, g, stopGroup, err, log)
 	}
-	defer deps.close()
+	a, err := wire(ctx, cfg, deps, log)
+	if err != nil {
+		deps.close()
+		return startFailed(ctx, stopSignals, lis, g, stopGroup, err, log)
+	}
+	lis.route(a.api)
+	log.InfoContext(ctx, "ready", lis.addrAttrs()...)
+	a.runHousekeeping(gctx, g, deps, log)
 
+	<-gctx.Done()
+	stopSignals()
+	if err := shutdown(ctx, cfg, log, lis, a, deps, g); err != nil {
+		return err
+	}
+	log.InfoContext(context.WithoutCancel(ctx), "stopped")
+	return nil
+}
+
+// startFailed ends a start-up that failed, or that a stop signal cut short: the listeners
+// close and the group's goroutines are joined. A stop signal is a clean end (nothing was
+// served, nothing to drain); anything else is err.
+func startFailed(ctx context.Context, stopSignals func(), lis *listeners, g *errgroup.Group, stopGroup context.CancelFunc, err error, log *slog.Logger) error {
+	lis.close()
+	stopGroup()
+	serveErr := g.Wait()
+	if ctx.Err() != nil {
+		stopSignals()
+		log.InfoContext(context.WithoutCancel(ctx), "stopped before ready", slog.Any("reason", context.Cause(ctx)))
+		return nil
+	}
+	return errors.Join(err, serveErr)
+}
+
+// app is the service wired over its dependencies: what the listeners serve, and what
+// shutdown stops.
+type app struct {
+	api    *stockhttp.Server
+	svc    *stock.Service
+	queue  *async.Queue // its workers run when workers is set
+	locks  *lock.Client
+	purger *keyPurger
+	// workers says that the queue's workers were started: this replica decides orders
+	// accepted for later, and must stop doing so before its connections close.
+	workers bool
+}
+
+// wire builds the service, the queue of orders accepted for later and the API over deps, and
+// starts the queue's workers. On error, what it built is closed again (deps are not).
+func wire(ctx context.Context, cfg config, deps dependencies, log *slog.Logger) (*app, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	store := stock.NewPGStore(deps.pool)
 	lockObs := lockprom.New(reg, "stocksvc")
-	locks := lock.New(deps.rdb, lock.WithNamespace(cfg.RedisPrefix), lock.WithObserver(lockObs))
-	defer locks.Close()
-	var locker stock.Locker = stock.NewRedisLocker(locks, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
+	a := &app{locks: lock.New(deps.rdb, lock.WithNamespace(cfg.RedisPrefix), lock.WithObserver(lockObs))}
+	var locker stock.Locker = stock.NewRedisLocker(a.locks, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
 	if deps.nodes != nil {
+		var err error
 		if locker, err = redlockLocker(cfg, deps.nodes, lockObs); err != nil {
-			for _, e := range endpoints {
-				_ = e.srv.Close()
-			}
-			return errors.Join(err, g.Wait())
+			_ = a.locks.Close()
+			return nil, err
 		}
 	}
 	var views stock.Views
 	if cfg.CacheLease > 0 {
-		views = view.New(deps.rdb, locks, store, view.Config{Lease: cfg.CacheLease, TTL: cfg.CacheTTL, RedisTimeout: cfg.CacheRedisWait}, view.NewMetrics(reg))
+		views = view.New(deps.rdb, a.locks, store, view.Config{Lease: cfg.CacheLease, TTL: cfg.CacheTTL, RedisTimeout: cfg.CacheRedisWait}, view.NewMetrics(reg))
 	}
-	svc := stock.NewService(store, locker, stock.Config{
+	a.svc = stock.NewService(store, locker, stock.Config{
 		Defense:        cfg.defense,
 		MaxQuantity:    cfg.MaxQuantity,
 		QueueWait:      min(cfg.QueueWait, cfg.LockWait),
 		MaxBatchOrders: cfg.MaxBatch,
 		Views:          views,
 	}, stock.NewMetrics(reg))
-	// After the HTTP server has shut down no order can arrive; Close returns once the queued
-	// ones are decided (their handlers have already been answered by then).
-	defer svc.Close()
-	queue, err := async.New(deps.pool, svc, async.Config{Workers: cfg.AsyncWorkers, Round: cfg.MaxBatch, Registerer: reg, Logger: log})
+	fail := func(err error) (*app, error) {
+		a.svc.Close()
+		_ = a.locks.Close()
+		return nil, err
+	}
+	var err error
+	a.queue, err = async.New(deps.pool, a.svc, async.Config{Workers: cfg.AsyncWorkers, Round: cfg.MaxBatch, Registerer: reg, Logger: log})
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	if cfg.AsyncWorkers > 0 {
-		// Not gctx: the workers stop after the HTTP server (below, deferred), not with it, and
-		// before svc.Close, so that a drain in progress finishes its round.
-		if err := queue.Start(context.WithoutCancel(ctx)); err != nil {
-			return err
+		// Not the listeners' context: the workers stop after the HTTP server, in shutdown,
+		// and before the service closes, so that a drain in progress finishes its round.
+		if err := a.queue.Start(context.WithoutCancel(ctx)); err != nil {
+			return fail(err)
 		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
-			defer cancel()
-			if err := queue.Stop(sctx); err != nil {
-				log.WarnContext(sctx, "async queue did not stop cleanly", slog.Any("error", err))
-			}
-		}()
+		a.workers = true
 	}
-	api := stockhttp.New(stockhttp.Config{
-		Service:    svc,
-		Queue:      queue,
+	a.api = stockhttp.New(stockhttp.Config{
+		Service:    a.svc,
+		Queue:      a.queue,
 		AdminToken: cfg.AdminToken,
 		// Ready asks Postgres only. A replica without Redis still serves product reads (from
 		// Postgres, a few at a time) and answers orders 503 itself; taking every replica out
@@ -144,39 +167,23 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 		Gatherer:       reg,
 		RequestTimeout: cfg.RequestTimeout,
 	})
-	if admin != nil {
-		public.handler.set(api.Public())
-		admin.handler.set(api)
-	} else {
-		public.handler.set(api)
-	}
-	log.InfoContext(ctx, "ready", public.addrAttrs(admin)...)
+	a.purger = newKeyPurger(a.svc.PurgeIdempotencyKeys, cfg.IdempotencyTTL, reg, log)
+	return a, nil
+}
 
+// runHousekeeping starts, in g, what runs beside the API until ctx ends: the purge of old
+// idempotency keys, and, when Redis did not answer at start, the watch that says when it does.
+func (a *app) runHousekeeping(ctx context.Context, g *errgroup.Group, deps dependencies, log *slog.Logger) {
 	g.Go(func() error {
-		purgeIdempotencyKeys(gctx, svc, cfg.IdempotencyTTL, log)
+		a.purger.run(ctx)
 		return nil
 	})
-	g.Go(func() error {
-		<-gctx.Done()
-		stopSignals()
-		log.InfoContext(ctx, "shutting down", slog.String("delay", cfg.ShutdownDelay.String()), slog.String("grace", cfg.ShutdownGrace.String()))
-		api.StartDraining()
-		time.Sleep(cfg.ShutdownDelay) // let the balancer see /readyz fail before we stop listening
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownGrace)
-		defer cancel()
-		// One deadline for both listeners: the grace is for the replica, not per listener.
-		for _, e := range endpoints {
-			if err := e.srv.Shutdown(sctx); err != nil {
-				return fmt.Errorf("shutdown %s: in-flight requests did not finish within %v: %w", e.ln.Addr(), cfg.ShutdownGrace, err)
-			}
-		}
-		return nil
-	})
-	if err := g.Wait(); err != nil {
-		return err
+	if deps.redisDown {
+		g.Go(func() error {
+			watchRedis(ctx, deps.pingRedis, log)
+			return nil
+		})
 	}
-	log.InfoContext(context.WithoutCancel(ctx), "stopped")
-	return nil
 }
 
 // dependencies are the connections the API runs on.
@@ -184,6 +191,9 @@ type dependencies struct {
 	pool  *pgxpool.Pool
 	rdb   redis.UniversalClient
 	nodes []*redis.Client // the Redlock's nodes in redlock mode, else nil
+	// redisDown says that Redis (in redlock mode, a quorum of its nodes) did not answer when
+	// the replica started.
+	redisDown bool
 }
 
 func (d dependencies) close() {
@@ -194,19 +204,37 @@ func (d dependencies) close() {
 	d.pool.Close()
 }
 
+// pingRedis asks Redis, or in redlock mode a quorum of its nodes, whether it answers.
+func (d dependencies) pingRedis(ctx context.Context) error {
+	if d.nodes != nil {
+		return pingQuorum(ctx, d.nodes)
+	}
+	return d.rdb.Ping(ctx).Err()
+}
+
 // openDependencies waits until the service's own database answers (creating it on the way if
 // need be, so that replicas started together with Postgres do not give up on the first
-// refusal), migrates it, and opens the pools once Postgres and Redis both answer.
+// refusal), migrates it and opens the pools, all within STOCKSVC_STARTUP_TIMEOUT.
+//
+// Redis is asked once, not waited for: a replica runs without it — product reads from
+// Postgres, orders and restocks answered 503 — as it does when Redis goes down later, and
+// readiness asks Postgres only. Starting without it is logged as a warning; only an answer
+// that waiting cannot fix (credentials refused, say) ends start-up.
 func openDependencies(ctx context.Context, cfg config, log *slog.Logger) (dependencies, error) {
-	if err := waitFor(ctx, "postgres", cfg.StartupTimeout, func(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
+	defer cancel()
+	if err := waitFor(sctx, "postgres", cfg.StartupTimeout, func(ctx context.Context) error {
 		return prepareDatabase(ctx, cfg.DatabaseURL, log)
 	}, log); err != nil {
 		return dependencies{}, err
 	}
-	if err := migrations.Up(migratorURL(cfg.DatabaseURL)); err != nil {
+	if err := migrateOnStart(sctx, cfg.DatabaseURL, log); err != nil {
+		if ctx.Err() == nil && sctx.Err() != nil {
+			return dependencies{}, fmt.Errorf("migrations not done within the start-up timeout (%v): %w", cfg.StartupTimeout, err)
+		}
 		return dependencies{}, err
 	}
-	pool, err := newPool(ctx, cfg.DatabaseURL, cfg.DBMaxConns)
+	pool, err := newPool(sctx, cfg.DatabaseURL, cfg.DBMaxConns)
 	if err != nil {
 		return dependencies{}, err
 	}
@@ -220,19 +248,56 @@ func openDependencies(ctx context.Context, cfg config, log *slog.Logger) (depend
 		d.close()
 		return dependencies{}, err
 	}
-	if err := waitFor(ctx, "postgres", cfg.StartupTimeout, pool.Ping, log); err != nil {
+	if err := waitFor(sctx, "postgres", cfg.StartupTimeout, pool.Ping, log); err != nil {
 		d.close()
 		return dependencies{}, err
 	}
-	pingRedis := func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
-	if d.nodes != nil {
-		pingRedis = func(ctx context.Context) error { return pingQuorum(ctx, d.nodes) }
-	}
-	if err := waitFor(ctx, "redis", cfg.StartupTimeout, pingRedis, log); err != nil {
+	pctx, pcancel := context.WithTimeout(sctx, redisStartPing)
+	err = d.pingRedis(pctx)
+	pcancel()
+	switch {
+	case err == nil:
+	case isPermanent(err):
 		d.close()
-		return dependencies{}, err
+		return dependencies{}, fmt.Errorf("redis: %w (not retried: waiting cannot fix this)", err)
+	case ctx.Err() != nil:
+		d.close()
+		return dependencies{}, ctx.Err()
+	default:
+		d.redisDown = true
+		log.WarnContext(ctx, "starting without redis: orders and restocks answer 503 until it answers, product reads come from postgres",
+			slog.String("redis_mode", cfg.RedisMode), slog.Any("error", err))
 	}
 	return d, nil
+}
+
+// redisStartPing bounds the one question start-up asks Redis.
+const redisStartPing = 2 * time.Second
+
+// watchRedis asks Redis, after a replica started without it, whether it answers now, until it
+// does or ctx ends, and logs the answer: when it came, and any change of cause on the way
+// (one that waiting cannot fix as an error). Nothing waits for it: the service uses Redis as
+// soon as it answers.
+func watchRedis(ctx context.Context, ping func(context.Context) error, log *slog.Logger) {
+	warned := ""
+	for attempt := 1; sleep(ctx, startupPause(attempt)); attempt++ {
+		pctx, cancel := context.WithTimeout(ctx, redisStartPing)
+		err := ping(pctx)
+		cancel()
+		switch {
+		case err == nil:
+			log.InfoContext(ctx, "dependency answered", slog.String("dependency", "redis"), slog.Int("attempts", attempt+1))
+			return
+		case ctx.Err() != nil:
+			return
+		case err.Error() == warned:
+		case isPermanent(err):
+			log.ErrorContext(ctx, "redis refuses this replica; orders keep answering 503", slog.Any("error", err))
+		default:
+			log.WarnContext(ctx, "waiting for dependency", slog.String("dependency", "redis"), slog.Int("attempt", attempt+1), slog.Any("error", err))
+		}
+		warned = err.Error()
+	}
 }
 
 // endpoint is one listener and the server on it.
@@ -240,6 +305,83 @@ type endpoint struct {
 	ln      net.Listener
 	srv     *http.Server
 	handler handlerSwitch
+}
+
+// listeners are the replica's public listener and, with STOCKSVC_ADMIN_ADDR, its admin one.
+type listeners struct {
+	public *endpoint
+	admin  *endpoint // nil: the admin routes and /metrics are on the public listener
+}
+
+// openListeners listens on the public address and, if set, the admin one.
+func openListeners(cfg config, log *slog.Logger) (*listeners, error) {
+	public, err := listen(cfg.Addr, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	l := &listeners{public: public}
+	if cfg.AdminAddr != "" {
+		if l.admin, err = listen(cfg.AdminAddr, cfg, log); err != nil {
+			_ = public.ln.Close()
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+func (l *listeners) all() []*endpoint {
+	if l.admin == nil {
+		return []*endpoint{l.public}
+	}
+	return []*endpoint{l.public, l.admin}
+}
+
+// serve starts serving h on every listener, in g.
+func (l *listeners) serve(g *errgroup.Group, h http.Handler) {
+	for _, e := range l.all() {
+		e.handler.set(h)
+		g.Go(e.serve)
+	}
+}
+
+// route switches the listeners from the start-up answers to the API: the whole of it on the
+// admin listener, the public part on the public one; everything on the public one when there
+// is no admin listener.
+func (l *listeners) route(api *stockhttp.Server) {
+	if l.admin != nil {
+		l.public.handler.set(api.Public())
+		l.admin.handler.set(api)
+		return
+	}
+	l.public.handler.set(api)
+}
+
+// close closes the listeners and every connection at once.
+func (l *listeners) close() {
+	for _, e := range l.all() {
+		_ = e.srv.Close()
+	}
+}
+
+// shutdown closes the listeners and waits, until ctx ends, for the requests in flight on both:
+// one deadline for the replica, not one per listener.
+func (l *listeners) shutdown(ctx context.Context) error {
+	var errs []error
+	for _, e := range l.all() {
+		if err := e.srv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", e.ln.Addr(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// addrAttrs names the addresses listened on, for the log.
+func (l *listeners) addrAttrs() []any {
+	attrs := []any{slog.String("addr", l.public.ln.Addr().String())}
+	if l.admin != nil {
+		attrs = append(attrs, slog.String("admin_addr", l.admin.ln.Addr().String()))
+	}
+	return attrs
 }
 
 // listen opens addr and prepares a server on it; serve starts serving.
@@ -267,15 +409,6 @@ func (e *endpoint) serve() error {
 	return nil
 }
 
-// addrAttrs names the addresses listened on, for the log.
-func (e *endpoint) addrAttrs(admin *endpoint) []any {
-	attrs := []any{slog.String("addr", e.ln.Addr().String())}
-	if admin != nil {
-		attrs = append(attrs, slog.String("admin_addr", admin.ln.Addr().String()))
-	}
-	return attrs
-}
-
 // handlerSwitch serves whichever handler was set last: the start-up answers, then the API.
 type handlerSwitch struct {
 	current atomic.Pointer[http.Handler]
@@ -285,24 +418,4 @@ func (h *handlerSwitch) set(next http.Handler) { h.current.Store(&next) }
 
 func (h *handlerSwitch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	(*h.current.Load()).ServeHTTP(w, r)
-}
-
-// purgeIdempotencyKeys forgets idempotency keys older than ttl, hourly, until ctx ends. With
-// several replicas each purges; the deletes are idempotent.
-func purgeIdempotencyKeys(ctx context.Context, svc *stock.Service, ttl time.Duration, log *slog.Logger) {
-	ticker := time.NewTicker(time.Hour)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-ticker.C:
-			n, err := svc.PurgeIdempotencyKeys(ctx, ttl, now)
-			if err != nil {
-				log.WarnContext(ctx, "purging idempotency keys failed", slog.Any("error", err))
-				continue
-			}
-			log.InfoContext(ctx, "purged idempotency keys", slog.Int64("deleted", n))
-		}
-	}
 }

@@ -63,10 +63,23 @@ func TestRunServesAndStops(t *testing.T) {
 		t.Errorf("order beyond the stock: status %d, want %d: %s", res.Status, http.StatusConflict, res.Body)
 	}
 
+	// The idempotency keys are purged as the replica starts, and the metrics say when.
+	eventually(t, 10*time.Second, func() (bool, string) {
+		res := in.call(t, http.MethodGet, "/metrics", nil, nil)
+		const gauge = "stocksvc_idempotency_purge_last_success_timestamp_seconds "
+		for line := range strings.Lines(string(res.Body)) {
+			if v, ok := strings.CutPrefix(line, gauge); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				return err == nil && f > 0, "purge last success " + v
+			}
+		}
+		return false, "no " + gauge + "in /metrics"
+	})
+
 	if err := in.stop(t); err != nil {
 		t.Fatalf("run after cancellation = %v, want nil; logs:\n%s", err, in.Logs)
 	}
-	for _, msg := range []string{"starting", "listening", "ready", "shutting down", "stopped"} {
+	for _, msg := range []string{"starting", "listening", "ready", "purged idempotency keys", "shutting down", "stopped"} {
 		if n := in.Logs.count(msg); n != 1 {
 			t.Errorf("%q logged %d times, want once", msg, n)
 		}
@@ -320,8 +333,8 @@ func TestRunStartupFailures(t *testing.T) {
 		extra map[string]string
 		want  string
 	}{
-		// Not up yet: waited for, warned about once, and named in the final error.
-		{"unreachable redis", map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0"}, "redis not reachable within 1s: dial tcp 127.0.0.1:1: connect: connection refused"},
+		// Not up yet: waited for, warned about once, and named in the final error. (Redis is
+		// not waited for: TestRunStartsWithoutRedis.)
 		{"unreachable postgres", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/stocksvc?sslmode=disable"}, "postgres not reachable within 1s: connect to postgres: "},
 		{"address in use", map[string]string{"STOCKSVC_ADDR": busy.Addr().String()}, "listen on " + busy.Addr().String()},
 	}
@@ -391,16 +404,16 @@ func TestRunCreatesItsDatabase(t *testing.T) {
 	}
 }
 
-// TestRunAnswersWhileStarting: with Redis down at start, the replica listens at once and says
-// where it stands — /healthz 200 (alive: restarting it would not help), /readyz and the API 503
-// unavailable problems with Retry-After — and when Redis comes up it turns ready on the same
+// TestRunAnswersWhileStarting: with its migrations held up at start (a transaction holds a
+// table the next migration alters), the replica listens at once and says where it stands —
+// /healthz 200 (alive: restarting it would not help), /readyz and the API 503 unavailable
+// problems with Retry-After — and once the migration gets its lock it turns ready on the same
 // address and sells.
 func TestRunAnswersWhileStarting(t *testing.T) {
 	t.Parallel()
 	_, prefix := testenv.Redis(t)
-	down := testenv.StartRedis(t)
-	down.Kill()
-	env := serveEnv(t, prefix, map[string]string{"REDIS_URL": "redis://" + down.Addr() + "/0"})
+	env := serveEnv(t, prefix, nil)
+	release := holdUpMigration(t, env["DATABASE_URL"])
 	in := launch(t, env)
 	in.await(t, "listening")
 
@@ -446,10 +459,10 @@ func TestRunAnswersWhileStarting(t *testing.T) {
 		}
 	}
 	if _, ok := in.Logs.find("ready"); ok {
-		t.Fatalf("ready logged while Redis is down; logs:\n%s", in.Logs)
+		t.Fatalf("ready logged while the migrations wait; logs:\n%s", in.Logs)
 	}
 
-	down.Restart()
+	release()
 	listening := in.Addr
 	in.await(t, "ready")
 	if in.Addr != listening {
@@ -468,13 +481,13 @@ func TestRunAnswersWhileStarting(t *testing.T) {
 	}
 }
 
-// TestRunStopsWhileStarting: a SIGTERM while the replica still waits for its dependencies ends
-// it at once and cleanly (nil, the listener closed), instead of after the start-up timeout.
+// TestRunStopsWhileStarting: a SIGTERM while the replica still waits for Postgres ends it at
+// once and cleanly (nil, the listener closed), instead of after the start-up timeout.
 func TestRunStopsWhileStarting(t *testing.T) {
 	t.Parallel()
 	_, prefix := testenv.Redis(t)
 	env := serveEnv(t, prefix, map[string]string{
-		"REDIS_URL":                "redis://127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) + "/0",
+		"DATABASE_URL":             "postgres://postgres@127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)) + "/stocksvc?sslmode=disable",
 		"STOCKSVC_STARTUP_TIMEOUT": "10m",
 	})
 	in := launch(t, env)

@@ -552,7 +552,10 @@ func TestPurgeKeepsPendingOrdersKeys(t *testing.T) {
 	if got := keys(); len(got) != 4 {
 		t.Fatalf("keys before the purge = %q, want 4 (two client keys, two decisions)", got)
 	}
-	if _, err := r.svc.PurgeIdempotencyKeys(ctx, time.Hour, time.Now().Add(48*time.Hour)); err != nil {
+	if _, err := r.pool.Exec(ctx, `UPDATE idempotency_keys SET created_at = created_at - interval '48 hours'`); err != nil {
+		t.Fatalf("age the records: %v", err)
+	}
+	if _, err := r.svc.PurgeIdempotencyKeys(ctx, time.Hour); err != nil {
 		t.Fatalf("purge: %v", err)
 	}
 	want := []string{stock.AcceptedKey(pending.Order.ID), "k-pending"}

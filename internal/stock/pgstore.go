@@ -237,23 +237,65 @@ func (s *PGStore) Order(ctx context.Context, id uuid.UUID) (Order, error) {
 	return o, nil
 }
 
-// purgeKeysSQL deletes the records older than the cutoff, except those of orders accepted for
-// later and still pending, however old: the client's key (a retry must find its order, not
-// buy again) and the order's own decision record (stored, not yet copied: the copy needs it).
-const purgeKeysSQL = `
-DELETE FROM idempotency_keys k
- WHERE k.created_at < $1
-   AND NOT EXISTS (SELECT 1 FROM async_orders a WHERE a.status = 'pending' AND
-                   (a.id = k.async_order_id OR
-                    (k.key LIKE $2 || '%' AND a.id::text = substr(k.key, length($2) + 1))))`
+// purgeBatch is the most idempotency records one purge statement deletes. A batch of a few
+// thousand takes tens of milliseconds (an index range of idempotency_keys_created_at_idx, two
+// primary-key probes of async_orders per row, a TID scan), far below the pool's statement
+// timeout, and holds its row locks only that long, however many records have piled up.
+const purgeBatch = 5000
 
-// PurgeIdempotencyKeys implements Store.
-func (s *PGStore) PurgeIdempotencyKeys(ctx context.Context, cutoff time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, purgeKeysSQL, cutoff, AcceptedKeyPrefix)
-	if err != nil {
-		return 0, dbError("purge idempotency keys", err)
+// purgeCutoffSQL is the purge's cutoff on Postgres's clock, the clock created_at was stamped
+// with: a replica whose clock is off must neither keep records for ever nor purge fresh ones.
+const purgeCutoffSQL = `SELECT now() - $1::interval`
+
+// purgeKeysSQL deletes up to $4 records created before $1 and at or after $2 (the last batch's
+// newest, so that each batch starts where the previous one stopped instead of walking over the
+// rows it deleted), oldest first, and returns how many and the newest created_at deleted.
+//
+// It keeps the records of orders accepted for later and still pending, however old: the
+// client's key (async_order_id: a retry must find its order, not buy again) and the order's
+// own decision record (key $3 || the order's id: stored, not yet copied; the copy needs it).
+// Each is a NOT EXISTS on one equality with async_orders' primary key, so each is an index
+// probe per row (an OR of the two would be a join filter, evaluated against every pending
+// order for every row). Rows another purge (another replica) has locked are skipped: it is
+// deleting them.
+const purgeKeysSQL = `
+WITH deleted AS (
+    DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(
+        SELECT k.ctid FROM idempotency_keys k
+         WHERE k.created_at < $1 AND k.created_at >= $2
+           AND NOT EXISTS (SELECT 1 FROM async_orders a
+                            WHERE a.id = k.async_order_id AND a.status = 'pending')
+           AND NOT EXISTS (SELECT 1 FROM async_orders a
+                            WHERE a.id = CASE WHEN starts_with(k.key, $3)
+                                              THEN substr(k.key, length($3) + 1)::uuid END
+                              AND a.status = 'pending')
+         ORDER BY k.created_at
+         LIMIT $4
+         FOR UPDATE OF k SKIP LOCKED))
+    RETURNING created_at)
+SELECT count(*), max(created_at) FROM deleted`
+
+// PurgeIdempotencyKeys implements Store: one statement for the cutoff, then batches of at most
+// purgeBatch records, each its own transaction, until a batch deletes fewer.
+func (s *PGStore) PurgeIdempotencyKeys(ctx context.Context, retention time.Duration) (int64, error) {
+	var cutoff time.Time
+	if err := s.pool.QueryRow(ctx, purgeCutoffSQL, retention).Scan(&cutoff); err != nil {
+		return 0, dbError("purge idempotency keys: cutoff", err)
 	}
-	return tag.RowsAffected(), nil
+	var total int64
+	var from time.Time // the zero time is before every record
+	for {
+		var n int64
+		var newest *time.Time
+		if err := s.pool.QueryRow(ctx, purgeKeysSQL, cutoff, from, AcceptedKeyPrefix, purgeBatch).Scan(&n, &newest); err != nil {
+			return total, dbError("purge idempotency keys", err)
+		}
+		total += n
+		if n < purgeBatch || newest == nil {
+			return total, nil
+		}
+		from = *newest
+	}
 }
 
 // constraintViolated reports whether err is a Postgres error with code on constraint.

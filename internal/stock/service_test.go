@@ -349,11 +349,15 @@ func TestPurgeIdempotencyKeys(t *testing.T) {
 	if _, err := r.svc.PlaceOrder(context.Background(), req); err != nil {
 		t.Fatalf("order: %v", err)
 	}
-	n, err := r.svc.PurgeIdempotencyKeys(context.Background(), 24*time.Hour, time.Now())
+	n, err := r.svc.PurgeIdempotencyKeys(context.Background(), 24*time.Hour)
 	if err != nil || n != 0 {
 		t.Fatalf("purge of fresh keys deleted %d, %v; want 0", n, err)
 	}
-	n, err = r.svc.PurgeIdempotencyKeys(context.Background(), 24*time.Hour, time.Now().Add(25*time.Hour))
+	// A day and an hour later on Postgres's clock, the one the purge reads.
+	if _, err := r.pool.Exec(context.Background(), `UPDATE idempotency_keys SET created_at = created_at - interval '25 hours'`); err != nil {
+		t.Fatalf("age the record: %v", err)
+	}
+	n, err = r.svc.PurgeIdempotencyKeys(context.Background(), 24*time.Hour)
 	if err != nil || n != 1 {
 		t.Fatalf("purge of day-old keys deleted %d, %v; want 1", n, err)
 	}

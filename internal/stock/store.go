@@ -59,9 +59,12 @@ type Store interface {
 	// Errors: ErrUnavailable.
 	StoredKeys(ctx context.Context, id int64, limit int) ([]string, error)
 
-	// PurgeIdempotencyKeys deletes the records created before cutoff and reports how many.
-	// Errors: ErrUnavailable.
-	PurgeIdempotencyKeys(ctx context.Context, cutoff time.Time) (int64, error)
+	// PurgeIdempotencyKeys deletes the records created more than retention ago, on the
+	// store's own clock (the one that stamped them), except those of orders accepted for later
+	// and still pending, and reports how many it deleted, also when it fails part way. It
+	// deletes in bounded batches, so that no statement or lock lasts long however many have
+	// piled up. Errors: ErrUnavailable, ErrBusy, the context's error.
+	PurgeIdempotencyKeys(ctx context.Context, retention time.Duration) (int64, error)
 }
 
 // Restocking is a restock ready to be written.

@@ -269,10 +269,12 @@ func (m *MemStore) StoredKeys(_ context.Context, id int64, limit int) ([]string,
 	return keys, nil
 }
 
-// PurgeIdempotencyKeys implements stock.Store.
-func (m *MemStore) PurgeIdempotencyKeys(_ context.Context, cutoff time.Time) (int64, error) {
+// PurgeIdempotencyKeys implements stock.Store. The store knows no accepted orders, so it keeps
+// none for them.
+func (m *MemStore) PurgeIdempotencyKeys(_ context.Context, retention time.Duration) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	cutoff := m.now().Add(-retention)
 	var n int64
 	for k, r := range m.records {
 		if r.created.Before(cutoff) {
