@@ -116,7 +116,7 @@ func runMigrate(ctx context.Context, cfg config, rawArgs []string, std stdio, lo
 		fmt.Fprintln(std.stdout, desc)
 		return nil
 	case "up":
-		if err = mg.run(ctx, true, mg.m.Up); err == nil {
+		if err = mg.up(ctx); err == nil {
 			err = migrations.RiverUp(ctx, mg.url)
 		}
 	case "down":
@@ -173,13 +173,13 @@ func rollBack(ctx context.Context, cfg config, mg *migrator, args migrateArgs, s
 	}
 	if args.steps >= 0 {
 		// Asking for more steps than were applied rolls back what there is.
-		return mg.run(ctx, false, func() error { return mg.m.Steps(-min(args.steps, applied)) })
+		return mg.down(ctx, min(args.steps, applied))
 	}
 	// River's queue first: its jobs name orders the service's tables hold.
 	if err := migrations.RiverDown(ctx, mg.url); err != nil {
 		return err
 	}
-	return mg.run(ctx, false, mg.m.Down)
+	return mg.down(ctx, applied)
 }
 
 // errPendingOrders refuses a rollback that would drop orders accepted for later and not yet

@@ -91,30 +91,74 @@ func (mg *migrator) Close() {
 	_ = mg.src.Close()
 }
 
-// run runs step — the migrator's Up, Steps or Down — until it returns, asking it to stop
-// before its next migration when ctx ends. up says which way step goes. A migration that
-// Postgres refused (a lock wait that ran out, say) was rolled back whole, since each file runs
-// as one implicit transaction; golang-migrate marks its version dirty all the same, and run
-// sets the version back to where it was before it, so that the next attempt can begin. The
-// error then says so.
-func (mg *migrator) run(ctx context.Context, up bool, step func() error) error {
-	done := make(chan error, 1)
-	go func() { done <- step() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		mg.m.GracefulStop <- true
-		err = <-done
-	}
+// up applies every pending migration (see step).
+func (mg *migrator) up(ctx context.Context) error {
+	n, err := mg.pending()
 	if err != nil {
-		return mg.undoRefused(up, err)
+		return err
 	}
-	if ctx.Err() != nil {
-		// Stopped between migrations (golang-migrate reports that as success).
-		return fmt.Errorf("stopped before the migrations were all applied: %w", context.Cause(ctx))
+	return mg.step(ctx, true, n)
+}
+
+// down rolls back n migrations (see step).
+func (mg *migrator) down(ctx context.Context, n int) error {
+	return mg.step(ctx, false, n)
+}
+
+// step applies (up) or rolls back n migrations, one golang-migrate call each, and asks ctx
+// before each: once it has ended, no further migration begins. Having none to run is
+// migrate.ErrNoChange. One call per migration, rather than golang-migrate's Up or Down with a
+// GracefulStop: those read up to ten migrations ahead, each into a pipe that only running it
+// drains, so a run stopped early leaves their readers blocked for the life of the process.
+//
+// A migration that Postgres refused (a lock wait that ran out, say) was rolled back whole,
+// since each file runs as one implicit transaction; golang-migrate marks its version dirty all
+// the same, and step sets the version back to where it was before it, so that the next
+// attempt can begin. The error then says so.
+func (mg *migrator) step(ctx context.Context, up bool, n int) error {
+	if n == 0 {
+		return migrate.ErrNoChange
+	}
+	dir := 1
+	if !up {
+		dir = -1
+	}
+	for range n {
+		if ctx.Err() != nil {
+			return fmt.Errorf("stopped before the migrations were all applied: %w", context.Cause(ctx))
+		}
+		if err := mg.m.Steps(dir); err != nil {
+			return mg.undoRefused(up, err)
+		}
 	}
 	return nil
+}
+
+// pending counts the migrations not yet applied. A database at a version this binary does not
+// have (migrated by a newer one) is an error.
+func (mg *migrator) pending() (int, error) {
+	current, _, err := mg.m.Version()
+	nothing := errors.Is(err, migrate.ErrNilVersion)
+	if err != nil && !nothing {
+		return 0, fmt.Errorf("read the schema version: %w", err)
+	}
+	n, known := 0, nothing
+	v, err := mg.src.First()
+	for ; err == nil; v, err = mg.src.Next(v) {
+		switch {
+		case !nothing && v == current:
+			known = true
+		case nothing || v > current:
+			n++
+		}
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("list migrations: %w", err)
+	}
+	if !known {
+		return 0, fmt.Errorf("the database is at version %d, which this binary does not have: a newer one migrated it", current)
+	}
+	return n, nil
 }
 
 // undoRefused cleans up after err, a failed migration run: golang-migrate's own error, which
@@ -235,7 +279,7 @@ func migrateUp(ctx context.Context, databaseURL string) error {
 		return err
 	}
 	defer mg.Close()
-	if err := mg.run(ctx, true, mg.m.Up); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+	if err := mg.up(ctx); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("migrate up: %w", err)
 	}
 	return migrations.RiverUp(ctx, mg.url)
