@@ -364,3 +364,23 @@ func TestMigrateDownRefusesPendingOrders(t *testing.T) {
 	}
 	mustMigrate(t, url, "migrate down: done, version 3 (dirty: false)\n", "down", "2")
 }
+
+// TestMigrateUpConcurrently: replicas started together migrate the same empty database at
+// once; each one's migrations run one step at a time, so a replica whose count of pending
+// migrations another has since applied must finish, not fail on "no next migration".
+func TestMigrateUpConcurrently(t *testing.T) {
+	t.Parallel()
+	db := newScratchDatabase(t)
+	db.create(t)
+	const replicas = 4
+	errs := make(chan error, replicas)
+	for range replicas {
+		go func() { errs <- migrateUp(t.Context(), db.URL) }()
+	}
+	for range replicas {
+		if err := <-errs; err != nil {
+			t.Errorf("migrate up beside %d others: %v", replicas-1, err)
+		}
+	}
+	mustMigrate(t, db.URL, atLatest, "version")
+}

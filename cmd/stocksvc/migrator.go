@@ -127,7 +127,15 @@ func (mg *migrator) step(ctx context.Context, up bool, n int) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("stopped before the migrations were all applied: %w", context.Cause(ctx))
 		}
-		if err := mg.m.Steps(dir); err != nil {
+		err := mg.m.Steps(dir)
+		if up && errors.Is(err, os.ErrNotExist) {
+			// Nothing after the database's version: another replica applied the rest between
+			// the count and this step's lock. Done, if the version is one this binary has.
+			if left, perr := mg.pending(); perr == nil && left == 0 {
+				return nil
+			}
+		}
+		if err != nil {
 			return mg.undoRefused(up, err)
 		}
 	}
