@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,12 +95,15 @@ func TestServiceOnRedisTopologies(t *testing.T) {
 func redlockURL(t *testing.T, n int, down []int) string {
 	t.Helper()
 	addrs := make([]string, n)
+	servers := make([]*testenv.RedisServer, n)
 	for i := range addrs {
-		s := testenv.StartRedis(t)
-		addrs[i] = s.Addr()
-		if slices.Contains(down, i) {
-			s.Kill()
-		}
+		servers[i] = testenv.StartRedis(t)
+		addrs[i] = servers[i].Addr()
+	}
+	// Only once every node has its port: a node killed at once would free its port for the
+	// next one to be given, and the URL would name one node twice.
+	for _, i := range down {
+		servers[i].Kill()
 	}
 	return "redis://" + addrs[0] + "/0?addr=" + strings.Join(addrs[1:], "&addr=")
 }
