@@ -210,6 +210,14 @@ func (h *harness) floodBench(ctx context.Context) error {
 		if err != nil {
 			return floodRound{}, err
 		}
+		// A statement a round left running (an admin audit's recount, which outlives the wrk
+		// connection that asked for it until the request's deadline) must not weigh on the next
+		// round's buyers: each round measures its own flood.
+		if waited, err := waitStatementsDone(ctx, dbURL, time.Now(), floodQuiesce); err != nil {
+			return floodRound{}, err
+		} else if waited > time.Second {
+			h.printf("[flood] waited %v for the statements of %s to end\n", waited.Round(100*time.Millisecond), label)
+		}
 		return floodRound{kind: k.name, round: n, buyers: res[0], flood: res[1]}, nil
 	}
 	// One unmeasured round of each kind first: connections, pools and the seeded rows' pages.
@@ -252,6 +260,38 @@ func (h *harness) floodBench(ctx context.Context) error {
 
 // floodWarmUp is the length of each kind's unmeasured round.
 const floodWarmUp = 2 * time.Second
+
+// floodQuiesce bounds the wait for a round's statements to end; past it the run fails, since
+// the next round would not measure what it says.
+const floodQuiesce = 30 * time.Second
+
+// waitStatementsDone waits until no statement that began before since is still running in the
+// database at dbURL, and returns how long that took. It fails after within.
+func waitStatementsDone(ctx context.Context, dbURL string, since time.Time, within time.Duration) (time.Duration, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return 0, fmt.Errorf("connect to watch the round's statements: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	began := time.Now()
+	for {
+		var left int
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active' AND query_start < $1`, since).Scan(&left)
+		if err != nil {
+			return 0, fmt.Errorf("watch the round's statements: %w", err)
+		}
+		if left == 0 {
+			return time.Since(began), nil
+		}
+		if time.Since(began) > within {
+			return 0, fmt.Errorf("%d statements of the last round still run after %v", left, within)
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return 0, err
+		}
+	}
+}
 
 // floodJob is the wrk process that floods with kind k.
 func floodJob(k floodKind, script string, conns int, hot int64, token string, round int) wrkJob {

@@ -185,16 +185,20 @@ func (s *Service) Product(ctx context.Context, id int64) (ProductView, error) {
 
 // maxAudits is how many audits a replica runs at once. An audit recounts every order of the
 // product, which on a product with a million orders holds a connection of the purchase path's
-// pool for a while: a few at a time leave the rest of the pool to the sale.
+// pool, and a core of Postgres, for seconds: one at a time leaves the rest to the sale.
 const maxAudits = 1
 
-// Audit accounts for product id's stock by recounting what was received and sold. It waits
-// for the audits already running on this replica (at most maxAudits run at once) as long as
-// ctx allows. Errors: *ProductNotFoundError, ErrUnavailable, a *BusyError when ctx ended
-// while it waited for its turn.
+// auditRetry is what a refused audit is told to wait: about what a large recount takes.
+const auditRetry = 5 * time.Second
+
+// Audit accounts for product id's stock by recounting what was received and sold. A replica
+// runs one audit at a time and refuses another while it runs, rather than queueing it: a queue
+// would start recounts for callers long gone, and a crowd of them would keep Postgres scanning
+// after the crowd had left. Errors: *ProductNotFoundError, ErrUnavailable, a *BusyError when
+// another audit is running on this replica.
 func (s *Service) Audit(ctx context.Context, id int64) (Audit, error) {
-	if err := s.audits.Acquire(ctx, 1); err != nil {
-		return Audit{}, &BusyError{RetryAfter: time.Second, Reason: fmt.Sprintf("other audits are running on this replica: %v", err)}
+	if !s.audits.TryAcquire(1) {
+		return Audit{}, &BusyError{RetryAfter: auditRetry, Reason: "another audit is running on this replica"}
 	}
 	defer s.audits.Release(1)
 	return s.store.Audit(ctx, id)
