@@ -372,7 +372,7 @@ func summariseFlood(kinds []floodKind, rounds []floodRound) []floodLine {
 	var lines []floodLine
 	for _, k := range kinds {
 		l := floodLine{kind: k, flood: map[int]int{}, buyers: map[int]int{}, low: -1}
-		var confirmed, floodRates []float64
+		var confirmed, floodRates, ratios []float64
 		for _, r := range rounds {
 			if r.kind != k.name {
 				continue
@@ -383,6 +383,7 @@ func summariseFlood(kinds []floodKind, rounds []floodRound) []floodLine {
 			addStatuses(l.buyers, r.buyers.statuses, r.buyers.failed)
 			if b := baseline[r.round]; b > 0 {
 				ratio := r.confirmed() / b
+				ratios = append(ratios, ratio)
 				if l.low < 0 || ratio < l.low {
 					l.low = ratio
 				}
@@ -390,7 +391,12 @@ func summariseFlood(kinds []floodKind, rounds []floodRound) []floodLine {
 			}
 		}
 		l.confirmed, l.floodRate = median(confirmed), median(floodRates)
+		// The median of the rounds' ratios, each to the healthz round of its own turn: a
+		// shared machine drifts over a run, and a turn's rounds run a few seconds apart.
 		l.ratio = l.confirmed / baseMedian
+		if len(ratios) > 0 {
+			l.ratio = median(ratios)
+		}
 		lines = append(lines, l)
 	}
 	return lines
@@ -427,7 +433,7 @@ func floodReport(o options, hot int64, lines []floodLine, rounds []floodRound) s
 	var b strings.Builder
 	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy. In every round, %d wrk connections buy product %d (stock %d, %d past orders seeded) "+
 		"in a closed loop, each order a fresh Idempotency-Key, beside %d wrk connections flooding. Rounds of %v, %d of each flood, taking turns "+
-		"after a %v warm-up of each; rates are medians over the rounds, and ratios are taken between those medians.",
+		"after a %v warm-up of each; rates are medians over the rounds; a ratio is the median over the turns of each round's rate to the healthz round of its turn.",
 		o.replicas, f.buyers, hot, throughputStock, f.orders, f.conns, f.round, f.rounds, floodWarmUp)
 	if f.rate > 0 {
 		fmt.Fprintf(&b, " Every flood was paced to at most %.0f requests/s (`-flood-rate`).", f.rate)

@@ -140,10 +140,12 @@ func (w Write) Without(skipped []uuid.UUID) Write {
 	return out
 }
 
-// leaveOut marks, after a write that left out the orders skipped, every ticket whose outcome
+// leaveOut answers, after a write that left out the orders skipped, every ticket whose outcome
 // rested on one of them — the ticket itself, and any later ticket of the batch with the same
-// key — to be answered from its key's record instead (replayStored).
-func leaveOut(tickets []*ticket, outcomes []outcome, skipped []uuid.UUID) {
+// key — from its key's record: from stored (the records the write found; see
+// Committed.Stored), or, for a key not there, from a read of it later (errStoredMeanwhile,
+// for replayStored).
+func leaveOut(tickets []*ticket, outcomes []outcome, skipped []uuid.UUID, stored map[string]IdempotencyRecord) {
 	keys := map[string]bool{}
 	for i, o := range outcomes {
 		if o.err == nil && tickets[i].key != "" && slices.Contains(skipped, o.order.ID) {
@@ -151,9 +153,21 @@ func leaveOut(tickets []*ticket, outcomes []outcome, skipped []uuid.UUID) {
 		}
 	}
 	for i, t := range tickets {
-		if keys[t.key] {
-			outcomes[i] = outcome{err: errStoredMeanwhile}
+		if !keys[t.key] {
+			continue
 		}
+		rec, ok := stored[t.key]
+		if !ok {
+			outcomes[i] = outcome{err: errStoredMeanwhile}
+			continue
+		}
+		if rec.Order != nil && bytes.Equal(rec.Fingerprint, t.fingerprint) {
+			// The same request as the one stored: its customer and items are this one's.
+			o := *rec.Order
+			o.CustomerID, o.Items = t.customerID, t.items
+			rec.Order = &o
+		}
+		outcomes[i] = replay(rec, t.fingerprint)
 	}
 }
 

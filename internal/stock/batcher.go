@@ -17,7 +17,14 @@ import (
 // patience (the lock wait) is turned away at once, with a Retry-After measured from how fast
 // the queue drains, instead of waiting to be told "busy" later.
 type batcher struct {
-	decide    func(q *productQueue, batch []*ticket) []outcome
+	decide func(q *productQueue, batch []*ticket) []outcome
+	// unsettled says which outcomes of a batch settle must settle (look up an order's key)
+	// before they are answered. The worker answers the others at once and leaves settle to a
+	// goroutine of its own, so that a batch's lookups delay neither its other orders nor the
+	// next batch.
+	unsettled func(t *ticket, o outcome) bool
+	settle    func(ctx context.Context, tickets []*ticket, outcomes []outcome)
+
 	maxOrders int
 	maxUnits  int64
 	patience  time.Duration
@@ -197,9 +204,7 @@ func (b *batcher) work(q *productQueue) {
 			tickets[i] = w.t
 		}
 		outcomes := b.decide(q, tickets)
-		for i, w := range batch {
-			w.done <- outcomes[i]
-		}
+		b.answer(batch, tickets, outcomes)
 		// Measured from the batch's start to its answers: under overload batches are full and
 		// this is the rate the queue drains at; a batch that waited out a stalled lock counts
 		// as slow, which is what it was.
@@ -208,6 +213,32 @@ func (b *batcher) work(q *productQueue) {
 		q.rate = smooth(q.rate, rate)
 		b.mu.Unlock()
 	}
+}
+
+// answer gives each order of a batch its outcome: at once, or, for those that must be settled
+// first, from a goroutine of the batcher's that settles them (close waits for it).
+func (b *batcher) answer(batch []*waiter, tickets []*ticket, outcomes []outcome) {
+	var later []int
+	for i, w := range batch {
+		if b.unsettled != nil && b.unsettled(tickets[i], outcomes[i]) {
+			later = append(later, i)
+			continue
+		}
+		w.done <- outcomes[i]
+	}
+	if len(later) == 0 {
+		return
+	}
+	ts, outs := make([]*ticket, len(later)), make([]outcome, len(later))
+	for j, i := range later {
+		ts[j], outs[j] = tickets[i], outcomes[i]
+	}
+	b.workers.Go(func() {
+		b.settle(context.Background(), ts, outs)
+		for j, i := range later {
+			batch[i].done <- outs[j]
+		}
+	})
 }
 
 // take removes the next batch from q: the oldest orders, up to maxOrders and maxUnits (at least

@@ -1,7 +1,9 @@
 package stock
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -73,11 +75,14 @@ RETURNING id, created_at`
 
 // commitSkippingSQL writes a batch that refuses nobody for want of stock (Write.SkipStored),
 // leaving out the orders whose idempotency key another request has already stored. The keys
-// are claimed first (k: ON CONFLICT DO NOTHING, which waits for a claim still being
-// committed and finds a stored key through the primary key's index, whatever the table's
-// size or plan); the orders written (o) are those without a key and those whose key was
-// claimed; the decrement (d, then decrementSQL) takes only their units, per product, and a
-// product left with none is not touched.
+// are claimed first (k: an upsert, which waits for a claim still being committed and finds a
+// stored key through the primary key's index, whatever the table's size or plan); the orders
+// written (o) are those without a key and those whose key was claimed; the decrement (d, then
+// decrementSQL) takes only their units, per product, and a product left with none is not
+// touched. A stored key is "updated" to itself (fingerprint = fingerprint) only so that the
+// upsert returns its record: each row returned carries the stored records of the keys left
+// out, so that their orders are answered without another query. (The record's created_at is
+// its order's: both are now() of the transaction that wrote them.)
 //
 // All or nothing still holds without a separate check: a claimed key's record references its
 // order, and the orders are inserted only if every decrement matched, so a refused decrement
@@ -89,16 +94,17 @@ RETURNING id, created_at`
 func commitSkippingSQL(d Defense) string {
 	return `
 WITH k AS (
-  INSERT INTO idempotency_keys (key, fingerprint, outcome, order_id)
+  INSERT INTO idempotency_keys AS r (key, fingerprint, outcome, order_id)
   SELECT x.key, x.fingerprint, 'confirmed', x.order_id
     FROM unnest($11::text[], $12::bytea[], $13::uuid[]) AS x(key, fingerprint, order_id)
    ORDER BY x.key
-  ON CONFLICT (key) DO NOTHING
-  RETURNING order_id
+  ON CONFLICT (key) DO UPDATE SET fingerprint = r.fingerprint
+  RETURNING r.key, r.fingerprint, r.order_id, r.async_order_id, r.product_id, r.requested, r.available, r.created_at,
+            r.xmax = 0 AS claimed
 ), o AS (
   SELECT x.id, x.customer_id
     FROM unnest($5::uuid[], $6::text[], $7::bool[]) AS x(id, customer_id, keyed)
-   WHERE NOT x.keyed OR x.id IN (SELECT order_id FROM k)
+   WHERE NOT x.keyed OR x.id IN (SELECT order_id FROM k WHERE claimed)
 ), it AS (
   SELECT x.order_id, x.product_id, x.quantity
     FROM unnest($8::uuid[], $9::bigint[], $10::bigint[]) AS x(order_id, product_id, quantity)
@@ -118,7 +124,11 @@ WITH k AS (
 )
 INSERT INTO orders (id, customer_id, status, created_at)
 SELECT o.id, o.customer_id, 'confirmed', now() FROM o, ok WHERE ok.ok
-RETURNING id, created_at`
+RETURNING id, created_at,
+  (SELECT coalesce(json_agg(json_build_object('key', k.key, 'fingerprint', encode(k.fingerprint, 'base64'),
+          'order_id', k.order_id, 'async_order_id', k.async_order_id, 'product_id', k.product_id,
+          'requested', k.requested, 'available', k.available, 'created_at', k.created_at)), '[]')
+     FROM k WHERE NOT k.claimed)`
 }
 
 // lockRowsSQL takes a cart's product rows in ascending id order before its write, so that
@@ -229,18 +239,18 @@ func (s *PGStore) Commit(ctx context.Context, w Write) (Committed, error) {
 		sql, args = commitSkippingSQL(w.Defense), commitSkippingArgs(w)
 	}
 	var (
-		written map[uuid.UUID]time.Time
-		err     error
+		res batchResult
+		err error
 	)
 	if len(w.Decrements) > 1 {
-		written, err = s.commitCart(ctx, w, sql, args)
+		res, err = s.commitCart(ctx, w, sql, args)
 	} else {
-		written, err = writeBatch(ctx, s.pool, sql, args)
+		res, err = writeBatch(ctx, s.pool, sql, w.SkipStored, args)
 	}
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
-		return committed(w, written)
+		return committed(w, res)
 	case constraintViolated(err, "23514", "products_stock_nonnegative"):
 		return Committed{}, &CaughtError{Layer: LayerCheck, ProductID: checkedProduct(w), Err: fmt.Errorf("%w: %w", ErrConflict, err)}
 	case constraintViolated(err, "23505", "idempotency_keys_pkey"):
@@ -259,16 +269,16 @@ func (s *PGStore) Commit(ctx context.Context, w Write) (Committed, error) {
 // committed reads what a write that ran without error did: every order written, or — with
 // w.SkipStored — some left out. A write that confirmed orders and wrote none of them was
 // refused (or, with w.SkipStored, left them all out): either way nothing was written.
-func committed(w Write, written map[uuid.UUID]time.Time) (Committed, error) {
+func committed(w Write, res batchResult) (Committed, error) {
 	if len(w.Orders) == 0 {
 		return Committed{At: time.Now()}, nil
 	}
-	if len(written) == 0 {
+	if len(res.written) == 0 {
 		return Committed{}, fmt.Errorf("%w: a decrement matched no row, or every order's key was stored meanwhile", ErrConflict)
 	}
 	c := Committed{}
 	for _, o := range w.Orders {
-		at, ok := written[o.ID]
+		at, ok := res.written[o.ID]
 		if !ok {
 			c.Skipped = append(c.Skipped, o.ID)
 			continue
@@ -276,21 +286,60 @@ func committed(w Write, written map[uuid.UUID]time.Time) (Committed, error) {
 		c.At = at
 	}
 	if len(c.Skipped) > 0 && !w.SkipStored {
-		return Committed{}, fmt.Errorf("stock: commit wrote %d of %d orders of an all-or-nothing write", len(written), len(w.Orders))
+		return Committed{}, fmt.Errorf("stock: commit wrote %d of %d orders of an all-or-nothing write", len(res.written), len(w.Orders))
+	}
+	if len(c.Skipped) > 0 && len(res.stored) > 0 {
+		// Best effort: a record this cannot read is read again by its own query.
+		c.Stored, _ = parseStored(res.stored)
 	}
 	return c, nil
 }
 
+// storedJSON is one record as commitSkippingSQL returns those of the keys it left out.
+type storedJSON struct {
+	Key          string     `json:"key"`
+	Fingerprint  []byte     `json:"fingerprint"` // base64, as encoding/json reads []byte
+	OrderID      *uuid.UUID `json:"order_id"`
+	AsyncOrderID *uuid.UUID `json:"async_order_id"`
+	ProductID    *int64     `json:"product_id"`
+	Requested    *int64     `json:"requested"`
+	Available    *int64     `json:"available"`
+	CreatedAt    time.Time  `json:"created_at"`
+}
+
+// parseStored reads the records commitSkippingSQL returned (see Committed.Stored for what a
+// confirmed order's record holds).
+func parseStored(raw []byte) (map[string]IdempotencyRecord, error) {
+	var list []storedJSON
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, fmt.Errorf("read the stored records a write returned: %w", err)
+	}
+	records := make(map[string]IdempotencyRecord, len(list))
+	for _, r := range list {
+		rec := IdempotencyRecord{Key: r.Key, Fingerprint: r.Fingerprint}
+		switch {
+		case r.AsyncOrderID != nil:
+			rec.Accepted = r.AsyncOrderID
+		case r.OrderID == nil:
+			rec.SoldOut = &SoldOutError{ProductID: deref(r.ProductID), Requested: deref(r.Requested), Available: deref(r.Available)}
+		default:
+			rec.Order = &Order{ID: *r.OrderID, Status: OrderStatusConfirmed, CreatedAt: r.CreatedAt}
+		}
+		records[r.Key] = rec
+	}
+	return records, nil
+}
+
 // commitCart writes a batch over several products in an explicit transaction: a decrement that
 // matches no row must undo those that matched, which one statement alone cannot do.
-func (s *PGStore) commitCart(ctx context.Context, w Write, sql string, args []any) (written map[uuid.UUID]time.Time, err error) {
+func (s *PGStore) commitCart(ctx context.Context, w Write, sql string, args []any) (res batchResult, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return nil, err
+		return batchResult{}, err
 	}
 	// Nothing written (a refused decrement) must not be committed either: the statement may
 	// have written part of it.
-	refused := func() bool { return len(w.Orders) > 0 && len(written) == 0 }
+	refused := func() bool { return len(w.Orders) > 0 && len(res.written) == 0 }
 	defer func() {
 		if err != nil || refused() {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
@@ -301,30 +350,47 @@ func (s *PGStore) commitCart(ctx context.Context, w Write, sql string, args []an
 		ids[i] = d.ProductID
 	}
 	if _, err := tx.Exec(ctx, lockRowsSQL, ids); err != nil {
-		return nil, err
+		return batchResult{}, err
 	}
-	if written, err = writeBatch(ctx, tx, sql, args); err != nil || refused() {
-		return written, err
+	if res, err = writeBatch(ctx, tx, sql, w.SkipStored, args); err != nil || refused() {
+		return res, err
 	}
-	return written, tx.Commit(ctx)
+	return res, tx.Commit(ctx)
 }
 
-// writeBatch runs a commit statement on q and returns the orders it wrote, with their time.
+// batchResult is what a commit statement returned: the orders it wrote, with their time, and
+// (commitSkippingSQL) the records of the keys it left out, as JSON.
+type batchResult struct {
+	written map[uuid.UUID]time.Time
+	stored  []byte
+}
+
+// writeBatch runs a commit statement on q; skipping says it is commitSkippingSQL.
 func writeBatch(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, sql string, args []any) (map[uuid.UUID]time.Time, error) {
+}, sql string, skipping bool, args []any) (batchResult, error) {
 	rows, _ := q.Query(ctx, sql, args...)
-	written := map[uuid.UUID]time.Time{}
-	var id uuid.UUID
-	var at time.Time
-	_, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
-		written[id] = at
+	res := batchResult{written: map[uuid.UUID]time.Time{}}
+	var (
+		id     uuid.UUID
+		at     time.Time
+		stored []byte
+	)
+	dest := []any{&id, &at}
+	if skipping {
+		dest = append(dest, &stored)
+	}
+	_, err := pgx.ForEachRow(rows, dest, func() error {
+		res.written[id] = at
+		if skipping && res.stored == nil {
+			res.stored = bytes.Clone(stored) // the same on every row
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return batchResult{}, err
 	}
-	return written, nil
+	return res, nil
 }
 
 // findCommitSQL finds which of a batch's orders exist. Planned anew each time, like recordsSQL:
@@ -362,7 +428,7 @@ func (s *PGStore) findCommit(ctx context.Context, w Write, cause error) (Committ
 		// "unavailable" — retry with the same key — and never "not sold".
 		return Committed{}, fmt.Errorf("%w: %w: commit batch: %w", ErrUnavailable, ErrOutcomeUnknown, cause)
 	}
-	return committed(w, written)
+	return committed(w, batchResult{written: written})
 }
 
 // checkedProduct names the product whose CHECK refused a single-product write; for a cart,

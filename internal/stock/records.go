@@ -27,6 +27,9 @@ func needsLookup(err error) bool {
 		errors.Is(err, ErrUnavailable)
 }
 
+// unsettled reports whether t's outcome o waits for replayStored.
+func unsettled(t *ticket, o outcome) bool { return t.key != "" && needsLookup(o.err) }
+
 // replayStored answers, from the records stored under their keys, the keyed tickets whose
 // outcome needsLookup: a stored outcome is replayed; without one the outcome stays, now known
 // to hide nothing. When the records cannot be read, a refusal (busy, lock lost) becomes

@@ -11,10 +11,10 @@ import (
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
-// commitCounter counts the writes a service makes.
+// commitCounter counts the writes a service makes, and its reads of records.
 type commitCounter struct {
 	stock.Store
-	commits atomic.Int64
+	commits, records atomic.Int64
 }
 
 func (c *commitCounter) Commit(ctx context.Context, w stock.Write) (stock.Committed, error) {
@@ -22,11 +22,17 @@ func (c *commitCounter) Commit(ctx context.Context, w stock.Write) (stock.Commit
 	return c.Store.Commit(ctx, w)
 }
 
+func (c *commitCounter) Records(ctx context.Context, keys []string) (map[string]stock.IdempotencyRecord, error) {
+	c.records.Add(1)
+	return c.Store.Records(ctx, keys)
+}
+
 // TestReplayDoesNotRedoItsBatch: retries of an order that another replica confirmed land in a
 // batch of new orders (twice, as a client that sent its key again after a timeout might). The
 // batch writes once: the retries are left out of the write and answered with the stored order,
-// the new orders are confirmed, and only their units are taken. (A write that failed on the
-// stored key and was decided again would write twice.)
+// which the write itself brought back, the new orders are confirmed, and only their units are
+// taken. (A write that failed on the stored key and was decided again would write twice; one
+// that did not bring the record back would read it.)
 func TestReplayDoesNotRedoItsBatch(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -86,6 +92,15 @@ func TestReplayDoesNotRedoItsBatch(t *testing.T) {
 	}
 	if n := store.commits.Load() - before; n != 2 {
 		t.Errorf("writes = %d, want 2: the blocker's, and one for the batch with the retries", n)
+	}
+	if n := store.records.Load(); n != 0 {
+		t.Errorf("reads of records = %d, want none: the write returns the ones it met", n)
+	}
+	for _, i := range []int{0, 2} {
+		if !results[i].Order.CreatedAt.Equal(first.Order.CreatedAt) || results[i].Order.CustomerID != first.Order.CustomerID ||
+			len(results[i].Order.Items) != 1 || results[i].Order.Items[0] != first.Order.Items[0] {
+			t.Errorf("retry %d = %+v, want exactly the first order %+v", i, results[i].Order, first.Order)
+		}
 	}
 	if a := mustAudit(t, r, id); a.Sold != 2+1+3 || !a.Consistent() {
 		t.Errorf("audit = %+v, want 6 sold: the first order, the blocker and three new ones", a)

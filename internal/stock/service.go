@@ -111,6 +111,8 @@ func NewService(store Store, locker Locker, cfg Config, metrics *Metrics) *Servi
 	s.audits = semaphore.NewWeighted(maxAudits)
 	s.batches = newBatcher(s.cfg.MaxBatchOrders, s.cfg.MaxBatchUnits, s.cfg.QueueWait, metrics)
 	s.batches.decide = s.decideQueued
+	s.batches.settle = s.replayStored
+	s.batches.unsettled = unsettled
 	return s
 }
 
@@ -342,7 +344,9 @@ func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderRe
 		for i, it := range items {
 			ids[i] = it.ProductID
 		}
-		o = s.decide(ctx, ids, []*ticket{t}, nil)[0]
+		out := s.decide(ctx, ids, []*ticket{t}, nil)
+		s.replayStored(ctx, []*ticket{t}, out)
+		o = out[0]
 	}
 	if o.err != nil {
 		return OrderResult{}, o.err
@@ -394,7 +398,8 @@ func (s *Service) decideQueued(q *productQueue, tickets []*ticket) []outcome {
 }
 
 // decide decides tickets, which all want the products ids (ascending), and returns an outcome
-// per ticket. When the hint says so (or there is none) it first reads the stock without the
+// per ticket; an outcome that needsLookup is for the caller to settle with replayStored, once
+// the batch's lock is released (the batcher does it beside its next batch). When the hint says so (or there is none) it first reads the stock without the
 // lock: a batch that would sell nothing — products missing, too little stock, replays — is
 // answered from that read, which is true at the moment it was made, without locking.
 // Everything that sells is decided under the products' locks.
@@ -402,7 +407,6 @@ func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h 
 	start := time.Now()
 	if s.cfg.Defense.Lock && h.worthLooking(tickets) {
 		if outcomes, ok := s.decideWithoutLock(ctx, ids, tickets, h); ok {
-			s.replayStored(ctx, tickets, outcomes)
 			s.metrics.batch(len(tickets), time.Since(start), false)
 			return outcomes
 		}
@@ -435,8 +439,6 @@ func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h 
 	if err != nil {
 		outcomes = failAll(len(tickets), err)
 	}
-	// After the lock: reading the records is no business of the next holder's.
-	s.replayStored(ctx, tickets, outcomes)
 	s.metrics.batch(len(tickets), time.Since(start), s.cfg.Defense.Lock)
 	return outcomes
 }
@@ -526,10 +528,11 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 		if werr == nil {
 			w := a.write
 			if len(c.Skipped) > 0 {
-				// Retries whose keys another batch stored first: answered from their records
-				// once the lock is released; the rest committed without them.
+				// Retries whose keys another batch stored first: answered from the records the
+				// write found (or read once the lock is released); the rest committed without
+				// them.
 				w = w.Without(c.Skipped)
-				leaveOut(tickets, a.outcomes, c.Skipped)
+				leaveOut(tickets, a.outcomes, c.Skipped, c.Stored)
 			}
 			leaveLevel(g, ids, snap, w)
 			for i := range a.outcomes {

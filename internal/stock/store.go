@@ -135,6 +135,12 @@ type Committed struct {
 	// Skipped are the orders of the write that were left out because their key already had a
 	// record (only with Write.SkipStored): nothing of them was written.
 	Skipped []uuid.UUID
+	// Stored holds, by key, the records that made the store leave orders out, as the write
+	// found them, when it could read them in passing: a confirmed order's record carries the
+	// order's id and time, not its customer and items — those of a request whose fingerprint
+	// matches the record are the request's own. A skipped order whose key is not here is
+	// answered from a read of its record.
+	Stored map[string]IdempotencyRecord
 }
 
 // Decrement takes Quantity units of a product: the sum over the batch's confirmed orders.

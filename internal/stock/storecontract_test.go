@@ -220,6 +220,14 @@ var storeCases = []storeCase{
 		if err != nil || len(c.Skipped) != 1 || c.Skipped[0] != retryOrder.ID || c.At.IsZero() {
 			t.Fatalf("commit = %+v, %v; want the retry's order skipped, the rest written", c, err)
 		}
+		firstStored, err := s.Order(ctx, firstOrder.ID)
+		if err != nil {
+			t.Fatalf("the first order: %v", err)
+		}
+		if rec, ok := c.Stored[stored]; !ok || rec.Order == nil || rec.Order.ID != firstOrder.ID ||
+			!rec.Order.CreatedAt.Equal(firstStored.CreatedAt) || string(rec.Fingerprint) != stored {
+			t.Errorf("stored records the write found = %+v, want the first order's (id %s, created %v) under %s", c.Stored, firstOrder.ID, firstStored.CreatedAt, stored)
+		}
 		if got := mustSnapshot(t, s, []int64{id}).Levels[id]; got.Stock != 2 || got.Version != l.Version+1 {
 			t.Errorf("level = %+v, want 9 - 1 - 3 - 4 = 2 left, one version more: the skipped order's units kept", got)
 		}

@@ -183,10 +183,15 @@ func (m *MemStore) Commit(_ context.Context, w stock.Write) (stock.Committed, er
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var skipped []uuid.UUID
+	var stored map[string]stock.IdempotencyRecord
 	if w.SkipStored {
 		for _, r := range w.Records {
-			if _, taken := m.records[r.Key]; taken && r.Order != nil {
+			if have, taken := m.records[r.Key]; taken && r.Order != nil {
 				skipped = append(skipped, r.Order.ID)
+				if stored == nil {
+					stored = map[string]stock.IdempotencyRecord{}
+				}
+				stored[r.Key] = have.rec
 			}
 		}
 		if len(skipped) > 0 {
@@ -248,7 +253,7 @@ func (m *MemStore) Commit(_ context.Context, w stock.Write) (stock.Committed, er
 		}
 		m.records[r.Key] = record{rec: r, created: now}
 	}
-	return stock.Committed{At: now, Skipped: skipped}, nil
+	return stock.Committed{At: now, Skipped: skipped, Stored: stored}, nil
 }
 
 // StoredKeys implements stock.Store.
