@@ -22,6 +22,8 @@ import (
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/lock/lockprom"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/demo"
+	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/view"
 )
 
@@ -108,7 +110,12 @@ type app struct {
 func wire(ctx context.Context, cfg config, deps dependencies, log *slog.Logger) (*app, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	store := stock.NewPGStore(deps.pool)
+	store := stockpg.New(deps.pool)
+	if cfg.defense != stock.DefaultDefense() {
+		// A demonstration mode (STOCKSVC_DEFENSE): its own write, its own locker and views
+		// below; the production path never builds them.
+		store = stockpg.NewDemo(deps.pool, cfg.defense)
+	}
 	lockObs := lockprom.New(reg, "stocksvc")
 	a := &app{locks: lock.New(deps.rdb, lock.WithNamespace(cfg.RedisPrefix), lock.WithObserver(lockObs))}
 	var locker stock.Locker = stock.NewRedisLocker(a.locks, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
@@ -123,8 +130,8 @@ func wire(ctx context.Context, cfg config, deps dependencies, log *slog.Logger) 
 	if cfg.CacheLease > 0 {
 		views = view.New(deps.rdb, a.locks, store, view.Config{Lease: cfg.CacheLease, TTL: cfg.CacheTTL, RedisTimeout: cfg.CacheRedisWait}, view.NewMetrics(reg))
 	}
+	locker, views = demo.Parts(cfg.defense, locker, views)
 	a.svc = stock.NewService(store, locker, stock.Config{
-		Defense:        cfg.defense,
 		MaxQuantity:    cfg.MaxQuantity,
 		QueueWait:      min(cfg.QueueWait, cfg.LockWait),
 		MaxBatchOrders: cfg.MaxBatch,

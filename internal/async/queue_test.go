@@ -18,6 +18,7 @@ import (
 	"github.com/stocksvc/stocksvc/internal/async"
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
@@ -79,8 +80,8 @@ func (w *world) replica(t *testing.T, o replicaOptions) *replica {
 		o.lockWait = 5 * time.Second
 	}
 	reg := prometheus.NewRegistry()
-	svc := stock.NewService(stock.NewPGStore(pool), stock.NewRedisLocker(locks, stock.LockConfig{Wait: o.lockWait}),
-		stock.Config{Defense: stock.DefaultDefense(), QueueWait: o.lockWait}, stock.NewMetrics(reg))
+	svc := stock.NewService(stockpg.New(pool), stock.NewRedisLocker(locks, stock.LockConfig{Wait: o.lockWait}),
+		stock.Config{QueueWait: o.lockWait}, stock.NewMetrics(reg))
 	q, err := async.New(pool, svc, async.Config{Registerer: reg, Round: o.round, Sweep: 200 * time.Millisecond,
 		AcceptQueue: o.acceptQueue, MaxAttempts: o.maxAttempts})
 	if err != nil {

@@ -29,7 +29,7 @@ import (
 
 func benchServer(b *testing.B) (*stockhttp.Server, int64) {
 	b.Helper()
-	svc := stock.NewService(stocktest.NewMemStore(), &stocktest.LocalLocker{}, stock.Config{Defense: stock.DefaultDefense()}, nil)
+	svc := stock.NewService(stocktest.NewMemStore(), &stocktest.LocalLocker{}, stock.Config{}, nil)
 	b.Cleanup(svc.Close)
 	p, err := svc.CreateProduct(context.Background(), stock.NewProduct{SKU: "hot", Name: "hot", Stock: stock.MaxStock})
 	if err != nil {
@@ -93,7 +93,7 @@ func (soldOutViews) Created(int64) {}
 
 func BenchmarkSoldOutFromView(b *testing.B) {
 	svc := stock.NewService(stocktest.NewMemStore(), &stocktest.LocalLocker{},
-		stock.Config{Defense: stock.DefaultDefense(), Views: soldOutViews{}}, nil)
+		stock.Config{Views: soldOutViews{}}, nil)
 	b.Cleanup(svc.Close)
 	srv := stockhttp.New(stockhttp.Config{Service: svc, Logger: slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	var n atomic.Int64

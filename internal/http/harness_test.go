@@ -20,6 +20,8 @@ import (
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/demo"
+	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 	"github.com/stocksvc/stocksvc/internal/view"
 )
@@ -129,7 +131,10 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	}
 	reg := prometheus.NewRegistry()
 	locks := lock.New(rdb, lock.WithNamespace(c.prefix))
-	store := stock.NewPGStore(pool)
+	store := stockpg.New(pool)
+	if defense != stock.DefaultDefense() {
+		store = stockpg.NewDemo(pool, defense)
+	}
 	var views stock.Views
 	if !o.noCache {
 		views = view.New(rdb, locks, store, view.Config{}, view.NewMetrics(reg))
@@ -138,10 +143,11 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	if o.redlock != nil {
 		locker = stock.NewRedlockLocker(testenv.Redlock(t, o.redlock), c.prefix, stock.LockConfig{TTL: o.lockTTL, Wait: o.lockWait})
 	}
+	locker, views = demo.Parts(defense, locker, views)
 	svc := stock.NewService(
 		store,
 		locker,
-		stock.Config{Defense: defense, MaxQuantity: o.maxQuantity, QueueWait: o.lockWait, Views: views},
+		stock.Config{MaxQuantity: o.maxQuantity, QueueWait: o.lockWait, Views: views},
 		stock.NewMetrics(reg),
 	)
 	ready := o.ready

@@ -44,7 +44,7 @@ type allocation struct {
 // fits. A key with a stored record is answered from it; a key seen earlier in the same batch is
 // answered with that earlier ticket's outcome. fences holds the batch's fencing token per
 // product (nil without the lock). It needs no I/O, so the rules are tested without servers.
-func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, d Defense) allocation {
+func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64) allocation {
 	a := allocation{outcomes: make([]outcome, len(tickets))}
 	left := make(map[int64]int64, len(snap.Levels))
 	for id, l := range snap.Levels {
@@ -99,7 +99,6 @@ func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, d Defens
 		a.write.Decrements = append(a.write.Decrements, Decrement{ProductID: id, Quantity: qty, Read: snap.Levels[id], Fence: fences[id]})
 	}
 	slices.SortFunc(a.write.Decrements, func(x, y Decrement) int { return cmpInt64(x.ProductID, y.ProductID) })
-	a.write.Defense = d
 	// Only a write with keys has anything to skip; one without keeps the plainer statement.
 	a.write.SkipStored = !refused && len(a.write.Records) > 0
 	return a
@@ -116,7 +115,7 @@ func (w Write) empty() bool {
 // Without returns w less the orders skipped (and their records and units): what a write that
 // left them out committed.
 func (w Write) Without(skipped []uuid.UUID) Write {
-	out := Write{Defense: w.Defense, SkipStored: w.SkipStored}
+	out := Write{SkipStored: w.SkipStored}
 	units := map[int64]int64{}
 	for _, o := range w.Orders {
 		if slices.Contains(skipped, o.ID) {

@@ -74,29 +74,3 @@ func (d Defense) String() string {
 	}
 	return strings.Join(parts, ",")
 }
-
-// decrementSQL is the batch's UPDATE (the u step of commitSQL), over the rows d(id, qty,
-// read_stock, read_version, fence): one conditional decrement per product, of the batch's summed
-// quantity, with the conditions the selected layers add. Every setting but the naive one
-// decrements relatively (stock = stock - qty), which keeps the CHECK (stock >= 0) backstop
-// armed; the naive one writes back the stock computed from the read, which is precisely what
-// loses concurrent updates.
-func decrementSQL(d Defense) string {
-	set := "stock = p.stock - d.qty"
-	if d.Naive() {
-		set = "stock = d.read_stock - d.qty"
-	}
-	set += ", version = p.version + 1, updated_at = now()"
-	where := []string{"p.id = d.id"}
-	if d.Version {
-		where = append(where, "p.version = d.read_version")
-	}
-	if d.Guard {
-		where = append(where, "p.stock >= d.qty")
-	}
-	if d.Lock {
-		set += ", fence = d.fence"
-		where = append(where, "p.fence <= d.fence")
-	}
-	return "UPDATE products p SET " + set + " FROM d WHERE " + strings.Join(where, " AND ")
-}

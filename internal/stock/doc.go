@@ -13,5 +13,11 @@
 //   - check: a CHECK (stock >= 0) constraint on the table refuses what all else let through.
 //
 // Each refusal by a layer is counted (Metrics), so operators see which layer stopped what.
-// Service holds the rules; PGStore is its Postgres adapter and RedisLocker its lock adapter.
+//
+// This package is the domain core: it imports no driver. Service holds the rules and runs the
+// purchase path over the interfaces it declares — Store (package stockpg is the Postgres one),
+// Locker and Views. The layers are in those parts, not in flags: the production Store's write
+// carries version, guard and fence, the Locker gives the locks and fencing tokens. The
+// demonstration modes that take layers away are parts of their own (package demo and
+// stockpg.NewDemo), which production never builds.
 package stock

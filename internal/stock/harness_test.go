@@ -14,6 +14,8 @@ import (
 
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/demo"
+	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 	"github.com/stocksvc/stocksvc/internal/view"
 )
@@ -36,7 +38,7 @@ func newWorld(t testing.TB) *world {
 // replica is one service instance with its own pools, as a separate process would have.
 type replica struct {
 	svc      *stock.Service
-	store    *stock.PGStore
+	store    *stockpg.Store
 	registry *prometheus.Registry
 	redis    *redis.Client
 	pool     *pgxpool.Pool
@@ -89,7 +91,10 @@ func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replic
 		pool.Close()
 	})
 	reg := prometheus.NewRegistry()
-	store := stock.NewPGStore(pool)
+	store := stockpg.New(pool)
+	if d != stock.DefaultDefense() {
+		store = stockpg.NewDemo(pool, d)
+	}
 	wait := o.lockWait
 	if wait == 0 {
 		wait = 5 * time.Second // generous: these tests are about correctness, not contention
@@ -105,8 +110,9 @@ func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replic
 	if o.redlock != nil {
 		locker = stock.NewRedlockLocker(testenv.Redlock(t, o.redlock), w.prefix, stock.LockConfig{TTL: o.lockTTL, Wait: wait})
 	}
+	locker, views = demo.Parts(d, locker, views)
 	svc := stock.NewService(store, locker,
-		stock.Config{Defense: d, ConflictRetries: 50, QueueWait: wait, MaxBatchOrders: o.maxBatch, Views: views},
+		stock.Config{ConflictRetries: 50, QueueWait: wait, MaxBatchOrders: o.maxBatch, Views: views},
 		stock.NewMetrics(reg))
 	t.Cleanup(svc.Close)
 	return &replica{svc: svc, store: store, registry: reg, redis: rdb, pool: pool, cache: cache}

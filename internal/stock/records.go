@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // A keyed order is never refused while its key has a stored outcome. A batch that fails as a
@@ -127,6 +128,9 @@ func (l *recordLookups) run() {
 		close(r.done)
 	}
 }
+
+// lookupTimeout bounds one round of record lookups: they answer orders already waiting.
+const lookupTimeout = 2 * time.Second
 
 func (l *recordLookups) read(keys []string) (map[string]IdempotencyRecord, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)

@@ -40,7 +40,7 @@ func TestReplayDoesNotRedoItsBatch(t *testing.T) {
 	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
 	store := &commitCounter{Store: r.store}
 	svc := stock.NewService(store, stock.NewRedisLocker(newLockClient(t, r.redis, w.prefix), stock.LockConfig{}),
-		stock.Config{Defense: stock.DefaultDefense()}, nil)
+		stock.Config{}, nil)
 	t.Cleanup(svc.Close)
 	id := createProduct(t, r, "replayed", 20)
 	ctx := context.Background()

@@ -27,10 +27,12 @@ const (
 )
 
 // Config tunes a Service. Zero fields take the defaults documented on each.
+//
+// The defense layers are not configured here: the Locker takes the locks (and gives the
+// fencing tokens the write checks), the Store's write carries the other conditions. The
+// demonstration modes, which take layers away, are a Locker, a Store and Views of their own
+// (package demo), so the Service runs one path whatever is demonstrated.
 type Config struct {
-	// Defense selects the layers every purchase goes through. It has no default: the zero
-	// value is the naive write. Use DefaultDefense.
-	Defense Defense
 	// MaxQuantity is the most units of one product an order may ask for. Default 10.
 	MaxQuantity int64
 	// PurchaseTimeout bounds the database work of one batch once its locks are held.
@@ -82,7 +84,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Service sells stock through the defense layers its Config selects.
+// Service sells stock: it holds the rules and runs the purchase path over a Store, a Locker
+// and, optionally, Views.
 //
 // An order for one product joins that product's queue on this replica (batcher.go); the queue's
 // worker decides what gathered as one batch (decide, below): under the product's lock, one read
@@ -211,8 +214,8 @@ func (s *Service) Order(ctx context.Context, id uuid.UUID) (Order, error) {
 	return s.store.Order(ctx, id)
 }
 
-// Restock adds stock to a product, under the product's lock when the lock layer is on (so a
-// restock never races a batch's read-decide-write). With an idempotency key it is done once:
+// Restock adds stock to a product, under the product's lock (so a restock never races a
+// batch's read-decide-write). With an idempotency key it is done once:
 // a retry is answered with the first restock (Replayed), and the same key on another request is
 // ErrIdempotencyKeyReused. Errors: *ValidationError, *ProductNotFoundError,
 // ErrIdempotencyKeyReused, ErrBusy, ErrLockLost, ErrUnavailable.
@@ -238,9 +241,6 @@ func (s *Service) Restock(ctx context.Context, req RestockRequest) (RestockResul
 	if s.cfg.Views != nil {
 		restock = s.raising(r.ProductID, restock)
 	}
-	if !s.cfg.Defense.Lock && s.cfg.Views == nil {
-		return restock(ctx)
-	}
 	// A product that does not exist needs no lock (nor a view's epoch) to say so, and taking
 	// one would leave its fencing counter behind in Redis for good.
 	snap, err := s.store.Snapshot(ctx, []int64{r.ProductID}, nil)
@@ -250,14 +250,11 @@ func (s *Service) Restock(ctx context.Context, req RestockRequest) (RestockResul
 	if _, ok := snap.Levels[r.ProductID]; !ok {
 		return RestockResult{}, &ProductNotFoundError{ProductID: r.ProductID}
 	}
-	if !s.cfg.Defense.Lock {
-		return restock(ctx)
-	}
 	var res RestockResult
 	err = s.locker.WithProducts(ctx, []int64{r.ProductID}, func(ctx context.Context, g *Grant) error {
 		ctx, cancel := context.WithTimeout(ctx, s.cfg.PurchaseTimeout)
 		defer cancel()
-		r.Fence = g.Fences[r.ProductID] // and no note left: the level changes
+		r.Fence = g.Fences[r.ProductID] // 0 without a lock; and no note left: the level changes
 		var err error
 		res, err = restock(ctx)
 		return err
@@ -372,7 +369,7 @@ func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderRe
 // key used before for some other request is then answered sold-out, not
 // idempotency-key-reused: both sell nothing.
 func (s *Service) soldOutFromView(ctx context.Context, it Item, key string) error {
-	if s.cfg.Views == nil || s.cfg.Defense.Naive() {
+	if s.cfg.Views == nil {
 		return nil
 	}
 	r := s.cfg.Views.Refusal(ctx, it.ProductID)
@@ -405,42 +402,43 @@ func (s *Service) decideQueued(q *productQueue, tickets []*ticket) []outcome {
 // Everything that sells is decided under the products' locks.
 func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h *hint) []outcome {
 	start := time.Now()
-	if s.cfg.Defense.Lock && h.worthLooking(tickets) {
+	if h.worthLooking(tickets) {
 		if outcomes, ok := s.decideWithoutLock(ctx, ids, tickets, h); ok {
 			s.metrics.batch(len(tickets), time.Since(start), false)
 			return outcomes
 		}
 	}
 	var (
-		outcomes  []outcome
-		committed *Write
-		at        time.Time
-		err       error
+		res    settled
+		locked bool
 	)
-	if s.cfg.Defense.Lock {
-		err = s.locker.WithProducts(ctx, ids, func(ctx context.Context, g *Grant) error {
-			var err error
-			outcomes, committed, at, err = s.settle(ctx, ids, tickets, g, h)
-			return err
-		})
-	} else {
-		// Without a lock there is no lease to lose; detach from the caller so that a batch
-		// that has begun runs to a known outcome, as it does under the lock.
-		outcomes, committed, at, err = s.settle(context.WithoutCancel(ctx), ids, tickets, nil, h)
-	}
-	if committed != nil {
+	err := s.locker.WithProducts(ctx, ids, func(ctx context.Context, g *Grant) error {
+		locked = len(g.Fences) > 0
+		var err error
+		res, err = s.settle(ctx, ids, tickets, g, h)
+		return err
+	})
+	if res.write != nil {
 		// Outside the lock, which the next batch is waiting for; before the answers, so that
 		// a read that starts after a 201 sees its order.
-		s.tellViews(*committed, at)
+		s.tellViews(*res.write, res.at)
 	}
 	if layer, ok := caughtBy(err); ok {
 		s.metrics.caught(layer)
 	}
 	if err != nil {
-		outcomes = failAll(len(tickets), err)
+		res.outcomes = failAll(len(tickets), err)
 	}
-	s.metrics.batch(len(tickets), time.Since(start), s.cfg.Defense.Lock)
-	return outcomes
+	s.metrics.batch(len(tickets), time.Since(start), locked)
+	return res.outcomes
+}
+
+// settled is what settle decided: an outcome per ticket, and the write it committed (nil for
+// none) with the write's time.
+type settled struct {
+	outcomes []outcome
+	write    *Write
+	at       time.Time
 }
 
 // decideWithoutLock answers tickets from a read made without the lock, if that read sells
@@ -452,7 +450,7 @@ func (s *Service) decideWithoutLock(ctx context.Context, ids []int64, tickets []
 	if err != nil {
 		return failAll(len(tickets), err), true
 	}
-	a := allocate(snap, tickets, nil, s.cfg.Defense)
+	a := allocate(snap, tickets, nil)
 	h.saw(ids[0], snap, a.write)
 	if len(a.write.Decrements) > 0 {
 		return nil, false
@@ -468,12 +466,11 @@ func (s *Service) decideWithoutLock(ctx context.Context, ids []int64, tickets []
 	return a.outcomes, true
 }
 
-// settle decides tickets under the products' locks (g; nil without the lock layer): it reads,
-// allocates and writes, and when the write is refused — a condition of the decrement no longer
-// held — reads again, names the layer that refused it, and decides afresh. It returns an
-// outcome per ticket, and the write it committed (nil for none) with its time; or the error
-// that failed the whole batch (nothing was sold then, or the outcome is unknown and the error
-// says so).
+// settle decides tickets under the products' locks (g): it reads, allocates and writes, and
+// when the write is refused — a condition of the decrement no longer held — reads again, names
+// the layer that refused it, and decides afresh, up to Config.ConflictRetries times. It returns
+// what it decided, or the error that failed the whole batch (nothing was sold then, or the
+// outcome is unknown and the error says so).
 //
 // A batch of one product given the lock with the last holder's note — its level after that
 // holder's batch — is first decided from the note, without a read: one round trip less while
@@ -481,95 +478,98 @@ func (s *Service) decideWithoutLock(ctx context.Context, ids []int64, tickets []
 // makes that safe for what sells: a stale note is a stale read, refused like one, and the batch
 // then reads. What refuses and sells nothing has no write to check, so it is decided from a
 // read. On the way out the batch leaves the product's level for the next holder.
-func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g *Grant, h *hint) ([]outcome, *Write, time.Time, error) {
+func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g *Grant, h *hint) (settled, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PurchaseTimeout)
 	defer cancel()
 	// The keys' records are read only once a write has been refused: almost every key is new,
 	// and the write's insert of the records is what finds one that is not.
 	var keys []string
-	var refused *Write // the last write a condition refused, explained by the next read
-	var fences map[int64]int64
-	if g != nil {
-		fences = g.Fences
-	}
-	noted, useNote := s.notedLevel(ids, g)
-	for attempt := 1; ; attempt++ {
-		var snap Snapshot
-		var err error
+	var refused *RefusedError // the last refusal, explained by the next read
+	var refusedWrite Write
+	noted, useNote := notedLevel(ids, g)
+	for conflicts := 0; ; {
+		snap := Snapshot{Levels: map[int64]Level{ids[0]: noted}}
 		fromNote := useNote
-		if fromNote {
-			snap = Snapshot{Levels: map[int64]Level{ids[0]: noted}}
-			useNote = false // a second pass reads
-		} else if snap, err = s.store.Snapshot(ctx, ids, keys); err != nil {
-			return nil, nil, time.Time{}, err
+		useNote = false // any further pass reads
+		if !fromNote {
+			var err error
+			if snap, err = s.store.Snapshot(ctx, ids, keys); err != nil {
+				return settled{}, err
+			}
 		}
 		if refused != nil {
-			if err := s.explainRefusal(*refused, snap); err != nil {
-				return nil, nil, time.Time{}, err
+			if err := s.explainRefusal(refusedWrite, refused.Conditions, snap); err != nil {
+				return settled{}, err
 			}
+			refused = nil
 		}
 		if s.afterRead != nil {
 			s.afterRead(ctx, len(tickets))
 		}
-		a := allocate(snap, tickets, fences, s.cfg.Defense)
+		a := allocate(snap, tickets, g.Fences)
 		if fromNote && len(a.write.Decrements) == 0 && refuses(a.outcomes) {
 			// A refusal must be true when it is decided, and only a write's version check
 			// tells a stale note from a true one: a batch that sells nothing has no such
 			// write, so its refusals are decided from a read instead.
-			attempt--
 			continue
 		}
 		h.saw(ids[0], snap, a.write)
 		if a.write.empty() {
 			leaveLevel(g, ids, snap, a.write)
-			return a.outcomes, nil, time.Time{}, nil
+			return settled{outcomes: a.outcomes}, nil
 		}
 		c, werr := s.store.Commit(ctx, a.write)
 		if werr == nil {
-			w := a.write
-			if len(c.Skipped) > 0 {
-				// Retries whose keys another batch stored first: answered from the records the
-				// write found (or read once the lock is released); the rest committed without
-				// them.
-				w = w.Without(c.Skipped)
-				leaveOut(tickets, a.outcomes, c.Skipped, c.Stored)
-			}
-			leaveLevel(g, ids, snap, w)
-			for i := range a.outcomes {
-				if a.outcomes[i].err == nil && a.outcomes[i].order.CreatedAt.IsZero() {
-					a.outcomes[i].order.CreatedAt = c.At
-				}
-			}
-			return a.outcomes, &w, c.At, nil
+			return s.committed(ids, tickets, g, snap, a, c), nil
 		}
 		if !errors.Is(werr, ErrConflict) {
-			return nil, nil, time.Time{}, werr
+			return settled{}, werr
 		}
 		if layer, ok := caughtBy(werr); ok {
 			s.metrics.caught(layer) // the CHECK constraint: the read shows what is left
-		} else {
-			refused = &a.write
+		} else if errors.As(werr, &refused) {
+			refusedWrite = a.write
 		}
 		keys = ticketKeys(tickets)
-		if attempt > s.cfg.ConflictRetries {
-			return nil, nil, time.Time{}, &BusyError{RetryAfter: time.Second, Reason: fmt.Sprintf("%d conflicting writes in a row: %v", attempt, werr)}
+		conflicts++
+		if conflicts > s.cfg.ConflictRetries {
+			return settled{}, &BusyError{RetryAfter: time.Second, Reason: fmt.Sprintf("%d conflicting writes in a row: %v", conflicts, werr)}
 		}
 		// The first retry is at once: most refusals are a stored key, whose writer has
 		// committed. After that, a short random pause lets a writer that keeps beating us
 		// finish, and keeps a crowd of losers from colliding again in lockstep.
-		if attempt > 1 {
-			if err := sleep(ctx, time.Duration(rand.Int64N(int64(attempt)*int64(time.Millisecond)))); err != nil {
-				return nil, nil, time.Time{}, fmt.Errorf("%w: %w", ErrBusy, err)
+		if conflicts > 1 {
+			if err := sleep(ctx, time.Duration(rand.Int64N(int64(conflicts)*int64(time.Millisecond)))); err != nil {
+				return settled{}, fmt.Errorf("%w: %w", ErrBusy, err)
 			}
 		}
 	}
 }
 
-// notedLevel returns the level the last holder noted for a batch of one product, when the
-// batch may be decided from it: only with the version check on, which refuses a write decided
-// from a stale one.
-func (s *Service) notedLevel(ids []int64, g *Grant) (Level, bool) {
-	if g == nil || len(ids) != 1 || !s.cfg.Defense.Version {
+// committed settles a batch whose write committed: the orders left out because another request
+// stored their key first are answered from the records the write found (or read once the lock
+// is released), the rest carry the write's time, and the level the write left is noted for the
+// next holder.
+func (s *Service) committed(ids []int64, tickets []*ticket, g *Grant, snap Snapshot, a allocation, c Committed) settled {
+	w := a.write
+	if len(c.Skipped) > 0 {
+		w = w.Without(c.Skipped)
+		leaveOut(tickets, a.outcomes, c.Skipped, c.Stored)
+	}
+	leaveLevel(g, ids, snap, w)
+	for i := range a.outcomes {
+		if a.outcomes[i].err == nil && a.outcomes[i].order.CreatedAt.IsZero() {
+			a.outcomes[i].order.CreatedAt = c.At
+		}
+	}
+	return settled{outcomes: a.outcomes, write: &w, at: c.At}
+}
+
+// notedLevel returns the level the last holder noted for a batch of one product. The store's
+// version check refuses a write decided from a stale one (a demonstration store without that
+// check is given no notes: demo.WithoutNotes).
+func notedLevel(ids []int64, g *Grant) (Level, bool) {
+	if len(ids) != 1 {
 		return Level{}, false
 	}
 	return parseLevelNote(g.Notes[ids[0]])
@@ -578,7 +578,7 @@ func (s *Service) notedLevel(ids []int64, g *Grant) (Level, bool) {
 // leaveLevel notes, for the next holder, the level a batch of one product left: the one it
 // decided from, less what it committed.
 func leaveLevel(g *Grant, ids []int64, snap Snapshot, w Write) {
-	if g == nil || len(ids) != 1 {
+	if len(ids) != 1 {
 		return
 	}
 	l, ok := snap.Levels[ids[0]]
@@ -592,11 +592,12 @@ func leaveLevel(g *Grant, ids []int64, snap Snapshot, w Write) {
 	g.Leave[ids[0]] = levelNote(l)
 }
 
-// tellViews keeps the views current with a committed write. With the version check on, the
-// write applied to exactly the row it was decided from, so the level it left is known without
-// a read; without it the views learn of the purchase when their TTL makes them read again.
+// tellViews keeps the views current with a committed write. The store's version check means
+// the write applied to exactly the row it was decided from, so the level it left is known
+// without a read. (A demonstration store without that check comes with views that ignore this
+// and learn of the purchase when their TTL makes them read again: demo.Views.)
 func (s *Service) tellViews(w Write, at time.Time) {
-	if s.cfg.Views == nil || !w.Defense.Version {
+	if s.cfg.Views == nil {
 		return
 	}
 	for _, d := range w.Decrements {
@@ -604,13 +605,13 @@ func (s *Service) tellViews(w Write, at time.Time) {
 	}
 }
 
-// explainRefusal names, from a fresh read, the layer that refused w's decrement and counts it.
+// explainRefusal names, from a fresh read, the layer among the write's conditions that refused
+// w's decrement and counts it.
 // A fencing token newer than the batch's means its lease ran out and another holder wrote: the
 // batch must not go on, and the error says so. A version that moved, or stock now short, was a
 // conflict: the batch is decided again from this read. (A key stored meanwhile by another
 // request refuses the write too; no layer is named for it, and the new read replays it.)
-func (s *Service) explainRefusal(w Write, snap Snapshot) error {
-	d := s.cfg.Defense
+func (s *Service) explainRefusal(w Write, d Defense, snap Snapshot) error {
 	for _, dec := range w.Decrements {
 		now, ok := snap.Levels[dec.ProductID]
 		switch {

@@ -38,12 +38,14 @@ type Store interface {
 	// Snapshot reads the stock level of each product in ids that exists, and the records
 	// stored under each key in keys that has one. Errors: ErrBusy, ErrUnavailable.
 	Snapshot(ctx context.Context, ids []int64, keys []string) (Snapshot, error)
-	// Commit applies w in one transaction: every decrement under the conditions w.Defense
-	// selects, and the orders and records, all or nothing — except that, when w.SkipStored is
-	// set, an order whose key already has a record is left out, its units with it, and the
-	// rest is written (Committed.Skipped names what was left out). Errors: ErrConflict
+	// Commit applies w in one transaction: every decrement under the store's conditions
+	// (all of the defense, but in a demonstration store), and the orders and records, all or
+	// nothing — except that, when w.SkipStored is set, an order whose key already has a
+	// record is left out, its units with it, and the rest is written (Committed.Skipped names
+	// what was left out). Errors: ErrConflict
 	// (nothing written: a condition refused a decrement, or a key already has a record and
-	// w.SkipStored is not set, or every order was left out); a *CaughtError wrapping
+	// w.SkipStored is not set, or every order was left out; a refused decrement is a
+	// *RefusedError, which names the conditions the write carried); a *CaughtError wrapping
 	// ErrConflict when the CHECK constraint refused a decrement; ErrBusy (Postgres lock
 	// contention); ErrUnavailable (Postgres unreachable); ErrUnavailable with
 	// ErrOutcomeUnknown (the connection failed while the write committed, and the store could
@@ -66,6 +68,20 @@ type Store interface {
 	// piled up. Errors: ErrUnavailable, ErrBusy, the context's error.
 	PurgeIdempotencyKeys(ctx context.Context, retention time.Duration) (int64, error)
 }
+
+// RefusedError is a write that a condition of its decrement refused, or — with SkipStored —
+// one whose every order was left out: nothing was written. Conditions are those the write
+// carried (every one of the defense in production, fewer in a demonstration store), so that
+// the batch's next read can name the one that refused it.
+type RefusedError struct {
+	Conditions Defense
+	Reason     string
+}
+
+func (e *RefusedError) Error() string { return "stock: write refused: " + e.Reason }
+
+// Is makes a refusal ErrConflict: decided again from a new read.
+func (e *RefusedError) Is(target error) bool { return target == ErrConflict }
 
 // Restocking is a restock ready to be written.
 type Restocking struct {
@@ -111,7 +127,6 @@ type IdempotencyRecord struct {
 
 // Write is everything one batch commits.
 type Write struct {
-	Defense Defense
 	// SkipStored lets the store leave out an order whose idempotency key turns out to have a
 	// record already (a retry that reached another batch first), with its units, instead of
 	// refusing the whole write. allocate sets it only for a write with keys that refuses
@@ -147,8 +162,8 @@ type Committed struct {
 type Decrement struct {
 	ProductID int64
 	Quantity  int64
-	// Read is the row the batch was decided from; the version condition compares with it, and
-	// the naive write (no layer) writes Read.Stock - Quantity back.
+	// Read is the row the batch was decided from; the version condition compares with it (and
+	// the naive demonstration write writes Read.Stock - Quantity back).
 	Read Level
 	// Fence is the batch's fencing token for the product's lock; 0 without the lock layer.
 	Fence int64

@@ -138,7 +138,7 @@ func TestLockLostAnswers(t *testing.T) {
 			locker := &lossyLocker{}
 			store := &faultyStore{MemStore: stocktest.NewMemStore(), locker: locker, fault: tc.fault}
 			reg := prometheus.NewRegistry()
-			svc := stock.NewService(store, locker, stock.Config{Defense: stock.DefaultDefense()}, stock.NewMetrics(reg))
+			svc := stock.NewService(store, locker, stock.Config{}, stock.NewMetrics(reg))
 			t.Cleanup(svc.Close)
 			p, err := store.CreateProduct(context.Background(), stock.NewProduct{SKU: "p", Name: "p", Stock: 5})
 			if err != nil {
@@ -241,7 +241,7 @@ func TestShedNeverHidesAStoredOutcome(t *testing.T) {
 	asking := &askingLocker{Locker: locker, asked: make(chan struct{}, 8)}
 	// A queue wait of a nanosecond: once the queue has a measured rate and a batch running,
 	// every further order is shed.
-	svc := stock.NewService(store, asking, stock.Config{Defense: stock.DefaultDefense(), QueueWait: 1}, nil)
+	svc := stock.NewService(store, asking, stock.Config{QueueWait: 1}, nil)
 	t.Cleanup(svc.Close)
 	p, err := store.CreateProduct(ctx, stock.NewProduct{SKU: "p", Name: "p", Stock: 5})
 	if err != nil {
@@ -293,7 +293,7 @@ func TestShedNeverHidesAStoredOutcome(t *testing.T) {
 
 func newMemService(t *testing.T, store stock.Store, locker stock.Locker) *stock.Service {
 	t.Helper()
-	svc := stock.NewService(store, locker, stock.Config{Defense: stock.DefaultDefense()}, nil)
+	svc := stock.NewService(store, locker, stock.Config{}, nil)
 	t.Cleanup(svc.Close)
 	return svc
 }

@@ -86,7 +86,7 @@ func (c Config) withDefaults() Config {
 }
 
 // Source is where views are read from when Redis has none: Postgres, through the stock store
-// (*stock.PGStore implements it).
+// (*stockpg.Store implements it).
 type Source interface {
 	// Product reads the product with id. Errors: *stock.ProductNotFoundError,
 	// stock.ErrUnavailable.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 type world struct {
 	t      *testing.T
 	pool   *pgxpool.Pool
-	store  *stock.PGStore
+	store  *stockpg.Store
 	rdb    *redis.Client
 	prefix string
 	id     int64
@@ -38,7 +39,7 @@ func newWorld(t *testing.T, units int64) *world {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	pool := testenv.Pool(t)
-	w := &world{t: t, pool: pool, store: stock.NewPGStore(pool), rdb: rdb, prefix: prefix}
+	w := &world{t: t, pool: pool, store: stockpg.New(pool), rdb: rdb, prefix: prefix}
 	p, err := w.store.CreateProduct(context.Background(), stock.NewProduct{SKU: "hot", Name: "Hot", Stock: units})
 	if err != nil {
 		t.Fatalf("create product: %v", err)

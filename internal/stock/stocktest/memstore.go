@@ -176,10 +176,27 @@ func (m *MemStore) Records(_ context.Context, keys []string) (map[string]stock.I
 	return out, nil
 }
 
-// Commit implements stock.Store, with the conditions w.Defense selects, as the Postgres store
+// Demo returns a store over m's data whose writes carry only the conditions d selects, as
+// stockpg.NewDemo's do.
+func (m *MemStore) Demo(d stock.Defense) stock.Store { return demoStore{m, d} }
+
+type demoStore struct {
+	*MemStore
+	conditions stock.Defense
+}
+
+func (s demoStore) Commit(ctx context.Context, w stock.Write) (stock.Committed, error) {
+	return s.commit(w, s.conditions)
+}
+
+// Commit implements stock.Store with every condition of the defense, as the Postgres store
 // applies them: all or nothing, except that with w.SkipStored the orders whose key has a record
 // are left out, with their units.
 func (m *MemStore) Commit(_ context.Context, w stock.Write) (stock.Committed, error) {
+	return m.commit(w, stock.DefaultDefense())
+}
+
+func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var skipped []uuid.UUID
@@ -197,28 +214,27 @@ func (m *MemStore) Commit(_ context.Context, w stock.Write) (stock.Committed, er
 		if len(skipped) > 0 {
 			w = w.Without(skipped)
 			if len(w.Orders) == 0 {
-				return stock.Committed{}, fmt.Errorf("%w: every order's key was stored meanwhile", stock.ErrConflict)
+				return stock.Committed{}, &stock.RefusedError{Conditions: cond, Reason: "every order's key was stored meanwhile"}
 			}
 		}
 	}
-	for _, d := range w.Decrements {
-		x, ok := m.products[d.ProductID]
+	for _, dec := range w.Decrements {
+		x, ok := m.products[dec.ProductID]
 		if !ok {
-			return stock.Committed{}, fmt.Errorf("%w: product %d is gone", stock.ErrConflict, d.ProductID)
+			return stock.Committed{}, fmt.Errorf("%w: product %d is gone", stock.ErrConflict, dec.ProductID)
 		}
-		naive := w.Defense == stock.Defense{}
-		refused := w.Defense.Version && x.p.Version != d.Read.Version ||
-			w.Defense.Guard && x.p.Stock < d.Quantity ||
-			w.Defense.Lock && x.fence > d.Fence
+		refused := cond.Version && x.p.Version != dec.Read.Version ||
+			cond.Guard && x.p.Stock < dec.Quantity ||
+			cond.Lock && x.fence > dec.Fence
 		if refused {
-			return stock.Committed{}, fmt.Errorf("%w: the decrement of product %d matched no row", stock.ErrConflict, d.ProductID)
+			return stock.Committed{}, &stock.RefusedError{Conditions: cond, Reason: fmt.Sprintf("the decrement of product %d matched no row", dec.ProductID)}
 		}
-		left := x.p.Stock - d.Quantity
-		if naive {
-			left = d.Read.Stock - d.Quantity
+		left := x.p.Stock - dec.Quantity
+		if cond.Naive() {
+			left = dec.Read.Stock - dec.Quantity
 		}
 		if left < 0 {
-			return stock.Committed{}, &stock.CaughtError{Layer: stock.LayerCheck, ProductID: d.ProductID,
+			return stock.Committed{}, &stock.CaughtError{Layer: stock.LayerCheck, ProductID: dec.ProductID,
 				Err: fmt.Errorf("%w: stock would be %d", stock.ErrConflict, left)}
 		}
 	}
@@ -228,18 +244,18 @@ func (m *MemStore) Commit(_ context.Context, w stock.Write) (stock.Committed, er
 		}
 	}
 	now := m.now()
-	for _, d := range w.Decrements {
-		x := m.products[d.ProductID]
-		if w.Defense == (stock.Defense{}) {
-			x.p.Stock = d.Read.Stock - d.Quantity
+	for _, dec := range w.Decrements {
+		x := m.products[dec.ProductID]
+		if cond.Naive() {
+			x.p.Stock = dec.Read.Stock - dec.Quantity
 		} else {
-			x.p.Stock -= d.Quantity
+			x.p.Stock -= dec.Quantity
 		}
 		x.p.Version++
 		x.p.UpdatedAt = now
-		x.sold += d.Quantity
-		if w.Defense.Lock {
-			x.fence = d.Fence
+		x.sold += dec.Quantity
+		if cond.Lock {
+			x.fence = dec.Fence
 		}
 	}
 	for _, o := range w.Orders {

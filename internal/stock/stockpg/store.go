@@ -1,4 +1,4 @@
-package stock
+package stockpg
 
 import (
 	"bytes"
@@ -15,46 +15,54 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/puddle/v2"
+	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
-// PGStore is the Store on Postgres.
-type PGStore struct {
+// Store is the stock.Store on Postgres: the only package that knows the schema of products,
+// orders, order items, restocks and idempotency records.
+type Store struct {
 	pool *pgxpool.Pool
+	// commit and commitSkipping are the purchase path's two write statements: commitSQL and
+	// commitSkippingSQL, except in a demonstration store (NewDemo).
+	commit, commitSkipping string
+	// conditions are those the purchase writes carry, named in their refusals.
+	conditions stock.Defense
 }
 
-var _ Store = (*PGStore)(nil)
+var _ stock.Store = (*Store)(nil)
 
-// NewPGStore returns a Store over pool. The schema comes from package migrations.
-func NewPGStore(pool *pgxpool.Pool) *PGStore {
-	return &PGStore{pool: pool}
+// New returns the production Store over pool, whose every purchase write carries every
+// condition of the defense. The schema comes from package migrations.
+func New(pool *pgxpool.Pool) *Store {
+	return &Store{pool: pool, commit: commitSQL, commitSkipping: commitSkippingSQL, conditions: stock.DefaultDefense()}
 }
 
 const productColumns = `id, sku, name, stock, version, created_at, updated_at`
 
 // CreateProduct implements Store.
-func (s *PGStore) CreateProduct(ctx context.Context, p NewProduct) (Product, error) {
+func (s *Store) CreateProduct(ctx context.Context, p stock.NewProduct) (stock.Product, error) {
 	rows, _ := s.pool.Query(ctx, `
 		INSERT INTO products (sku, name, stock, initial_stock) VALUES ($1, $2, $3, $3)
 		RETURNING `+productColumns, p.SKU, p.Name, p.Stock)
-	prod, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Product])
+	prod, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[stock.Product])
 	if err != nil {
 		if constraintViolated(err, "23505", "products_sku_key") {
-			return Product{}, ErrDuplicateSKU
+			return stock.Product{}, stock.ErrDuplicateSKU
 		}
-		return Product{}, dbError("create product", err)
+		return stock.Product{}, dbError("create product", err)
 	}
 	return prod, nil
 }
 
 // Product implements Store.
-func (s *PGStore) Product(ctx context.Context, id int64) (Product, error) {
+func (s *Store) Product(ctx context.Context, id int64) (stock.Product, error) {
 	rows, _ := s.pool.Query(ctx, `SELECT `+productColumns+` FROM products WHERE id = $1`, id)
-	prod, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Product])
+	prod, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[stock.Product])
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Product{}, &ProductNotFoundError{ProductID: id}
+		return stock.Product{}, &stock.ProductNotFoundError{ProductID: id}
 	}
 	if err != nil {
-		return Product{}, dbError("get product", err)
+		return stock.Product{}, dbError("get product", err)
 	}
 	return prod, nil
 }
@@ -63,7 +71,7 @@ func (s *PGStore) Product(ctx context.Context, id int64) (Product, error) {
 // identity column, taken when an insert begins and never reused, so an id below the answer may
 // still belong to an insert that has not committed: the answer says which ids did not exist
 // when the statement read, not which never will.
-func (s *PGStore) HighestProductID(ctx context.Context) (int64, error) {
+func (s *Store) HighestProductID(ctx context.Context) (int64, error) {
 	var id int64
 	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM products`).Scan(&id); err != nil {
 		return 0, dbError("highest product id", err)
@@ -73,7 +81,7 @@ func (s *PGStore) HighestProductID(ctx context.Context) (int64, error) {
 
 // StoredKeys implements Store. Refusals name their product in idempotency_keys (a partial
 // index, migration 3); confirmed orders are found through their items.
-func (s *PGStore) StoredKeys(ctx context.Context, id int64, limit int) ([]string, error) {
+func (s *Store) StoredKeys(ctx context.Context, id int64, limit int) ([]string, error) {
 	rows, _ := s.pool.Query(ctx, `
 		(SELECT k.key FROM order_items i JOIN idempotency_keys k ON k.order_id = i.order_id WHERE i.product_id = $1)
 		UNION ALL
@@ -87,8 +95,8 @@ func (s *PGStore) StoredKeys(ctx context.Context, id int64, limit int) ([]string
 }
 
 // Restock implements Store.
-func (s *PGStore) Restock(ctx context.Context, r Restocking) (RestockResult, error) {
-	var res RestockResult
+func (s *Store) Restock(ctx context.Context, r stock.Restocking) (stock.RestockResult, error) {
+	var res stock.RestockResult
 	err := s.inTx(ctx, "restock", func(tx pgx.Tx) error {
 		if r.Key != "" {
 			stored, found, err := storedRestock(ctx, tx, r)
@@ -108,7 +116,7 @@ func (s *PGStore) Restock(ctx context.Context, r Restocking) (RestockResult, err
 			 WHERE id = $1`+fenceCheck+`
 			RETURNING `+productColumns, r.ProductID, r.Quantity, r.Fence)
 		var err error
-		res.Product, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Product])
+		res.Product, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[stock.Product])
 		if errors.Is(err, pgx.ErrNoRows) {
 			return s.restockRefusal(ctx, tx, r.ProductID, r.Fence)
 		}
@@ -125,7 +133,7 @@ func (s *PGStore) Restock(ctx context.Context, r Restocking) (RestockResult, err
 			INSERT INTO restocks (product_id, quantity, idempotency_key, fingerprint, stock_after, version_after)
 			VALUES ($1, $2, $3, $4, $5, $6)`, r.ProductID, r.Quantity, key, fingerprint, after, version)
 		if constraintViolated(err, "23505", "restocks_idempotency_key") {
-			return fmt.Errorf("%w: restock key stored meanwhile: %w", ErrConflict, err)
+			return fmt.Errorf("%w: restock key stored meanwhile: %w", stock.ErrConflict, err)
 		}
 		if err != nil {
 			return dbError("record restock", err)
@@ -133,13 +141,13 @@ func (s *PGStore) Restock(ctx context.Context, r Restocking) (RestockResult, err
 		return nil
 	})
 	if err != nil {
-		return RestockResult{}, err
+		return stock.RestockResult{}, err
 	}
 	return res, nil
 }
 
 // storedRestock returns the restock stored under r.Key, as the product was right after it.
-func storedRestock(ctx context.Context, tx pgx.Tx, r Restocking) (RestockResult, bool, error) {
+func storedRestock(ctx context.Context, tx pgx.Tx, r stock.Restocking) (stock.RestockResult, bool, error) {
 	var (
 		productID, after, version int64
 		fingerprint               []byte
@@ -149,26 +157,26 @@ func storedRestock(ctx context.Context, tx pgx.Tx, r Restocking) (RestockResult,
 	                           FROM restocks WHERE idempotency_key = $1`, r.Key).
 		Scan(&productID, &fingerprint, &after, &version, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return RestockResult{}, false, nil
+		return stock.RestockResult{}, false, nil
 	}
 	if err != nil {
-		return RestockResult{}, false, dbError("read stored restock", err)
+		return stock.RestockResult{}, false, dbError("read stored restock", err)
 	}
 	if productID != r.ProductID || !bytes.Equal(fingerprint, r.Fingerprint) {
-		return RestockResult{}, true, ErrIdempotencyKeyReused
+		return stock.RestockResult{}, true, stock.ErrIdempotencyKeyReused
 	}
 	rows, _ := tx.Query(ctx, `SELECT `+productColumns+` FROM products WHERE id = $1`, productID)
-	p, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Product])
+	p, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[stock.Product])
 	if err != nil {
-		return RestockResult{}, false, dbError("read restocked product", err)
+		return stock.RestockResult{}, false, dbError("read restocked product", err)
 	}
 	p.Stock, p.Version, p.UpdatedAt = after, version, at
-	return RestockResult{Product: p, Replayed: true}, true, nil
+	return stock.RestockResult{Product: p, Replayed: true}, true, nil
 }
 
 // inTx runs fn in a transaction. fn returns the package's errors (it maps its own driver errors
 // with dbError); beginning and committing are mapped here.
-func (s *PGStore) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
+func (s *Store) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return dbError(op+": begin", err)
@@ -187,21 +195,21 @@ func (s *PGStore) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error)
 
 // restockRefusal explains why a restock updated no row: the product is missing, or a holder
 // with a newer fencing token has written it.
-func (s *PGStore) restockRefusal(ctx context.Context, tx pgx.Tx, id, fence int64) error {
+func (s *Store) restockRefusal(ctx context.Context, tx pgx.Tx, id, fence int64) error {
 	var current int64
 	err := tx.QueryRow(ctx, `SELECT fence FROM products WHERE id = $1`, id).Scan(&current)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return &ProductNotFoundError{ProductID: id}
+		return &stock.ProductNotFoundError{ProductID: id}
 	}
 	if err != nil {
 		return dbError("restock", err)
 	}
-	return &CaughtError{Layer: LayerFence, ProductID: id, Err: fmt.Errorf("%w: fence %d is older than %d", ErrLockLost, fence, current)}
+	return &stock.CaughtError{Layer: stock.LayerFence, ProductID: id, Err: fmt.Errorf("%w: fence %d is older than %d", stock.ErrLockLost, fence, current)}
 }
 
 // Audit implements Store.
-func (s *PGStore) Audit(ctx context.Context, id int64) (Audit, error) {
-	var a Audit
+func (s *Store) Audit(ctx context.Context, id int64) (stock.Audit, error) {
+	var a stock.Audit
 	err := s.pool.QueryRow(ctx, `
 		SELECT p.id, p.stock,
 		       p.initial_stock + COALESCE((SELECT sum(r.quantity) FROM restocks r WHERE r.product_id = p.id), 0),
@@ -210,29 +218,29 @@ func (s *PGStore) Audit(ctx context.Context, id int64) (Audit, error) {
 		                  WHERE i.product_id = p.id AND o.status = 'confirmed'), 0)
 		  FROM products p WHERE p.id = $1`, id).Scan(&a.ProductID, &a.Stock, &a.Received, &a.Sold)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Audit{}, &ProductNotFoundError{ProductID: id}
+		return stock.Audit{}, &stock.ProductNotFoundError{ProductID: id}
 	}
 	if err != nil {
-		return Audit{}, dbError("audit", err)
+		return stock.Audit{}, dbError("audit", err)
 	}
 	return a, nil
 }
 
 // Order implements Store.
-func (s *PGStore) Order(ctx context.Context, id uuid.UUID) (Order, error) {
-	o := Order{ID: id}
+func (s *Store) Order(ctx context.Context, id uuid.UUID) (stock.Order, error) {
+	o := stock.Order{ID: id}
 	err := s.pool.QueryRow(ctx, `SELECT customer_id, status, created_at FROM orders WHERE id = $1`, id).
 		Scan(&o.CustomerID, &o.Status, &o.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Order{}, ErrOrderNotFound
+		return stock.Order{}, stock.ErrOrderNotFound
 	}
 	if err != nil {
-		return Order{}, dbError("get order", err)
+		return stock.Order{}, dbError("get order", err)
 	}
 	rows, _ := s.pool.Query(ctx, `SELECT product_id, quantity FROM order_items WHERE order_id = $1 ORDER BY product_id`, id)
-	o.Items, err = pgx.CollectRows(rows, pgx.RowToStructByName[Item])
+	o.Items, err = pgx.CollectRows(rows, pgx.RowToStructByName[stock.Item])
 	if err != nil {
-		return Order{}, dbError("get order items", err)
+		return stock.Order{}, dbError("get order items", err)
 	}
 	return o, nil
 }
@@ -277,7 +285,7 @@ SELECT count(*), max(created_at) FROM deleted`
 
 // PurgeIdempotencyKeys implements Store: one statement for the cutoff, then batches of at most
 // purgeBatch records, each its own transaction, until a batch deletes fewer.
-func (s *PGStore) PurgeIdempotencyKeys(ctx context.Context, retention time.Duration) (int64, error) {
+func (s *Store) PurgeIdempotencyKeys(ctx context.Context, retention time.Duration) (int64, error) {
 	var cutoff time.Time
 	if err := s.pool.QueryRow(ctx, purgeCutoffSQL, retention).Scan(&cutoff); err != nil {
 		return 0, dbError("purge idempotency keys: cutoff", err)
@@ -287,7 +295,7 @@ func (s *PGStore) PurgeIdempotencyKeys(ctx context.Context, retention time.Durat
 	for {
 		var n int64
 		var newest *time.Time
-		if err := s.pool.QueryRow(ctx, purgeKeysSQL, cutoff, from, AcceptedKeyPrefix, purgeBatch).Scan(&n, &newest); err != nil {
+		if err := s.pool.QueryRow(ctx, purgeKeysSQL, cutoff, from, stock.AcceptedKeyPrefix, purgeBatch).Scan(&n, &newest); err != nil {
 			return total, dbError("purge idempotency keys", err)
 		}
 		total += n
@@ -315,17 +323,17 @@ func dbError(op string, err error) error {
 		switch {
 		case pgErr.Code == "55P03", pgErr.Code == "40001", pgErr.Code == "40P01":
 			// lock_timeout, serialization failure, deadlock: contention, worth a retry.
-			return fmt.Errorf("%w: %s: %w", ErrBusy, op, err)
+			return fmt.Errorf("%w: %s: %w", stock.ErrBusy, op, err)
 		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "57"), strings.HasPrefix(pgErr.Code, "53"):
 			// Connection exceptions, operator intervention (shutdown, statement timeout),
 			// insufficient resources (too many connections, disk full).
-			return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+			return fmt.Errorf("%w: %s: %w", stock.ErrUnavailable, op, err)
 		}
 		return fmt.Errorf("%s: %w", op, err)
 	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("%s: %w", op, err)
 	case unreachable(err):
-		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+		return fmt.Errorf("%w: %s: %w", stock.ErrUnavailable, op, err)
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }

@@ -1,4 +1,4 @@
-package stock_test
+package stockpg_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
@@ -71,7 +72,7 @@ func TestPurgeLargeBacklog(t *testing.T) {
 	}
 	defer pool.Close()
 
-	n, err := stock.NewPGStore(pool).PurgeIdempotencyKeys(ctx, 24*time.Hour)
+	n, err := stockpg.New(pool).PurgeIdempotencyKeys(ctx, 24*time.Hour)
 	if err != nil {
 		t.Fatalf("purge = %d, %v; want it to finish", n, err)
 	}
@@ -98,7 +99,7 @@ func TestPurgeLargeBacklog(t *testing.T) {
 	}
 
 	// Nothing is left to purge: a second run deletes nothing.
-	if n, err := stock.NewPGStore(pool).PurgeIdempotencyKeys(ctx, 24*time.Hour); err != nil || n != 0 {
+	if n, err := stockpg.New(pool).PurgeIdempotencyKeys(ctx, 24*time.Hour); err != nil || n != 0 {
 		t.Errorf("second purge = %d, %v; want 0, nil", n, err)
 	}
 }

@@ -1,4 +1,4 @@
-package stock_test
+package stockpg_test
 
 import (
 	"context"
@@ -9,25 +9,41 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/stock/stocktest"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
 // The Store contract of the purchase path, run against every store: Postgres, and the in-memory
 // one that unit tests and benchmarks use. A store that passes decides nothing itself and writes
-// a batch all or nothing, under exactly the conditions its Defense selects.
+// a batch all or nothing, under exactly its conditions: every layer's in production, those a
+// demonstration mode selects in a demonstration store.
 
-func stores(t *testing.T) map[string]func(t *testing.T) stock.Store {
-	return map[string]func(t *testing.T) stock.Store{
-		"postgres": func(t *testing.T) stock.Store {
+// demos opens a demonstration store, with the conditions d selects, over the data of the store
+// under test.
+type demos func(d stock.Defense) stock.Store
+
+// opened is a store under test, and a demonstration store over the same data with the
+// conditions d selects.
+type opened struct {
+	store stock.Store
+	demo  demos
+}
+
+func stores(t *testing.T) map[string]func(t *testing.T) opened {
+	return map[string]func(t *testing.T) opened{
+		"postgres": func(t *testing.T) opened {
 			pool, err := pgxpool.New(context.Background(), testenv.DatabaseURL(t))
 			if err != nil {
 				t.Fatalf("connect: %v", err)
 			}
 			t.Cleanup(pool.Close)
-			return stock.NewPGStore(pool)
+			return opened{store: stockpg.New(pool), demo: func(d stock.Defense) stock.Store { return stockpg.NewDemo(pool, d) }}
 		},
-		"memory": func(*testing.T) stock.Store { return stocktest.NewMemStore() },
+		"memory": func(*testing.T) opened {
+			m := stocktest.NewMemStore()
+			return opened{store: m, demo: func(d stock.Defense) stock.Store { return m.Demo(d) }}
+		},
 	}
 }
 
@@ -39,7 +55,8 @@ func TestStoreContract(t *testing.T) {
 			for _, tc := range storeCases {
 				t.Run(tc.name, func(t *testing.T) {
 					t.Parallel()
-					tc.run(t, open(t))
+					o := open(t)
+					tc.run(t, o.store, o.demo)
 				})
 			}
 		})
@@ -48,7 +65,7 @@ func TestStoreContract(t *testing.T) {
 
 type storeCase struct {
 	name string
-	run  func(t *testing.T, s stock.Store)
+	run  func(t *testing.T, s stock.Store, demo demos)
 }
 
 func mustCreate(t *testing.T, s stock.Store, sku string, units int64) int64 {
@@ -75,9 +92,9 @@ func stockOf(t *testing.T, s stock.Store, id int64) int64 {
 }
 
 // sale is a write of one confirmed order of qty units of product id, read at level l.
-func sale(d stock.Defense, id, qty int64, l stock.Level, fence int64, key string) (stock.Write, stock.Order) {
+func sale(id, qty int64, l stock.Level, fence int64, key string) (stock.Write, stock.Order) {
 	o := stock.Order{ID: uuid.Must(uuid.NewV7()), CustomerID: "c", Status: stock.OrderStatusConfirmed, Items: []stock.Item{{ProductID: id, Quantity: qty}}}
-	w := stock.Write{Defense: d, Decrements: []stock.Decrement{{ProductID: id, Quantity: qty, Read: l, Fence: fence}}, Orders: []stock.Order{o}}
+	w := stock.Write{Decrements: []stock.Decrement{{ProductID: id, Quantity: qty, Read: l, Fence: fence}}, Orders: []stock.Order{o}}
 	if key != "" {
 		w.Records = []stock.IdempotencyRecord{{Key: key, Fingerprint: []byte(key), Order: &o}}
 	}
@@ -85,7 +102,7 @@ func sale(d stock.Defense, id, qty int64, l stock.Level, fence int64, key string
 }
 
 var storeCases = []storeCase{
-	{"the highest product id is the newest product's, not an id a failed insert took", func(t *testing.T, s stock.Store) {
+	{"the highest product id is the newest product's, not an id a failed insert took", func(t *testing.T, s stock.Store, demo demos) {
 		ctx := context.Background()
 		if got, err := s.HighestProductID(ctx); err != nil || got != 0 {
 			t.Fatalf("highest id with no products = %d, %v; want 0", got, err)
@@ -100,7 +117,7 @@ var storeCases = []storeCase{
 			t.Errorf("highest id = %d, %v; want %d", got, err, newest)
 		}
 	}},
-	{"a snapshot has what exists, and nothing for what does not", func(t *testing.T, s stock.Store) {
+	{"a snapshot has what exists, and nothing for what does not", func(t *testing.T, s stock.Store, demo demos) {
 		id := mustCreate(t, s, "snap", 7)
 		snap := mustSnapshot(t, s, []int64{id, id + 1000}, "no-such-key")
 		if l, ok := snap.Levels[id]; !ok || l.Stock != 7 {
@@ -110,10 +127,10 @@ var storeCases = []storeCase{
 			t.Errorf("snapshot %+v, want no level for a missing product and no records", snap)
 		}
 	}},
-	{"a commit writes the decrement, the orders and the records together", func(t *testing.T, s stock.Store) {
+	{"a commit writes the decrement, the orders and the records together", func(t *testing.T, s stock.Store, demo demos) {
 		id := mustCreate(t, s, "commit", 10)
 		l := mustSnapshot(t, s, []int64{id}).Levels[id]
-		w, o := sale(stock.DefaultDefense(), id, 3, l, 5, "k-"+uuid.NewString())
+		w, o := sale(id, 3, l, 5, "k-"+uuid.NewString())
 		refusal := stock.IdempotencyRecord{Key: "r-" + uuid.NewString(), Fingerprint: []byte("r"),
 			SoldOut: &stock.SoldOutError{ProductID: id, Requested: 9, Available: 7}}
 		w.Records = append(w.Records, refusal)
@@ -136,48 +153,52 @@ var storeCases = []storeCase{
 			t.Errorf("order = %+v, %v", got, err)
 		}
 	}},
-	{"the version layer refuses a write read at an older version", func(t *testing.T, s stock.Store) {
+	{"the version layer refuses a write read at an older version", func(t *testing.T, s stock.Store, demo demos) {
 		id := mustCreate(t, s, "version", 10)
 		l := mustSnapshot(t, s, []int64{id}).Levels[id]
 		l.Version--
-		w, o := sale(stock.Defense{Version: true, Check: true}, id, 1, l, 0, "")
+		w, o := sale(id, 1, l, 0, "")
+		wantRefused(t, demo(stock.Defense{Version: true, Check: true}), w, id, 10, o.ID)
+		w, o = sale(id, 1, l, 1, "")
 		wantRefused(t, s, w, id, 10, o.ID)
 	}},
-	{"the guard refuses a sum larger than the stock", func(t *testing.T, s stock.Store) {
+	{"the guard refuses a sum larger than the stock", func(t *testing.T, s stock.Store, demo demos) {
 		id := mustCreate(t, s, "guard", 2)
 		l := mustSnapshot(t, s, []int64{id}).Levels[id]
-		w, o := sale(stock.Defense{Guard: true, Check: true}, id, 3, l, 0, "")
+		w, o := sale(id, 3, l, 0, "")
+		wantRefused(t, demo(stock.Defense{Guard: true, Check: true}), w, id, 2, o.ID)
+		w, o = sale(id, 3, l, 1, "")
 		wantRefused(t, s, w, id, 2, o.ID)
 	}},
-	{"the fence refuses an older fencing token", func(t *testing.T, s stock.Store) {
+	{"the fence refuses an older fencing token", func(t *testing.T, s stock.Store, demo demos) {
 		id := mustCreate(t, s, "fence", 10)
 		l := mustSnapshot(t, s, []int64{id}).Levels[id]
-		first, _ := sale(stock.DefaultDefense(), id, 1, l, 8, "")
+		first, _ := sale(id, 1, l, 8, "")
 		if _, err := s.Commit(context.Background(), first); err != nil {
 			t.Fatalf("first write: %v", err)
 		}
 		l = mustSnapshot(t, s, []int64{id}).Levels[id]
-		w, o := sale(stock.DefaultDefense(), id, 1, l, 7, "")
+		w, o := sale(id, 1, l, 7, "")
 		wantRefused(t, s, w, id, 9, o.ID)
 	}},
-	{"the CHECK constraint refuses what no condition stopped", func(t *testing.T, s stock.Store) {
+	{"the CHECK constraint refuses what no condition stopped", func(t *testing.T, s stock.Store, demo demos) {
 		id := mustCreate(t, s, "check", 1)
 		l := mustSnapshot(t, s, []int64{id}).Levels[id]
-		w, o := sale(stock.Defense{Check: true}, id, 2, l, 0, "")
-		_, err := s.Commit(context.Background(), w)
+		w, o := sale(id, 2, l, 0, "")
+		_, err := demo(stock.Defense{Check: true}).Commit(context.Background(), w)
 		var caught *stock.CaughtError
 		if !errors.As(err, &caught) || caught.Layer != stock.LayerCheck || !errors.Is(err, stock.ErrConflict) {
 			t.Fatalf("commit = %v, want the check layer's ErrConflict", err)
 		}
 		wantNothingWritten(t, s, id, 1, o.ID)
 	}},
-	{"the naive write writes back what it computed", func(t *testing.T, s stock.Store) {
+	{"the naive write writes back what it computed", func(t *testing.T, s stock.Store, demo demos) {
 		id := mustCreate(t, s, "naive", 5)
 		l := mustSnapshot(t, s, []int64{id}).Levels[id]
-		first, _ := sale(stock.Defense{}, id, 1, l, 0, "")
-		second, _ := sale(stock.Defense{}, id, 1, l, 0, "") // read before the first wrote
+		first, _ := sale(id, 1, l, 0, "")
+		second, _ := sale(id, 1, l, 0, "") // read before the first wrote
 		for _, w := range []stock.Write{first, second} {
-			if _, err := s.Commit(context.Background(), w); err != nil {
+			if _, err := demo(stock.Defense{}).Commit(context.Background(), w); err != nil {
 				t.Fatalf("naive commit: %v", err)
 			}
 		}
@@ -185,34 +206,34 @@ var storeCases = []storeCase{
 			t.Errorf("stock = %d after two naive sales of 1 from 5, want 4: the lost update", got)
 		}
 	}},
-	{"a key that already has a record refuses the whole write", func(t *testing.T, s stock.Store) {
+	{"a key that already has a record refuses the whole write", func(t *testing.T, s stock.Store, demo demos) {
 		id := mustCreate(t, s, "dup-key", 10)
 		key := "dup-" + uuid.NewString()
 		l := mustSnapshot(t, s, []int64{id}).Levels[id]
-		first, _ := sale(stock.DefaultDefense(), id, 1, l, 1, key)
+		first, _ := sale(id, 1, l, 1, key)
 		if _, err := s.Commit(context.Background(), first); err != nil {
 			t.Fatalf("first: %v", err)
 		}
 		l = mustSnapshot(t, s, []int64{id}).Levels[id]
-		again, o := sale(stock.DefaultDefense(), id, 1, l, 2, key)
+		again, o := sale(id, 1, l, 2, key)
 		if _, err := s.Commit(context.Background(), again); !errors.Is(err, stock.ErrConflict) {
 			t.Fatalf("second write under the same key = %v, want ErrConflict", err)
 		}
 		wantNothingWritten(t, s, id, 9, o.ID)
 	}},
-	{"a write that may skip leaves out the orders whose key has a record, with their units", func(t *testing.T, s stock.Store) {
+	{"a write that may skip leaves out the orders whose key has a record, with their units", func(t *testing.T, s stock.Store, demo demos) {
 		ctx := context.Background()
 		id := mustCreate(t, s, "skip", 10)
 		stored := "stored-" + uuid.NewString()
-		first, firstOrder := sale(stock.DefaultDefense(), id, 1, mustSnapshot(t, s, []int64{id}).Levels[id], 1, stored)
+		first, firstOrder := sale(id, 1, mustSnapshot(t, s, []int64{id}).Levels[id], 1, stored)
 		if _, err := s.Commit(ctx, first); err != nil {
 			t.Fatalf("first: %v", err)
 		}
 		l := mustSnapshot(t, s, []int64{id}).Levels[id]
-		retry, retryOrder := sale(stock.DefaultDefense(), id, 2, l, 2, stored)
-		fresh, freshOrder := sale(stock.DefaultDefense(), id, 3, l, 2, "fresh-"+uuid.NewString())
-		_, plainOrder := sale(stock.DefaultDefense(), id, 4, l, 2, "")
-		w := stock.Write{Defense: stock.DefaultDefense(), SkipStored: true,
+		retry, retryOrder := sale(id, 2, l, 2, stored)
+		fresh, freshOrder := sale(id, 3, l, 2, "fresh-"+uuid.NewString())
+		_, plainOrder := sale(id, 4, l, 2, "")
+		w := stock.Write{SkipStored: true,
 			Decrements: []stock.Decrement{{ProductID: id, Quantity: 9, Read: l, Fence: 2}},
 			Orders:     []stock.Order{retryOrder, freshOrder, plainOrder},
 			Records:    append(retry.Records, fresh.Records...)}
@@ -245,7 +266,7 @@ var storeCases = []storeCase{
 			t.Errorf("records = %+v, %v; want the first order's under the stored key and the fresh one's", recs, err)
 		}
 	}},
-	{"a write that may skip, refused, writes nothing: no claim is left behind", func(t *testing.T, s stock.Store) {
+	{"a write that may skip, refused, writes nothing: no claim is left behind", func(t *testing.T, s stock.Store, demo demos) {
 		ctx := context.Background()
 		id := mustCreate(t, s, "skip-refused", 10)
 		for name, d := range map[string]stock.Defense{"version": {Version: true, Check: true}, "guard": {Guard: true, Check: true}, "fence": stock.DefaultDefense()} {
@@ -257,45 +278,45 @@ var storeCases = []storeCase{
 			case "guard":
 				qty = 11
 			case "fence":
-				bump, _ := sale(d, id, 1, l, 100, "")
+				bump, _ := sale(id, 1, l, 100, "")
 				if _, err := s.Commit(ctx, bump); err != nil {
 					t.Fatalf("fence bump: %v", err)
 				}
 				l, fence = mustSnapshot(t, s, []int64{id}).Levels[id], 99
 			}
 			left := mustSnapshot(t, s, []int64{id}).Levels[id].Stock
-			w, o := sale(d, id, qty, l, fence, "claim-"+uuid.NewString())
+			w, o := sale(id, qty, l, fence, "claim-"+uuid.NewString())
 			w.SkipStored = true
-			wantRefused(t, s, w, id, left, o.ID)
+			wantRefused(t, demo(d), w, id, left, o.ID)
 			if recs, err := s.Records(ctx, []string{w.Records[0].Key}); err != nil || len(recs) != 0 {
 				t.Errorf("%s: records after a refused write = %+v, %v; want its key unclaimed", name, recs, err)
 			}
 		}
 	}},
-	{"a write that may skip, all of whose orders are left out, writes nothing", func(t *testing.T, s stock.Store) {
+	{"a write that may skip, all of whose orders are left out, writes nothing", func(t *testing.T, s stock.Store, demo demos) {
 		ctx := context.Background()
 		id := mustCreate(t, s, "skip-all", 10)
 		key := "all-" + uuid.NewString()
-		first, _ := sale(stock.DefaultDefense(), id, 1, mustSnapshot(t, s, []int64{id}).Levels[id], 1, key)
+		first, _ := sale(id, 1, mustSnapshot(t, s, []int64{id}).Levels[id], 1, key)
 		if _, err := s.Commit(ctx, first); err != nil {
 			t.Fatalf("first: %v", err)
 		}
 		l := mustSnapshot(t, s, []int64{id}).Levels[id]
-		w, o := sale(stock.DefaultDefense(), id, 1, l, 2, key)
+		w, o := sale(id, 1, l, 2, key)
 		w.SkipStored = true
 		wantRefused(t, s, w, id, 9, o.ID)
 		if got := mustSnapshot(t, s, []int64{id}).Levels[id]; got != l {
 			t.Errorf("level = %+v, want %+v untouched", got, l)
 		}
 	}},
-	{"a cart is all or nothing", func(t *testing.T, s stock.Store) {
+	{"a cart is all or nothing", func(t *testing.T, s stock.Store, demo demos) {
 		a, b := mustCreate(t, s, "cart-a", 5), mustCreate(t, s, "cart-b", 5)
 		snap := mustSnapshot(t, s, []int64{a, b})
 		stale := snap.Levels[b]
 		stale.Version--
 		o := stock.Order{ID: uuid.Must(uuid.NewV7()), CustomerID: "c", Status: stock.OrderStatusConfirmed,
 			Items: []stock.Item{{ProductID: a, Quantity: 1}, {ProductID: b, Quantity: 1}}}
-		w := stock.Write{Defense: stock.DefaultDefense(), Orders: []stock.Order{o}, Decrements: []stock.Decrement{
+		w := stock.Write{Orders: []stock.Order{o}, Decrements: []stock.Decrement{
 			{ProductID: a, Quantity: 1, Read: snap.Levels[a], Fence: 1},
 			{ProductID: b, Quantity: 1, Read: stale, Fence: 1},
 		}}
@@ -311,7 +332,7 @@ var storeCases = []storeCase{
 			t.Errorf("stocks after the cart: %d, %d; want 4 and 4", stockOf(t, s, a), stockOf(t, s, b))
 		}
 	}},
-	{"a restock with a key is done once, and replayed as it left the product", func(t *testing.T, s stock.Store) {
+	{"a restock with a key is done once, and replayed as it left the product", func(t *testing.T, s stock.Store, demo demos) {
 		ctx := context.Background()
 		id := mustCreate(t, s, "restock-key", 1)
 		r := stock.Restocking{ProductID: id, Quantity: 5, Key: "rk-" + uuid.NewString(), Fingerprint: []byte("5 units")}
@@ -320,8 +341,8 @@ var storeCases = []storeCase{
 			t.Fatalf("first restock = %+v, %v; want stock 6, not replayed", first, err)
 		}
 		l := mustSnapshot(t, s, []int64{id}).Levels[id]
-		sold, _ := sale(stock.Defense{Version: true, Guard: true, Check: true}, id, 2, l, 0, "")
-		if _, err := s.Commit(ctx, sold); err != nil {
+		sold, _ := sale(id, 2, l, 0, "")
+		if _, err := demo(stock.Defense{Version: true, Guard: true, Check: true}).Commit(ctx, sold); err != nil {
 			t.Fatalf("sale: %v", err)
 		}
 		again, err := s.Restock(ctx, r)
@@ -345,9 +366,9 @@ var storeCases = []storeCase{
 			t.Errorf("audit = %+v, %v; want 6 received", a, err)
 		}
 	}},
-	{"a write with only refusals needs no decrement", func(t *testing.T, s stock.Store) {
+	{"a write with only refusals needs no decrement", func(t *testing.T, s stock.Store, demo demos) {
 		key := "refused-" + uuid.NewString()
-		w := stock.Write{Defense: stock.DefaultDefense(), Records: []stock.IdempotencyRecord{{Key: key, Fingerprint: []byte("f"),
+		w := stock.Write{Records: []stock.IdempotencyRecord{{Key: key, Fingerprint: []byte("f"),
 			SoldOut: &stock.SoldOutError{ProductID: 1, Requested: 2, Available: 0}}}}
 		if _, err := s.Commit(context.Background(), w); err != nil {
 			t.Fatalf("commit: %v", err)
@@ -361,8 +382,12 @@ var storeCases = []storeCase{
 // wantRefused commits w, expects ErrConflict, and checks that nothing was written.
 func wantRefused(t *testing.T, s stock.Store, w stock.Write, id, stockLeft int64, order uuid.UUID) {
 	t.Helper()
-	if _, err := s.Commit(context.Background(), w); !errors.Is(err, stock.ErrConflict) {
+	_, err := s.Commit(context.Background(), w)
+	if !errors.Is(err, stock.ErrConflict) {
 		t.Fatalf("commit = %v, want ErrConflict", err)
+	}
+	if _, refused := errors.AsType[*stock.RefusedError](err); !refused && len(w.Decrements) > 0 && !w.SkipStored {
+		t.Errorf("commit = %v, want a *stock.RefusedError naming the write's conditions", err)
 	}
 	wantNothingWritten(t, s, id, stockLeft, order)
 }

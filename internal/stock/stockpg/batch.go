@@ -1,4 +1,4 @@
-package stock
+package stockpg
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
 // The purchase path's SQL. A batch costs two round trips to Postgres, whatever its size: one
@@ -36,8 +37,18 @@ SELECT k.key, k.fingerprint, k.order_id, k.async_order_id, k.product_id, k.reque
   FROM idempotency_keys k LEFT JOIN orders o ON o.id = k.order_id
  WHERE k.key = ANY($1)`
 
-// commitSQL writes a whole batch in one statement. The decrement (decrementSQL: one conditional
-// UPDATE per product, of the batch's summed quantity) runs first; the orders, their items and the
+// productionDecrement is the batch's UPDATE (the u step of commitSQL), over the rows d(id, qty,
+// read_stock, read_version, fence): one decrement per product, of the batch's summed quantity,
+// relative (stock = stock - qty, so that the CHECK (stock >= 0) backstop stays armed), under
+// every condition of the defense: the row is the one the batch read (version), the stock
+// suffices (guard), and no newer lock holder has written (fence). It is the only decrement the
+// production store runs; demo.go builds the demonstration modes' weaker ones.
+const productionDecrement = `UPDATE products p
+     SET stock = p.stock - d.qty, version = p.version + 1, updated_at = now(), fence = d.fence
+    FROM d
+   WHERE p.id = d.id AND p.version = d.read_version AND p.stock >= d.qty AND p.fence <= d.fence`
+
+// commitSQL writes a whole batch in one statement. The decrement (productionDecrement) runs first; the orders, their items and the
 // idempotency records are inserted only if every product's decrement matched its row, so a
 // refused decrement writes nothing at all. Records are inserted in key order: two batches that
 // share keys then meet on the first shared key and never wait for each other in a cycle.
@@ -45,13 +56,16 @@ SELECT k.key, k.fingerprint, k.order_id, k.async_order_id, k.product_id, k.reque
 // The statement is the orders' INSERT, returning one row per order written: as many rows as
 // orders means committed; none, for a batch that confirmed some, means refused. Its command tag
 // says INSERT, like any write, to whatever watches the protocol (the fault drills do).
-func commitSQL(d Defense) string {
-	return `
+// commitHead and commitTail surround the decrement: commitSQL is the production statement,
+// and a demonstration store puts its own decrement between them (demo.go).
+const (
+	commitHead = `
 WITH d AS (
   SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[])
              AS d(id, qty, read_stock, read_version, fence)
 ), u AS (
-  ` + decrementSQL(d) + `
+  `
+	commitTail = `
   RETURNING p.id
 ), ok AS (
   SELECT count(*) = cardinality($1::bigint[]) AS ok FROM u
@@ -71,14 +85,15 @@ INSERT INTO orders (id, customer_id, status, created_at)
 SELECT x.id, x.customer_id, 'confirmed', now()
   FROM unnest($6::uuid[], $7::text[]) AS x(id, customer_id), ok WHERE ok.ok
 RETURNING id, created_at`
-}
+	commitSQL = commitHead + productionDecrement + commitTail
+)
 
 // commitSkippingSQL writes a batch that refuses nobody for want of stock (Write.SkipStored),
 // leaving out the orders whose idempotency key another request has already stored. The keys
 // are claimed first (k: an upsert, which waits for a claim still being committed and finds a
 // stored key through the primary key's index, whatever the table's size or plan); the orders
 // written (o) are those without a key and those whose key was claimed; the decrement (d, then
-// decrementSQL) takes only their units, per product, and a product left with none is not
+// productionDecrement) takes only their units, per product, and a product left with none is not
 // touched. A stored key is "updated" to itself (fingerprint = fingerprint) only so that the
 // upsert returns its record: each row returned carries the stored records of the keys left
 // out, so that their orders are answered without another query. (The record's created_at is
@@ -91,8 +106,8 @@ RETURNING id, created_at`
 // left out, or refused without a claim, writes nothing and returns no row.
 //
 // It returns the id and time of each order written; the orders missing from it were left out.
-func commitSkippingSQL(d Defense) string {
-	return `
+const (
+	commitSkippingHead = `
 WITH k AS (
   INSERT INTO idempotency_keys AS r (key, fingerprint, outcome, order_id)
   SELECT x.key, x.fingerprint, 'confirmed', x.order_id
@@ -114,7 +129,8 @@ WITH k AS (
     FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) AS r(id, read_stock, read_version, fence)
     JOIN (SELECT product_id, sum(quantity)::bigint AS qty FROM it GROUP BY product_id) q ON q.product_id = r.id
 ), u AS (
-  ` + decrementSQL(d) + `
+  `
+	commitSkippingTail = `
   RETURNING p.id
 ), ok AS (
   SELECT count(*) = (SELECT count(*) FROM d) AS ok FROM u
@@ -129,7 +145,8 @@ RETURNING id, created_at,
           'order_id', k.order_id, 'async_order_id', k.async_order_id, 'product_id', k.product_id,
           'requested', k.requested, 'available', k.available, 'created_at', k.created_at)), '[]')
      FROM k WHERE NOT k.claimed)`
-}
+	commitSkippingSQL = commitSkippingHead + productionDecrement + commitSkippingTail
+)
 
 // lockRowsSQL takes a cart's product rows in ascending id order before its write, so that
 // carts never deadlock in Postgres even when no Redis lock orders them (the demonstration
@@ -147,20 +164,20 @@ const lookupTimeout = 2 * time.Second
 
 // Snapshot implements Store. The levels are one cached statement; the records, when asked for,
 // are read as Records reads them.
-func (s *PGStore) Snapshot(ctx context.Context, ids []int64, keys []string) (Snapshot, error) {
-	snap := Snapshot{Levels: make(map[int64]Level, len(ids))}
+func (s *Store) Snapshot(ctx context.Context, ids []int64, keys []string) (stock.Snapshot, error) {
+	snap := stock.Snapshot{Levels: make(map[int64]stock.Level, len(ids))}
 	rows, _ := s.pool.Query(ctx, levelsSQL, ids)
 	var id int64
-	var l Level
+	var l stock.Level
 	_, err := pgx.ForEachRow(rows, []any{&id, &l.Stock, &l.Version, &l.Fence}, func() error {
 		snap.Levels[id] = l
 		return nil
 	})
 	if err != nil {
-		return Snapshot{}, dbError("read stock", err)
+		return stock.Snapshot{}, dbError("read stock", err)
 	}
 	if snap.Records, err = s.Records(ctx, keys); err != nil {
-		return Snapshot{}, err
+		return stock.Snapshot{}, err
 	}
 	return snap, nil
 }
@@ -171,8 +188,8 @@ func (s *PGStore) Snapshot(ctx context.Context, ids []int64, keys []string) (Sna
 // purchase path asks for records only once a write has met a stored key, or a batch has failed
 // and its keyed orders must not be refused while their keys have an outcome, so the hot path
 // never runs it.
-func (s *PGStore) Records(ctx context.Context, keys []string) (map[string]IdempotencyRecord, error) {
-	records := map[string]IdempotencyRecord{}
+func (s *Store) Records(ctx context.Context, keys []string) (map[string]stock.IdempotencyRecord, error) {
+	records := map[string]stock.IdempotencyRecord{}
 	if len(keys) == 0 {
 		return records, nil
 	}
@@ -191,9 +208,9 @@ func (s *PGStore) Records(ctx context.Context, keys []string) (map[string]Idempo
 	return records, nil
 }
 
-func scanRecord(rows pgx.Rows) (IdempotencyRecord, error) {
+func scanRecord(rows pgx.Rows) (stock.IdempotencyRecord, error) {
 	var (
-		rec                             IdempotencyRecord
+		rec                             stock.IdempotencyRecord
 		orderID, acceptedID             *uuid.UUID
 		productID, requested, available *int64
 		customerID                      *string
@@ -203,23 +220,23 @@ func scanRecord(rows pgx.Rows) (IdempotencyRecord, error) {
 	err := rows.Scan(&rec.Key, &rec.Fingerprint, &orderID, &acceptedID, &productID, &requested, &available,
 		&customerID, &createdAt, &itemProducts, &itemQuantities)
 	if err != nil {
-		return IdempotencyRecord{}, err
+		return stock.IdempotencyRecord{}, err
 	}
 	if acceptedID != nil {
 		rec.Accepted = acceptedID
 		return rec, nil
 	}
 	if orderID == nil {
-		rec.SoldOut = &SoldOutError{ProductID: deref(productID), Requested: deref(requested), Available: deref(available)}
+		rec.SoldOut = &stock.SoldOutError{ProductID: deref(productID), Requested: deref(requested), Available: deref(available)}
 		return rec, nil
 	}
 	if customerID == nil || createdAt == nil || len(itemProducts) != len(itemQuantities) {
-		return IdempotencyRecord{}, fmt.Errorf("idempotency record %q names order %s, which is incomplete", rec.Key, orderID)
+		return stock.IdempotencyRecord{}, fmt.Errorf("idempotency record %q names order %s, which is incomplete", rec.Key, orderID)
 	}
-	o := Order{ID: *orderID, CustomerID: *customerID, Status: OrderStatusConfirmed, CreatedAt: *createdAt,
-		Items: make([]Item, len(itemProducts))}
+	o := stock.Order{ID: *orderID, CustomerID: *customerID, Status: stock.OrderStatusConfirmed, CreatedAt: *createdAt,
+		Items: make([]stock.Item, len(itemProducts))}
 	for i := range itemProducts {
-		o.Items[i] = Item{ProductID: itemProducts[i], Quantity: itemQuantities[i]}
+		o.Items[i] = stock.Item{ProductID: itemProducts[i], Quantity: itemQuantities[i]}
 	}
 	rec.Order = &o
 	return rec, nil
@@ -233,10 +250,10 @@ func deref(p *int64) int64 {
 }
 
 // Commit implements Store.
-func (s *PGStore) Commit(ctx context.Context, w Write) (Committed, error) {
-	sql, args := commitSQL(w.Defense), commitArgs(w)
+func (s *Store) Commit(ctx context.Context, w stock.Write) (stock.Committed, error) {
+	sql, args := s.commit, commitArgs(w)
 	if w.SkipStored {
-		sql, args = commitSkippingSQL(w.Defense), commitSkippingArgs(w)
+		sql, args = s.commitSkipping, commitSkippingArgs(w)
 	}
 	var (
 		res batchResult
@@ -250,17 +267,17 @@ func (s *PGStore) Commit(ctx context.Context, w Write) (Committed, error) {
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
-		return committed(w, res)
+		return s.committed(w, res)
 	case constraintViolated(err, "23514", "products_stock_nonnegative"):
-		return Committed{}, &CaughtError{Layer: LayerCheck, ProductID: checkedProduct(w), Err: fmt.Errorf("%w: %w", ErrConflict, err)}
+		return stock.Committed{}, &stock.CaughtError{Layer: stock.LayerCheck, ProductID: checkedProduct(w), Err: fmt.Errorf("%w: %w", stock.ErrConflict, err)}
 	case constraintViolated(err, "23505", "idempotency_keys_pkey"):
-		return Committed{}, fmt.Errorf("%w: an idempotency key was stored meanwhile: %w", ErrConflict, err)
+		return stock.Committed{}, fmt.Errorf("%w: an idempotency key was stored meanwhile: %w", stock.ErrConflict, err)
 	case constraintViolated(err, "23503", "idempotency_keys_order_id_fkey"):
 		// commitSkippingSQL's claims outlived orders that a refused decrement kept out.
-		return Committed{}, fmt.Errorf("%w: a decrement matched no row", ErrConflict)
+		return stock.Committed{}, &stock.RefusedError{Conditions: s.conditions, Reason: "a decrement matched no row"}
 	case errors.As(err, &pgErr), pgconn.SafeToRetry(err):
 		// Postgres refused the statement, or it was never sent: nothing was written.
-		return Committed{}, dbError("commit batch", err)
+		return stock.Committed{}, dbError("commit batch", err)
 	}
 	// The reply was lost (a broken connection, a deadline): the batch may have committed.
 	return s.findCommit(ctx, w, err)
@@ -269,14 +286,14 @@ func (s *PGStore) Commit(ctx context.Context, w Write) (Committed, error) {
 // committed reads what a write that ran without error did: every order written, or — with
 // w.SkipStored — some left out. A write that confirmed orders and wrote none of them was
 // refused (or, with w.SkipStored, left them all out): either way nothing was written.
-func committed(w Write, res batchResult) (Committed, error) {
+func (s *Store) committed(w stock.Write, res batchResult) (stock.Committed, error) {
 	if len(w.Orders) == 0 {
-		return Committed{At: time.Now()}, nil
+		return stock.Committed{At: time.Now()}, nil
 	}
 	if len(res.written) == 0 {
-		return Committed{}, fmt.Errorf("%w: a decrement matched no row, or every order's key was stored meanwhile", ErrConflict)
+		return stock.Committed{}, &stock.RefusedError{Conditions: s.conditions, Reason: "a decrement matched no row, or every order's key was stored meanwhile"}
 	}
-	c := Committed{}
+	c := stock.Committed{}
 	for _, o := range w.Orders {
 		at, ok := res.written[o.ID]
 		if !ok {
@@ -286,7 +303,7 @@ func committed(w Write, res batchResult) (Committed, error) {
 		c.At = at
 	}
 	if len(c.Skipped) > 0 && !w.SkipStored {
-		return Committed{}, fmt.Errorf("stock: commit wrote %d of %d orders of an all-or-nothing write", len(res.written), len(w.Orders))
+		return stock.Committed{}, fmt.Errorf("stock: commit wrote %d of %d orders of an all-or-nothing write", len(res.written), len(w.Orders))
 	}
 	if len(c.Skipped) > 0 && len(res.stored) > 0 {
 		// Best effort: a record this cannot read is read again by its own query.
@@ -309,21 +326,21 @@ type storedJSON struct {
 
 // parseStored reads the records commitSkippingSQL returned (see Committed.Stored for what a
 // confirmed order's record holds).
-func parseStored(raw []byte) (map[string]IdempotencyRecord, error) {
+func parseStored(raw []byte) (map[string]stock.IdempotencyRecord, error) {
 	var list []storedJSON
 	if err := json.Unmarshal(raw, &list); err != nil {
 		return nil, fmt.Errorf("read the stored records a write returned: %w", err)
 	}
-	records := make(map[string]IdempotencyRecord, len(list))
+	records := make(map[string]stock.IdempotencyRecord, len(list))
 	for _, r := range list {
-		rec := IdempotencyRecord{Key: r.Key, Fingerprint: r.Fingerprint}
+		rec := stock.IdempotencyRecord{Key: r.Key, Fingerprint: r.Fingerprint}
 		switch {
 		case r.AsyncOrderID != nil:
 			rec.Accepted = r.AsyncOrderID
 		case r.OrderID == nil:
-			rec.SoldOut = &SoldOutError{ProductID: deref(r.ProductID), Requested: deref(r.Requested), Available: deref(r.Available)}
+			rec.SoldOut = &stock.SoldOutError{ProductID: deref(r.ProductID), Requested: deref(r.Requested), Available: deref(r.Available)}
 		default:
-			rec.Order = &Order{ID: *r.OrderID, Status: OrderStatusConfirmed, CreatedAt: r.CreatedAt}
+			rec.Order = &stock.Order{ID: *r.OrderID, Status: stock.OrderStatusConfirmed, CreatedAt: r.CreatedAt}
 		}
 		records[r.Key] = rec
 	}
@@ -332,7 +349,7 @@ func parseStored(raw []byte) (map[string]IdempotencyRecord, error) {
 
 // commitCart writes a batch over several products in an explicit transaction: a decrement that
 // matches no row must undo those that matched, which one statement alone cannot do.
-func (s *PGStore) commitCart(ctx context.Context, w Write, sql string, args []any) (res batchResult, err error) {
+func (s *Store) commitCart(ctx context.Context, w stock.Write, sql string, args []any) (res batchResult, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return batchResult{}, err
@@ -401,9 +418,9 @@ const findCommitSQL = `SELECT id, created_at FROM orders WHERE id = ANY($1)`
 // exist or none does, since the write is one transaction (with w.SkipStored, those that exist
 // are the ones written). A batch that confirmed nothing only stored refusals, which are true
 // either way.
-func (s *PGStore) findCommit(ctx context.Context, w Write, cause error) (Committed, error) {
+func (s *Store) findCommit(ctx context.Context, w stock.Write, cause error) (stock.Committed, error) {
 	if len(w.Orders) == 0 {
-		return Committed{At: time.Now()}, nil
+		return stock.Committed{At: time.Now()}, nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
 	defer cancel()
@@ -421,19 +438,19 @@ func (s *PGStore) findCommit(ctx context.Context, w Write, cause error) (Committ
 	})
 	switch {
 	case err != nil:
-		return Committed{}, fmt.Errorf("%w: %w: commit batch (%w), and looking it up failed: %v", ErrUnavailable, ErrOutcomeUnknown, cause, err)
+		return stock.Committed{}, fmt.Errorf("%w: %w: commit batch (%w), and looking it up failed: %v", stock.ErrUnavailable, stock.ErrOutcomeUnknown, cause, err)
 	case len(written) == 0:
 		// Not committed as far as Postgres can tell now. A statement still running on a
 		// connection the server has not yet seen close could commit later, so this is
 		// "unavailable" — retry with the same key — and never "not sold".
-		return Committed{}, fmt.Errorf("%w: %w: commit batch: %w", ErrUnavailable, ErrOutcomeUnknown, cause)
+		return stock.Committed{}, fmt.Errorf("%w: %w: commit batch: %w", stock.ErrUnavailable, stock.ErrOutcomeUnknown, cause)
 	}
-	return committed(w, batchResult{written: written})
+	return s.committed(w, batchResult{written: written})
 }
 
 // checkedProduct names the product whose CHECK refused a single-product write; for a cart,
 // Postgres's error does not say which of its products it was.
-func checkedProduct(w Write) int64 {
+func checkedProduct(w stock.Write) int64 {
 	if len(w.Decrements) == 1 {
 		return w.Decrements[0].ProductID
 	}
@@ -442,7 +459,7 @@ func checkedProduct(w Write) int64 {
 
 // commitArgs lays w out as commitSQL's array parameters. Every slice is non-nil: pgx sends a nil
 // slice as NULL, and cardinality(NULL) would make an empty decrement list look refused.
-func commitArgs(w Write) []any {
+func commitArgs(w stock.Write) []any {
 	n := len(w.Decrements)
 	ids, qtys, stocks, versions, fences := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	for i, d := range w.Decrements {
@@ -480,7 +497,7 @@ func commitArgs(w Write) []any {
 
 // commitSkippingArgs lays w out as commitSkippingSQL's array parameters (every slice non-nil,
 // as for commitArgs). Its records are all confirmed orders: a write with refusals never skips.
-func commitSkippingArgs(w Write) []any {
+func commitSkippingArgs(w stock.Write) []any {
 	n := len(w.Decrements)
 	ids, stocks, versions, fences := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	for i, d := range w.Decrements {

@@ -1,0 +1,72 @@
+package stockpg
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/testenv"
+)
+
+// TestFindCommit: when a commit's reply is lost, the store looks the batch up instead of
+// guessing. Found, the batch is confirmed with its time; not found, the answer is "unavailable"
+// (retry with the same key), never "not sold"; a batch of refusals alone is true either way.
+func TestFindCommit(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	s := New(pool)
+	p, err := s.CreateProduct(context.Background(), stock.NewProduct{SKU: "lost", Name: "lost", Stock: 5})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	snap, err := s.Snapshot(context.Background(), []int64{p.ID}, nil)
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	order := stock.Order{ID: uuid.Must(uuid.NewV7()), CustomerID: "c", Items: []stock.Item{{ProductID: p.ID, Quantity: 1}}}
+	w := stock.Write{Orders: []stock.Order{order},
+		Decrements: []stock.Decrement{{ProductID: p.ID, Quantity: 1, Read: snap.Levels[p.ID], Fence: 1}}}
+	lost := io.ErrUnexpectedEOF
+
+	if _, err := s.findCommit(context.Background(), w, lost); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, stock.ErrOutcomeUnknown) || !errors.Is(err, lost) {
+		t.Errorf("lookup of a batch that never committed = %v, want stock.ErrUnavailable and stock.ErrOutcomeUnknown wrapping the cause", err)
+	}
+	c, err := s.Commit(context.Background(), w)
+	if err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	got, err := s.findCommit(context.Background(), w, lost)
+	if err != nil || !got.At.Equal(c.At) || len(got.Skipped) != 0 {
+		t.Errorf("lookup of a committed batch = %+v, %v; want %v, nothing skipped", got, err, c.At)
+	}
+	refusals := stock.Write{Records: []stock.IdempotencyRecord{{Key: "k", Fingerprint: []byte("f"), SoldOut: &stock.SoldOutError{ProductID: p.ID}}}}
+	if _, err := s.findCommit(context.Background(), refusals, lost); err != nil {
+		t.Errorf("lookup of a batch of refusals = %v, want nil: they are true whether stored or not", err)
+	}
+}
+
+// TestDemoDefaultIsProduction: a demonstration store with every layer on writes exactly what the
+// production store writes, so the demonstrations differ from production only by the layers they
+// take away.
+func TestDemoDefaultIsProduction(t *testing.T) {
+	if got := demoDecrement(stock.DefaultDefense()); got != productionDecrement {
+		t.Errorf("demo decrement with every layer:\n%s\nwant the production one:\n%s", got, productionDecrement)
+	}
+	demo, prod := NewDemo(nil, stock.DefaultDefense()), New(nil)
+	if demo.commit != prod.commit || demo.commitSkipping != prod.commitSkipping || demo.conditions != prod.conditions {
+		t.Error("a demonstration store with every layer differs from the production store")
+	}
+	if naive := demoDecrement(stock.Defense{}); !strings.Contains(naive, "stock = d.read_stock - d.qty") || strings.Contains(naive, "p.version = d.read_version") {
+		t.Errorf("naive decrement = %s, want a write-back of the read stock with no condition", naive)
+	}
+}
