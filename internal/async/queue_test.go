@@ -366,9 +366,9 @@ func TestIdempotencyAcrossRoutes(t *testing.T) {
 	if _, err := r.tryAccept("c1", "k-async", one(id, 2)); !errors.Is(err, stock.ErrIdempotencyKeyReused) {
 		t.Errorf("other body under the key: err = %v, want ErrIdempotencyKeyReused", err)
 	}
-	_, err := r.svc.PlaceOrder(context.Background(), stock.OrderRequest{CustomerID: "c1", Items: []stock.Item{one(id, 1)}, IdempotencyKey: "k-async"})
-	if accepted, ok := errors.AsType[*stock.AcceptedError](err); !ok || accepted.OrderID != first.Order.ID {
-		t.Errorf("synchronous retry: err = %v, want AcceptedError for %s", err, first.Order.ID)
+	syncRetry, err := r.svc.PlaceOrder(context.Background(), stock.OrderRequest{CustomerID: "c1", Items: []stock.Item{one(id, 1)}, IdempotencyKey: "k-async"})
+	if err != nil || syncRetry.Accepted == nil || *syncRetry.Accepted != first.Order.ID || !syncRetry.Replayed || syncRetry.Order.ID != uuid.Nil {
+		t.Errorf("synchronous retry = %+v, %v; want order %s, accepted, replayed, nothing bought", syncRetry, err, first.Order.ID)
 	}
 
 	// Decided: the replay shows the decision.

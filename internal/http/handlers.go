@@ -124,13 +124,13 @@ func (s *Server) handlePlaceOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.svc.PlaceOrder(r.Context(), req.toOrderRequest(key))
-	if accepted, ok := errors.AsType[*stock.AcceptedError](err); ok {
-		// The key belongs to an order accepted for later: answer with it, as its own retry is.
-		s.writeAccepted(w, r, accepted.OrderID)
-		return
-	}
 	if err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	if res.Accepted != nil {
+		// The key belongs to an order accepted for later: answer with it, as its own retry is.
+		s.writeAccepted(w, r, *res.Accepted)
 		return
 	}
 	s.writeConfirmed(w, res.Order, res.Replayed)
