@@ -1,6 +1,8 @@
 // Package async is the delay queue for orders: an order sent with Prefer: respond-async is
 // accepted at once (202) and decided later, through the same defended purchase path as any
-// other order, by whichever replica's River worker gets to it.
+// other order, by whichever replica's River worker gets to it. Queue.Place accepts an order
+// (or refuses it at once, as the purchase path would); Queue.Find looks an order up by its id,
+// whichever route placed it; a rejected order says why with a Reason.
 //
 // The queue is Postgres: River's job table and the service's async_orders table, written in
 // one transaction, so an accepted order is never lost and never decided twice. Orders that

@@ -30,17 +30,35 @@ type Order struct {
 	copied bool
 }
 
-// Rejection is why an accepted order was refused: Code is the problem code a synchronous order
-// would have been answered with ("sold-out" for lack of stock, with the product, what was
-// asked for and what was left when the order's turn came).
+// Rejection is why an accepted order was refused: its Reason and, when the reason is
+// ReasonSoldOut, the product that was short, what was asked for and what was left when the
+// order's turn came.
 type Rejection struct {
-	Code      string
+	Reason    Reason
 	ProductID int64
 	Requested int64
 	Available int64
 }
 
-// Acceptance is what Accept answers.
+// Reason is why an accepted order was rejected. Its values are what async_orders.reason holds,
+// as they have since the table was made (so that rows written before the type existed read the
+// same), and the SQL that rejects orders writes two of them literally: copyDecisionsSQL
+// 'sold-out', failSQL 'internal'. The transport chooses what each means to a client.
+type Reason string
+
+// The reasons an accepted order is rejected for.
+const (
+	// ReasonSoldOut: not enough stock was left when the order's turn came.
+	ReasonSoldOut Reason = "sold-out"
+	// ReasonProductNotFound: a product of the order no longer exists.
+	ReasonProductNotFound Reason = "product-not-found"
+	// ReasonInvalid: the order breaks a rule that changed since it was accepted.
+	ReasonInvalid Reason = "invalid-request"
+	// ReasonInternal: deciding the order failed unexpectedly Config.MaxAttempts times.
+	ReasonInternal Reason = "internal"
+)
+
+// Acceptance is what Accept and Place answer.
 type Acceptance struct {
 	// Order is the accepted order: new and pending, or — when Replayed — the order the key
 	// was first sent with, as it stands now.
@@ -49,4 +67,15 @@ type Acceptance struct {
 	// Confirmed, when not nil, is the order a synchronous request with the same key and body
 	// confirmed earlier: the key's outcome, replayed (Order is then empty).
 	Confirmed *stock.Order
+}
+
+// Found is an order found by its id (Find): the order the purchase path confirmed (Confirmed),
+// or, when it has none, the order accepted for later and not confirmed yet (Order: pending or
+// rejected — or confirmed a moment ago, between the two reads).
+type Found struct {
+	// Confirmed, when not nil, is the purchase path's order: placed at once, or accepted for
+	// later and since confirmed (an accepted order is confirmed under its own id).
+	Confirmed *stock.Order
+	// Order is the accepted order, when Confirmed is nil.
+	Order Order
 }

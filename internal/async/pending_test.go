@@ -37,7 +37,7 @@ func TestFailingOrderIsRejectedAfterItsAttempts(t *testing.T) {
 	good := r.accept(t, "c-good", "", one(id, 2))
 	r.start(t)
 	got := r.awaitDecided(t, []uuid.UUID{bad.Order.ID, good.Order.ID}, 60*time.Second)
-	if o := got[bad.Order.ID]; o.Status != async.StatusRejected || o.Rejection == nil || o.Rejection.Code != "internal" {
+	if o := got[bad.Order.ID]; o.Status != async.StatusRejected || o.Rejection == nil || o.Rejection.Reason != async.ReasonInternal {
 		t.Errorf("failing order = %+v (rejection %+v), want rejected, reason internal", o, o.Rejection)
 	}
 	if o := got[good.Order.ID]; o.Status != async.StatusConfirmed {

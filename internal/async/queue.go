@@ -274,6 +274,44 @@ func (q *Queue) Order(ctx context.Context, id uuid.UUID) (Order, error) {
 	return q.store.order(ctx, id)
 }
 
+// Place accepts req to be decided later, or refuses it now. It is validated as the purchase
+// path validates an order, and an order the service already knows it would refuse for want of
+// stock — its product known sold out, with no query and no lock (stock.Service.SoldOutNow) — is
+// refused at once: there is nothing to wait for. Otherwise it is accepted (Accept), or answered
+// with its key's outcome. Errors: *stock.ValidationError, *stock.SoldOutError, and Accept's.
+func (q *Queue) Place(ctx context.Context, req stock.OrderRequest) (Acceptance, error) {
+	p, err := q.svc.Prepare(req)
+	if err != nil {
+		return Acceptance{}, err
+	}
+	if err := q.svc.SoldOutNow(ctx, p); err != nil {
+		return Acceptance{}, err
+	}
+	return q.Accept(ctx, p)
+}
+
+// Find returns the order id names, wherever it is: the purchase path's order when there is one
+// (an order accepted for later is confirmed under its own id), else the order accepted for
+// later. The lookup is here because this package is the one that knows both kinds: stock knows
+// nothing of orders accepted for later, and a transport that tried both in turn would hold the
+// rule that one id names one order. Errors: stock.ErrOrderNotFound (neither has id),
+// stock.ErrUnavailable.
+func (q *Queue) Find(ctx context.Context, id uuid.UUID) (Found, error) {
+	o, err := q.svc.Order(ctx, id)
+	if err == nil {
+		return Found{Confirmed: &o}, nil
+	}
+	if !errors.Is(err, stock.ErrOrderNotFound) {
+		return Found{}, err
+	}
+	// Not an order (yet): perhaps one accepted for later, pending or rejected.
+	accepted, err := q.store.order(ctx, id)
+	if err != nil {
+		return Found{}, err
+	}
+	return Found{Order: accepted}, nil
+}
+
 func (q *Queue) oldestPending() ([]lineAge, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

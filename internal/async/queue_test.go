@@ -230,7 +230,7 @@ func TestLineIsDecidedInArrivalOrder(t *testing.T) {
 		if o.Status != want {
 			t.Errorf("order %d (%s) is %s, want %s", i, oid, o.Status, want)
 		}
-		if want == async.StatusRejected && (o.Rejection == nil || o.Rejection.Code != "sold-out" || o.Rejection.Available != 0 || o.Rejection.Requested != 1) {
+		if want == async.StatusRejected && (o.Rejection == nil || o.Rejection.Reason != async.ReasonSoldOut || o.Rejection.Available != 0 || o.Rejection.Requested != 1) {
 			t.Errorf("order %d rejection = %+v, want sold-out, 1 requested, 0 available", i, o.Rejection)
 		}
 		if o.DecidedAt.Before(o.AcceptedAt) {
@@ -367,9 +367,9 @@ func TestIdempotencyAcrossRoutes(t *testing.T) {
 	if _, err := r.tryAccept("c1", "k-async", one(id, 2)); !errors.Is(err, stock.ErrIdempotencyKeyReused) {
 		t.Errorf("other body under the key: err = %v, want ErrIdempotencyKeyReused", err)
 	}
-	_, err := r.svc.PlaceOrder(context.Background(), stock.OrderRequest{CustomerID: "c1", Items: []stock.Item{one(id, 1)}, IdempotencyKey: "k-async"})
-	if accepted, ok := errors.AsType[*stock.AcceptedError](err); !ok || accepted.OrderID != first.Order.ID {
-		t.Errorf("synchronous retry: err = %v, want AcceptedError for %s", err, first.Order.ID)
+	syncRetry, err := r.svc.PlaceOrder(context.Background(), stock.OrderRequest{CustomerID: "c1", Items: []stock.Item{one(id, 1)}, IdempotencyKey: "k-async"})
+	if err != nil || syncRetry.Accepted == nil || *syncRetry.Accepted != first.Order.ID || !syncRetry.Replayed || syncRetry.Order.ID != uuid.Nil {
+		t.Errorf("synchronous retry = %+v, %v; want order %s, accepted, replayed, nothing bought", syncRetry, err, first.Order.ID)
 	}
 
 	// Decided: the replay shows the decision.
@@ -438,7 +438,7 @@ func TestCarts(t *testing.T) {
 	if x.Status == async.StatusConfirmed {
 		x, y = y, x
 	}
-	if x.Rejection == nil || x.Rejection.Code != "sold-out" || x.Rejection.ProductID != b || x.Rejection.Available != 0 {
+	if x.Rejection == nil || x.Rejection.Reason != async.ReasonSoldOut || x.Rejection.ProductID != b || x.Rejection.Available != 0 {
 		t.Errorf("rejected cart: %+v, want sold-out naming product %d with 0 left", x.Rejection, b)
 	}
 	if au := mustAudit(t, r, a); au.Sold != 1 {
@@ -643,5 +643,73 @@ func TestCartDecidedButNotCopied(t *testing.T) {
 	r.awaitCopied(t, acc.Order.ID, "the cart's job")
 	if au := mustAudit(t, r, a); au.Sold != 1 {
 		t.Errorf("audit = %+v, want 1 sold: bought once", au)
+	}
+}
+
+// Place is the asynchronous route in one call: an order the purchase path would refuse as
+// invalid, or for a product that does not exist, is refused before anything is written; a
+// valid one is accepted, pending.
+func TestPlace(t *testing.T) {
+	w := newWorld(t)
+	r := w.replica(t, replicaOptions{})
+	id := createProduct(t, r, "PLACE-1", 3)
+	ctx := context.Background()
+
+	_, err := r.queue.Place(ctx, stock.OrderRequest{CustomerID: "", Items: []stock.Item{one(id, 1)}})
+	if invalid, ok := errors.AsType[*stock.ValidationError](err); !ok || invalid.Field != "customer_id" {
+		t.Errorf("no customer: err = %v, want a ValidationError naming customer_id", err)
+	}
+	_, err = r.queue.Place(ctx, stock.OrderRequest{CustomerID: "c1", Items: []stock.Item{one(id+100, 1)}, IdempotencyKey: "k-missing"})
+	if missing, ok := errors.AsType[*stock.ProductNotFoundError](err); !ok || missing.ProductID != id+100 {
+		t.Errorf("missing product: err = %v, want product %d not found", err, id+100)
+	}
+	if n := ordersOf(t, r, "") + ordersOf(t, r, "c1"); n != 0 {
+		t.Errorf("%d orders accepted from refused requests, want 0", n)
+	}
+
+	acc, err := r.queue.Place(ctx, stock.OrderRequest{CustomerID: "c2", Items: []stock.Item{one(id, 2)}, IdempotencyKey: "k-place"})
+	if err != nil || acc.Replayed || acc.Confirmed != nil || acc.Order.Status != async.StatusPending || acc.Order.CustomerID != "c2" {
+		t.Fatalf("valid order = %+v, %v; want c2's order accepted, pending", acc, err)
+	}
+	again, err := r.queue.Place(ctx, stock.OrderRequest{CustomerID: "c2", Items: []stock.Item{one(id, 2)}, IdempotencyKey: "k-place"})
+	if err != nil || !again.Replayed || again.Order.ID != acc.Order.ID {
+		t.Errorf("retry = %+v, %v; want order %s replayed", again, err, acc.Order.ID)
+	}
+}
+
+// Find answers for every order id, whichever route placed it: an order accepted for later is
+// found pending, then — once the purchase path confirms it, under its own id — as the
+// purchase path's order; a synchronous order is the purchase path's at once; an unknown id is
+// no order.
+func TestFind(t *testing.T) {
+	w := newWorld(t)
+	r := w.replica(t, replicaOptions{})
+	id := createProduct(t, r, "FIND-1", 5)
+	ctx := context.Background()
+
+	acc := r.accept(t, "c1", "", one(id, 1))
+	found, err := r.queue.Find(ctx, acc.Order.ID)
+	if err != nil || found.Confirmed != nil || found.Order.ID != acc.Order.ID || found.Order.Status != async.StatusPending {
+		t.Errorf("pending order: Find = %+v, %v; want the accepted order, pending", found, err)
+	}
+
+	r.start(t)
+	r.awaitCopied(t, acc.Order.ID, "the drain")
+	found, err = r.queue.Find(ctx, acc.Order.ID)
+	if err != nil || found.Confirmed == nil || found.Confirmed.ID != acc.Order.ID || found.Confirmed.CustomerID != "c1" {
+		t.Errorf("confirmed order: Find = %+v, %v; want the purchase path's order %s", found, err, acc.Order.ID)
+	}
+
+	placed, err := r.svc.PlaceOrder(ctx, stock.OrderRequest{CustomerID: "c2", Items: []stock.Item{one(id, 1)}})
+	if err != nil {
+		t.Fatalf("synchronous order: %v", err)
+	}
+	found, err = r.queue.Find(ctx, placed.Order.ID)
+	if err != nil || found.Confirmed == nil || found.Confirmed.ID != placed.Order.ID {
+		t.Errorf("synchronous order: Find = %+v, %v; want order %s", found, err, placed.Order.ID)
+	}
+
+	if _, err := r.queue.Find(ctx, uuid.Must(uuid.NewV7())); !errors.Is(err, stock.ErrOrderNotFound) {
+		t.Errorf("unknown id: err = %v, want ErrOrderNotFound", err)
 	}
 }

@@ -241,7 +241,7 @@ func (s *pgStore) order(ctx context.Context, id uuid.UUID) (Order, error) {
 		o.DecidedAt = *decidedAt
 	}
 	if reason != nil {
-		o.Rejection = &Rejection{Code: *reason, ProductID: deref(rProduct), Requested: deref(rRequested), Available: deref(rAvailable)}
+		o.Rejection = &Rejection{Reason: Reason(*reason), ProductID: deref(rProduct), Requested: deref(rRequested), Available: deref(rAvailable)}
 	}
 	// Decided, not yet copied: the record is the decision.
 	if o.Status == StatusPending && kOutcome != nil {
@@ -250,7 +250,7 @@ func (s *pgStore) order(ctx context.Context, id uuid.UUID) (Order, error) {
 			o.Status = StatusConfirmed
 		} else {
 			o.Status = StatusRejected
-			o.Rejection = &Rejection{Code: "sold-out", ProductID: deref(kProduct), Requested: deref(kRequested), Available: deref(kAvailable)}
+			o.Rejection = &Rejection{Reason: ReasonSoldOut, ProductID: deref(kProduct), Requested: deref(kRequested), Available: deref(kAvailable)}
 		}
 	}
 	return o, nil
@@ -271,8 +271,8 @@ type decided struct {
 
 // record makes the decisions of orders final: refusals the purchase path did not store are
 // stored, and every order with a record gets its decision copied. Orders whose decision is no
-// record (rejects) are rejected with their code. It returns what was decided by this call.
-func (s *pgStore) record(ctx context.Context, orders []pending, decisions []stock.Decision, rejects map[uuid.UUID]string) ([]decided, error) {
+// record (rejects) are rejected with their reason. It returns what was decided by this call.
+func (s *pgStore) record(ctx context.Context, orders []pending, decisions []stock.Decision, rejects map[uuid.UUID]Reason) ([]decided, error) {
 	var keys, outcomes []string
 	var fingerprints [][]byte
 	var products, requested, available []int64

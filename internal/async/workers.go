@@ -196,16 +196,16 @@ func (q *Queue) decide(ctx context.Context, orders []pending) error {
 		accepted[i] = stock.Accepted{ID: o.id, CustomerID: o.customerID, Items: o.items}
 	}
 	decisions := q.svc.DecideAccepted(ctx, accepted)
-	rejects := map[uuid.UUID]string{}
+	rejects := map[uuid.UUID]Reason{}
 	var busy *stock.BusyError
 	var failed, unexpected error
 	for i, d := range decisions {
 		switch {
 		case d.Err == nil, errors.Is(d.Err, stock.ErrSoldOut):
 		case errors.Is(d.Err, stock.ErrProductNotFound):
-			rejects[orders[i].id] = "product-not-found"
+			rejects[orders[i].id] = ReasonProductNotFound
 		case errors.Is(d.Err, stock.ErrInvalid):
-			rejects[orders[i].id] = "invalid-request"
+			rejects[orders[i].id] = ReasonInvalid
 		case errors.As(d.Err, &busy), errors.Is(d.Err, stock.ErrBusy), errors.Is(d.Err, stock.ErrLockLost):
 			if busy == nil {
 				busy = &stock.BusyError{RetryAfter: 100 * time.Millisecond}

@@ -101,8 +101,9 @@ func toAsyncOrderResponse(o async.Order) orderResponse {
 		r.DecidedAt = &at
 	}
 	if rej := o.Rejection; rej != nil {
-		r.Rejection = &rejectionDTO{Code: rej.Code, ProductID: rej.ProductID, Requested: rej.Requested}
-		if rej.Code == "sold-out" {
+		r.Rejection = &rejectionDTO{Code: rejectionCode(rej.Reason), ProductID: rej.ProductID, Requested: rej.Requested}
+		if rej.Reason == async.ReasonSoldOut {
+			// What was left is a figure of a refusal for want of stock only (0 included).
 			available := rej.Available
 			r.Rejection.Available = &available
 		}

@@ -1,7 +1,7 @@
 package stockhttp
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -120,17 +120,24 @@ func (s *Server) handlePlaceOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.queue != nil && prefersAsync(r.Header) {
-		s.acceptOrder(w, r, req.toOrderRequest(key))
+		// Decided later, or refused now when there is nothing to wait for (its product
+		// known sold out: 409, as the synchronous route would answer).
+		acc, err := s.queue.Place(r.Context(), req.toOrderRequest(key))
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		s.writeAcceptance(w, acc)
 		return
 	}
 	res, err := s.svc.PlaceOrder(r.Context(), req.toOrderRequest(key))
-	if accepted, ok := errors.AsType[*stock.AcceptedError](err); ok {
-		// The key belongs to an order accepted for later: answer with it, as its own retry is.
-		s.writeAccepted(w, r, accepted.OrderID)
-		return
-	}
 	if err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	if res.Accepted != nil {
+		// The key belongs to an order accepted for later: answer with it, as its own retry is.
+		s.writeAccepted(w, r, *res.Accepted)
 		return
 	}
 	s.writeConfirmed(w, res.Order, res.Replayed)
@@ -144,24 +151,9 @@ func (s *Server) writeConfirmed(w http.ResponseWriter, o stock.Order, replayed b
 	writeJSON(w, http.StatusCreated, "application/json", toOrderResponse(o))
 }
 
-// acceptOrder puts an order in its product's line and answers 202 with where to watch it. An
-// order the service can refuse at once without a query (its product is known sold out) is
-// refused at once, 409, as the synchronous route would: the preference is for not waiting,
-// and there is nothing to wait for.
-func (s *Server) acceptOrder(w http.ResponseWriter, r *http.Request, req stock.OrderRequest) {
-	p, err := s.svc.Prepare(req)
-	if err == nil {
-		err = s.svc.SoldOutNow(r.Context(), p)
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	acc, err := s.queue.Accept(r.Context(), p)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+// writeAcceptance answers an order sent with Prefer: respond-async: 202 with where to watch
+// it, or, when its key's outcome is an order already confirmed, that order (201, replayed).
+func (s *Server) writeAcceptance(w http.ResponseWriter, acc async.Acceptance) {
 	if acc.Confirmed != nil {
 		s.writeConfirmed(w, *acc.Confirmed, true)
 		return
@@ -172,7 +164,8 @@ func (s *Server) acceptOrder(w http.ResponseWriter, r *http.Request, req stock.O
 	writeAcceptedOrder(w, acc.Order)
 }
 
-// writeAccepted answers a synchronous order whose key belongs to the accepted order id.
+// writeAccepted answers a synchronous order whose key belongs to the accepted order id. The
+// answer is that order as it stands, which only the queue holds.
 func (s *Server) writeAccepted(w http.ResponseWriter, r *http.Request, id uuid.UUID) {
 	if s.queue == nil {
 		s.writeError(w, r, fmt.Errorf("order %s was accepted for later, and this server has no queue to read it from", id))
@@ -214,25 +207,28 @@ func (s *Server) handleGetOrder(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, stock.ErrOrderNotFound)
 		return
 	}
-	o, err := s.svc.Order(r.Context(), id)
-	if errors.Is(err, stock.ErrOrderNotFound) && s.queue != nil {
-		// Not an order (yet): perhaps one accepted for later, pending or rejected.
-		accepted, aerr := s.queue.Order(r.Context(), id)
-		if aerr != nil {
-			s.writeError(w, r, aerr)
-			return
-		}
-		if accepted.Status == async.StatusPending {
-			w.Header().Set("Retry-After", "1")
-		}
-		writeJSON(w, http.StatusOK, "application/json", toAsyncOrderResponse(accepted))
-		return
-	}
+	found, err := s.findOrder(r.Context(), id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, "application/json", toOrderResponse(o))
+	if found.Confirmed != nil {
+		writeJSON(w, http.StatusOK, "application/json", toOrderResponse(*found.Confirmed))
+		return
+	}
+	if found.Order.Status == async.StatusPending {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, http.StatusOK, "application/json", toAsyncOrderResponse(found.Order))
+}
+
+// findConfirmed is findOrder for a server without a queue: only the purchase path's orders.
+func (s *Server) findConfirmed(ctx context.Context, id uuid.UUID) (async.Found, error) {
+	o, err := s.svc.Order(ctx, id)
+	if err != nil {
+		return async.Found{}, err
+	}
+	return async.Found{Confirmed: &o}, nil
 }
 
 // productID reads the {id} path parameter. An id that is not a positive integer names no

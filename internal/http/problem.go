@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/stocksvc/stocksvc/internal/async"
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
@@ -155,6 +156,20 @@ func problemFor(err error) *problem {
 		return p
 	}
 	return newProblem("internal", "an unexpected error occurred")
+}
+
+// rejectionCode is the problem code of why an order accepted for later was rejected: the code
+// a synchronous order would have been answered with for the same reason.
+func rejectionCode(r async.Reason) string {
+	switch r {
+	case async.ReasonSoldOut:
+		return "sold-out"
+	case async.ReasonProductNotFound:
+		return "product-not-found"
+	case async.ReasonInvalid:
+		return "invalid-request"
+	}
+	return "internal"
 }
 
 // writeError answers with the problem for err and logs server-side failures with their whole

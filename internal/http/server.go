@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -19,14 +20,45 @@ import (
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
+// Service is what the handlers ask of the stock domain: *stock.Service, or a fake in tests.
+// Each method returns the errors its stock.Service namesake documents; problemFor turns them
+// into problems.
+type Service interface {
+	CreateProduct(ctx context.Context, p stock.NewProduct) (stock.Product, error)
+	Product(ctx context.Context, id int64) (stock.ProductView, error)
+	Restock(ctx context.Context, req stock.RestockRequest) (stock.RestockResult, error)
+	Audit(ctx context.Context, id int64) (stock.Audit, error)
+	// PlaceOrder decides an order at once. A result with Accepted set names the order its key
+	// was accepted as for later, which Queue.Order then reads.
+	PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.OrderResult, error)
+	Order(ctx context.Context, id uuid.UUID) (stock.Order, error)
+}
+
+// Queue is what the handlers ask of the asynchronous route: *async.Queue, or a fake in tests.
+// Each method returns the errors its async.Queue namesake documents.
+type Queue interface {
+	// Place accepts an order to be decided later, or refuses it at once.
+	Place(ctx context.Context, req stock.OrderRequest) (async.Acceptance, error)
+	// Find returns the order an id names, whichever route placed it.
+	Find(ctx context.Context, id uuid.UUID) (async.Found, error)
+	// Order returns an order accepted for later as it stands.
+	Order(ctx context.Context, id uuid.UUID) (async.Order, error)
+}
+
+var (
+	_ Service = (*stock.Service)(nil)
+	_ Queue   = (*async.Queue)(nil)
+)
+
 // Config wires a Server. Zero fields take the defaults documented on each.
 type Config struct {
 	// Service does the work. Required.
-	Service *stock.Service
+	Service Service
 	// Queue, when set, takes orders sent with Prefer: respond-async (202, decided later) and
-	// answers for them on GET /v1/orders/{id}. Without it the preference is ignored: every
-	// order is decided at once, as RFC 7240 lets a server do.
-	Queue *async.Queue
+	// answers for them on GET /v1/orders/{id}. Without it (a nil interface, not a nil
+	// *async.Queue) the preference is ignored: every order is decided at once, as RFC 7240
+	// lets a server do.
+	Queue Queue
 	// AdminToken guards the admin routes; empty turns them off (403 admin-disabled).
 	AdminToken string
 	// Ready reports whether the backing services answer; /readyz calls it with a 1s deadline.
@@ -46,8 +78,10 @@ type Config struct {
 
 // Server is the stocksvc HTTP API. It is an http.Handler.
 type Server struct {
-	svc         *stock.Service
-	queue       *async.Queue
+	svc   Service
+	queue Queue // nil: no asynchronous route
+	// findOrder looks an order up by id: Queue.Find, or, without a queue, Service.Order.
+	findOrder   func(ctx context.Context, id uuid.UUID) (async.Found, error)
 	log         *slog.Logger
 	ready       func(ctx context.Context) error
 	adminDigest []byte // sha256 of the admin token; nil when admin routes are off
@@ -86,6 +120,10 @@ func New(cfg Config) *Server {
 		timeout: cfg.RequestTimeout,
 		maxBody: cfg.MaxBodyBytes,
 		metrics: newHTTPMetrics(cfg.Registerer),
+	}
+	s.findOrder = s.findConfirmed
+	if cfg.Queue != nil {
+		s.findOrder = cfg.Queue.Find
 	}
 	if cfg.AdminToken != "" {
 		s.adminDigest = digest(cfg.AdminToken)

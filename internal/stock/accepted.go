@@ -112,7 +112,7 @@ func (s *Service) DecideAccepted(ctx context.Context, orders []Accepted) []Decis
 	for i, o := range outcomes {
 		d := Decision{Err: o.err}
 		if o.err == nil {
-			d.Result = OrderResult{Order: o.order, Replayed: o.replayed}
+			d.Result = o.result()
 		}
 		s.countOutcome(d.Result, d.Err)
 		out[i] = d

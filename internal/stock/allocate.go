@@ -22,12 +22,22 @@ type ticket struct {
 	gone atomic.Bool
 }
 
-// outcome is what a ticket was told: an order (new or replayed), or err — a refusal
-// (*SoldOutError, *ProductNotFoundError, ErrIdempotencyKeyReused) or the failure of its batch.
+// outcome is what a ticket was told: an order (new or replayed), the order its key was accepted
+// as for later (accepted, replayed), or err — a refusal (*SoldOutError, *ProductNotFoundError,
+// ErrIdempotencyKeyReused) or the failure of its batch.
 type outcome struct {
 	order    Order
+	accepted *uuid.UUID
 	replayed bool
 	err      error
+}
+
+// result is the OrderResult of an outcome without err.
+func (o outcome) result() OrderResult {
+	if o.accepted != nil {
+		return OrderResult{Accepted: o.accepted, Replayed: true}
+	}
+	return OrderResult{Order: o.order, Replayed: o.replayed}
 }
 
 // allocation is what one read decides for a batch: an outcome per ticket, in the tickets'
@@ -196,7 +206,8 @@ func replay(rec IdempotencyRecord, fingerprint []byte) outcome {
 		return outcome{err: ErrIdempotencyKeyReused}
 	}
 	if rec.Accepted != nil {
-		return outcome{err: &AcceptedError{OrderID: *rec.Accepted}}
+		// A success: the key's outcome is that order, whatever it has become since.
+		return outcome{accepted: rec.Accepted, replayed: true}
 	}
 	if rec.SoldOut != nil {
 		refusal := *rec.SoldOut

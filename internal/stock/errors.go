@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 var (
@@ -62,17 +60,6 @@ func (e *BusyError) Error() string {
 
 // Is makes errors.Is(err, ErrBusy) hold.
 func (e *BusyError) Is(target error) bool { return target == ErrBusy }
-
-// AcceptedError answers an order whose Idempotency-Key was first sent with an order accepted
-// for later (asynchronous) processing: that order, OrderID, is the key's outcome, whatever it
-// has become since. Nothing new was bought.
-type AcceptedError struct {
-	OrderID uuid.UUID
-}
-
-func (e *AcceptedError) Error() string {
-	return fmt.Sprintf("stock: the idempotency key belongs to order %s, accepted for later", e.OrderID)
-}
 
 // ValidationError names the field that breaks a rule.
 type ValidationError struct {

@@ -54,10 +54,15 @@ type OrderRequest struct {
 
 // OrderResult is the outcome of a successful PlaceOrder.
 type OrderResult struct {
+	// Order is the confirmed order; empty when Accepted is set.
 	Order Order
-	// Replayed is true when the order was created by an earlier request with the same
-	// idempotency key and is being returned again.
+	// Replayed is true when the outcome is that of an earlier request with the same
+	// idempotency key, returned again: the order it created, or the order it was accepted as.
 	Replayed bool
+	// Accepted, when not nil, is the order accepted for later (asynchronously) with the
+	// request's idempotency key: that order is the key's outcome, whatever it has become
+	// since, and nothing was bought now. Replayed is then true and Order empty.
+	Accepted *uuid.UUID
 }
 
 // RestockRequest asks for stock to be added to a product.
