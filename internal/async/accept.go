@@ -13,55 +13,18 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 )
 
 // Accepting an order is a commit, and a commit per order is what the purchase path learned not
 // to pay (docs/design.md, "Why batches"): at a thousand orders a second the accepts' own
 // commits, not the sale, become the bottleneck. So orders of one product each are accepted in
 // groups: every request that arrives while a group commits joins the next one, and a group is
-// one transaction of one statement (acceptSQL) and one insert of River jobs, one per product
+// one transaction of one statement (stockpg.Accepted.AcceptGroup) and one insert of River jobs, one per product
 // in it, whatever its size. A quiet replica's lone order is accepted at once, as before.
 
 // maxAcceptGroup caps the orders accepted in one transaction.
 const maxAcceptGroup = 256
-
-// acceptSQL accepts a group of orders of one product each, in the group's order, and says what
-// became of each: 'accepted' (in line, with its acceptance time), 'taken' (its key already had
-// an outcome, or an order earlier in the group claimed it: nothing was written for it) or
-// 'missing' (no such product: nothing was written).
-//
-// The key is claimed first (ON CONFLICT DO NOTHING), and only an order whose key was claimed,
-// or that has none, goes in line: one order per key, whoever else sends it at the same time. An
-// order's identity column follows the input's order (WITH ORDINALITY, ORDER BY), so the line's
-// seq is the group's arrival order. The foreign keys are checked at the end of the statement,
-// when both inserts are done. accepted_at is the statement's clock, not the transaction's
-// start: a group's transaction begins with its drain jobs, before its turn at the lock.
-const acceptSQL = `
-WITH input AS (
-  SELECT u.*, EXISTS (SELECT 1 FROM products p WHERE p.id = u.product_id) AS found
-    FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bytea[])
-         WITH ORDINALITY AS u(id, customer_id, product_id, quantity, key, fingerprint, n)
-), claimed AS (
-  INSERT INTO idempotency_keys (key, fingerprint, outcome, async_order_id, product_id)
-  SELECT key, fingerprint, 'accepted', id, product_id FROM input
-   WHERE found AND key IS NOT NULL
-   ORDER BY n
-  ON CONFLICT (key) DO NOTHING
-  RETURNING async_order_id
-), placed AS (
-  INSERT INTO async_orders (id, customer_id, product_ids, quantities, product_id, accepted_at)
-  SELECT id, customer_id, ARRAY[product_id], ARRAY[quantity], product_id, clock_timestamp() FROM input
-   WHERE found AND (key IS NULL OR id IN (SELECT async_order_id FROM claimed))
-   ORDER BY n
-  RETURNING id, accepted_at
-)
-SELECT i.id, CASE WHEN p.id IS NOT NULL THEN 'accepted' WHEN NOT i.found THEN 'missing' ELSE 'taken' END, p.accepted_at
-  FROM input i LEFT JOIN placed p ON p.id = i.id
- ORDER BY i.n`
-
-// acceptLockSQL takes the accept locks of a group's products, in ascending order of their keys
-// (the id's high and low halves: see lineLockKey on how the service's locks are kept apart).
-const acceptLockSQL = `SELECT pg_advisory_xact_lock(hi, lo) FROM unnest($1::int[], $2::int[]) AS k(hi, lo) ORDER BY hi, lo`
 
 // distinct returns ids without repeats, in first-seen order.
 func distinct(ids []int64) []int64 {
@@ -99,7 +62,7 @@ type acceptRequest struct {
 }
 
 type acceptResult struct {
-	state string // 'accepted', 'taken' or 'missing', as acceptSQL says
+	state stockpg.AcceptState
 	at    time.Time
 	err   error
 }
@@ -195,20 +158,18 @@ func (a *acceptor) work() {
 	}
 }
 
-// acceptGroup writes a group in one transaction: the orders and their keys (acceptSQL), and a
+// acceptGroup writes a group in one transaction: the orders and their keys (AcceptGroup), and a
 // drain job for each product in the group.
 func (q *Queue) acceptGroup(ctx context.Context, group []*acceptRequest) ([]acceptResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, acceptTimeout)
 	defer cancel()
 	n := len(group)
-	ids, customers, products, quantities := make([]uuid.UUID, n), make([]string, n), make([]int64, n), make([]int64, n)
-	keys, fingerprints := make([]*string, n), make([][]byte, n)
+	orders, products := make([]stockpg.NewAcceptance, n), make([]int64, n)
 	for i, req := range group {
-		ids[i], customers[i] = req.id, req.p.CustomerID
-		products[i], quantities[i] = req.p.Items[0].ProductID, req.p.Items[0].Quantity
-		if req.p.Key != "" {
-			keys[i], fingerprints[i] = &req.p.Key, req.p.Fingerprint
-		}
+		it := req.p.Items[0]
+		orders[i] = stockpg.NewAcceptance{ID: req.id, CustomerID: req.p.CustomerID, ProductID: it.ProductID,
+			Quantity: it.Quantity, Key: req.p.Key, Fingerprint: req.p.Fingerprint}
+		products[i] = it.ProductID
 	}
 	results := make([]acceptResult, n)
 	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
@@ -230,35 +191,13 @@ func (q *Queue) acceptGroup(ctx context.Context, group []*acceptRequest) ([]acce
 		// The lock and the inserts go in one round trip. A replica paused between them and its
 		// COMMIT (its connection stays up) would hold every other replica's groups of these
 		// products; Postgres ends a transaction left idle that long, and the lock with it.
-		b := &pgx.Batch{}
-		b.Queue(`SET LOCAL idle_in_transaction_session_timeout = '5s'`)
 		hi, lo := acceptLockKeys(products)
-		b.Queue(acceptLockSQL, hi, lo)
-		i := 0
-		b.Queue(acceptSQL, ids, customers, products, quantities, keys, fingerprints).Query(func(rows pgx.Rows) error {
-			var (
-				id    uuid.UUID
-				state string
-				at    *time.Time
-			)
-			_, err := pgx.ForEachRow(rows, []any{&id, &state, &at}, func() error {
-				if i >= n || id != ids[i] {
-					return fmt.Errorf("accept: row %d is order %s, want %s", i, id, ids[i])
-				}
-				results[i].state = state
-				if at != nil {
-					results[i].at = *at
-				}
-				i++
-				return nil
-			})
-			return err
-		})
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		out, err := q.accepted.AcceptGroup(ctx, tx, orders, hi, lo)
+		if err != nil {
 			return err
 		}
-		if i != n {
-			return fmt.Errorf("accept: %d rows for %d orders", i, n)
+		for i, o := range out {
+			results[i].state, results[i].at = o.State, o.At
 		}
 		return nil
 	})
@@ -266,7 +205,8 @@ func (q *Queue) acceptGroup(ctx context.Context, group []*acceptRequest) ([]acce
 		if errors.Is(err, context.Canceled) {
 			return nil, fmt.Errorf("accept orders: %w", err)
 		}
-		return nil, dbError("accept orders", err)
+		// Nothing was accepted; whatever failed, the client may try again.
+		return nil, fmt.Errorf("%w: accept orders: %w", stock.ErrUnavailable, err)
 	}
 	return results, nil
 }

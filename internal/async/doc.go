@@ -16,4 +16,8 @@
 // buying again. The jobs are only the signal to drain; a sweep every second restarts any line
 // whose orders wait without one, so losing a job (a replica killed while holding it) costs
 // a second, not an order.
+//
+// Every statement is in package stockpg (stockpg.Accepted), which owns async_orders beside
+// the purchase path's tables: both write the idempotency records. This package keeps the
+// River jobs, the rounds and what a decision means.
 package async

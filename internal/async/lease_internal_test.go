@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
@@ -22,12 +23,12 @@ func TestLineLockLease(t *testing.T) {
 	if err != nil || stalled == nil {
 		t.Fatalf("first lock: %v, %v", stalled, err)
 	}
-	t.Cleanup(stalled.unlock) // before the pool closes, which waits for its connections
+	t.Cleanup(stalled.Unlock) // before the pool closes, which waits for its connections
 	if other, err := q.lockLine(ctx, 7); err != nil || other != nil {
 		t.Fatalf("second lock while held: %v, %v; want the line taken", other, err)
 	}
 	// Nobody reads on the holder's session: Postgres ends it after the lease.
-	var next *lineLock
+	var next *stockpg.LineLock
 	testenv.Poll(t, 10*time.Second, "the line to pass on after the lease", func() bool {
 		next, err = q.lockLine(ctx, 7)
 		if err != nil {
@@ -35,9 +36,9 @@ func TestLineLockLease(t *testing.T) {
 		}
 		return next != nil
 	})
-	t.Cleanup(next.unlock)
-	stalled.unlock() // the session is gone: the connection is closed, not pooled
-	next.unlock()
+	t.Cleanup(next.Unlock)
+	stalled.Unlock() // the session is gone: the connection is closed, not pooled
+	next.Unlock()
 
 	// After unlock, no pooled connection carries the lease.
 	for range 3 {

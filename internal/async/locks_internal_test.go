@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
@@ -29,13 +30,13 @@ func TestLocksUseTheWholeProductID(t *testing.T) {
 		t.Fatalf("new queue: %v", err)
 	}
 
-	held := map[int64]*lineLock{}
+	held := map[int64]*stockpg.LineLock{}
 	for _, id := range []int64{a, b} {
 		l, err := q.lockLine(ctx, id)
 		if err != nil || l == nil {
 			t.Fatalf("lock line %d: %v, %v; want it free", id, l, err)
 		}
-		t.Cleanup(l.unlock)
+		t.Cleanup(l.Unlock)
 		held[id] = l
 	}
 	for id, l := range held {
@@ -43,7 +44,7 @@ func TestLocksUseTheWholeProductID(t *testing.T) {
 		var pid uint32
 		err := pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
 			AND classid = $1 AND objid = $2 AND objsubid = $3`, classID, objID, objSubID).Scan(&pid)
-		if want := l.conn.Conn().PgConn().PID(); err != nil || pid != want {
+		if want := l.Conn.Conn().PgConn().PID(); err != nil || pid != want {
 			t.Errorf("line %d's holder by LineLockKeys: pid %d, %v; want %d", id, pid, err, want)
 		}
 	}
@@ -57,7 +58,7 @@ func TestLocksUseTheWholeProductID(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	hi, lo := acceptLockKeys([]int64{a})
-	if _, err := tx.Exec(ctx, acceptLockSQL, hi, lo); err != nil {
+	if err := stockpg.LockAcceptGroup(ctx, tx, hi, lo); err != nil {
 		t.Fatalf("hold a's accept lock: %v", err)
 	}
 	accept := func(product int64) {

@@ -2,18 +2,14 @@ package async
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 )
 
 // oldestLines is how many lines stocksvc_async_oldest_pending_seconds exports at most: the
 // ones whose front has waited longest. The oldest line is always among them, which is what the
 // alert on it needs, and the label's values stay bounded however many products are on sale.
 const oldestLines = 10
-
-// lineAge is how long the front of a line (a product's, or "cart" for the carts) has waited.
-type lineAge struct {
-	Line    string
-	Seconds float64
-}
 
 // metrics counts what the queue does. Without a registerer the collectors exist but are not
 // exported, so the code never checks for nil.
@@ -28,7 +24,7 @@ type metrics struct {
 	swept         prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, pending func() (float64, error), oldest func() ([]lineAge, error)) *metrics {
+func newMetrics(reg prometheus.Registerer, pending func() (float64, error), oldest func() ([]stockpg.LineAge, error)) *metrics {
 	m := &metrics{
 		accepted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stocksvc_async_orders_accepted_total",
@@ -88,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, pending func() (float64, error), olde
 // series behind.
 type oldestCollector struct {
 	desc  *prometheus.Desc
-	query func() ([]lineAge, error)
+	query func() ([]stockpg.LineAge, error)
 }
 
 func (c *oldestCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
@@ -106,9 +102,9 @@ func (c *oldestCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (m *metrics) decided(d decided) {
-	m.decisions.WithLabelValues(d.status).Inc()
-	m.waited.Observe(d.waited.Seconds())
+func (m *metrics) decided(d stockpg.Decided) {
+	m.decisions.WithLabelValues(d.Status).Inc()
+	m.waited.Observe(d.Waited.Seconds())
 }
 
 func (m *metrics) retried(reason string) { m.retries.WithLabelValues(reason).Inc() }

@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 )
 
 // queueName is the River queue the order jobs run on.
@@ -85,12 +86,13 @@ func (c Config) withDefaults() Config {
 
 // Queue accepts orders for later and decides them.
 type Queue struct {
-	pool    *pgxpool.Pool
-	store   *pgStore
-	svc     *stock.Service
-	cfg     Config
-	river   *river.Client[pgx.Tx]
-	metrics *metrics
+	pool *pgxpool.Pool
+	// accepted is the store of orders accepted for later (all of this package's SQL).
+	accepted *stockpg.Accepted
+	svc      *stock.Service
+	cfg      Config
+	river    *river.Client[pgx.Tx]
+	metrics  *metrics
 	// acceptor gathers single-product orders into groups accepted in one transaction.
 	acceptor acceptor
 	// stopping tells drains to hand their lines on at the end of the round: River's soft stop
@@ -103,7 +105,7 @@ type Queue struct {
 // started still accepts them (another replica decides them).
 func New(pool *pgxpool.Pool, svc *stock.Service, cfg Config) (*Queue, error) {
 	cfg = cfg.withDefaults()
-	q := &Queue{pool: pool, store: &pgStore{pool: pool}, svc: svc, cfg: cfg}
+	q := &Queue{pool: pool, accepted: stockpg.NewAccepted(pool), svc: svc, cfg: cfg}
 	q.acceptor.q, q.acceptor.limit = q, cfg.AcceptQueue
 	q.metrics = newMetrics(cfg.Registerer, q.pendingCount, q.oldestPending)
 	workers := river.NewWorkers()
@@ -166,7 +168,7 @@ func (q *Queue) Stop(ctx context.Context) error {
 }
 
 // errReplay leaves Accept's transaction when the key already has an outcome.
-type errReplay struct{ rec keyRecord }
+type errReplay struct{ rec stockpg.KeyRecord }
 
 func (e *errReplay) Error() string { return "async: the idempotency key already has an outcome" }
 
@@ -184,10 +186,10 @@ func (q *Queue) Accept(ctx context.Context, p stock.Prepared) (Acceptance, error
 	switch {
 	case r.err != nil:
 		return Acceptance{}, r.err
-	case r.state == "missing":
+	case r.state == stockpg.AcceptMissing:
 		return Acceptance{}, &stock.ProductNotFoundError{ProductID: p.Items[0].ProductID}
-	case r.state == "taken":
-		rec, err := q.store.keyRecord(ctx, q.pool, p.Key)
+	case r.state == stockpg.AcceptTaken:
+		rec, err := q.accepted.KeyRecord(ctx, p.Key)
 		if err != nil {
 			return Acceptance{}, err
 		}
@@ -203,34 +205,15 @@ func (q *Queue) acceptCart(ctx context.Context, p stock.Prepared) (Acceptance, e
 	id := uuid.Must(uuid.NewV7())
 	var acc Acceptance
 	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
-		ids, qtys := splitItems(p.Items)
-		missing, ok, err := missingProduct(ctx, tx, ids)
+		at, taken, err := q.accepted.AcceptCart(ctx, tx, id, p)
 		if err != nil {
 			return err
 		}
-		if ok {
-			return &stock.ProductNotFoundError{ProductID: missing}
-		}
-		var at time.Time
-		if err := tx.QueryRow(ctx, insertCartSQL, id, p.CustomerID, ids, qtys).Scan(&at); err != nil {
-			return dbError("accept order", err)
-		}
-		if p.Key != "" {
-			var claimed string
-			err := tx.QueryRow(ctx, claimKeySQL, p.Key, p.Fingerprint, id, nil).Scan(&claimed)
-			if errors.Is(err, pgx.ErrNoRows) {
-				rec, err := q.store.keyRecord(ctx, tx, p.Key)
-				if err != nil {
-					return err
-				}
-				return &errReplay{rec: rec}
-			}
-			if err != nil {
-				return dbError("claim idempotency key", err)
-			}
+		if taken != nil {
+			return &errReplay{rec: *taken}
 		}
 		if _, err := q.river.InsertTx(ctx, tx, cartArgs{OrderID: id}, nil); err != nil {
-			return dbError("enqueue order", err)
+			return fmt.Errorf("%w: enqueue order: %w", stock.ErrUnavailable, err)
 		}
 		acc = Acceptance{Order: Order{ID: id, CustomerID: p.CustomerID, Items: p.Items, Status: StatusPending, AcceptedAt: at}}
 		return nil
@@ -246,32 +229,53 @@ func (q *Queue) acceptCart(ctx context.Context, p stock.Prepared) (Acceptance, e
 }
 
 // replay answers an order whose key already has an outcome with that outcome.
-func (q *Queue) replay(ctx context.Context, p stock.Prepared, rec keyRecord) (Acceptance, error) {
-	if string(rec.fingerprint) != string(p.Fingerprint) {
+func (q *Queue) replay(ctx context.Context, p stock.Prepared, rec stockpg.KeyRecord) (Acceptance, error) {
+	if string(rec.Fingerprint) != string(p.Fingerprint) {
 		return Acceptance{}, stock.ErrIdempotencyKeyReused
 	}
 	switch {
-	case rec.asyncID != nil:
-		o, err := q.store.order(ctx, *rec.asyncID)
+	case rec.AcceptedID != nil:
+		o, err := q.order(ctx, *rec.AcceptedID)
 		if err != nil {
 			return Acceptance{}, err
 		}
 		return Acceptance{Order: o, Replayed: true}, nil
-	case rec.orderID != nil:
-		o, err := q.svc.Order(ctx, *rec.orderID)
+	case rec.OrderID != nil:
+		o, err := q.svc.Order(ctx, *rec.OrderID)
 		if err != nil {
 			return Acceptance{}, err
 		}
 		return Acceptance{Confirmed: &o, Replayed: true}, nil
 	default:
-		return Acceptance{}, &stock.SoldOutError{ProductID: deref(rec.productID), Requested: deref(rec.requested), Available: deref(rec.available), Replayed: true}
+		return Acceptance{}, &stock.SoldOutError{ProductID: deref(rec.ProductID), Requested: deref(rec.Requested), Available: deref(rec.Available), Replayed: true}
 	}
 }
 
 // Order returns the accepted order id as it stands. Errors: stock.ErrOrderNotFound (no order
 // was accepted with id), stock.ErrUnavailable.
 func (q *Queue) Order(ctx context.Context, id uuid.UUID) (Order, error) {
-	return q.store.order(ctx, id)
+	return q.order(ctx, id)
+}
+
+// order reads the accepted order id from its store.
+func (q *Queue) order(ctx context.Context, id uuid.UUID) (Order, error) {
+	o, err := q.accepted.Order(ctx, id)
+	if err != nil {
+		return Order{}, err
+	}
+	out := Order{ID: o.ID, CustomerID: o.CustomerID, Items: o.Items, Status: o.Status,
+		AcceptedAt: o.AcceptedAt, DecidedAt: o.DecidedAt, copied: o.Copied}
+	if o.Reason != "" {
+		out.Rejection = &Rejection{Reason: Reason(o.Reason), ProductID: o.ProductID, Requested: o.Requested, Available: o.Available}
+	}
+	return out, nil
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 // Place accepts req to be decided later, or refuses it now. It is validated as the purchase
@@ -305,31 +309,24 @@ func (q *Queue) Find(ctx context.Context, id uuid.UUID) (Found, error) {
 		return Found{}, err
 	}
 	// Not an order (yet): perhaps one accepted for later, pending or rejected.
-	accepted, err := q.store.order(ctx, id)
+	accepted, err := q.order(ctx, id)
 	if err != nil {
 		return Found{}, err
 	}
 	return Found{Order: accepted}, nil
 }
 
-func (q *Queue) oldestPending() ([]lineAge, error) {
+func (q *Queue) oldestPending() ([]stockpg.LineAge, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	rows, err := q.pool.Query(ctx, oldestPendingSQL, oldestLines)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[lineAge])
+	return q.accepted.OldestPending(ctx, oldestLines)
 }
 
 func (q *Queue) pendingCount() (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	var n int64
-	if err := q.pool.QueryRow(ctx, pendingCountSQL).Scan(&n); err != nil {
-		return 0, err
-	}
-	return float64(n), nil
+	n, err := q.accepted.PendingCount(ctx)
+	return float64(n), err
 }
 
 // retryPolicy retries a job that failed (Postgres or Redis unreachable, a lock lost) soon: a

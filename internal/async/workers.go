@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 )
 
 // drainArgs asks for a product's line to be drained. Every group of accepted orders inserts
@@ -56,7 +55,7 @@ type cartWorker struct {
 }
 
 func (w *cartWorker) Work(ctx context.Context, job *river.Job[cartArgs]) error {
-	o, err := w.q.store.order(ctx, job.Args.OrderID)
+	o, err := w.q.order(ctx, job.Args.OrderID)
 	if errors.Is(err, stock.ErrOrderNotFound) {
 		return river.JobCancel(fmt.Errorf("accepted order %s does not exist", job.Args.OrderID))
 	}
@@ -68,7 +67,7 @@ func (w *cartWorker) Work(ctx context.Context, job *river.Job[cartArgs]) error {
 	}
 	// Decided but not copied (its worker stopped in between) is decided again: a replay of
 	// the stored decision, which decide then copies.
-	return w.q.decide(ctx, []pending{{id: o.ID, customerID: o.CustomerID, items: o.Items}})
+	return w.q.decide(ctx, []stockpg.PendingOrder{{ID: o.ID, CustomerID: o.CustomerID, Items: o.Items}})
 }
 
 type sweepWorker struct {
@@ -81,7 +80,7 @@ type sweepWorker struct {
 // inserted for a line that is being drained ends at once, so a sweep costs little when
 // nothing is stuck.
 func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[sweepArgs]) error {
-	products, carts, err := w.q.store.stale(ctx, w.q.cfg.Sweep, w.q.cfg.JobTimeout+time.Minute)
+	products, carts, err := w.q.accepted.Stale(ctx, w.q.cfg.Sweep, w.q.cfg.JobTimeout+time.Minute)
 	if err != nil {
 		return err
 	}
@@ -147,7 +146,7 @@ func (q *Queue) drain(ctx context.Context, product int64, attempt int) error {
 	if err != nil || held == nil {
 		return err
 	}
-	defer func() { held.unlock() }()
+	defer func() { held.Unlock() }()
 	start := time.Now()
 	limit := q.cfg.Round
 	if attempt > 1 {
@@ -155,13 +154,13 @@ func (q *Queue) drain(ctx context.Context, product int64, attempt int) error {
 	}
 	for {
 		// Read on the lock's own connection: each round renews its lease (see lockLine).
-		line, err := q.store.line(ctx, held.conn, product, limit)
+		line, err := q.accepted.Line(ctx, held.Conn, product, limit)
 		if err != nil {
 			return err
 		}
 		if len(line) == 0 {
-			held.unlock()
-			if line, err = q.store.line(ctx, q.pool, product, 1); err != nil || len(line) == 0 {
+			held.Unlock()
+			if line, err = q.accepted.Line(ctx, q.pool, product, 1); err != nil || len(line) == 0 {
 				return err
 			}
 			if held, err = q.lockLine(ctx, product); err != nil || held == nil {
@@ -190,22 +189,22 @@ func (q *Queue) drain(ctx context.Context, product int64, attempt int) error {
 // however long that lasts. An unexpected error (anything else: a bug, a refusal nobody
 // foresaw) is counted against the order when it was decided alone (fail), and otherwise
 // returned as errIsolate.
-func (q *Queue) decide(ctx context.Context, orders []pending) error {
+func (q *Queue) decide(ctx context.Context, orders []stockpg.PendingOrder) error {
 	accepted := make([]stock.Accepted, len(orders))
 	for i, o := range orders {
-		accepted[i] = stock.Accepted{ID: o.id, CustomerID: o.customerID, Items: o.items}
+		accepted[i] = stock.Accepted{ID: o.ID, CustomerID: o.CustomerID, Items: o.Items}
 	}
 	decisions := q.svc.DecideAccepted(ctx, accepted)
-	rejects := map[uuid.UUID]Reason{}
+	rejects := map[uuid.UUID]string{}
 	var busy *stock.BusyError
 	var failed, unexpected error
 	for i, d := range decisions {
 		switch {
 		case d.Err == nil, errors.Is(d.Err, stock.ErrSoldOut):
 		case errors.Is(d.Err, stock.ErrProductNotFound):
-			rejects[orders[i].id] = ReasonProductNotFound
+			rejects[orders[i].ID] = string(ReasonProductNotFound)
 		case errors.Is(d.Err, stock.ErrInvalid):
-			rejects[orders[i].id] = ReasonInvalid
+			rejects[orders[i].ID] = string(ReasonInvalid)
 		case errors.As(d.Err, &busy), errors.Is(d.Err, stock.ErrBusy), errors.Is(d.Err, stock.ErrLockLost):
 			if busy == nil {
 				busy = &stock.BusyError{RetryAfter: 100 * time.Millisecond}
@@ -216,7 +215,7 @@ func (q *Queue) decide(ctx context.Context, orders []pending) error {
 			unexpected = cmpErr(unexpected, d.Err)
 		}
 	}
-	done, err := q.store.record(ctx, orders, decisions, rejects)
+	done, err := q.accepted.Record(ctx, orders, decisions, rejects)
 	for _, d := range done {
 		q.metrics.decided(d)
 	}
@@ -242,24 +241,24 @@ func (q *Queue) decide(ctx context.Context, orders []pending) error {
 // failed MaxAttempts times: nil then, so that the line goes on. Until then it returns the
 // failure, and the job is retried. The count is in o's row, so it survives the job, which
 // River gives up after its own attempts (the sweep then makes another), and the replica.
-func (q *Queue) fail(ctx context.Context, o pending, cause error) error {
-	f, err := q.store.fail(ctx, o.id, q.cfg.MaxAttempts, cause.Error())
+func (q *Queue) fail(ctx context.Context, o stockpg.PendingOrder, cause error) error {
+	f, err := q.accepted.Fail(ctx, o.ID, q.cfg.MaxAttempts, cause.Error())
 	switch {
 	case err != nil:
 		return err
-	case f.status == "":
+	case f.Status == "":
 		// No longer pending, or decided after all (a record is there): the next round copies
 		// the decision.
 		return nil
-	case f.status == StatusRejected:
-		q.metrics.decided(decided{status: StatusRejected, waited: f.waited})
+	case f.Status == StatusRejected:
+		q.metrics.decided(stockpg.Decided{Status: StatusRejected, Waited: f.Waited})
 		q.metrics.failed.Inc()
 		q.cfg.Logger.Warn("async order rejected after failed attempts",
-			slog.String("order_id", o.id.String()), slog.Int("attempts", f.attempts), slog.Any("error", cause))
+			slog.String("order_id", o.ID.String()), slog.Int("attempts", f.Attempts), slog.Any("error", cause))
 		return nil
 	}
 	q.metrics.retried("unexpected")
-	return fmt.Errorf("async: order %s left pending after %d of %d attempts: %w", o.id, f.attempts, q.cfg.MaxAttempts, cause)
+	return fmt.Errorf("async: order %s left pending after %d of %d attempts: %w", o.ID, f.Attempts, q.cfg.MaxAttempts, cause)
 }
 
 // lineLease is how long a drain may go without reading its line before Postgres ends its
@@ -274,57 +273,11 @@ func cmpErr(first, next error) error {
 	return next
 }
 
-// lineLock is a held advisory lock on a product's line, on the pool connection that took it.
-type lineLock struct {
-	conn    *pgxpool.Conn
-	product int64
-}
-
-// lockLineSQL takes a line's lock if it is free and then gives the session a lease: Postgres
-// ends a session idle for longer than idle_session_timeout, and its advisory locks with it. A
-// drain reads each round's orders on this session, so a working drain renews the lease every
-// round; a holder that stops working without dying — a paused process keeps its TCP
-// connection, and the kernel answers keepalives for it — loses the line after the lease, and
-// the next job takes it over. A dead holder loses it at once, with its connection.
-const lockLineSQL = `
-SELECT CASE WHEN pg_try_advisory_lock($1::bigint) THEN set_config('idle_session_timeout', $2, false) IS NOT NULL ELSE false END`
-
-// unlockLineSQL lets go of the line and takes the lease off the session, which goes back to
-// the pool.
-const unlockLineSQL = `SELECT pg_advisory_unlock($1::bigint), set_config('idle_session_timeout', '0', false)`
-
-// lockLine takes the line's lock if it is free; nil, nil when another drain holds it.
-func (q *Queue) lockLine(ctx context.Context, product int64) (*lineLock, error) {
-	conn, err := q.pool.Acquire(ctx)
-	if err != nil {
-		return nil, dbError("acquire connection for the line lock", err)
-	}
-	var got bool
-	lease := strconv.FormatInt(q.lineLease().Milliseconds(), 10)
-	if err := conn.QueryRow(ctx, lockLineSQL, lineLockKey(product), lease).Scan(&got); err != nil {
-		conn.Release()
-		return nil, dbError("lock line", err)
-	}
-	if !got {
-		conn.Release()
-		return nil, nil
-	}
-	return &lineLock{conn: conn, product: product}, nil
-}
-
-// unlock lets go of the line; safe to call twice. A connection whose unlock failed is closed,
-// never returned to the pool still holding the lock (closing it lets go of the lock too).
-func (l *lineLock) unlock() {
-	if l == nil || l.conn == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if _, err := l.conn.Exec(ctx, unlockLineSQL, lineLockKey(l.product)); err != nil {
-		_ = l.conn.Conn().Close(ctx)
-	}
-	l.conn.Release()
-	l.conn = nil
+// lockLine takes the line's lock if it is free; nil, nil when another drain holds it. Its
+// session gets a lease of lineLease: a holder that stops reading its line loses it (see
+// stockpg's lockLineSQL).
+func (q *Queue) lockLine(ctx context.Context, product int64) (*stockpg.LineLock, error) {
+	return q.accepted.LockLine(ctx, lineLockKey(product), q.lineLease())
 }
 
 // LineLockKeys returns how pg_locks shows product's line lock (an advisory lock with one bigint
