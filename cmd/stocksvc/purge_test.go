@@ -68,7 +68,7 @@ func TestKeyPurgerRunsAtStartAndExportsSuccess(t *testing.T) {
 	if got, want := testenv.Gauge(t, reg, "stocksvc_idempotency_purge_last_success_timestamp_seconds"), float64(clock.Unix()); got != want {
 		t.Errorf("last success = %v, want %v", got, want)
 	}
-	if got := counter(t, reg, "stocksvc_idempotency_keys_purged_total"); got != 7 {
+	if got := testenv.Metric(t, reg, "stocksvc_idempotency_keys_purged_total"); got != 7 {
 		t.Errorf("purged total = %v, want 7", got)
 	}
 
@@ -83,23 +83,7 @@ func TestKeyPurgerRunsAtStartAndExportsSuccess(t *testing.T) {
 	if got, want := testenv.Gauge(t, reg, "stocksvc_idempotency_purge_last_success_timestamp_seconds"), float64(clock.Add(-time.Hour).Unix()); got != want {
 		t.Errorf("last success after a failure = %v, want the earlier success %v", got, want)
 	}
-	if got := counter(t, reg, "stocksvc_idempotency_keys_purged_total"); got != 10 {
+	if got := testenv.Metric(t, reg, "stocksvc_idempotency_keys_purged_total"); got != 10 {
 		t.Errorf("purged total = %v, want 10 (7, then 3 before the failure)", got)
 	}
-}
-
-// counter reads the unlabelled counter name from g.
-func counter(t *testing.T, g prometheus.Gatherer, name string) float64 {
-	t.Helper()
-	families, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
-	}
-	for _, f := range families {
-		if f.GetName() == name && len(f.GetMetric()) == 1 {
-			return f.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("counter %s not found", name)
-	return 0
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stocksvc/stocksvc/internal/async"
 	"github.com/stocksvc/stocksvc/internal/stock"
@@ -68,22 +67,8 @@ func awaitGroupBlocked(t *testing.T, pool *pgxpool.Pool) {
 func awaitWaiting(t *testing.T, r *replica, n float64) {
 	t.Helper()
 	testenv.Poll(t, 20*time.Second, "orders waiting to be grouped", func() bool {
-		return gauge(t, r.registry, "stocksvc_async_accept_waiting") == n
+		return testenv.MetricOr(t, r.registry, "stocksvc_async_accept_waiting", -1) == n
 	})
-}
-
-func gauge(t *testing.T, g prometheus.Gatherer, name string) float64 {
-	t.Helper()
-	families, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	for _, f := range families {
-		if f.GetName() == name && len(f.GetMetric()) == 1 {
-			return f.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	return -1
 }
 
 func ordersOf(t *testing.T, r *replica, customer string) int {
@@ -126,7 +111,7 @@ func TestAbandonedRequestIsNotAccepted(t *testing.T) {
 	if got := <-left; !errors.Is(got.err, context.Canceled) {
 		t.Errorf("abandoned request answered %+v, %v; want the context's error", got.acc, got.err)
 	}
-	if n := gauge(t, r.registry, "stocksvc_async_accept_waiting"); n != 0 {
+	if n := testenv.MetricOr(t, r.registry, "stocksvc_async_accept_waiting", -1); n != 0 {
 		t.Errorf("%v orders wait after the caller left, want 0", n)
 	}
 
@@ -190,7 +175,7 @@ func TestAcceptQueueIsBounded(t *testing.T) {
 	if !ok || busy.RetryAfter <= 0 {
 		t.Errorf("accept over the bound: %v, want a *stock.BusyError with a RetryAfter", err)
 	}
-	if n := counter(t, r.registry, "stocksvc_async_accepts_refused_total", ""); n != 1 {
+	if n := testenv.MetricOr(t, r.registry, "stocksvc_async_accepts_refused_total", 0); n != 1 {
 		t.Errorf("refusals counted = %v, want 1", n)
 	}
 

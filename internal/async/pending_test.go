@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stocksvc/stocksvc/internal/async"
 	"github.com/stocksvc/stocksvc/internal/testenv"
@@ -51,34 +50,12 @@ func TestFailingOrderIsRejectedAfterItsAttempts(t *testing.T) {
 	if attempts != 3 || !strings.Contains(lastError, "poisoned order") {
 		t.Errorf("attempts = %d, last error %q; want 3 and the trigger's message", attempts, lastError)
 	}
-	if n := counter(t, r.registry, "stocksvc_async_orders_failed_total", ""); n != 1 {
+	if n := testenv.MetricOr(t, r.registry, "stocksvc_async_orders_failed_total", 0); n != 1 {
 		t.Errorf("orders failed = %v, want 1", n)
 	}
 	if a := mustAudit(t, r, id); a.Sold != 2 {
 		t.Errorf("audit = %+v, want 2 sold (the good order only)", a)
 	}
-}
-
-// oldestPending reads stocksvc_async_oldest_pending_seconds: line → age.
-func oldestPending(t *testing.T, g prometheus.Gatherer) map[string]float64 {
-	t.Helper()
-	families, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	out := map[string]float64{}
-	for _, f := range families {
-		if f.GetName() != "stocksvc_async_oldest_pending_seconds" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if len(m.GetLabel()) != 1 || m.GetLabel()[0].GetName() != "product_id" {
-				t.Fatalf("labels %v, want product_id only", m.GetLabel())
-			}
-			out[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
-		}
-	}
-	return out
 }
 
 // The age of the oldest pending order is exported per line, for the lines that have waited
@@ -88,7 +65,7 @@ func TestOldestPendingPerLine(t *testing.T) {
 	w := newWorld(t)
 	r := w.replica(t, replicaOptions{})
 	ctx := context.Background()
-	if got := oldestPending(t, r.registry); len(got) != 0 {
+	if got := testenv.Samples(t, r.registry, "stocksvc_async_oldest_pending_seconds", "product_id"); len(got) != 0 {
 		t.Errorf("with nothing pending: %v, want no series", got)
 	}
 	var ids []uuid.UUID
@@ -111,7 +88,7 @@ func TestOldestPendingPerLine(t *testing.T) {
 		t.Fatalf("age the cart: %v", err)
 	}
 
-	got := oldestPending(t, r.registry)
+	got := testenv.Samples(t, r.registry, "stocksvc_async_oldest_pending_seconds", "product_id")
 	want := map[string]float64{"cart": 5000}
 	for i := 3; i < 12; i++ { // the nine oldest products' lines
 		want[strconv.FormatInt(products[i], 10)] = float64(100 * (i + 1))
@@ -130,6 +107,6 @@ func TestOldestPendingPerLine(t *testing.T) {
 	r.awaitDecided(t, ids, 30*time.Second)
 	// Decided is the record; the row says so once the decision is copied, right after.
 	testenv.Poll(t, 20*time.Second, "every line's series to go once its orders are decided", func() bool {
-		return len(oldestPending(t, r.registry)) == 0
+		return len(testenv.Samples(t, r.registry, "stocksvc_async_oldest_pending_seconds", "product_id")) == 0
 	})
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stocksvc/stocksvc/internal/async"
@@ -459,7 +458,7 @@ func TestBusyLineWaits(t *testing.T) {
 	acc := r.accept(t, "c1", "", one(id, 1))
 	r.start(t)
 	deadline := time.Now().Add(20 * time.Second)
-	for counter(t, r.registry, "stocksvc_async_retries_total", "busy") < 2 {
+	for testenv.MetricOr(t, r.registry, "stocksvc_async_retries_total", 0, "reason", "busy") < 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("the line was not retried as busy")
 		}
@@ -489,28 +488,9 @@ func TestSweepRestartsALineWithoutAJob(t *testing.T) {
 	if o := r.awaitDecided(t, []uuid.UUID{acc.Order.ID}, 20*time.Second)[acc.Order.ID]; o.Status != async.StatusConfirmed {
 		t.Errorf("order = %+v, want confirmed", o)
 	}
-	if n := counter(t, r.registry, "stocksvc_async_sweep_jobs_total", ""); n < 1 {
+	if n := testenv.MetricOr(t, r.registry, "stocksvc_async_sweep_jobs_total", 0); n < 1 {
 		t.Errorf("sweep jobs = %v, want at least 1", n)
 	}
-}
-
-func counter(t *testing.T, g prometheus.Gatherer, name, value string) float64 {
-	t.Helper()
-	families, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if value == "" || slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetValue() == value }) {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }
 
 // Purging old idempotency records keeps those of orders still pending, however old — the

@@ -158,32 +158,7 @@ func mustAudit(t testing.TB, r *replica, id int64) stock.Audit {
 // catches reads stocksvc_defense_catches_total{layer} from a replica's registry.
 func catches(t testing.TB, r *replica, layer stock.Layer) float64 {
 	t.Helper()
-	return counterValue(t, r.registry, "stocksvc_defense_catches_total", "layer", string(layer))
-}
-
-func counterValue(t testing.TB, g prometheus.Gatherer, name, label, value string) float64 {
-	t.Helper()
-	families, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if label == "" && len(m.GetLabel()) == 0 {
-				return m.GetCounter().GetValue()
-			}
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("metric %s{%s=%q} not found", name, label, value)
-	return 0
+	return testenv.Metric(t, r.registry, "stocksvc_defense_catches_total", "layer", string(layer))
 }
 
 // gate holds the first batch of at least min orders that reaches it between its read and its

@@ -413,10 +413,10 @@ func TestClientGoneIsCountedAsCancelled(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	if got := counterValue(t, r.registry, "stocksvc_orders_total", "outcome", "cancelled"); got != 1 {
+	if got := testenv.Metric(t, r.registry, "stocksvc_orders_total", "outcome", "cancelled"); got != 1 {
 		t.Errorf("cancelled outcomes = %v, want 1", got)
 	}
-	if got := counterValue(t, r.registry, "stocksvc_orders_total", "outcome", "error"); got != 0 {
+	if got := testenv.Metric(t, r.registry, "stocksvc_orders_total", "outcome", "error"); got != 0 {
 		t.Errorf("error outcomes = %v, want 0", got)
 	}
 }
@@ -431,10 +431,10 @@ func TestOrderWithRedisDownCountsUnavailable(t *testing.T) {
 	if _, err := r.svc.PlaceOrder(context.Background(), order("c", one(id, 1))); !errors.Is(err, stock.ErrUnavailable) {
 		t.Fatalf("order with Redis down: err = %v, want ErrUnavailable", err)
 	}
-	if got := counterValue(t, r.registry, "stocksvc_orders_total", "outcome", "unavailable"); got != 1 {
+	if got := testenv.Metric(t, r.registry, "stocksvc_orders_total", "outcome", "unavailable"); got != 1 {
 		t.Errorf("unavailable outcomes = %v, want 1", got)
 	}
-	if got := counterValue(t, r.registry, "stocksvc_orders_total", "outcome", "error"); got != 0 {
+	if got := testenv.Metric(t, r.registry, "stocksvc_orders_total", "outcome", "error"); got != 0 {
 		t.Errorf("error outcomes = %v, want 0", got)
 	}
 	if a := mustAudit(t, r, id); a.Stock != 5 || a.Sold != 0 {
@@ -537,7 +537,7 @@ func TestBatchDecidedFromTheLastHoldersNote(t *testing.T) {
 	if n := store.snapshots.Load(); n != 3 {
 		t.Errorf("reads after the stale note = %d, want 3: one read after the refusal", n)
 	}
-	if got := counterValue(t, reg, "stocksvc_defense_catches_total", "layer", string(stock.LayerVersion)); got != 1 {
+	if got := testenv.Metric(t, reg, "stocksvc_defense_catches_total", "layer", string(stock.LayerVersion)); got != 1 {
 		t.Errorf("version catches = %v, want 1: the stale note", got)
 	}
 	if a := mustAudit(t, r, id); a.Sold != 4 || a.Stock != 6 || !a.Consistent() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/stocktest"
+	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
 // Truthful answers: an order is told "nothing was sold" (busy, lock lost) only when nothing was,
@@ -168,7 +169,7 @@ func TestLockLostAnswers(t *testing.T) {
 			}
 			// The metrics say what the API answers: unknown is unavailable, never busy.
 			wantOutcome := map[string]string{"sold": "confirmed", "replayed": "replayed", "lock-lost": "busy", "unknown": "unavailable"}[tc.want]
-			if n := counterValue(t, reg, "stocksvc_orders_total", "outcome", wantOutcome); n != 1 {
+			if n := testenv.Metric(t, reg, "stocksvc_orders_total", "outcome", wantOutcome); n != 1 {
 				t.Errorf("orders counted %s = %v, want 1", wantOutcome, n)
 			}
 		})

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
 // commandCounter is a go-redis hook that counts the commands a client sends, by name; a
@@ -127,7 +127,7 @@ func TestSoldOutIsAnsweredWithoutPostgresOrLocks(t *testing.T) {
 	if other := commands.take("hgetall"); len(other) > 0 {
 		t.Errorf("refusals sent Redis commands other than reads of the view: %v", other)
 	}
-	if got := counterValue(t, r.registry, "stocksvc_orders_refused_from_view_total", "", ""); got < refusals {
+	if got := testenv.Metric(t, r.registry, "stocksvc_orders_refused_from_view_total"); got < refusals {
 		t.Errorf("stocksvc_orders_refused_from_view_total = %v, want at least %d", got, refusals)
 	}
 
@@ -305,7 +305,7 @@ func TestOrdersForMissingProductsCostNoQuery(t *testing.T) {
 	if n := stock.Queues(r.svc); n != 0 {
 		t.Errorf("%d product queues after orders for missing products, want none", n)
 	}
-	if got := labelledValue(t, r.registry, "stocksvc_view_not_found_total", map[string]string{"use": "order", "from": "memory"}); got != flood+100 {
+	if got := testenv.Metric(t, r.registry, "stocksvc_view_not_found_total", "use", "order", "from", "memory"); got != flood+100 {
 		t.Errorf("stocksvc_view_not_found_total{use=order,from=memory} = %v, want %d", got, flood+100)
 	}
 	// The product that exists still sells.
@@ -334,29 +334,4 @@ func TestCreatedProductIsFoundAtOnceOnEveryReplica(t *testing.T) {
 			t.Fatalf("round %d: read on another replica after the creation and an order: %+v, %v", round, v, err)
 		}
 	}
-}
-
-// labelledValue reads the counter name{labels} from g.
-func labelledValue(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
-	t.Helper()
-	families, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range f.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; !ok || v != lp.GetValue() {
-					continue metrics
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("metric %s%v not found", name, labels)
-	return 0
 }
