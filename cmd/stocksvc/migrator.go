@@ -16,6 +16,7 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/migrations"
 )
 
@@ -304,7 +305,7 @@ func migrateOnStart(ctx context.Context, databaseURL string, log *slog.Logger) e
 			return err
 		}
 		log.WarnContext(ctx, "migrations waited too long for a lock; trying again", slog.Int("attempt", attempt), slog.Any("error", err))
-		if !sleep(ctx, startupPause(attempt)) {
+		if clock.Sleep(ctx, startupPause(attempt)) != nil {
 			return err
 		}
 	}

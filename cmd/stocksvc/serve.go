@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/stocksvc/stocksvc/internal/async"
+	"github.com/stocksvc/stocksvc/internal/clock"
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/lock/lockprom"
@@ -287,7 +288,7 @@ const redisStartPing = 2 * time.Second
 // soon as it answers.
 func watchRedis(ctx context.Context, ping func(context.Context) error, log *slog.Logger) {
 	warned := ""
-	for attempt := 1; sleep(ctx, startupPause(attempt)); attempt++ {
+	for attempt := 1; clock.Sleep(ctx, startupPause(attempt)) == nil; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, redisStartPing)
 		err := ping(pctx)
 		cancel()

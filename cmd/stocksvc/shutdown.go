@@ -7,6 +7,8 @@ import (
 	"log/slog"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/stocksvc/stocksvc/internal/clock"
 )
 
 // errBudgetSpent marks a shutdown stage that the shutdown budget (STOCKSVC_SHUTDOWN_GRACE) cut
@@ -39,7 +41,7 @@ func shutdown(ctx context.Context, cfg config, log *slog.Logger, lis *listeners,
 	return runStages(bctx, []stage{
 		{"drain delay", func(ctx context.Context) error {
 			a.api.StartDraining()
-			sleep(ctx, cfg.ShutdownDelay)
+			_ = clock.Sleep(ctx, cfg.ShutdownDelay)
 			return nil
 		}},
 		{"in-flight requests", lis.shutdown},

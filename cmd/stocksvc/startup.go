@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stocksvc/stocksvc/internal/clock"
 )
 
 // permanentError marks a start-up failure that waiting cannot fix.
@@ -86,21 +88,9 @@ func waitWith(ctx context.Context, what string, timeout time.Duration, pause fun
 			log.WarnContext(ctx, "waiting for dependency", slog.String("dependency", what), slog.Int("attempt", attempt), slog.Any("error", err))
 			warned = msg
 		}
-		if !sleep(ctx, pause(attempt)) {
+		if clock.Sleep(ctx, pause(attempt)) != nil {
 			break
 		}
 	}
 	return fmt.Errorf("%s not reachable within %v: %w", what, timeout, cause)
-}
-
-// sleep waits for d and reports true, or for ctx to end first and reports false.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/google/uuid"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/stocksvc/stocksvc/internal/clock"
 )
 
 // Limits on input, enforced by the Service.
@@ -539,8 +541,8 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 		// committed. After that, a short random pause lets a writer that keeps beating us
 		// finish, and keeps a crowd of losers from colliding again in lockstep.
 		if conflicts > 1 {
-			if err := sleep(ctx, time.Duration(rand.Int64N(int64(conflicts)*int64(time.Millisecond)))); err != nil {
-				return settled{}, fmt.Errorf("%w: %w", ErrBusy, err)
+			if clock.Sleep(ctx, time.Duration(rand.Int64N(int64(conflicts)*int64(time.Millisecond)))) != nil {
+				return settled{}, fmt.Errorf("%w: %w", ErrBusy, ctx.Err())
 			}
 		}
 	}
@@ -771,15 +773,4 @@ func caughtBy(err error) (Layer, bool) {
 		return caught.Layer, true
 	}
 	return "", false
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
@@ -336,7 +337,7 @@ func (c *Cache) fetchCached(ctx context.Context, id int64) (lease, error) {
 		}
 		// Someone else is rebuilding it: wait a little, then look again.
 		c.metrics.rebuildWait()
-		if err := sleep(ctx, backoff(try)); err != nil {
+		if err := clock.Sleep(ctx, backoff(try)); err != nil {
 			return lease{}, err
 		}
 	}
@@ -510,7 +511,7 @@ func (c *Cache) Raise(ctx context.Context, id int64) (done func(p *stock.Product
 	c.mu.Unlock()
 	// A lease began before its view was read, and every view read since the mark above is
 	// gone: every lease on an older view ends within one lease from now.
-	if err := sleep(ctx, c.cfg.Lease+margin(c.cfg.Lease)); err != nil {
+	if err := clock.Sleep(ctx, c.cfg.Lease+margin(c.cfg.Lease)); err != nil {
 		c.endRaise(keys, pending, nil)
 		return nil, err
 	}
@@ -600,14 +601,3 @@ func parseView(id int64, f map[string]string) (View, error) {
 }
 
 func micros(t time.Time) int64 { return t.UnixMicro() }
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
