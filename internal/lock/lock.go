@@ -112,11 +112,6 @@ type Options struct {
 	// someone else. Nil means NoRetry. Ignored when Wait is set.
 	Retry RetryStrategy
 
-	// Token re-enters a lock: if the lock is held with this token (Lock.Token of an earlier
-	// Obtain), Obtain extends its lease and returns it again instead of failing. A single
-	// Release ends it. Re-entrant calls never queue; they poll as Retry says.
-	Token string
-
 	// Fenceless skips the fencing counter: Lock.Fence reports 0 and no counter key is created.
 	// Use it for locks whose holders write nowhere a fencing token could be checked (claims on
 	// short-lived names, for example), so that Redis keeps no counter per name.
@@ -181,7 +176,7 @@ func (c *Client) Obtain(ctx context.Context, name string, ttl time.Duration, opt
 	var l *Lock
 	var held bool
 	var err error
-	if opt != nil && opt.Wait && opt.Token == "" {
+	if opt != nil && opt.Wait {
 		l, held, err = c.obtainWaiting(ctx, name, ttl, opt)
 	} else {
 		l, held, err = c.obtainPolling(ctx, name, ttl, opt)
@@ -247,10 +242,7 @@ func (c *Client) newLock(name string, k keys, token string, fence int64, note st
 // reports whether the lock was ever found held by someone else.
 func (c *Client) obtainPolling(ctx context.Context, name string, ttl time.Duration, opt *Options) (l *Lock, held bool, err error) {
 	k := keysFor(name)
-	token, own := rand.Text(), true
-	if opt != nil && opt.Token != "" {
-		token, own = opt.Token, false
-	}
+	token := rand.Text()
 	retry := opt.retry()
 	deadline, hasDeadline := ctx.Deadline()
 	c.sweep(ctx, k)
@@ -258,9 +250,7 @@ func (c *Client) obtainPolling(ctx context.Context, name string, ttl time.Durati
 		start := time.Now()
 		a, err := c.try(ctx, k, token, ttl, opt, "")
 		if err != nil {
-			if own {
-				c.abandon(k, orphan{token: token})
-			}
+			c.abandon(k, orphan{token: token})
 			return nil, held, attemptError(ctx, name, err, held)
 		}
 		if a.obtained {

@@ -49,9 +49,9 @@ end
 // entry in the line, or "" when it does not wait, ARGV[5] how long to keep the line, in ms.
 //
 // Returns {1, fence, note} when obtained, {2, fence, note} when the lock already holds ARGV[1] —
-// re-entered (the lease is extended and the holder's fence returned), given to this waiter by
-// the last holder, or granted by an earlier run of this same attempt that go-redis resent after
-// a lost reply — and {0, pttl} when held by someone else; a waiter is then in the line, once.
+// given to this waiter by the last holder, or granted by an earlier run of this same attempt
+// that go-redis resent after a lost reply (the lease is extended and the fence the grant issued
+// returned) — and {0, pttl} when held by someone else; a waiter is then in the line, once.
 // note is what the last holder left ("" for none).
 //
 // SET with both NX and GET (Redis 7.0 and later) takes a free lock or reads its holder in one
