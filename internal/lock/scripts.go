@@ -144,15 +144,6 @@ end
 return 0
 `)
 
-// ttlScript reports the remaining lease of the caller's lock, or -2 when it is not held.
-// KEYS[1] lock; ARGV[1] token.
-var ttlScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PTTL', KEYS[1])
-end
-return -2
-`)
-
 // forgetScript undoes what an attempt may have left: its entry in the line (ARGV[2], "" for an
 // attempt that did not wait) is taken out and, if the lock holds its token (ARGV[1]) — granted
 // by a run whose reply never came, or given to the waiter while it was giving up — the lock is
