@@ -13,5 +13,6 @@
 //   - check: a CHECK (stock >= 0) constraint on the table refuses what all else let through.
 //
 // Each refusal by a layer is counted (Metrics), so operators see which layer stopped what.
-// Service holds the rules; PGStore is its Postgres adapter and RedisLocker its lock adapter.
+// Service holds the rules; PGStore is its Postgres adapter, and package stocklock holds its lock
+// adapters (Locker over one Redis or a Redlock).
 package stock
