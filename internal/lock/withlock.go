@@ -10,7 +10,7 @@ import (
 
 // WithLocks obtains the lock of every name, all or nothing, runs fn while keeping the leases
 // alive, and releases the locks afterwards — also when fn fails or panics. locks[i] passed to fn
-// is the lock for names[i]. For one name, pass one name.
+// is the lock for names[i]; work under a single lock that may outlast its lease passes one name.
 //
 // The locks are taken one by one in the order given, as Obtain takes each (waiting or retrying
 // as opt says); ctx's deadline bounds the whole acquisition, not each lock, and the locks
