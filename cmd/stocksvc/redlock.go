@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stocksvc/stocksvc/internal/lock"
-	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 )
 
 // STOCKSVC_REDIS_MODE=redlock puts the product locks on a Redlock over every node REDIS_URL
@@ -106,7 +106,7 @@ func pingQuorum(ctx context.Context, nodes []*redis.Client) error {
 // redlockLocker returns the product locker over nodes. A node's requests are bounded by a
 // twentieth of the lease, between 50ms and 500ms: far below the lease, so that a node that
 // does not answer costs little of it, and above what a live node on a busy machine needs.
-func redlockLocker(cfg config, nodes []*redis.Client, obs lock.Observer) (*stock.RedlockLocker, error) {
+func redlockLocker(cfg config, nodes []*redis.Client, obs lock.Observer) (*stocklock.Redlock, error) {
 	r, err := lock.NewRedlock(nodes, lock.RedlockOptions{
 		NodeTimeout: min(max(cfg.LockTTL/20, 50*time.Millisecond), 500*time.Millisecond),
 		Observer:    obs,
@@ -114,5 +114,5 @@ func redlockLocker(cfg config, nodes []*redis.Client, obs lock.Observer) (*stock
 	if err != nil {
 		return nil, fmt.Errorf("redlock: %w", err)
 	}
-	return stock.NewRedlockLocker(r, cfg.RedisPrefix, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry}), nil
+	return stocklock.NewRedlock(r, cfg.RedisPrefix, stocklock.Config{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry}), nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/stocksvc/stocksvc/internal/lock/lockprom"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/demo"
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/view"
 )
@@ -119,7 +120,7 @@ func wire(ctx context.Context, cfg config, deps dependencies, log *slog.Logger) 
 	}
 	lockObs := lockprom.New(reg, "stocksvc")
 	a := &app{locks: lock.New(deps.rdb, lock.WithNamespace(cfg.RedisPrefix), lock.WithObserver(lockObs))}
-	var locker stock.Locker = stock.NewRedisLocker(a.locks, stock.LockConfig{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
+	var locker stock.Locker = stocklock.NewRedis(a.locks, stocklock.Config{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
 	if deps.nodes != nil {
 		var err error
 		if locker, err = redlockLocker(cfg, deps.nodes, lockObs); err != nil {

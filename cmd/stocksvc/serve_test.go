@@ -227,7 +227,7 @@ func TestRunShutdownFinishesInFlightRequest(t *testing.T) {
 	in := startRun(t, env)
 	id := in.createProduct(t, env["STOCKSVC_ADMIN_TOKEN"], "in-flight", 1)
 
-	// The name the service locks a product under (stock.productLockName).
+	// The name the service locks a product under (stocklock's productLockName).
 	lockName := prefix + "lock:product:{" + strconv.FormatInt(id, 10) + "}"
 	held, err := lock.New(rdb).Obtain(t.Context(), lockName, time.Minute, nil)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/stocksvc/stocksvc/internal/async"
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
@@ -79,7 +80,7 @@ func (w *world) replica(t *testing.T, o replicaOptions) *replica {
 		o.lockWait = 5 * time.Second
 	}
 	reg := prometheus.NewRegistry()
-	svc := stock.NewService(stockpg.New(pool), stock.NewRedisLocker(locks, stock.LockConfig{Wait: o.lockWait}),
+	svc := stock.NewService(stockpg.New(pool), stocklock.NewRedis(locks, stocklock.Config{Wait: o.lockWait}),
 		stock.Config{QueueWait: o.lockWait}, stock.NewMetrics(reg))
 	q, err := async.New(pool, svc, async.Config{Registerer: reg, Round: o.round, Sweep: 200 * time.Millisecond,
 		AcceptQueue: o.acceptQueue, MaxAttempts: o.maxAttempts})

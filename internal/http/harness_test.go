@@ -21,6 +21,7 @@ import (
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/demo"
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 	"github.com/stocksvc/stocksvc/internal/view"
@@ -139,9 +140,9 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	if !o.noCache {
 		views = view.New(rdb, locks, store, view.Config{}, view.NewMetrics(reg))
 	}
-	var locker stock.Locker = stock.NewRedisLocker(locks, stock.LockConfig{TTL: o.lockTTL, Wait: o.lockWait})
+	var locker stock.Locker = stocklock.NewRedis(locks, stocklock.Config{TTL: o.lockTTL, Wait: o.lockWait})
 	if o.redlock != nil {
-		locker = stock.NewRedlockLocker(testenv.Redlock(t, o.redlock), c.prefix, stock.LockConfig{TTL: o.lockTTL, Wait: o.lockWait})
+		locker = stocklock.NewRedlock(testenv.Redlock(t, o.redlock), c.prefix, stocklock.Config{TTL: o.lockTTL, Wait: o.lockWait})
 	}
 	locker, views = demo.Parts(defense, locker, views)
 	svc := stock.NewService(

@@ -1,6 +1,7 @@
 // Package lock is a distributed lock over Redis for hot keys: fencing tokens, waiting without
-// polling in first-come-first-served order, re-entrancy, several names at once, Redlock, and
-// metrics hooks. README.md in this directory says what it guarantees and what it does not.
+// polling in first-come-first-served order, several names at once with their leases kept alive
+// (WithLocks), Redlock, and metrics hooks. README.md in this directory says what it guarantees
+// and what it does not.
 //
 // A lock is a Redis key set with SET NX PX to a random token; only the holder of the token may
 // refresh or release it, and both are single Lua scripts so no check-then-act race exists.

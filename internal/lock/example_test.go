@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -44,7 +43,8 @@ func ExampleClient_Obtain() {
 	}
 	fmt.Println("obtained")
 
-	// ... work, refreshing with l.Refresh if it may outlast the lease ...
+	// ... short work; work that may outlast the lease belongs in WithLocks, which keeps the
+	// lease alive ...
 
 	if err := l.Release(ctx); err != nil {
 		fmt.Println("release:", err)
@@ -56,7 +56,7 @@ func ExampleClient_Obtain() {
 	// released
 }
 
-func ExampleClient_WithLock() {
+func ExampleClient_WithLocks() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
 	locker := lock.New(rdb)
@@ -65,9 +65,9 @@ func ExampleClient_WithLock() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	// WithLock keeps the lease alive while the work runs, cancels the work's context if the
+	// WithLocks keeps the lease alive while the work runs, cancels the work's context if the
 	// lock is lost, and releases the lock when the work returns or panics.
-	err := locker.WithLock(ctx, name, 10*time.Second, func(ctx context.Context, l *lock.Lock) error {
+	err := locker.WithLocks(ctx, []string{name}, 10*time.Second, func(ctx context.Context, locks []*lock.Lock) error {
 		fmt.Println("working under the lock")
 		return nil
 	}, &lock.Options{Retry: lock.Exponential(10*time.Millisecond, 200*time.Millisecond)})
@@ -150,7 +150,7 @@ func result(err error) string {
 	return "ok"
 }
 
-func ExampleClient_ObtainAll() {
+func ExampleClient_WithLocks_cart() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
 	locker := lock.New(rdb)
@@ -161,26 +161,23 @@ func ExampleClient_ObtainAll() {
 	// that may lock overlapping carts sorts them the same way — here by product id, which is
 	// not the byte order of the names ("{10}" < "{9}").
 	run := rand.Text()
-	names := []string{
-		"stocksvc-test:example-" + run + ":lock:product:{9}",
-		"stocksvc-test:example-" + run + ":lock:product:{10}",
+	ids := []string{"9", "10"}
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		names[i] = "stocksvc-test:example-" + run + ":lock:product:{" + id + "}"
+		defer rdb.Del(context.Background(), names[i]+":fence")
 	}
-	for _, name := range names {
-		defer rdb.Del(context.Background(), name+":fence")
-	}
-	locks, err := locker.ObtainAll(ctx, names, 10*time.Second, &lock.Options{Wait: true})
+	err := locker.WithLocks(ctx, names, 10*time.Second, func(ctx context.Context, locks []*lock.Lock) error {
+		// locks[i] is the lock of names[i]; each has its own fencing token for its product.
+		for i, l := range locks {
+			fmt.Printf("holding {%s}, fenced: %v\n", ids[i], l.Fence() > 0)
+		}
+		return nil
+	}, &lock.Options{Wait: true})
 	if err != nil {
 		fmt.Println("error:", err)
-		return
-	}
-	for _, l := range locks {
-		fmt.Println("holding", l.Name()[strings.LastIndex(l.Name(), ":")+1:])
-	}
-	if err := lock.ReleaseAll(ctx, locks); err != nil {
-		fmt.Println("release:", err)
-		return
 	}
 	// Output:
-	// holding {9}
-	// holding {10}
+	// holding {9}, fenced: true
+	// holding {10}, fenced: true
 }

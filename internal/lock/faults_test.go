@@ -230,7 +230,7 @@ func (e *events) get() []string {
 	return append([]string(nil), e.list...)
 }
 
-// TestPausedRedisCancelsHolder pauses Redis (SIGSTOP) while A works under WithLock with a short
+// TestPausedRedisCancelsHolder pauses Redis (SIGSTOP) while A works under WithLocks with a short
 // lease, and B polls for the same lock. A cannot refresh; its work must be cancelled with
 // ErrNotHeld by the time its lease ends — without an answer from Redis, however long the
 // client's calls would hang — and before B obtains the lock once Redis resumes.
@@ -263,7 +263,7 @@ func TestPausedRedisCancelsHolder(t *testing.T) {
 			cancelled := make(chan struct{})
 			var wg sync.WaitGroup
 			wg.Go(func() {
-				errA = lock.New(rdbA).WithLock(t.Context(), name, ttl, func(ctx context.Context, l *lock.Lock) error {
+				errA = withLock(t.Context(), lock.New(rdbA), name, ttl, func(ctx context.Context, l *lock.Lock) error {
 					fenceA = l.Fence()
 					ev.add("A obtained")
 					close(working)
@@ -315,7 +315,7 @@ func TestPausedRedisCancelsHolder(t *testing.T) {
 				t.Errorf("cause of A's cancellation = %v, want ErrNotHeld", causeA)
 			}
 			if !errors.Is(errA, lock.ErrNotHeld) {
-				t.Errorf("A's WithLock = %v, want an error matching ErrNotHeld", errA)
+				t.Errorf("A's WithLocks = %v, want an error matching ErrNotHeld", errA)
 			}
 			if errB != nil {
 				t.Fatalf("B: %v", errB)

@@ -96,7 +96,7 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// Options tune one Obtain or WithLock call. The zero value makes a single attempt and issues a
+// Options tune one Obtain or WithLocks call. The zero value makes a single attempt and issues a
 // fencing token.
 type Options struct {
 	// Wait makes Obtain wait for the lock until ctx's deadline (or cancellation), without
@@ -112,20 +112,15 @@ type Options struct {
 	// someone else. Nil means NoRetry. Ignored when Wait is set.
 	Retry RetryStrategy
 
-	// Token re-enters a lock: if the lock is held with this token (Lock.Token of an earlier
-	// Obtain), Obtain extends its lease and returns it again instead of failing. A single
-	// Release ends it. Re-entrant calls never queue; they poll as Retry says.
-	Token string
-
 	// Fenceless skips the fencing counter: Lock.Fence reports 0 and no counter key is created.
 	// Use it for locks whose holders write nowhere a fencing token could be checked (claims on
 	// short-lived names, for example), so that Redis keeps no counter per name.
 	Fenceless bool
 
-	// Detached keeps the work started by WithLock or WithLocks running when the caller's
-	// context is cancelled after the locks were obtained; only losing a lock cancels it then.
-	// Use it when work that has begun must be allowed to finish (a database commit whose
-	// outcome the caller must learn). The work should bound itself with a timeout.
+	// Detached keeps the work started by WithLocks running when the caller's context is
+	// cancelled after the locks were obtained; only losing a lock cancels it then. Use it when
+	// work that has begun must be allowed to finish (a database commit whose outcome the caller
+	// must learn). The work should bound itself with a timeout.
 	Detached bool
 }
 
@@ -145,8 +140,6 @@ type Lock struct {
 	keys   keys
 	token  string
 	fence  int64
-	ttl    time.Duration
-	fenced bool
 	note   string // what the last holder left (Note)
 
 	mu       sync.Mutex
@@ -156,7 +149,7 @@ type Lock struct {
 	lost     bool // the observer was told the lock was lost
 }
 
-// reportLost tells the observer that the lock was found lost, once per lock: WithLock's
+// reportLost tells the observer that the lock was found lost, once per lock: WithLocks'
 // refresh and its release both find a lost lock gone, and that is one loss. l.mu must be held.
 func (l *Lock) reportLost() {
 	if !l.lost {
@@ -181,7 +174,7 @@ func (c *Client) Obtain(ctx context.Context, name string, ttl time.Duration, opt
 	var l *Lock
 	var held bool
 	var err error
-	if opt != nil && opt.Wait && opt.Token == "" {
+	if opt != nil && opt.Wait {
 		l, held, err = c.obtainWaiting(ctx, name, ttl, opt)
 	} else {
 		l, held, err = c.obtainPolling(ctx, name, ttl, opt)
@@ -236,21 +229,17 @@ func flag(b bool) string {
 	return "0"
 }
 
-func (c *Client) newLock(name string, k keys, token string, fence int64, note string, ttl time.Duration, fenced bool, start time.Time) *Lock {
+func (c *Client) newLock(name string, k keys, token string, fence int64, note string, ttl time.Duration, start time.Time) *Lock {
 	// The lease is measured from before the request: Redis may set the key at any point
 	// until the reply arrives, so this is the latest the lease can safely be assumed to end.
-	return &Lock{client: c, name: name, keys: k, token: token, fence: fence, note: note, ttl: ttl,
-		fenced: fenced, until: start.Add(ttl)}
+	return &Lock{client: c, name: name, keys: k, token: token, fence: fence, note: note, until: start.Add(ttl)}
 }
 
 // obtainPolling is Obtain without Wait: one attempt, then as the retry strategy says. held
 // reports whether the lock was ever found held by someone else.
 func (c *Client) obtainPolling(ctx context.Context, name string, ttl time.Duration, opt *Options) (l *Lock, held bool, err error) {
 	k := keysFor(name)
-	token, own := rand.Text(), true
-	if opt != nil && opt.Token != "" {
-		token, own = opt.Token, false
-	}
+	token := rand.Text()
 	retry := opt.retry()
 	deadline, hasDeadline := ctx.Deadline()
 	c.sweep(ctx, k)
@@ -258,13 +247,11 @@ func (c *Client) obtainPolling(ctx context.Context, name string, ttl time.Durati
 		start := time.Now()
 		a, err := c.try(ctx, k, token, ttl, opt, "")
 		if err != nil {
-			if own {
-				c.abandon(k, orphan{token: token})
-			}
+			c.abandon(k, orphan{token: token})
 			return nil, held, attemptError(ctx, name, err, held)
 		}
 		if a.obtained {
-			return c.newLock(name, k, token, a.fence, a.note, ttl, opt.fenced(), start), held, nil
+			return c.newLock(name, k, token, a.fence, a.note, ttl, start), held, nil
 		}
 		held = true
 		pause := retry.Backoff(failed)
@@ -356,41 +343,22 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Name returns the name the lock was obtained under.
-func (l *Lock) Name() string { return l.name }
-
-// Token returns the random value that identifies this holder in Redis.
-func (l *Lock) Token() string { return l.token }
-
 // Fence returns the fencing token issued with the lock: larger than every token issued earlier
 // for the same name. It is 0 for locks obtained with Options.Fenceless.
 func (l *Lock) Fence() int64 { return l.fence }
 
-// Until returns the local time by which the lease ends unless refreshed. It is conservative:
+// leaseEnd returns the local time by which the lease ends unless refreshed. It is conservative:
 // measured from before the request that set or extended the lease.
-func (l *Lock) Until() time.Time {
+func (l *Lock) leaseEnd() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.until
 }
 
-// TTL returns the remaining lease as Redis sees it. It returns ErrNotHeld when the lock is no
-// longer held by this holder, and the Redis error (wrapped) when Redis could not be asked.
-func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
-	ms, err := ttlScript.Run(ctx, l.client.rdb, []string{l.keys.lock}, l.token).Int64()
-	if err != nil {
-		return 0, fmt.Errorf("lock: ttl %q: %w", l.name, err)
-	}
-	if ms < 0 {
-		return 0, ErrNotHeld
-	}
-	return time.Duration(ms) * time.Millisecond, nil
-}
-
-// Refresh extends the lease to ttl from now. It returns ErrNotHeld when the lock was lost or
-// released, and the Redis error (wrapped) when Redis could not be reached; the lease then ends
-// as before.
-func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+// refresh extends the lease to ttl from now (WithLocks keeps leases alive with it). It returns
+// ErrNotHeld when the lock was lost or released, and the Redis error (wrapped) when Redis could
+// not be reached; the lease then ends as before.
+func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("lock: refresh %q: ttl %v is below 1ms", l.name, ttl)
 	}

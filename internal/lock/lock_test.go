@@ -94,8 +94,8 @@ func TestReleaseByFormerHolderLeavesNewHolderAlone(t *testing.T) {
 			if got, want := value(t, rdb, name), b.Token(); got != want {
 				t.Errorf("after the former holder's Release, GET %s = %q, want the new holder's token %q", name, got, want)
 			}
-			if _, err := b.TTL(t.Context()); err != nil {
-				t.Errorf("new holder's TTL after the former holder's Release: %v, want it still held", err)
+			if ttl := lease(t, rdb, name); ttl <= 0 {
+				t.Errorf("new holder's PTTL after the former holder's Release = %v, want it still held with its lease", ttl)
 			}
 		})
 	}
@@ -178,12 +178,11 @@ func TestRefreshAfterLoss(t *testing.T) {
 			if err := l.Refresh(t.Context(), time.Hour); !errors.Is(err, lock.ErrNotHeld) {
 				t.Errorf("Refresh of a lock now held by another = %v, want ErrNotHeld", err)
 			}
-			ttl, err := other.TTL(t.Context())
-			if err != nil {
-				t.Fatalf("new holder's TTL: %v", err)
+			if got, want := value(t, rdb, name), other.Token(); got != want {
+				t.Fatalf("GET %s = %q after the former holder's Refresh, want the new holder's token %q", name, got, want)
 			}
-			if ttl > time.Minute {
-				t.Errorf("new holder's TTL = %v after the former holder's Refresh(1h), want at most 1m", ttl)
+			if ttl := lease(t, rdb, name); ttl > time.Minute {
+				t.Errorf("new holder's PTTL = %v after the former holder's Refresh(1h), want at most 1m", ttl)
 			}
 		})
 	}
@@ -220,70 +219,17 @@ func TestRefreshExtendsLease(t *testing.T) {
 		t.Fatalf("Refresh while held: %v", err)
 	}
 
-	ttl, err := l.TTL(t.Context())
-	if err != nil {
-		t.Fatalf("TTL after Refresh: %v", err)
+	if got, want := value(t, rdb, name), l.Token(); got != want {
+		t.Fatalf("GET %s after Refresh = %q, want the holder's token %q", name, got, want)
 	}
-	if ttl <= short || ttl > long {
-		t.Errorf("TTL after Refresh(%v) = %v, want within (%v, %v]", long, ttl, short, long)
+	if ttl := lease(t, rdb, name); ttl <= short || ttl > long {
+		t.Errorf("PTTL after Refresh(%v) = %v, want within (%v, %v]", long, ttl, short, long)
 	}
 	if got := l.Until(); !got.After(untilBefore.Add(long - short - time.Minute)) {
 		t.Errorf("Until() after Refresh(%v) = %v, was %v: not extended", long, got, untilBefore)
 	}
 	if err := l.Refresh(t.Context(), 0); err == nil || errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("Refresh(0) = %v, want a usage error other than ErrNotHeld", err)
-	}
-}
-
-func TestTTL(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name    string
-		end     func(t *testing.T, rdb *redis.Client, l *lock.Lock) // nil: still held
-		wantErr error
-	}{
-		{name: "held"},
-		{
-			name: "released",
-			end: func(t *testing.T, _ *redis.Client, l *lock.Lock) {
-				if err := l.Release(t.Context()); err != nil {
-					t.Fatalf("Release: %v", err)
-				}
-			},
-			wantErr: lock.ErrNotHeld,
-		},
-		{
-			name:    "deleted",
-			end:     func(t *testing.T, rdb *redis.Client, l *lock.Lock) { del(t, rdb, l.Name()) },
-			wantErr: lock.ErrNotHeld,
-		},
-		{
-			name: "taken by another holder",
-			end: func(t *testing.T, rdb *redis.Client, l *lock.Lock) {
-				del(t, rdb, l.Name())
-				obtain(t, lock.New(rdb), l.Name(), longLease, nil)
-			},
-			wantErr: lock.ErrNotHeld,
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			rdb, prefix := testenv.Redis(t)
-			c := lock.New(rdb)
-			l := obtain(t, c, lockName(prefix, "ttl"), longLease, nil)
-			if tt.end != nil {
-				tt.end(t, rdb, l)
-			}
-
-			got, err := l.TTL(t.Context())
-			if !errors.Is(err, tt.wantErr) {
-				t.Fatalf("TTL() error = %v, want %v", err, tt.wantErr)
-			}
-			if tt.wantErr == nil && (got <= 0 || got > longLease) {
-				t.Errorf("TTL() = %v, want within (0, %v]", got, longLease)
-			}
-		})
 	}
 }
 

@@ -45,6 +45,17 @@ func value(t testing.TB, rdb *redis.Client, key string) string {
 	return v
 }
 
+// lease returns the remaining lease of key as Redis counts it (PTTL): negative when the key is
+// gone or has no expiry.
+func lease(t testing.TB, rdb *redis.Client, key string) time.Duration {
+	t.Helper()
+	d, err := rdb.PTTL(context.Background(), key).Result()
+	if err != nil {
+		t.Fatalf("PTTL %s: %v", key, err)
+	}
+	return d
+}
+
 // del deletes key, as an operator, an eviction or an expiry would, and fails the test when
 // there was nothing to delete: a test that means to take a lock away must know it did.
 func del(t testing.TB, rdb *redis.Client, key string) {

@@ -229,7 +229,7 @@ func TestWaitRunsAreShort(t *testing.T) {
 			for range rounds {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				waiting.Add(1)
-				err := c.WithLock(ctx, name, 5*time.Second, func(context.Context, *lock.Lock) error {
+				err := withLock(ctx, c, name, 5*time.Second, func(context.Context, *lock.Lock) error {
 					waiting.Add(-1)
 					time.Sleep(200 * time.Microsecond) // the work
 					mu.Lock()
@@ -292,7 +292,7 @@ func TestWaitOtherClientIsNotStarved(t *testing.T) {
 				default:
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				err := busy.WithLock(ctx, name, 5*time.Second, func(context.Context, *lock.Lock) error {
+				err := withLock(ctx, busy, name, 5*time.Second, func(context.Context, *lock.Lock) error {
 					turns.Add(1)
 					time.Sleep(time.Millisecond) // the work
 					return nil

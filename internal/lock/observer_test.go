@@ -129,15 +129,15 @@ func TestObserver(t *testing.T) {
 			want: observed{Obtained: 1, Lost: 1},
 		},
 		{
-			name: "lost, found by WithLock",
+			name: "lost, found by WithLocks",
 			run: func(t *testing.T, c, other *lock.Client, rdb *redis.Client, name string) {
-				err := c.WithLock(t.Context(), name, 600*time.Millisecond, func(ctx context.Context, _ *lock.Lock) error {
+				err := withLock(t.Context(), c, name, 600*time.Millisecond, func(ctx context.Context, _ *lock.Lock) error {
 					del(t, rdb, name)
 					<-ctx.Done() // the next refresh finds the lock gone
 					return ctx.Err()
 				}, nil)
 				if !errors.Is(err, lock.ErrNotHeld) {
-					t.Fatalf("WithLock = %v, want ErrNotHeld", err)
+					t.Fatalf("WithLocks = %v, want ErrNotHeld", err)
 				}
 			},
 			want: observed{Obtained: 1, Lost: 1},

@@ -37,7 +37,6 @@ type Redlock struct {
 	addrs       []string
 	quorum      int
 	nodeTimeout time.Duration
-	driftFactor float64
 	obs         Observer
 	// afterGrant, when set (by tests), runs between a round's grants and its raising of the
 	// fencing counters, to lose the lock on some nodes exactly there.
@@ -49,9 +48,6 @@ type RedlockOptions struct {
 	// NodeTimeout bounds each request to one node; it must be far below the lease so a dead
 	// node costs little of it. Default 50ms.
 	NodeTimeout time.Duration
-	// DriftFactor is the share of the lease allowed for clock drift between nodes, on top of
-	// a fixed 2ms. Default 0.01.
-	DriftFactor float64
 	// Observer receives acquisitions, give-ups, losses and refresh failures, as a Client's
 	// does (WithObserver). Nil observes nothing.
 	Observer Observer
@@ -65,10 +61,7 @@ func NewRedlock(nodes []*redis.Client, opt RedlockOptions) (*Redlock, error) {
 	if opt.NodeTimeout <= 0 {
 		opt.NodeTimeout = 50 * time.Millisecond
 	}
-	if opt.DriftFactor <= 0 {
-		opt.DriftFactor = 0.01
-	}
-	r := &Redlock{quorum: len(nodes)/2 + 1, nodeTimeout: opt.NodeTimeout, driftFactor: opt.DriftFactor, obs: opt.Observer}
+	r := &Redlock{quorum: len(nodes)/2 + 1, nodeTimeout: opt.NodeTimeout, obs: opt.Observer}
 	if r.obs == nil {
 		r.obs = noObserver{}
 	}
@@ -79,40 +72,40 @@ func NewRedlock(nodes []*redis.Client, opt RedlockOptions) (*Redlock, error) {
 	return r, nil
 }
 
-// NodeError is one node's failure in a Redlock operation.
-type NodeError struct {
-	Addr string
-	// Err is ErrNotObtained when the node's lock was held by someone else, ErrNotHeld (maybe
+// nodeError is one node's failure in a Redlock operation.
+type nodeError struct {
+	addr string
+	// err is ErrNotObtained when the node's lock was held by someone else, ErrNotHeld (maybe
 	// wrapped) when the node no longer held this holder's lock, and otherwise why the node
 	// could not be asked.
-	Err error
+	err error
 }
 
 // answered reports whether the node answered about the lock, as opposed to not answering.
-func (n NodeError) answered() bool {
-	return errors.Is(n.Err, ErrNotObtained) || errors.Is(n.Err, ErrNotHeld)
+func (n nodeError) answered() bool {
+	return errors.Is(n.err, ErrNotObtained) || errors.Is(n.err, ErrNotHeld)
 }
 
-// QuorumError reports a Redlock operation that did not reach a quorum, with each failing node.
-// errors.Is(err, ErrNotObtained) holds for a failed obtain, and errors.Is(err, ErrNotHeld) for
-// a failed refresh; the node errors are in Nodes. Unreachable tells a lock held by someone
-// else from nodes that could not be asked.
+// QuorumError reports a Redlock operation that did not reach a quorum. errors.Is(err,
+// ErrNotObtained) holds for a failed obtain, and errors.Is(err, ErrNotHeld) for a failed
+// refresh; Unreachable tells a lock held by someone else from nodes that could not be asked.
+// Its message names every node that failed and why.
 type QuorumError struct {
-	Op     string
-	Name   string
-	Got    int // nodes that succeeded
-	Total  int
-	Needed int
-	Nodes  []NodeError
+	op     string // "obtain" or "refresh"
+	name   string
+	got    int // nodes that succeeded
+	total  int
+	needed int
+	nodes  []nodeError // the nodes that failed
 	kind   error
 }
 
 func (e *QuorumError) Error() string {
-	parts := make([]string, len(e.Nodes))
-	for i, n := range e.Nodes {
-		parts[i] = fmt.Sprintf("%s: %v", n.Addr, n.Err)
+	parts := make([]string, len(e.nodes))
+	for i, n := range e.nodes {
+		parts[i] = fmt.Sprintf("%s: %v", n.addr, n.err)
 	}
-	return fmt.Sprintf("lock: redlock %s %q: %d of %d nodes, %d needed (%s)", e.Op, e.Name, e.Got, e.Total, e.Needed, strings.Join(parts, "; "))
+	return fmt.Sprintf("lock: redlock %s %q: %d of %d nodes, %d needed (%s)", e.op, e.name, e.got, e.total, e.needed, strings.Join(parts, "; "))
 }
 
 // Unwrap returns ErrNotObtained or ErrNotHeld, or nil for a refresh whose nodes could not be
@@ -123,13 +116,13 @@ func (e *QuorumError) Unwrap() error { return e.kind }
 // or saying who holds it): the nodes are down, cut off or too slow, so nothing can be said
 // about the lock itself. A caller tells "unavailable" from "busy" by it.
 func (e *QuorumError) Unreachable() bool {
-	answered := e.Got
-	for _, n := range e.Nodes {
+	answered := e.got
+	for _, n := range e.nodes {
 		if n.answered() {
 			answered++
 		}
 	}
-	return answered < e.Needed
+	return answered < e.needed
 }
 
 // QuorumLock is a lock held on a quorum of Redlock nodes.
@@ -138,7 +131,6 @@ type QuorumLock struct {
 	name  string
 	token string
 	fence int64
-	ttl   time.Duration
 
 	mu    sync.Mutex
 	until time.Time
@@ -225,10 +217,10 @@ func (r *Redlock) round(ctx context.Context, name, token string, ttl time.Durati
 	})
 	var granted []int
 	fence := int64(0)
-	var failures []NodeError
+	var failures []nodeError
 	for i, res := range results {
 		if res.err != nil {
-			failures = append(failures, NodeError{Addr: r.addrs[i], Err: res.err})
+			failures = append(failures, nodeError{addr: r.addrs[i], err: res.err})
 			continue
 		}
 		granted = append(granted, i)
@@ -239,21 +231,21 @@ func (r *Redlock) round(ctx context.Context, name, token string, ttl time.Durati
 		if r.afterGrant != nil {
 			r.afterGrant()
 		}
-		var raiseFailures []NodeError
+		var raiseFailures []nodeError
 		got, raiseFailures = r.raise(ctx, k, token, fence, granted)
 		failures = append(failures, raiseFailures...)
 	}
 	validity := ttl - time.Since(start) - r.drift(ttl)
 	if got >= r.quorum && validity > 0 {
-		return &QuorumLock{r: r, name: name, token: token, fence: fence, ttl: ttl, until: start.Add(ttl - r.drift(ttl))}, nil
+		return &QuorumLock{r: r, name: name, token: token, fence: fence, until: start.Add(ttl - r.drift(ttl))}, nil
 	}
 	// Not enough: give back what was taken, on every node (a grant may have been applied
 	// although its reply was lost).
 	r.release(context.WithoutCancel(ctx), k, token)
 	if got >= r.quorum {
-		failures = append(failures, NodeError{Addr: "(all)", Err: fmt.Errorf("quorum reached too late: %v of the %v lease left", validity, ttl)})
+		failures = append(failures, nodeError{addr: "(all)", err: fmt.Errorf("quorum reached too late: %v of the %v lease left", validity, ttl)})
 	}
-	return nil, &QuorumError{Op: "obtain", Name: name, Got: got, Total: len(r.nodes), Needed: r.quorum, Nodes: failures, kind: ErrNotObtained}
+	return nil, &QuorumError{op: "obtain", name: name, got: got, total: len(r.nodes), needed: r.quorum, nodes: failures, kind: ErrNotObtained}
 }
 
 // raise sets the fencing counter of every node in granted that still holds token to at least
@@ -261,7 +253,7 @@ func (r *Redlock) round(ctx context.Context, name, token string, ttl time.Durati
 // of any later holder can miss: that holder's quorum shares a node with this one, and there
 // its grant, and the counter's increment, can only come after this lock is gone, which is
 // after the raise.
-func (r *Redlock) raise(ctx context.Context, k keys, token string, fence int64, granted []int) (int, []NodeError) {
+func (r *Redlock) raise(ctx context.Context, k keys, token string, fence int64, granted []int) (int, []nodeError) {
 	errs := make([]error, len(r.nodes))
 	r.each(ctx, granted, func(ctx context.Context, i int, c *Client) {
 		n, err := raiseScript.Run(ctx, c.rdb, []string{k.lock, k.fence}, token, strconv.FormatInt(fence, 10)).Int64()
@@ -271,10 +263,10 @@ func (r *Redlock) raise(ctx context.Context, k keys, token string, fence int64, 
 		errs[i] = err
 	})
 	raised := 0
-	var failures []NodeError
+	var failures []nodeError
 	for _, i := range granted {
 		if errs[i] != nil {
-			failures = append(failures, NodeError{Addr: r.addrs[i], Err: errs[i]})
+			failures = append(failures, nodeError{addr: r.addrs[i], err: errs[i]})
 		} else {
 			raised++
 		}
@@ -282,8 +274,12 @@ func (r *Redlock) raise(ctx context.Context, k keys, token string, fence int64, 
 	return raised, failures
 }
 
+// driftFactor is the share of a lease allowed for clock drift between the nodes, on top of a
+// fixed 2ms.
+const driftFactor = 0.01
+
 func (r *Redlock) drift(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*r.driftFactor) + 2*time.Millisecond
+	return time.Duration(float64(ttl)*driftFactor) + 2*time.Millisecond
 }
 
 // each runs fn against the nodes at indexes (every node when indexes is nil) concurrently,
@@ -314,32 +310,27 @@ func (r *Redlock) release(ctx context.Context, k keys, token string) int {
 	return int(n.Load())
 }
 
-// Name returns the lock's name.
-func (l *QuorumLock) Name() string { return l.name }
-
-// Token returns the holder's token, the same on every node.
-func (l *QuorumLock) Token() string { return l.token }
-
 // Fence returns the lock's fencing token: the largest its quorum issued, which a quorum of
 // nodes raised their counters to before the lock counted as obtained. It is larger than the
 // token of every earlier holder of the name (see Redlock for the one assumption, about clocks,
 // that a node restarted empty needs). It is 0 for locks obtained with Options.Fenceless.
 func (l *QuorumLock) Fence() int64 { return l.fence }
 
-// Until returns the local time by which the lock's validity ends unless refreshed: the lease
+// leaseEnd returns the local time by which the lock's validity ends unless refreshed: the lease
 // from before the grants were asked for, less the drift allowance.
-func (l *QuorumLock) Until() time.Time {
+func (l *QuorumLock) leaseEnd() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.until
 }
 
-// Refresh extends the lease on every node that still holds it; the lock stays valid only if a
-// quorum did so in time. Otherwise it returns a *QuorumError: matching ErrNotHeld when a
-// quorum of nodes answered (the lock is lost, or the refresh came too late), and matching
-// nothing else when they could not be asked (Unreachable): the lock then stays valid until
-// Until, as before, and a later refresh may still succeed.
-func (l *QuorumLock) Refresh(ctx context.Context, ttl time.Duration) error {
+// refresh extends the lease on every node that still holds it (WithLocks keeps leases alive
+// with it); the lock stays valid only if a quorum did so in time. Otherwise it returns a
+// *QuorumError: matching ErrNotHeld when a quorum of nodes answered (the lock is lost, or the
+// refresh came too late), and matching nothing else when they could not be asked
+// (Unreachable): the lock then stays valid until leaseEnd, as before, and a later refresh may
+// still succeed.
+func (l *QuorumLock) refresh(ctx context.Context, ttl time.Duration) error {
 	start := time.Now()
 	k := keysFor(l.name)
 	errs := make([]error, len(l.r.nodes))
@@ -351,10 +342,10 @@ func (l *QuorumLock) Refresh(ctx context.Context, ttl time.Duration) error {
 		errs[i] = err
 	})
 	got := 0
-	var failures []NodeError
+	var failures []nodeError
 	for i, err := range errs {
 		if err != nil {
-			failures = append(failures, NodeError{Addr: l.r.addrs[i], Err: err})
+			failures = append(failures, nodeError{addr: l.r.addrs[i], err: err})
 		} else {
 			got++
 		}
@@ -365,7 +356,7 @@ func (l *QuorumLock) Refresh(ctx context.Context, ttl time.Duration) error {
 		l.mu.Unlock()
 		return nil
 	}
-	qe := &QuorumError{Op: "refresh", Name: l.name, Got: got, Total: len(l.r.nodes), Needed: l.r.quorum, Nodes: failures, kind: ErrNotHeld}
+	qe := &QuorumError{op: "refresh", name: l.name, got: got, total: len(l.r.nodes), needed: l.r.quorum, nodes: failures, kind: ErrNotHeld}
 	if qe.Unreachable() {
 		qe.kind = nil
 		l.r.obs.RefreshFailed(l.name, qe)
@@ -392,7 +383,7 @@ func (l *QuorumLock) Release(ctx context.Context) error {
 }
 
 // WithLocks obtains the lock of every name on a quorum of nodes, one by one in the order given
-// (see Client.ObtainAll for why callers must agree on one), runs fn while keeping their leases
+// (see Client.WithLocks for why callers must agree on one), runs fn while keeping their leases
 // alive, and releases them afterwards — also when fn fails or panics. locks[i] passed to fn is
 // the lock for names[i].
 //
@@ -415,5 +406,5 @@ func (r *Redlock) WithLocks(ctx context.Context, names []string, ttl time.Durati
 		}
 		locks = append(locks, l)
 	}
-	return hold(ctx, locks, ttl, opt, fn)
+	return hold(ctx, names, locks, ttl, opt, fn)
 }

@@ -61,16 +61,6 @@ func addrs(servers []*testenv.RedisServer, indexes []int) []string {
 	return a
 }
 
-// failedAddrs returns the sorted addresses a QuorumError names.
-func failedAddrs(e *lock.QuorumError) []string {
-	var a []string
-	for _, n := range e.Nodes {
-		a = append(a, n.Addr)
-	}
-	slices.Sort(a)
-	return a
-}
-
 // TestRedlockObtainNeedsQuorum kills nodes of five before obtaining: with a majority alive the
 // lock is obtained, refreshed and released on every live node; without one, Obtain gives up
 // within its wait budget with a *QuorumError naming the dead nodes, and leaves no grant behind.
@@ -110,7 +100,7 @@ func TestRedlockObtainNeedsQuorum(t *testing.T) {
 				}
 				// The last round may have run into the deadline on live nodes too, so the
 				// killed nodes must be named, and nothing that is not a node.
-				got := failedAddrs(qe)
+				got := qe.FailedAddrs()
 				for _, a := range addrs(servers, tt.killed) {
 					if !slices.Contains(got, a) {
 						t.Errorf("QuorumError names %v, want it to name killed node %s", got, a)
@@ -121,8 +111,8 @@ func TestRedlockObtainNeedsQuorum(t *testing.T) {
 						t.Errorf("QuorumError names %s, which is no node", a)
 					}
 				}
-				if qe.Op != "obtain" || qe.Got >= qe.Needed || qe.Needed != 3 || qe.Total != 5 {
-					t.Errorf("QuorumError = {Op %q Got %d Needed %d Total %d}, want obtain, below 3 of 5", qe.Op, qe.Got, qe.Needed, qe.Total)
+				if got, needed, total := qe.Counts(); qe.Op() != "obtain" || got >= needed || needed != 3 || total != 5 {
+					t.Errorf("QuorumError = {Op %q Got %d Needed %d Total %d}, want obtain, below 3 of 5", qe.Op(), got, needed, total)
 				}
 				for _, i := range alive {
 					if exists(t, clients[i], quorumName) {
@@ -182,8 +172,8 @@ func TestRedlockRestartedNodesDoNotAdmitSecondHolder(t *testing.T) {
 			if !errors.As(err, &qe) || !errors.Is(err, lock.ErrNotObtained) {
 				t.Fatalf("B: Obtain while A holds a quorum = %v, want a *QuorumError matching ErrNotObtained", err)
 			}
-			if qe.Got != len(restarted) {
-				t.Errorf("B got %d nodes, want the %d restarted ones", qe.Got, len(restarted))
+			if got, _, _ := qe.Counts(); got != len(restarted) {
+				t.Errorf("B got %d nodes, want the %d restarted ones", got, len(restarted))
 			}
 			if got, want := len(holders(t, clients, nil, restartName, a.Token())), 5-len(restarted); got != want {
 				t.Errorf("A holds %d nodes, want %d", got, want)
@@ -249,11 +239,11 @@ func TestRedlockRefresh(t *testing.T) {
 				if !errors.Is(err, tt.wantErr) || !errors.As(err, &qe) {
 					t.Fatalf("Refresh = %v, want a *QuorumError matching %v", err, tt.wantErr)
 				}
-				if got, want := failedAddrs(qe), addrs(servers, append(slices.Clone(tt.deleted), tt.killed...)); !cmp.Equal(got, want) {
+				if got, want := qe.FailedAddrs(), addrs(servers, append(slices.Clone(tt.deleted), tt.killed...)); !cmp.Equal(got, want) {
 					t.Errorf("QuorumError names %v, want the nodes that lost the key or are down %v", got, want)
 				}
-				if qe.Op != "refresh" {
-					t.Errorf("QuorumError.Op = %q, want refresh", qe.Op)
+				if qe.Op() != "refresh" {
+					t.Errorf("QuorumError.Op = %q, want refresh", qe.Op())
 				}
 				return
 			}

@@ -49,9 +49,9 @@ end
 // entry in the line, or "" when it does not wait, ARGV[5] how long to keep the line, in ms.
 //
 // Returns {1, fence, note} when obtained, {2, fence, note} when the lock already holds ARGV[1] —
-// re-entered (the lease is extended and the holder's fence returned), given to this waiter by
-// the last holder, or granted by an earlier run of this same attempt that go-redis resent after
-// a lost reply — and {0, pttl} when held by someone else; a waiter is then in the line, once.
+// given to this waiter by the last holder, or granted by an earlier run of this same attempt
+// that go-redis resent after a lost reply (the lease is extended and the fence the grant issued
+// returned) — and {0, pttl} when held by someone else; a waiter is then in the line, once.
 // note is what the last holder left ("" for none).
 //
 // SET with both NX and GET (Redis 7.0 and later) takes a free lock or reads its holder in one
@@ -142,15 +142,6 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
-`)
-
-// ttlScript reports the remaining lease of the caller's lock, or -2 when it is not held.
-// KEYS[1] lock; ARGV[1] token.
-var ttlScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PTTL', KEYS[1])
-end
-return -2
 `)
 
 // forgetScript undoes what an attempt may have left: its entry in the line (ARGV[2], "" for an

@@ -67,7 +67,7 @@ func (c *Client) obtainWaiting(ctx context.Context, name string, ttl time.Durati
 			return nil, held, attemptError(ctx, name, err, held)
 		}
 		if a.obtained {
-			return c.newLock(name, k, token, a.fence, a.note, ttl, opt.fenced(), start), held, nil
+			return c.newLock(name, k, token, a.fence, a.note, ttl, start), held, nil
 		}
 		// A grant to this waiter can only follow this attempt, so a lease counted from start
 		// ends no later than the one the holder will set.
@@ -90,7 +90,7 @@ func (c *Client) obtainWaiting(ctx context.Context, name string, ttl time.Durati
 		select {
 		case g := <-w.granted:
 			timer.Stop()
-			return c.newLock(name, k, token, g.fence, g.note, ttl, opt.fenced(), since), held, nil
+			return c.newLock(name, k, token, g.fence, g.note, ttl, since), held, nil
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()

@@ -61,7 +61,7 @@ func TestWaitMutualExclusionAcrossClients(t *testing.T) {
 				wg.Go(func() {
 					for range tc.rounds {
 						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-						err := c.WithLock(ctx, name, 5*time.Second, func(context.Context, *lock.Lock) error {
+						err := withLock(ctx, c, name, 5*time.Second, func(context.Context, *lock.Lock) error {
 							if inside.Add(1) != 1 {
 								overlaps.Add(1)
 							}

@@ -8,80 +8,39 @@ import (
 	"time"
 )
 
-// WithLock obtains the lock called name (as Obtain does, within ctx's deadline), runs fn while
-// keeping the lease alive, and releases the lock afterwards — also when fn fails or panics.
+// WithLocks obtains the lock of every name, all or nothing, runs fn while keeping the leases
+// alive, and releases the locks afterwards — also when fn fails or panics. locks[i] passed to fn
+// is the lock for names[i]; work under a single lock that may outlast its lease passes one name.
 //
-// While fn runs, the lease is refreshed every ttl/3. If the lock is lost (a refresh finds
+// The locks are taken one by one in the order given, as Obtain takes each (waiting or retrying
+// as opt says); ctx's deadline bounds the whole acquisition, not each lock, and the locks
+// already held are given back if one cannot be had. The order is the caller's to choose
+// because only the caller knows what its names mean (the byte order of "{10}" and "{9}" is not
+// the order of 10 and 9): callers that may lock overlapping sets of names must all take them
+// in one order — ascending product id, say — or two of them can each hold what the other
+// waits for until their deadlines run out.
+//
+// While fn runs, the leases are refreshed every ttl/3. If a lock is lost (a refresh finds
 // another token, or refreshes keep failing until the lease has run out) fn's context is
 // cancelled at once, with ErrNotHeld as its cause, and a non-nil error from fn is returned
-// wrapped so that errors.Is(err, ErrNotHeld) holds. fn's own error is returned otherwise.
-// A failure to release after fn succeeded is not reported: the work is done, and the lock
-// expires with its lease.
+// wrapped so that errors.Is(err, ErrNotHeld) holds. fn's own error is returned otherwise. With
+// Options.Detached, fn's context is not cancelled with ctx once the locks are held. A failure
+// to release after fn succeeded is not reported: the work is done, and the lock expires with
+// its lease.
 //
-// Errors before fn runs are those of Obtain.
-func (c *Client) WithLock(ctx context.Context, name string, ttl time.Duration, fn func(ctx context.Context, l *Lock) error, opt *Options) error {
-	return c.WithLocks(ctx, []string{name}, ttl, func(ctx context.Context, locks []*Lock) error {
-		return fn(ctx, locks[0])
-	}, opt)
-}
-
-// WithLocks is WithLock for several names at once, all or nothing, taken in the order given
-// (see ObtainAll for why callers must agree on one). locks[i] passed to fn is the lock for
-// names[i].
+// Duplicate names, and no names at all, are an error, returned before anything is locked.
+// Other errors before fn runs are those of Obtain.
 func (c *Client) WithLocks(ctx context.Context, names []string, ttl time.Duration, fn func(ctx context.Context, locks []*Lock) error, opt *Options) error {
-	locks, err := c.ObtainAll(ctx, names, ttl, opt)
+	locks, err := c.obtainAll(ctx, names, ttl, opt)
 	if err != nil {
 		return err
 	}
 	defer releaseAll(ctx, locks)
-	return hold(ctx, locks, ttl, opt, fn)
+	return hold(ctx, names, locks, ttl, opt, fn)
 }
 
-// leased is a held lock whose lease keepAlive can refresh: a Lock, or a Redlock's QuorumLock.
-type leased interface {
-	Name() string
-	Until() time.Time
-	Refresh(ctx context.Context, ttl time.Duration) error
-	Release(ctx context.Context) error
-}
-
-// hold runs fn while keeping the leases of locks alive (see WithLocks), and stops the keeper
-// before it returns, so that the caller may release the locks then.
-func hold[L leased](ctx context.Context, locks []L, ttl time.Duration, opt *Options, fn func(ctx context.Context, locks []L) error) error {
-	base := ctx
-	if opt != nil && opt.Detached {
-		base = context.WithoutCancel(ctx)
-	}
-	work, cancel := context.WithCancelCause(base)
-	defer cancel(nil)
-
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { keepAlive(work, locks, ttl, cancel, stop) })
-	// Stop the keeper before the caller releases, also on panic.
-	defer wg.Wait()
-	defer close(stop)
-
-	err := fn(work, locks)
-	if err != nil && errors.Is(context.Cause(work), ErrNotHeld) && !errors.Is(err, ErrNotHeld) {
-		return fmt.Errorf("%w (%w)", err, ErrNotHeld)
-	}
-	return err
-}
-
-// ObtainAll obtains a lock on every name, all or nothing, for carts and other work that needs
-// several resources at once. It takes them one by one in the order given, and gives back the
-// ones it holds if any cannot be had. ctx's deadline (and opt) bound the whole acquisition, not
-// each lock. locks[i] is the lock for names[i]. Release them together with ReleaseAll.
-//
-// The order is the caller's to choose because only the caller knows what its names mean (the
-// byte order of "{10}" and "{9}" is not the order of 10 and 9): callers that may lock
-// overlapping sets of names must all take them in one order — ascending product id, say —
-// or two of them can each hold what the other waits for until their deadlines run out.
-//
-// Duplicate names, and no names at all, are an error, returned before anything is locked.
-// Other errors are those of Obtain.
-func (c *Client) ObtainAll(ctx context.Context, names []string, ttl time.Duration, opt *Options) ([]*Lock, error) {
+// obtainAll obtains a lock on every name, in the order given, or none (see WithLocks).
+func (c *Client) obtainAll(ctx context.Context, names []string, ttl time.Duration, opt *Options) ([]*Lock, error) {
 	if err := checkNames(names); err != nil {
 		return nil, err
 	}
@@ -95,6 +54,37 @@ func (c *Client) ObtainAll(ctx context.Context, names []string, ttl time.Duratio
 		locks[i] = l
 	}
 	return locks, nil
+}
+
+// leased is a held lock whose lease keepAlive can refresh: a Lock, or a Redlock's QuorumLock.
+type leased interface {
+	leaseEnd() time.Time
+	refresh(ctx context.Context, ttl time.Duration) error
+	Release(ctx context.Context) error
+}
+
+// hold runs fn while keeping the leases of locks, named names, alive (see WithLocks), and stops
+// the keeper before it returns, so that the caller may release the locks then.
+func hold[L leased](ctx context.Context, names []string, locks []L, ttl time.Duration, opt *Options, fn func(ctx context.Context, locks []L) error) error {
+	base := ctx
+	if opt != nil && opt.Detached {
+		base = context.WithoutCancel(ctx)
+	}
+	work, cancel := context.WithCancelCause(base)
+	defer cancel(nil)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { keepAlive(work, names, locks, ttl, cancel, stop) })
+	// Stop the keeper before the caller releases, also on panic.
+	defer wg.Wait()
+	defer close(stop)
+
+	err := fn(work, locks)
+	if err != nil && errors.Is(context.Cause(work), ErrNotHeld) && !errors.Is(err, ErrNotHeld) {
+		return fmt.Errorf("%w (%w)", err, ErrNotHeld)
+	}
+	return err
 }
 
 // checkNames refuses no names at all and a name given twice, before anything is locked.
@@ -112,18 +102,6 @@ func checkNames(names []string) error {
 	return nil
 }
 
-// ReleaseAll releases every lock (nil entries are skipped) and returns the errors of those that
-// could not be released cleanly (see Lock.Release).
-func ReleaseAll(ctx context.Context, locks []*Lock) error {
-	var errs []error
-	for _, l := range locks {
-		if l != nil {
-			errs = append(errs, l.Release(ctx))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // releaseAll releases every lock in locks (none may be nil), ignoring errors: a lock that
 // cannot be released expires with its lease, and the caller's outcome does not depend on it.
 func releaseAll[L leased](ctx context.Context, locks []L) {
@@ -134,8 +112,8 @@ func releaseAll[L leased](ctx context.Context, locks []L) {
 
 // keepAlive refreshes every lock each ttl/3 until stop is closed. It cancels the work with
 // ErrNotHeld as soon as a lock is found lost, or when refreshes have failed for so long that a
-// lease may have run out.
-func keepAlive[L leased](work context.Context, locks []L, ttl time.Duration, cancel context.CancelCauseFunc, stop <-chan struct{}) {
+// lease may have run out. names[i] is the name of locks[i].
+func keepAlive[L leased](work context.Context, names []string, locks []L, ttl time.Duration, cancel context.CancelCauseFunc, stop <-chan struct{}) {
 	interval := max(ttl/3, time.Millisecond)
 	timer := time.NewTimer(nextWake(locks, interval))
 	defer timer.Stop()
@@ -147,12 +125,12 @@ func keepAlive[L leased](work context.Context, locks []L, ttl time.Duration, can
 			return
 		case <-timer.C:
 		}
-		for _, l := range locks {
-			if !time.Now().Before(l.Until()) {
-				cancel(fmt.Errorf("%w: lease of %q ran out before it could be refreshed", ErrNotHeld, l.Name()))
+		for i, l := range locks {
+			if !time.Now().Before(l.leaseEnd()) {
+				cancel(fmt.Errorf("%w: lease of %q ran out before it could be refreshed", ErrNotHeld, names[i]))
 				return
 			}
-			ctx, done := context.WithDeadline(work, l.Until())
+			ctx, done := context.WithDeadline(work, l.leaseEnd())
 			// go-redis does not give up a call when its context ends (unless the client has
 			// ContextTimeoutEnabled): a refresh stuck on an unresponsive server would keep
 			// the work running past the lease for as long as the client's read timeout, or
@@ -160,17 +138,17 @@ func keepAlive[L leased](work context.Context, locks []L, ttl time.Duration, can
 			expired := make(chan struct{})
 			stopWatch := context.AfterFunc(ctx, func() {
 				defer close(expired)
-				if !time.Now().Before(l.Until()) {
-					cancel(fmt.Errorf("%w: lease of %q ran out while refreshing it", ErrNotHeld, l.Name()))
+				if !time.Now().Before(l.leaseEnd()) {
+					cancel(fmt.Errorf("%w: lease of %q ran out while refreshing it", ErrNotHeld, names[i]))
 				}
 			})
-			err := l.Refresh(ctx, ttl)
+			err := l.refresh(ctx, ttl)
 			if !stopWatch() {
 				<-expired
 			}
 			done()
 			if errors.Is(err, ErrNotHeld) {
-				cancel(fmt.Errorf("%w: %q was taken or expired", ErrNotHeld, l.Name()))
+				cancel(fmt.Errorf("%w: %q was taken or expired", ErrNotHeld, names[i]))
 				return
 			}
 			// Any other failure is retried at the next wake-up; the lease check above
@@ -185,7 +163,7 @@ func keepAlive[L leased](work context.Context, locks []L, ttl time.Duration, can
 func nextWake[L leased](locks []L, interval time.Duration) time.Duration {
 	wake := interval
 	for _, l := range locks {
-		wake = min(wake, time.Until(l.Until()))
+		wake = min(wake, time.Until(l.leaseEnd()))
 	}
 	return max(wake, 0)
 }

@@ -46,6 +46,13 @@ func (e *errorList) report(t *testing.T) {
 	}
 }
 
+// withLock is WithLocks for one name, for the tests about a single lock.
+func withLock(ctx context.Context, c *lock.Client, name string, ttl time.Duration, fn func(ctx context.Context, l *lock.Lock) error, opt *lock.Options) error {
+	return c.WithLocks(ctx, []string{name}, ttl, func(ctx context.Context, locks []*lock.Lock) error {
+		return fn(ctx, locks[0])
+	}, opt)
+}
+
 func TestWithLockMutualExclusion(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
@@ -62,7 +69,7 @@ func TestWithLockMutualExclusion(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for r := range rounds {
-				err := c.WithLock(ctx, name, 5*time.Second, func(context.Context, *lock.Lock) error {
+				err := withLock(ctx, c, name, 5*time.Second, func(context.Context, *lock.Lock) error {
 					if inside.Add(1) != 1 {
 						overlaps.Add(1)
 					}
@@ -71,7 +78,7 @@ func TestWithLockMutualExclusion(t *testing.T) {
 					return nil
 				}, opt)
 				if err != nil {
-					errs.add(fmt.Errorf("worker %d round %d: WithLock: %w", w, r, err))
+					errs.add(fmt.Errorf("worker %d round %d: WithLocks: %w", w, r, err))
 					return
 				}
 				completed.Add(1)
@@ -107,7 +114,7 @@ func TestWithLockFencesIncreaseAcrossHolders(t *testing.T) {
 	for range workers {
 		wg.Go(func() {
 			for range rounds {
-				err := c.WithLock(ctx, name, 5*time.Second, func(_ context.Context, l *lock.Lock) error {
+				err := withLock(ctx, c, name, 5*time.Second, func(_ context.Context, l *lock.Lock) error {
 					if l.Fence() <= last {
 						regressions.Add(1)
 					}
@@ -149,7 +156,7 @@ func TestWithLockCancelsWorkWhenLockIsLost(t *testing.T) {
 			var cause error // written by fn, read after done
 			done := make(chan error, 1)
 			go func() {
-				done <- c.WithLock(t.Context(), name, 600*time.Millisecond, func(ctx context.Context, l *lock.Lock) error {
+				done <- withLock(t.Context(), c, name, 600*time.Millisecond, func(ctx context.Context, l *lock.Lock) error {
 					close(started)
 					select {
 					case <-ctx.Done():
@@ -163,7 +170,7 @@ func TestWithLockCancelsWorkWhenLockIsLost(t *testing.T) {
 			select {
 			case <-started:
 			case err := <-done:
-				t.Fatalf("WithLock returned before running fn: %v", err)
+				t.Fatalf("WithLocks returned before running fn: %v", err)
 			}
 
 			del(t, rdb, name)
@@ -185,14 +192,14 @@ func TestWithLockCancelsWorkWhenLockIsLost(t *testing.T) {
 				t.Errorf("cause = %v; want the loss found by a refresh, not by the lease running out", cause)
 			}
 			if !errors.Is(err, lock.ErrNotHeld) {
-				t.Errorf("WithLock = %v, want an error matching ErrNotHeld", err)
+				t.Errorf("WithLocks = %v, want an error matching ErrNotHeld", err)
 			}
 			if !errors.Is(err, context.Canceled) {
-				t.Errorf("WithLock = %v, want fn's own error (context.Canceled) kept in the chain", err)
+				t.Errorf("WithLocks = %v, want fn's own error (context.Canceled) kept in the chain", err)
 			}
 			if other != nil {
 				if got, want := value(t, rdb, name), other.Token(); got != want {
-					t.Errorf("after WithLock lost the lock, GET %s = %q, want the new holder's token %q", name, got, want)
+					t.Errorf("after WithLocks lost the lock, GET %s = %q, want the new holder's token %q", name, got, want)
 				}
 			}
 		})
@@ -208,7 +215,7 @@ func TestWithLockRefreshesLease(t *testing.T) {
 
 	// fn works until a full lease past the end of the original one; only refreshes can have
 	// kept the lock alive until then.
-	err := c.WithLock(t.Context(), name, ttl, func(ctx context.Context, l *lock.Lock) error {
+	err := withLock(t.Context(), c, name, ttl, func(ctx context.Context, l *lock.Lock) error {
 		end := l.Until().Add(ttl)
 		select {
 		case <-ctx.Done():
@@ -253,7 +260,7 @@ func TestWithLockReleases(t *testing.T) {
 			var recovered any
 			func() {
 				defer func() { recovered = recover() }()
-				err = c.WithLock(t.Context(), name, longLease, func(_ context.Context, l *lock.Lock) error {
+				err = withLock(t.Context(), c, name, longLease, func(_ context.Context, l *lock.Lock) error {
 					heldToken, ownToken = value(t, rdb, name), l.Token()
 					return tt.fn()
 				}, nil)
@@ -263,13 +270,13 @@ func TestWithLockReleases(t *testing.T) {
 				t.Errorf("recovered %v, want %v", recovered, tt.wantPanic)
 			}
 			if err != tt.wantErr {
-				t.Errorf("WithLock = %v, want fn's error %v unchanged", err, tt.wantErr)
+				t.Errorf("WithLocks = %v, want fn's error %v unchanged", err, tt.wantErr)
 			}
 			if heldToken == "" || heldToken != ownToken {
 				t.Fatalf("while fn ran, GET %s = %q, want the lock's token %q", name, heldToken, ownToken)
 			}
 			if exists(t, rdb, name) {
-				t.Errorf("key %s still exists after WithLock returned", name)
+				t.Errorf("key %s still exists after WithLocks returned", name)
 			}
 		})
 	}
@@ -297,7 +304,7 @@ func TestWithLockDetached(t *testing.T) {
 			var fnErr, fnCause error // written by fn, read after done
 			done := make(chan error, 1)
 			go func() {
-				done <- c.WithLock(parent, name, longLease, func(ctx context.Context, _ *lock.Lock) error {
+				done <- withLock(parent, c, name, longLease, func(ctx context.Context, _ *lock.Lock) error {
 					close(started)
 					<-proceed
 					fnErr, fnCause = ctx.Err(), context.Cause(ctx)
@@ -307,7 +314,7 @@ func TestWithLockDetached(t *testing.T) {
 			select {
 			case <-started:
 			case err := <-done:
-				t.Fatalf("WithLock returned before running fn: %v", err)
+				t.Fatalf("WithLocks returned before running fn: %v", err)
 			}
 			cancelParent()
 			close(proceed)
@@ -320,10 +327,10 @@ func TestWithLockDetached(t *testing.T) {
 				t.Errorf("context.Cause of fn's context = %v, want no ErrNotHeld: the lock was not lost", fnCause)
 			}
 			if !errors.Is(err, tt.wantErr) || errors.Is(err, lock.ErrNotHeld) {
-				t.Errorf("WithLock = %v, want fn's error %v and no ErrNotHeld", err, tt.wantErr)
+				t.Errorf("WithLocks = %v, want fn's error %v and no ErrNotHeld", err, tt.wantErr)
 			}
 			if exists(t, rdb, name) {
-				t.Errorf("key %s still exists after WithLock returned: released under a cancelled context?", name)
+				t.Errorf("key %s still exists after WithLocks returned: released under a cancelled context?", name)
 			}
 		})
 	}
@@ -336,12 +343,12 @@ func TestWithLockFenceless(t *testing.T) {
 	name := lockName(prefix, "fenceless")
 
 	var fence int64 = -1
-	err := c.WithLock(t.Context(), name, longLease, func(_ context.Context, l *lock.Lock) error {
+	err := withLock(t.Context(), c, name, longLease, func(_ context.Context, l *lock.Lock) error {
 		fence = l.Fence()
 		return nil
 	}, &lock.Options{Fenceless: true})
 	if err != nil {
-		t.Fatalf("WithLock: %v", err)
+		t.Fatalf("WithLocks: %v", err)
 	}
 	if fence != 0 {
 		t.Errorf("Fence() = %d, want 0", fence)
@@ -359,12 +366,12 @@ func TestWithLockNotObtained(t *testing.T) {
 	holder := obtain(t, c, name, longLease, nil)
 
 	ran := false
-	err := c.WithLock(t.Context(), name, longLease, func(context.Context, *lock.Lock) error {
+	err := withLock(t.Context(), c, name, longLease, func(context.Context, *lock.Lock) error {
 		ran = true
 		return nil
 	}, nil)
 	if !errors.Is(err, lock.ErrNotObtained) {
-		t.Errorf("WithLock on a held name = %v, want ErrNotObtained", err)
+		t.Errorf("WithLocks on a held name = %v, want ErrNotObtained", err)
 	}
 	if ran {
 		t.Error("fn ran without the lock")
@@ -551,30 +558,34 @@ func (o *orderObserver) take() []string {
 	return names
 }
 
-// TestObtainAllTakesNamesInCallerOrder checks that ObtainAll takes its locks in the order the
+// TestWithLocksTakesNamesInCallerOrder checks that WithLocks takes its locks in the order the
 // caller gives, not in byte order, in which "{10}" comes before "{9}": a caller that locks
 // products in ascending id order (as stocksvc does) locks {9} first.
-func TestObtainAllTakesNamesInCallerOrder(t *testing.T) {
+func TestWithLocksTakesNamesInCallerOrder(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
 	obs := &orderObserver{}
 	c := lock.New(rdb, lock.WithObserver(obs))
 	p2, p9, p10 := lockName(prefix, "2"), lockName(prefix, "9"), lockName(prefix, "10")
 	for _, names := range [][]string{{p9, p10}, {p10, p9}, {p9, p10, p2}, {p2, p10, p9}} {
-		locks, err := c.ObtainAll(t.Context(), names, time.Minute, nil)
+		err := c.WithLocks(t.Context(), names, time.Minute, func(_ context.Context, locks []*lock.Lock) error {
+			for i, l := range locks {
+				if l.Name() != names[i] {
+					t.Errorf("WithLocks(%q): locks[%d] is %q", names, i, l.Name())
+				}
+			}
+			return nil
+		}, nil)
 		if err != nil {
-			t.Fatalf("ObtainAll(%q): %v", names, err)
+			t.Fatalf("WithLocks(%q): %v", names, err)
 		}
-		for i, l := range locks {
-			if l.Name() != names[i] {
-				t.Errorf("ObtainAll(%q): locks[%d] is %q", names, i, l.Name())
+		for _, name := range names {
+			if exists(t, rdb, name) {
+				t.Errorf("WithLocks(%q) left %s locked", names, name)
 			}
 		}
-		if err := lock.ReleaseAll(t.Context(), locks); err != nil {
-			t.Fatalf("ReleaseAll: %v", err)
-		}
 		if got := obs.take(); !slices.Equal(got, names) {
-			t.Errorf("ObtainAll(%q) took %q", names, got)
+			t.Errorf("WithLocks(%q) took %q", names, got)
 		}
 	}
 
@@ -583,8 +594,12 @@ func TestObtainAllTakesNamesInCallerOrder(t *testing.T) {
 	q9, q10 := lockName(prefix, "held-9"), lockName(prefix, "held-10")
 	holder := obtain(t, lock.New(rdb), q9, time.Minute, nil)
 	defer release(t, holder)
-	if _, err := c.ObtainAll(t.Context(), []string{q9, q10}, time.Minute, nil); !errors.Is(err, lock.ErrNotObtained) {
-		t.Fatalf("ObtainAll with {9} held = %v, want ErrNotObtained", err)
+	err := c.WithLocks(t.Context(), []string{q9, q10}, time.Minute, func(context.Context, []*lock.Lock) error {
+		t.Error("fn ran although {9} was held")
+		return nil
+	}, nil)
+	if !errors.Is(err, lock.ErrNotObtained) {
+		t.Fatalf("WithLocks with {9} held = %v, want ErrNotObtained", err)
 	}
 	if exists(t, rdb, q10) || exists(t, rdb, fenceKey(q10)) {
 		t.Errorf("{10} was taken although {9}, asked for first, was held")

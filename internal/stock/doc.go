@@ -15,9 +15,10 @@
 // Each refusal by a layer is counted (Metrics), so operators see which layer stopped what.
 //
 // This package is the domain core: it imports no driver. Service holds the rules and runs the
-// purchase path over the interfaces it declares — Store (package stockpg is the Postgres one),
-// Locker and Views. The layers are in those parts, not in flags: the production Store's write
-// carries version, guard and fence, the Locker gives the locks and fencing tokens. The
-// demonstration modes that take layers away are parts of their own (package demo and
-// stockpg.NewDemo), which production never builds.
+// purchase path over the interfaces it declares: Store (package stockpg is the Postgres one),
+// Locker (package stocklock: over one Redis or a Redlock) and Views (package view). The layers
+// are in those parts, not in flags: the production Store's write carries version, guard and
+// fence, the Locker gives the locks and fencing tokens. The demonstration modes that take
+// layers away are parts of their own (package demo and stockpg.NewDemo), which production
+// never builds.
 package stock

@@ -15,6 +15,7 @@ import (
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/demo"
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 	"github.com/stocksvc/stocksvc/internal/view"
@@ -57,7 +58,7 @@ type replicaOptions struct {
 	// queries, when set, counts every query the replica's pool sends to Postgres.
 	queries *atomic.Int64
 	// redlock, when set, puts the product locks on a Redlock over these nodes (a
-	// RedlockLocker) instead of the world's Redis, which keeps the views.
+	// stocklock.Redlock) instead of the world's Redis, which keeps the views.
 	redlock []*testenv.RedisServer
 }
 
@@ -106,9 +107,9 @@ func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replic
 		cache = view.New(rdb, locks, store, view.Config{Lease: o.viewLease}, view.NewMetrics(reg))
 		views = cache
 	}
-	var locker stock.Locker = stock.NewRedisLocker(locks, stock.LockConfig{TTL: o.lockTTL, Wait: wait})
+	var locker stock.Locker = stocklock.NewRedis(locks, stocklock.Config{TTL: o.lockTTL, Wait: wait})
 	if o.redlock != nil {
-		locker = stock.NewRedlockLocker(testenv.Redlock(t, o.redlock), w.prefix, stock.LockConfig{TTL: o.lockTTL, Wait: wait})
+		locker = stocklock.NewRedlock(testenv.Redlock(t, o.redlock), w.prefix, stocklock.Config{TTL: o.lockTTL, Wait: wait})
 	}
 	locker, views = demo.Parts(d, locker, views)
 	svc := stock.NewService(store, locker,

@@ -23,7 +23,7 @@ func startNodes(t *testing.T, n int) []*testenv.RedisServer {
 	return nodes
 }
 
-// TestRedlockLockerNeedsQuorum places an order through a RedlockLocker over five nodes with
+// TestRedlockLockerNeedsQuorum places an order through a stocklock.Redlock over five nodes with
 // some of them down: with two down the order is sold; with three down it is refused as
 // unavailable (503), not busy, and nothing is sold. With every node up but the product's lock
 // held by someone else on a quorum, the order is busy (429).

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 )
 
 // commitCounter counts the writes a service makes, and its reads of records.
@@ -39,7 +40,7 @@ func TestReplayDoesNotRedoItsBatch(t *testing.T) {
 	other := w.replica(t, stock.DefaultDefense(), replicaOptions{})
 	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
 	store := &commitCounter{Store: r.store}
-	svc := stock.NewService(store, stock.NewRedisLocker(newLockClient(t, r.redis, w.prefix), stock.LockConfig{}),
+	svc := stock.NewService(store, stocklock.NewRedis(newLockClient(t, r.redis, w.prefix), stocklock.Config{}),
 		stock.Config{}, nil)
 	t.Cleanup(svc.Close)
 	id := createProduct(t, r, "replayed", 20)

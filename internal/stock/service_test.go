@@ -18,6 +18,7 @@ import (
 
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
@@ -193,7 +194,7 @@ func TestUnavailableDependencies(t *testing.T) {
 	deadRedis := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = deadRedis.Close() })
 	noRedis := stock.NewService(stockpg.New(healthy.pool),
-		stock.NewRedisLocker(newLockClient(t, deadRedis, w.prefix), stock.LockConfig{}),
+		stocklock.NewRedis(newLockClient(t, deadRedis, w.prefix), stocklock.Config{}),
 		stock.Config{}, nil)
 	if _, err := noRedis.PlaceOrder(context.Background(), order("c", one(id, 1))); !errors.Is(err, stock.ErrUnavailable) {
 		t.Errorf("redis down: err = %v, want ErrUnavailable", err)
@@ -205,7 +206,7 @@ func TestUnavailableDependencies(t *testing.T) {
 	}
 	t.Cleanup(deadPool.Close)
 	noPostgres := stock.NewService(stockpg.New(deadPool),
-		stock.NewRedisLocker(newLockClient(t, healthy.redis, w.prefix), stock.LockConfig{}),
+		stocklock.NewRedis(newLockClient(t, healthy.redis, w.prefix), stocklock.Config{}),
 		stock.Config{}, nil)
 	if _, err := noPostgres.PlaceOrder(context.Background(), order("c", one(id, 1))); !errors.Is(err, stock.ErrUnavailable) {
 		t.Errorf("postgres down: err = %v, want ErrUnavailable", err)
@@ -507,7 +508,7 @@ func TestBatchDecidedFromTheLastHoldersNote(t *testing.T) {
 	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
 	store := &countingStore{Store: r.store}
 	reg := prometheus.NewRegistry()
-	svc := stock.NewService(store, stock.NewRedisLocker(newLockClient(t, r.redis, w.prefix), stock.LockConfig{}),
+	svc := stock.NewService(store, stocklock.NewRedis(newLockClient(t, r.redis, w.prefix), stocklock.Config{}),
 		stock.Config{}, stock.NewMetrics(reg))
 	t.Cleanup(svc.Close)
 	id := createProduct(t, r, "noted", 10)

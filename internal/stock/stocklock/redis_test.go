@@ -1,4 +1,4 @@
-package stock_test
+package stocklock_test
 
 import (
 	"context"
@@ -10,8 +10,11 @@ import (
 
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
+
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // TestWithLocksRedisFailureIsUnavailable: when Redis fails, an order is told the service is
 // unavailable (503), never that the product is busy (429): with Redis gone (refused connections,
@@ -34,7 +37,7 @@ func TestWithLocksRedisFailureIsUnavailable(t *testing.T) {
 			locks := lock.New(srv.Client())
 			t.Cleanup(func() { _ = locks.Close() })
 			// A short lease: a paused server runs the unanswered attempts when it resumes.
-			locker := stock.NewRedisLocker(locks, stock.LockConfig{Wait: time.Second, TTL: 2 * time.Second})
+			locker := stocklock.NewRedis(locks, stocklock.Config{Wait: time.Second, TTL: 2 * time.Second})
 			ctx := context.Background()
 			var ran atomic.Int64
 			order := func() error {
