@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stocksvc/stocksvc/internal/clock"
 )
 
 var (
@@ -258,8 +260,8 @@ func (c *Client) obtainPolling(ctx context.Context, name string, ttl time.Durati
 		if pause < 0 || hasDeadline && time.Until(deadline) <= pause {
 			return nil, held, ErrNotObtained
 		}
-		if err := sleep(ctx, pause); err != nil {
-			return nil, held, waitError(name, err)
+		if clock.Sleep(ctx, pause) != nil {
+			return nil, held, waitError(name, ctx.Err())
 		}
 	}
 }
@@ -326,21 +328,6 @@ func waitError(name string, err error) error {
 		return ErrNotObtained
 	}
 	return fmt.Errorf("lock: obtain %q: %w", name, err)
-}
-
-// sleep waits for d or until ctx ends, whichever comes first.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Fence returns the fencing token issued with the lock: larger than every token issued earlier

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stocksvc/stocksvc/internal/clock"
 )
 
 // Redlock takes locks on a majority of independent Redis nodes (no replication between them),
@@ -189,7 +191,8 @@ func (r *Redlock) obtain(ctx context.Context, name string, ttl time.Duration, op
 		if pause < 0 || hasDeadline && time.Until(deadline) <= pause {
 			return nil, contended, giveUp(err)
 		}
-		if serr := sleep(ctx, pause); serr != nil {
+		if clock.Sleep(ctx, pause) != nil {
+			serr := ctx.Err()
 			if errors.Is(serr, context.DeadlineExceeded) {
 				return nil, contended, giveUp(err)
 			}
