@@ -1,10 +1,17 @@
 package stockhttp_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
+
+	"github.com/stocksvc/stocksvc/internal/async"
+	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
 // respondAsync is the header that asks for an order to be accepted and decided later.
@@ -171,10 +178,11 @@ func TestAsyncIdempotency(t *testing.T) {
 	}
 }
 
-// The asynchronous route refuses what the synchronous one refuses, before accepting anything.
-func TestAsyncOrderErrors(t *testing.T) {
+// The asynchronous route refuses what the synchronous one refuses, before accepting anything:
+// a malformed body, an invalid order. (A missing product: TestAsyncOrderErrors.)
+func TestAsyncOrderInvalid(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "async-5", 5)
 	res := call(t, request{Method: http.MethodPost, URL: in.URL + "/v1/orders", Body: "{", Header: map[string]string{"Prefer": "respond-async", "Content-Type": "application/json"}, Invalid: true})
 	wantProblem(t, res, "malformed-json", "/v1/orders")
@@ -184,6 +192,15 @@ func TestAsyncOrderErrors(t *testing.T) {
 	}
 	res = call(t, request{Method: http.MethodPost, URL: in.URL + "/v1/orders", Body: newOrder("c", orderItem{id, 99}), Header: respondAsync, Invalid: true})
 	wantProblem(t, res, "invalid-request", "/v1/orders")
+	wantUntouched(t, in.URL, id, 5)
+}
+
+// The real queue refuses an order for a product that does not exist, alone or in a cart, before
+// accepting anything; an id it never accepted is no order.
+func TestAsyncOrderErrors(t *testing.T) {
+	t.Parallel()
+	in := newInstance(t, instanceOptions{})
+	id := createProduct(t, in.URL, "async-5", 5)
 	for _, items := range [][]orderItem{{{id + 1000, 1}}, {{id, 1}, {id + 1000, 1}}} {
 		p := wantProblem(t, postOrder(t, in.URL, newOrder("c", items...), respondAsync), "product-not-found", "/v1/orders")
 		if p.ProductID != id+1000 {
@@ -199,7 +216,7 @@ func TestAsyncOrderErrors(t *testing.T) {
 // parameters; a request without respond-async among them is decided at once.
 func TestAsyncPreferParsing(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "async-6", 10)
 	for _, prefer := range []string{"respond-async", "Respond-Async", "wait=5, respond-async", "handling=lenient,respond-async;x=y"} {
 		wantAccepted(t, postOrder(t, in.URL, newOrder("c", orderItem{id, 1}), map[string]string{"Prefer": prefer}))
@@ -234,4 +251,92 @@ func TestAsyncAcceptsWhileRedisIsDown(t *testing.T) {
 	if d := awaitDecision(t, healthy.URL, o.ID); d.Status != "confirmed" {
 		t.Errorf("decided = %+v, want confirmed", d)
 	}
+}
+
+// An order accepted for later reads as it stands: pending with Retry-After; rejected with the
+// code a synchronous order would have had for the same reason, and what was left only when the
+// reason is lack of stock; confirmed, as the purchase path's order under the same id.
+func TestAcceptedOrderAnswers(t *testing.T) {
+	t.Parallel()
+	in := newFakeInstance(t, fakeOptions{})
+	id := createProduct(t, in.URL, "accepted", 5)
+	accepted := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	decided := accepted.Add(time.Second)
+	pending := async.Order{ID: uuid.Must(uuid.NewV7()), CustomerID: "p", Items: []stock.Item{{ProductID: id, Quantity: 1}},
+		Status: async.StatusPending, AcceptedAt: accepted}
+	in.queue.add(pending)
+	rejected := func(r async.Rejection) async.Order {
+		o := pending
+		o.ID, o.Status, o.DecidedAt, o.Rejection = uuid.Must(uuid.NewV7()), async.StatusRejected, decided, &r
+		in.queue.add(o)
+		return o
+	}
+	zero := int64(0)
+	tests := []struct {
+		name          string
+		order         async.Order
+		wantRejection *rejectionBody
+	}{
+		{name: "pending", order: pending},
+		{name: "sold out", order: rejected(async.Rejection{Reason: async.ReasonSoldOut, ProductID: id, Requested: 1}),
+			wantRejection: &rejectionBody{Code: "sold-out", ProductID: id, Requested: 1, Available: &zero}},
+		{name: "product gone", order: rejected(async.Rejection{Reason: async.ReasonProductNotFound, ProductID: id}),
+			wantRejection: &rejectionBody{Code: "product-not-found", ProductID: id}},
+		{name: "a rule changed", order: rejected(async.Rejection{Reason: async.ReasonInvalid}),
+			wantRejection: &rejectionBody{Code: "invalid-request"}},
+		{name: "failed too often", order: rejected(async.Rejection{Reason: async.ReasonInternal}),
+			wantRejection: &rejectionBody{Code: "internal"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, res := getOrder(t, in.URL, tt.order.ID.String())
+			want := orderBody{ID: tt.order.ID.String(), CustomerID: "p", Status: tt.order.Status,
+				Items: []orderItem{{id, 1}}, CreatedAt: accepted, Rejection: tt.wantRejection}
+			if tt.order.Status == async.StatusPending {
+				wantHeader(t, res, "Retry-After", "1")
+			} else {
+				want.DecidedAt = &decided
+				wantHeader(t, res, "Retry-After", "")
+			}
+			if diff := cmp.Diff(got, want); diff != "" {
+				t.Errorf("order mismatch (-got +want):\n%s", diff)
+			}
+		})
+	}
+
+	t.Run("confirmed", func(t *testing.T) {
+		t.Parallel()
+		var placed orderBody
+		wantJSON(t, postOrder(t, in.URL, newOrder("c", orderItem{id, 1}), nil), http.StatusCreated, &placed)
+		got, res := getOrder(t, in.URL, placed.ID)
+		wantHeader(t, res, "Retry-After", "")
+		if diff := cmp.Diff(got, placed); diff != "" {
+			t.Errorf("order mismatch (-got +want):\n%s", diff)
+		}
+	})
+}
+
+// A synchronous order whose Idempotency-Key belongs to an order accepted for later is answered
+// with that order as it stands (202, replayed), as its own retry is; a server without a queue
+// cannot read it and says so (500).
+func TestSynchronousRetryOfAnAcceptedKey(t *testing.T) {
+	t.Parallel()
+	accepted := async.Order{ID: uuid.Must(uuid.NewV7()), CustomerID: "c", Items: []stock.Item{{ProductID: 1, Quantity: 1}},
+		Status: async.StatusPending, AcceptedAt: time.Now()}
+	placeOrder := func(context.Context, stock.OrderRequest) (stock.OrderResult, error) {
+		return stock.OrderResult{Accepted: &accepted.ID, Replayed: true}, nil
+	}
+	body := newOrder("c", orderItem{1, 1})
+
+	in := newFakeInstance(t, fakeOptions{placeOrder: placeOrder})
+	in.queue.add(accepted)
+	res := postOrder(t, in.URL, body, keyHeader("k-async"))
+	if o := wantAccepted(t, res); o.ID != accepted.ID.String() || o.Status != "pending" {
+		t.Errorf("answer = %+v, want order %s, pending", o, accepted.ID)
+	}
+	wantHeader(t, res, "Idempotent-Replayed", "true")
+
+	alone := newFakeInstance(t, fakeOptions{placeOrder: placeOrder, noQueue: true})
+	wantProblem(t, postOrder(t, alone.URL, body, keyHeader("k-async")), "internal", "/v1/orders")
 }

@@ -13,6 +13,7 @@ import (
 
 func TestCartSoldOutSellsNothing(t *testing.T) {
 	t.Parallel()
+	needsServers(t) // its cases start replicas of their own
 	tests := []struct {
 		name string
 		// items builds the cart from the plentiful and the short product.

@@ -76,6 +76,7 @@ type problemBody struct {
 	ProductID int64  `json:"product_id"`
 	Requested int64  `json:"requested"`
 	Available *int64 `json:"available"`
+	Prefer    string `json:"prefer"`
 }
 
 // contractStatus is the status the contract gives each problem code.
@@ -95,6 +96,7 @@ var contractStatus = map[string]int{
 	"idempotency-key-reused": http.StatusUnprocessableEntity,
 	"busy":                   http.StatusTooManyRequests,
 	"unavailable":            http.StatusServiceUnavailable,
+	"internal":               http.StatusInternalServerError,
 }
 
 // wantProblem checks that res is the problem the contract describes for code, answered to a

@@ -54,7 +54,7 @@ func TestPlaceOrder(t *testing.T) {
 
 func TestPlaceOrderAtTheLimits(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	// Each product has room for every case, which run at the same time.
 	ids := make([]int64, 20)
 	for i := range ids {
@@ -88,7 +88,7 @@ func TestPlaceOrderAtTheLimits(t *testing.T) {
 
 func TestPlaceOrderInvalid(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	a := createProduct(t, in.URL, "invalid-a", 100)
 	b := createProduct(t, in.URL, "invalid-b", 100)
 	many := make([]orderItem, 21)
@@ -137,7 +137,7 @@ func TestPlaceOrderInvalid(t *testing.T) {
 
 func TestPlaceOrderMaxQuantityOption(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{maxQuantity: 3})
+	in := newFakeInstance(t, fakeOptions{maxQuantity: 3})
 	id := createProduct(t, in.URL, "max-3", 10)
 
 	p := wantProblem(t, postOrder(t, in.URL, newOrder("c", orderItem{id, 4}), nil), "invalid-request", "/v1/orders")
@@ -156,7 +156,7 @@ func TestPlaceOrderMaxQuantityOption(t *testing.T) {
 
 func TestPlaceOrderMalformed(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "malformed", 10)
 	valid := `{"customer_id": "c", "items": [{"product_id": ` + itoa(id) + `, "quantity": 1}]}`
 
@@ -204,7 +204,7 @@ func TestPlaceOrderMalformed(t *testing.T) {
 
 func TestPlaceOrderMediaType(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "media", 10)
 	body := `{"customer_id": "c", "items": [{"product_id": ` + itoa(id) + `, "quantity": 1}]}`
 
@@ -249,7 +249,7 @@ func TestPlaceOrderMediaType(t *testing.T) {
 
 func TestPlaceOrderBodyTooLarge(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "large", 10)
 	const limit = 1 << 20
 	valid := `{"customer_id": "c", "items": [{"product_id": ` + itoa(id) + `, "quantity": 1}]}`
@@ -347,7 +347,7 @@ func TestPlaceOrderSoldOut(t *testing.T) {
 
 func TestPlaceOrderProductNotFound(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "real", 5)
 	missing := id + 1000
 
@@ -395,6 +395,7 @@ func TestPlaceOrderBusy(t *testing.T) {
 
 func TestPlaceOrderUnavailable(t *testing.T) {
 	t.Parallel()
+	needsServers(t) // its cases start replicas of their own
 	tests := []struct {
 		name   string
 		broken func(t *testing.T, o *instanceOptions)
@@ -456,7 +457,7 @@ func TestGetProductUnavailable(t *testing.T) {
 
 func TestGetOrderNotFound(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "p", 5)
 	var placed orderBody
 	wantJSON(t, postOrder(t, in.URL, newOrder("c", orderItem{id, 1}), nil), http.StatusCreated, &placed)

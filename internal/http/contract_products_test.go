@@ -43,7 +43,7 @@ func TestCreateProduct(t *testing.T) {
 
 func TestCreateProductZeroStock(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "empty-shelf", 0)
 	if got := getProduct(t, in.URL, id); got.Stock != 0 {
 		t.Errorf("stock = %d, want 0", got.Stock)
@@ -52,7 +52,7 @@ func TestCreateProductZeroStock(t *testing.T) {
 
 func TestCreateProductErrors(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	createProduct(t, in.URL, "taken", 1)
 
 	tests := []struct {
@@ -170,7 +170,7 @@ func TestGetProductWithoutRedis(t *testing.T) {
 
 func TestGetProductNotFound(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "exists", 1)
 
 	tests := []struct {
@@ -263,7 +263,7 @@ func TestRestockIdempotencyKey(t *testing.T) {
 
 func TestRestockErrors(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "restock-errors", 4)
 
 	tests := []struct {
@@ -333,7 +333,7 @@ func TestAudit(t *testing.T) {
 
 func TestAuditNotFound(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	tests := []struct {
 		name          string
 		id            string
@@ -357,7 +357,7 @@ func TestAuditNotFound(t *testing.T) {
 
 func TestAdminUnauthorized(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "guarded", 3)
 
 	routes := []struct {
@@ -401,7 +401,7 @@ func TestAdminUnauthorized(t *testing.T) {
 
 func TestAdminDisabled(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{adminToken: "-"})
+	in := newFakeInstance(t, fakeOptions{adminToken: "-"})
 
 	tests := []struct {
 		name   string

@@ -38,8 +38,18 @@ type cluster struct {
 	prefix      string
 }
 
+// needsServers marks an integration test: under go test -short, which runs only the tests that
+// need no server (their Server is over fakes: fakes_test.go), it skips.
+func needsServers(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs Postgres and Redis (-short runs the server-free tests only)")
+	}
+}
+
 func newCluster(t testing.TB) *cluster {
 	t.Helper()
+	needsServers(t)
 	c := &cluster{databaseURL: testenv.DatabaseURL(t), redisURL: testenv.RedisURL(t), prefix: testenv.KeyPrefix(t)}
 	t.Cleanup(func() {
 		opts, err := redis.ParseURL(c.redisURL)

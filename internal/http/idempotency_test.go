@@ -196,7 +196,7 @@ func TestIdempotentSoldOutReplay(t *testing.T) {
 
 func TestIdempotencyKeyInvalid(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "keys", 10)
 	body := newOrder("c", orderItem{id, 1})
 

@@ -17,7 +17,7 @@ import (
 
 func TestHealthz(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{ready: func(context.Context) error { return errors.New("not ready") }})
+	in := newFakeInstance(t, fakeOptions{ready: func(context.Context) error { return errors.New("not ready") }})
 	var got map[string]string
 	// Liveness does not depend on readiness.
 	wantJSON(t, call(t, request{Method: http.MethodGet, URL: in.URL + "/healthz"}), http.StatusOK, &got)
@@ -26,60 +26,85 @@ func TestHealthz(t *testing.T) {
 	}
 }
 
+// TestReadyz: a replica is ready when Postgres and Redis answer its check, and not when one is
+// down. How the answer is given — and kept from naming what failed — is TestReadyzAnswers'.
 func TestReadyz(t *testing.T) {
 	t.Parallel()
+	needsServers(t) // its cases start replicas of their own
 	tests := []struct {
-		name       string
-		opts       func(t *testing.T) instanceOptions
-		drain      bool
-		wantReady  bool
-		wantDetail string
+		name      string
+		opts      func(t *testing.T) instanceOptions
+		wantReady bool
 	}{
 		{name: "postgres and redis answer", opts: func(*testing.T) instanceOptions { return instanceOptions{} }, wantReady: true},
-		{name: "failing check", opts: func(*testing.T) instanceOptions {
-			return instanceOptions{ready: func(context.Context) error { return errors.New("redis is down") }}
-		}, wantDetail: "not answering"},
-		{name: "check that never answers", opts: func(*testing.T) instanceOptions {
-			return instanceOptions{ready: func(ctx context.Context) error {
-				<-ctx.Done()
-				return ctx.Err()
-			}}
-		}},
 		{name: "redis down", opts: func(t *testing.T) instanceOptions {
 			return instanceOptions{redisURL: "redis://" + deadEndpoint(t) + "/0"}
 		}},
 		{name: "postgres down", opts: func(t *testing.T) instanceOptions {
 			return instanceOptions{databaseURL: "postgres://postgres@" + deadEndpoint(t) + "/postgres?sslmode=disable&connect_timeout=2"}
 		}},
-		{name: "draining", opts: func(*testing.T) instanceOptions { return instanceOptions{} }, drain: true, wantDetail: "shutting down"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			in := newInstance(t, tt.opts(t))
+			wantReadyz(t, newInstance(t, tt.opts(t)).URL, tt.wantReady, "")
+		})
+	}
+}
+
+// TestReadyzAnswers: /readyz answers what the readiness check says, within a second, and 503
+// from the moment the server drains; a 503 never names what failed.
+func TestReadyzAnswers(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		ready      func(context.Context) error
+		drain      bool
+		wantReady  bool
+		wantDetail string
+	}{
+		{name: "check passes", ready: func(context.Context) error { return nil }, wantReady: true},
+		{name: "failing check", ready: func(context.Context) error { return errors.New("redis is down") }, wantDetail: "not answering"},
+		{name: "check that never answers", ready: func(ctx context.Context) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}},
+		{name: "draining", drain: true, wantDetail: "shutting down"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			in := newFakeInstance(t, fakeOptions{ready: tt.ready})
 			if tt.drain {
 				in.API.StartDraining()
 			}
-			res := call(t, request{Method: http.MethodGet, URL: in.URL + "/readyz"})
-			if tt.wantReady {
-				var got map[string]string
-				wantJSON(t, res, http.StatusOK, &got)
-				if got["status"] != "ready" {
-					t.Errorf("body = %v, want status ready", got)
-				}
-				return
-			}
-			p := wantProblem(t, res, "unavailable", "/readyz")
-			if !strings.Contains(p.Detail, tt.wantDetail) {
-				t.Errorf("detail = %q, want it to contain %q", p.Detail, tt.wantDetail)
-			}
-			// The cause stays in the log: this endpoint needs no credentials.
-			for _, secret := range []string{"redis is down", "127.0.0.1", "user="} {
-				if strings.Contains(p.Detail, secret) {
-					t.Errorf("detail = %q exposes %q", p.Detail, secret)
-				}
-			}
+			wantReadyz(t, in.URL, tt.wantReady, tt.wantDetail)
 		})
+	}
+}
+
+// wantReadyz checks the replica's /readyz: 200 ready, or a 503 problem whose detail contains
+// wantDetail and exposes no cause.
+func wantReadyz(t *testing.T, baseURL string, wantReady bool, wantDetail string) {
+	t.Helper()
+	res := call(t, request{Method: http.MethodGet, URL: baseURL + "/readyz"})
+	if wantReady {
+		var got map[string]string
+		wantJSON(t, res, http.StatusOK, &got)
+		if got["status"] != "ready" {
+			t.Errorf("body = %v, want status ready", got)
+		}
+		return
+	}
+	p := wantProblem(t, res, "unavailable", "/readyz")
+	if !strings.Contains(p.Detail, wantDetail) {
+		t.Errorf("detail = %q, want it to contain %q", p.Detail, wantDetail)
+	}
+	// The cause stays in the log: this endpoint needs no credentials.
+	for _, secret := range []string{"redis is down", "127.0.0.1", "user="} {
+		if strings.Contains(p.Detail, secret) {
+			t.Errorf("detail = %q exposes %q", p.Detail, secret)
+		}
 	}
 }
 
@@ -87,7 +112,7 @@ func TestReadyz(t *testing.T) {
 // still arrive are served.
 func TestDrainingKeepsServing(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "drain", 3)
 	wantJSON(t, call(t, request{Method: http.MethodGet, URL: in.URL + "/readyz"}), http.StatusOK, nil)
 
@@ -101,7 +126,7 @@ func TestDrainingKeepsServing(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "metered", 3)
 	wantJSON(t, postOrder(t, in.URL, newOrder("c", orderItem{id, 1}), nil), http.StatusCreated, nil)
 	wantProblem(t, call(t, request{Method: http.MethodGet, URL: in.URL + "/nope"}), "not-found", "/nope")
@@ -156,7 +181,7 @@ func TestMetrics(t *testing.T) {
 
 func TestProblemTypes(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	for code, status := range contractStatus {
 		t.Run(code, func(t *testing.T) {
 			t.Parallel()
@@ -182,7 +207,7 @@ func TestProblemTypes(t *testing.T) {
 // which names the same title and status.
 func TestProblemTitlesMatchTheirDocs(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	res := call(t, request{Method: http.MethodPost, URL: in.URL + "/v1/orders", Body: newOrder("", orderItem{1, 1}), Invalid: true})
 	p := wantProblem(t, res, "invalid-request", "/v1/orders")
 	var doc struct {
@@ -197,7 +222,7 @@ func TestProblemTitlesMatchTheirDocs(t *testing.T) {
 
 func TestUnknownRoute(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	tests := []struct {
 		method string
 		path   string
@@ -225,7 +250,7 @@ func TestUnknownRoute(t *testing.T) {
 
 func TestMethodNotAllowed(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "methods", 1)
 	product := "/v1/products/" + itoa(id)
 	order := "/v1/orders/" + uuid.NewString()
@@ -276,7 +301,7 @@ func TestMethodNotAllowed(t *testing.T) {
 
 func TestRequestID(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	tests := []struct {
 		name     string
 		incoming string // "" sends none
@@ -331,7 +356,7 @@ func TestRequestID(t *testing.T) {
 
 func TestHeadOnGetRoutes(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	id := createProduct(t, in.URL, "head", 1)
 	for _, path := range []string{"/healthz", "/v1/products/" + itoa(id), "/v1/products/" + itoa(id) + "/audit"} {
 		res := call(t, request{Method: http.MethodHead, URL: in.URL + path, Header: adminHeader()})

@@ -1,13 +1,19 @@
 package stockhttp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
@@ -73,5 +79,81 @@ func TestAuditIsAdminOnly(t *testing.T) {
 				t.Errorf("status = %d, want %d: %s", rec.Code, tt.want, rec.Body)
 			}
 		})
+	}
+}
+
+// TestProblemForEveryBranch holds each branch of problemFor to its problem: the code, the
+// status its problem type gives, Retry-After, and the members the branch fills in.
+func TestProblemForEveryBranch(t *testing.T) {
+	available := func(n int64) *int64 { return &n }
+	tests := []struct {
+		name string
+		err  error
+		want problem // Type, Title and Detail are checked apart
+	}{
+		{"found by the transport", &requestError{code: "malformed-json", detail: "cut short", field: "items", err: io.ErrUnexpectedEOF},
+			problem{Code: "malformed-json", Status: 400, Field: "items"}},
+		{"found by the transport, whatever it wraps", &requestError{code: "body-too-large", detail: "too big", err: stock.ErrUnavailable},
+			problem{Code: "body-too-large", Status: 413}},
+		{"invalid", fmt.Errorf("order: %w", &stock.ValidationError{Field: "customer_id", Reason: "must not be empty"}),
+			problem{Code: "invalid-request", Status: 422, Field: "customer_id"}},
+		{"sold out", &stock.SoldOutError{ProductID: 3, Requested: 2, Available: 1},
+			problem{Code: "sold-out", Status: 409, ProductID: 3, Requested: 2, Available: available(1)}},
+		{"sold out, replayed", &stock.SoldOutError{ProductID: 3, Requested: 2, Replayed: true},
+			problem{Code: "sold-out", Status: 409, ProductID: 3, Requested: 2, Available: available(0), replayed: true}},
+		{"sold out beside unavailable: the outcome is known", fmt.Errorf("%w: %w", stock.ErrUnavailable, &stock.SoldOutError{ProductID: 3, Requested: 2}),
+			problem{Code: "sold-out", Status: 409, ProductID: 3, Requested: 2, Available: available(0)}},
+		{"product not found, named", &stock.ProductNotFoundError{ProductID: 8},
+			problem{Code: "product-not-found", Status: 404, ProductID: 8}},
+		{"product not found", stock.ErrProductNotFound, problem{Code: "product-not-found", Status: 404}},
+		{"order not found", stock.ErrOrderNotFound, problem{Code: "order-not-found", Status: 404}},
+		{"duplicate sku", fmt.Errorf("insert: %w", stock.ErrDuplicateSKU), problem{Code: "duplicate-sku", Status: 409}},
+		{"key reused", stock.ErrIdempotencyKeyReused, problem{Code: "idempotency-key-reused", Status: 422}},
+		{"outcome unknown", fmt.Errorf("%w: %w", stock.ErrUnavailable, stock.ErrOutcomeUnknown),
+			problem{Code: "unavailable", Status: 503, retryAfter: 2}},
+		{"unavailable", stock.ErrUnavailable, problem{Code: "unavailable", Status: 503, retryAfter: 2}},
+		{"deadline", context.DeadlineExceeded, problem{Code: "unavailable", Status: 503, retryAfter: 2}},
+		{"busy, rounded up to whole seconds", &stock.BusyError{RetryAfter: 2100 * time.Millisecond},
+			problem{Code: "busy", Status: 429, retryAfter: 3}},
+		{"busy, at least a second", &stock.BusyError{}, problem{Code: "busy", Status: 429, retryAfter: 1}},
+		{"busy", stock.ErrBusy, problem{Code: "busy", Status: 429, retryAfter: 1}},
+		{"lock lost", stock.ErrLockLost, problem{Code: "busy", Status: 429, retryAfter: 1}},
+		{"anything else", errors.New("boom"), problem{Code: "internal", Status: 500}},
+		{"cancelled, with the client still there", context.Canceled, problem{Code: "internal", Status: 500}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := problemFor(tt.err)
+			if got.Type != "/problems/"+got.Code || got.Title != problemTypes[got.Code].Title || got.Detail == "" {
+				t.Errorf("type %q, title %q, detail %q: want the code's type and title, and a detail", got.Type, got.Title, got.Detail)
+			}
+			got.Type, got.Title, got.Detail = "", "", ""
+			if diff := cmp.Diff(*got, tt.want, cmp.AllowUnexported(problem{})); diff != "" {
+				t.Errorf("problemFor(%v) mismatch (-got +want):\n%s", tt.err, diff)
+			}
+		})
+	}
+}
+
+// TestWriteErrorClientGone: a request its client cancelled is answered 503 unavailable (nobody
+// reads it) and not logged as a server failure; a cancellation that is not the client's is.
+func TestWriteErrorClientGone(t *testing.T) {
+	var logged bytes.Buffer
+	s := New(Config{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rec := httptest.NewRecorder()
+	s.writeError(rec, httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/orders", nil), fmt.Errorf("queued: %w", context.Canceled))
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"code":"unavailable"`) {
+		t.Errorf("client gone: %d %s, want 503 unavailable", rec.Code, rec.Body)
+	}
+	if logged.Len() != 0 {
+		t.Errorf("client gone: logged %q, want nothing at info and above", logged.String())
+	}
+
+	rec = httptest.NewRecorder()
+	s.writeError(rec, httptest.NewRequest(http.MethodPost, "/v1/orders", nil), fmt.Errorf("queued: %w", context.Canceled))
+	if rec.Code != http.StatusInternalServerError || !strings.Contains(logged.String(), "request failed") || !strings.Contains(logged.String(), "queued: context canceled") {
+		t.Errorf("cancelled on the server's side: %d, logged %q; want 500 logged with its chain", rec.Code, logged.String())
 	}
 }

@@ -11,7 +11,7 @@ import (
 // and /metrics do not exist there, even with the right token, and everything else does.
 func TestPublicLeavesOutAdminAndMetrics(t *testing.T) {
 	t.Parallel()
-	in := newInstance(t, instanceOptions{})
+	in := newFakeInstance(t, fakeOptions{})
 	public := httptest.NewServer(in.API.Public())
 	t.Cleanup(public.Close)
 	id := createProduct(t, in.URL, "public-routes", 5)

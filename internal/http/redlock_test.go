@@ -14,6 +14,7 @@ import (
 // Retry-After, and sells nothing.
 func TestRedlockOrdersNeedQuorum(t *testing.T) {
 	t.Parallel()
+	needsServers(t) // before its redis-server nodes
 	nodes := make([]*testenv.RedisServer, 5)
 	for i := range nodes {
 		nodes[i] = testenv.StartRedis(t)
