@@ -199,7 +199,7 @@ func newFakeInstance(t testing.TB, o fakeOptions) *fakeInstance {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	svc := stock.NewService(stocktest.NewMemStore(), &stocktest.LocalLocker{},
-		stock.Config{Defense: stock.DefaultDefense(), MaxQuantity: o.maxQuantity}, stock.NewMetrics(reg))
+		stock.Config{MaxQuantity: o.maxQuantity}, stock.NewMetrics(reg))
 	in := &fakeInstance{svc: &fakeService{svc: svc, err: o.serviceErr, placeOrder: o.placeOrder}}
 	cfg := stockhttp.Config{
 		Service:    in.svc,
