@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -132,9 +131,9 @@ func TestDrillCatchesUnsafeDefense(t *testing.T) {
 	databaseURL, redisURL := testenv.DatabaseURL(t), testenv.RedisURL(t)
 	dir := t.TempDir()
 	binary := filepath.Join(dir, "stocksvc")
-	build := exec.Command("go", "build", "-o", binary, "github.com/stocksvc/stocksvc/cmd/stocksvc")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build stocksvc: %v\n%s", err, out)
+	var buildLog strings.Builder
+	if err := buildService(t.Context(), binary, &buildLog); err != nil {
+		t.Fatalf("%v\n%s", err, buildLog.String())
 	}
 	var log strings.Builder
 	h := &harness{w: &log, out: dir, binary: binary, opts: options{

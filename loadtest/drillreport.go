@@ -146,7 +146,7 @@ func describeStatuses(byStatus map[int]int) string {
 // worst availability figures over its runs.
 func drillTable(outcomes []drillOutcome, o options, took time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "`go run ./loadtest -fault %s -runs %d -seed %d` (%d replicas behind HAProxy, %.0f operations/s, lock TTL %v, lock wait %v, defense %s; %s in all)\n\n",
+	fmt.Fprintf(&b, "`go run -C loadtest . -fault %s -runs %d -seed %d` (%d replicas behind HAProxy, %.0f operations/s, lock TTL %v, lock wait %v, defense %s; %s in all)\n\n",
 		o.fault, o.runs, o.seed, o.replicas, o.drillRate, o.lockTTL, o.lockWait, o.defense, took.Round(time.Second))
 	b.WriteString("| scenario | runs | operations | unknown (found in DB) | violations | invalid | 429 time | 503/failed time | longest stall | slowest answer | failed requests | stale in-flight |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")

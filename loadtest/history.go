@@ -474,7 +474,7 @@ func writeHistory(path string, ops []*op) error {
 }
 
 // savedOp is an operation as history.json keeps it, for re-checking a run later
-// (go run ./loadtest -recheck DIR/history.json) without running it again.
+// (go run -C loadtest . -recheck DIR/history.json) without running it again.
 type savedOp struct {
 	ID        int           `json:"id"`
 	Client    int           `json:"client"`

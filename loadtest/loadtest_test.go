@@ -23,8 +23,16 @@ func TestParseOptions(t *testing.T) {
 	if _, err := parseOptions([]string{"-redlock", "5", "-fault", "restart-redlock-node,kill-replica"}, io.Discard); err != nil {
 		t.Errorf("a Redlock drill: %v", err)
 	}
-	if o.replicas != 3 || o.defense != defaultDefense || o.killAfter != 0 || !strings.HasPrefix(o.out, filepath.Join("loadtest", "out")) {
+	root, err := repositoryRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.replicas != 3 || o.defense != defaultDefense || o.killAfter != 0 || !strings.HasPrefix(o.out, filepath.Join(root, "loadtest", "out")) ||
+		o.script != filepath.Join(root, "loadtest", "flashsale.js") {
 		t.Errorf("defaults = %+v", o)
+	}
+	if _, err := os.Stat(o.script); err != nil {
+		t.Errorf("default k6 script: %v", err)
 	}
 	bad := [][]string{
 		{"-replicas", "0"},

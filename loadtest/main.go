@@ -4,13 +4,18 @@
 // (loadtest/flashsale.js) through the balancer, checks the invariants with SQL, prints a
 // one-screen summary and stops everything it started — also on Ctrl-C.
 //
-//	go run ./loadtest                         # the default sale
-//	go run ./loadtest -replicas 5 -stock 2000 -rate 400 -duration 60s -kill-after 20s
-//	go run ./loadtest -compare                # the comparison for docs/benchmarks.md
-//	go run ./loadtest -cache -duration 10s    # reads and sold-out answers against healthz
-//	go run ./loadtest -async -kill-after 3s   # every order Prefer: respond-async, a replica killed
-//	go run ./loadtest -flood                  # buyers beside floods of audits, missing ids and healthz
-//	go run ./loadtest -replays                # fresh keys against every key sent twice
+//	go run -C loadtest .                         # the default sale
+//	go run -C loadtest . -replicas 5 -stock 2000 -rate 400 -duration 60s -kill-after 20s
+//	go run -C loadtest . -compare                # the comparison for docs/benchmarks.md
+//	go run -C loadtest . -cache -duration 10s    # reads and sold-out answers against healthz
+//	go run -C loadtest . -async -kill-after 3s   # every order Prefer: respond-async, a replica killed
+//	go run -C loadtest . -flood                  # buyers beside floods of audits, missing ids and healthz
+//	go run -C loadtest . -replays                # fresh keys against every key sent twice
+//
+// It is a module of its own (github.com/stocksvc/stocksvc/loadtest), so that its load
+// generators and checkers stay out of the service's go.mod. It builds the service from the
+// repository it sits in, wherever it is started from; relative paths given in flags are
+// relative to the working directory (loadtest/ under go run -C loadtest).
 //
 // It exits 1 when an invariant or a k6 threshold fails.
 package main
@@ -22,7 +27,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -141,10 +145,10 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.IntVar(&o.pgbenchClients, "pgbench-clients", 8, "pgbench clients in -compare and -throughput")
 	fs.StringVar(&o.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres server to create the run's database on")
 	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis (the run uses a key prefix of its own and deletes it afterwards)")
-	fs.StringVar(&o.out, "out", "", "directory for reports and logs (default loadtest/out/<time>)")
+	fs.StringVar(&o.out, "out", "", "directory for reports and logs (default loadtest/out/<time> in the repository)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's database for inspection")
 	fs.StringVar(&o.k6, "k6", "", "k6 binary (default: k6 "+k6Version+" on PATH or in GOPATH/bin, installed if missing)")
-	fs.StringVar(&o.script, "script", "loadtest/flashsale.js", "the k6 script")
+	fs.StringVar(&o.script, "script", "", "the k6 script (default loadtest/flashsale.js in the repository)")
 	fs.StringVar(&o.fault, "fault", "", "run fault drills instead of the k6 sale: a comma-separated list of scenarios, or all (see docs/reliability.md)")
 	fs.IntVar(&o.runs, "runs", 1, "runs of each fault drill")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the first drill run (run i uses seed+i-1): which replica is the victim, timings, quantities")
@@ -206,8 +210,17 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 			}
 		}
 	}
-	if o.out == "" {
-		o.out = filepath.Join("loadtest", "out", time.Now().Format("20060102-150405"))
+	if o.recheck == "" && (o.out == "" || o.script == "") {
+		root, err := repositoryRoot()
+		if err != nil {
+			return o, err
+		}
+		if o.out == "" {
+			o.out = filepath.Join(root, "loadtest", "out", time.Now().Format("20060102-150405"))
+		}
+		if o.script == "" {
+			o.script = filepath.Join(root, "loadtest", "flashsale.js")
+		}
 	}
 	return o, nil
 }
@@ -258,7 +271,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 			return err
 		}
 		if _, err := os.Stat(h.script); err != nil {
-			return fmt.Errorf("k6 script %s: %w (run from the repository root, or pass -script)", o.script, err)
+			return fmt.Errorf("k6 script %s: %w", o.script, err)
 		}
 	}
 	if err := os.MkdirAll(h.out, 0o755); err != nil {
@@ -273,10 +286,8 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		return err
 	}
 	h.binary = filepath.Join(h.out, "stocksvc")
-	build := exec.CommandContext(ctx, "go", "build", "-o", h.binary, "./cmd/stocksvc")
-	build.Stdout, build.Stderr = w, w
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build stocksvc: %w", err)
+	if err := buildService(ctx, h.binary, w); err != nil {
+		return err
 	}
 	if o.compare {
 		return h.compare(ctx)

@@ -82,3 +82,52 @@ func findTool(ctx context.Context, command, pkg string, progress io.Writer) (str
 	}
 	return exec.LookPath("/usr/sbin/" + command)
 }
+
+// serviceModule is the module path of the service the harness builds and drives.
+const serviceModule = "github.com/stocksvc/stocksvc"
+
+// repositoryRoot finds the service's repository: the nearest directory at or above the
+// working directory whose go.mod declares serviceModule. The harness is a module nested in
+// it, so it is found from loadtest/ (go run -C loadtest .) as from the root.
+func repositoryRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("working directory: %w", err)
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && declaresModule(b, serviceModule) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod of %s at or above the working directory; run the harness inside the repository", serviceModule)
+		}
+		dir = parent
+	}
+}
+
+// declaresModule reports whether the go.mod text gomod declares module path.
+func declaresModule(gomod []byte, path string) bool {
+	for line := range strings.SplitSeq(string(gomod), "\n") {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.Trim(strings.TrimSpace(name), `"`) == path
+		}
+	}
+	return false
+}
+
+// buildService builds the service's cmd/stocksvc into binary, in the service's own module
+// (its go.mod, not the harness's, decides the versions), writing the compiler's output to w.
+func buildService(ctx context.Context, binary string, w io.Writer) error {
+	root, err := repositoryRoot()
+	if err != nil {
+		return err
+	}
+	build := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd/stocksvc")
+	build.Dir = root
+	build.Stdout, build.Stderr = w, w
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build stocksvc: %w", err)
+	}
+	return nil
+}
