@@ -19,6 +19,8 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stocksvc/stocksvc/internal/testenv/redisserver"
 )
 
 // A drill runs a sale through the balancer over the replicas, injects one fault while it
@@ -58,8 +60,8 @@ type drillEnv struct {
 	front    int
 	stats    int
 	lb       *proc
-	redis    *redisServer // the run's own, for faults that stop Redis
-	redlock  redlockNodes // the run's own Redlock nodes (-redlock, or the scenario's)
+	redis    *redisserver.Server // the run's own, for faults that stop Redis
+	redlock  redlockNodes        // the run's own Redlock nodes (-redlock, or the scenario's)
 	catches  map[string]float64
 	pg       *pgCluster // the run's own, for faults that stop Postgres
 	pgProxy  *tcpProxy  // between the victim and Postgres
@@ -185,7 +187,7 @@ func (d *drillEnv) setup(ctx context.Context) error {
 		if d.redis, err = startRedis(ctx, d.sup, d.dir); err != nil {
 			return err
 		}
-		d.redisURL = d.redis.url()
+		d.redisURL = d.redis.URL()
 	}
 	if n := max(d.h.opts.redlock, d.sc.redlock); n > 0 {
 		if d.redlock, err = startRedlockNodes(ctx, d.sup, d.dir, n); err != nil {
@@ -274,7 +276,7 @@ func (d *drillEnv) lockWait() time.Duration {
 // its Redlock nodes (which also keeps the views).
 func (d *drillEnv) firstRedisURL() string {
 	if d.redlock != nil {
-		return d.redlock[0].url()
+		return d.redlock[0].URL()
 	}
 	return d.redisURL
 }

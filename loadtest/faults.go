@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -286,11 +287,15 @@ func rollingRestart(ctx context.Context, d *drillEnv) error {
 func pauseRedis(ctx context.Context, d *drillEnv) error {
 	pause := 2 * d.plan.lockTTL
 	d.event("SIGSTOP redis for %v (lock TTL %v)", pause, d.plan.lockTTL)
-	d.redis.proc.signal(syscall.SIGSTOP)
+	if err := d.redis.Pause(); err != nil {
+		return err
+	}
 	probed := make(chan []hangRead, 1)
 	go func() { probed <- d.probeReads(ctx) }()
 	err := sleep(ctx, pause)
-	d.redis.proc.signal(syscall.SIGCONT)
+	if rerr := d.redis.Resume(); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
 	resumed := d.rec.now()
 	d.event("SIGCONT redis")
 	reads := <-probed
@@ -302,12 +307,11 @@ func pauseRedis(ctx context.Context, d *drillEnv) error {
 
 func restartRedis(ctx context.Context, d *drillEnv) error {
 	d.event("SIGKILL redis")
-	d.redis.proc.signal(syscall.SIGKILL)
-	<-d.redis.proc.done
+	d.redis.Kill()
 	if err := sleep(ctx, time.Second); err != nil {
 		return err
 	}
-	if err := d.redis.restart(ctx); err != nil {
+	if err := d.redis.Start(ctx); err != nil {
 		return err
 	}
 	d.event("redis started again, empty")

@@ -23,8 +23,17 @@ type proc struct {
 // supervisor owns every child process. stopAll stops those still running, together; it is
 // deferred by the harness, so children are stopped on every way out, Ctrl-C included.
 type supervisor struct {
-	mu    sync.Mutex
-	procs []*proc
+	mu     sync.Mutex
+	procs  []*proc
+	others []func(grace time.Duration) error // stops what was started elsewhere (redis-servers)
+}
+
+// adopt makes stopAll stop, with the supervisor's own processes, something started by
+// another package: stop must end it within grace.
+func (s *supervisor) adopt(stop func(grace time.Duration) error) {
+	s.mu.Lock()
+	s.others = append(s.others, stop)
+	s.mu.Unlock()
 }
 
 // start runs argv with env (added to the harness's own environment) in a process group of its
@@ -103,12 +112,15 @@ func (p *proc) wait() error {
 // delay with readiness failing before it drains, and one after another they would add up.
 func (s *supervisor) stopAll(grace time.Duration) error {
 	s.mu.Lock()
-	procs := slices.Clone(s.procs)
+	procs, others := slices.Clone(s.procs), slices.Clone(s.others)
 	s.mu.Unlock()
-	errs := make([]error, len(procs))
+	errs := make([]error, len(procs)+len(others))
 	var wg sync.WaitGroup
 	for i, p := range procs {
 		wg.Go(func() { errs[i] = p.stop(grace) })
+	}
+	for i, stop := range others {
+		wg.Go(func() { errs[len(procs)+i] = stop(grace) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

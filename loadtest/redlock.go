@@ -7,8 +7,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/stocksvc/stocksvc/internal/testenv/redisserver"
 )
 
 // -redlock N runs the replicas with STOCKSVC_REDIS_MODE=redlock over N redis-servers of the
@@ -16,7 +17,7 @@ import (
 // The first node also keeps the views, as in a deployment.
 
 // redlockNodes are a run's Redlock nodes.
-type redlockNodes []*redisServer
+type redlockNodes []*redisserver.Server
 
 // startRedlockNodes starts n empty redis-servers, each with a directory (and log) of its own
 // under dir.
@@ -39,9 +40,9 @@ func startRedlockNodes(ctx context.Context, sup *supervisor, dir string, n int) 
 func (nodes redlockNodes) url() string {
 	addrs := make([]string, len(nodes)-1)
 	for i, n := range nodes[1:] {
-		addrs[i] = "addr=" + n.addr()
+		addrs[i] = "addr=" + n.Addr()
 	}
-	return nodes[0].url() + "?" + strings.Join(addrs, "&")
+	return nodes[0].URL() + "?" + strings.Join(addrs, "&")
 }
 
 // env is what a replica needs to lock on the nodes.
@@ -58,13 +59,12 @@ func restartRedlockNode(ctx context.Context, d *drillEnv) error {
 	i := d.rng.intN(len(d.redlock))
 	node := d.redlock[i]
 	d.primeVictim(ctx, d.replicas[d.victim])
-	d.event("SIGKILL redlock node %d of %d (%s)", i+1, len(d.redlock), node.addr())
-	node.proc.signal(syscall.SIGKILL)
-	<-node.proc.done
+	d.event("SIGKILL redlock node %d of %d (%s)", i+1, len(d.redlock), node.Addr())
+	node.Kill()
 	if err := sleep(ctx, time.Second); err != nil {
 		return err
 	}
-	if err := node.start(ctx); err != nil {
+	if err := node.Start(ctx); err != nil {
 		return err
 	}
 	d.event("redlock node %d started again, empty", i+1)

@@ -15,60 +15,23 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
+
+	"github.com/stocksvc/stocksvc/internal/testenv/redisserver"
 )
 
 // Drills that pause or restart Redis or Postgres do it to servers of their own, on free
 // loopback ports: the machine's shared servers are everyone's and are never touched.
 
-// redisServer is a redis-server the harness started: no persistence, so a restart comes back
-// empty, as a crashed cache without disks would.
-type redisServer struct {
-	sup  *supervisor
-	port int
-	dir  string
-	log  string
-	proc *proc
-}
-
-func startRedis(ctx context.Context, sup *supervisor, dir string) (*redisServer, error) {
-	ports, err := freePorts(1)
+// startRedis starts a redis-server of the run's own in dir (package redisserver: no
+// persistence, so a restart comes back empty, as a crashed cache without disks would), which
+// sup stops with everything else.
+func startRedis(ctx context.Context, sup *supervisor, dir string) (*redisserver.Server, error) {
+	r, err := redisserver.Start(ctx, redisserver.Options{Dir: dir})
 	if err != nil {
 		return nil, err
 	}
-	r := &redisServer{sup: sup, port: ports[0], dir: dir, log: filepath.Join(dir, "redis.log")}
-	return r, r.start(ctx)
-}
-
-func (r *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
-func (r *redisServer) url() string  { return "redis://" + r.addr() + "/0" }
-
-func (r *redisServer) start(ctx context.Context) error {
-	p, err := r.sup.start("redis", r.log, nil, "redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", r.dir, "--daemonize", "no")
-	if err != nil {
-		return err
-	}
-	r.proc = p
-	rdb := redis.NewClient(&redis.Options{Addr: r.addr()})
-	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if err := rdb.Ping(ctx).Err(); err == nil {
-			return nil
-		}
-		if p.exited() || time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("redis-server on %s did not answer (see %s)", r.addr(), r.log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// restart kills the server (nothing is saved) and starts an empty one on the same port.
-func (r *redisServer) restart(ctx context.Context) error {
-	r.proc.signal(syscall.SIGKILL)
-	<-r.proc.done
-	return r.start(ctx)
+	sup.adopt(r.Stop)
+	return r, nil
 }
 
 // pgCluster is a Postgres cluster the harness made with initdb in a temporary directory,
