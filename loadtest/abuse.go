@@ -32,9 +32,9 @@ func slowloris(ctx context.Context, d *drillEnv) error {
 	var closedEarly, opened atomic.Int64
 	var wg sync.WaitGroup
 	for i := range conns {
-		port := d.front
+		port := d.c.Front
 		if i%8 >= 6 {
-			port = d.replicas[d.victim].port
+			port = d.c.Replicas[d.victim].Port
 		}
 		slowBody := i%2 == 1
 		wg.Go(func() {
@@ -215,7 +215,7 @@ func badInput(ctx context.Context, d *drillEnv) error {
 // sendBad sends one malformed request and returns the status of its answer (0: none).
 func sendBad(ctx context.Context, client *http.Client, d *drillEnv, c badRequest) int {
 	hot := strconv.FormatInt(d.hot, 10)
-	addr := "127.0.0.1:" + strconv.Itoa(d.front)
+	addr := "127.0.0.1:" + strconv.Itoa(d.c.Front)
 	if c.raw {
 		conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
 		if err != nil {
@@ -245,7 +245,7 @@ func sendBad(ctx context.Context, client *http.Client, d *drillEnv, c badRequest
 		req.Header.Set("Content-Type", c.contentType)
 	}
 	if c.admin {
-		req.Header.Set("Authorization", "Bearer "+d.token)
+		req.Header.Set("Authorization", "Bearer "+d.c.Token)
 	}
 	for k, v := range c.header {
 		req.Header[k] = []string{v}

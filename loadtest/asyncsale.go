@@ -72,22 +72,17 @@ type asyncFigures struct {
 func (h *harness) asyncSale(ctx context.Context) error {
 	sc := scenario{name: "async-sale", about: "every order Prefer: respond-async; SIGKILL a replica mid-sale, restart it"}
 	plan := drillPlan{lockTTL: 2 * time.Second}
-	d := &drillEnv{h: h, plan: plan, sc: sc, sup: &supervisor{}, rng: newLockedRand(h.opts.seed, 0), rec: newRecorder(),
+	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(h.opts.seed, 0), rec: newRecorder(),
 		dir: filepath.Join(h.out, "async-sale")}
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return err
 	}
 	defer d.teardown()
-	defer func() {
-		if err := d.sup.stopAll(20 * time.Second); err != nil {
-			h.printf("  warning: %v\n", err)
-		}
-	}()
 	if err := d.setup(ctx); err != nil {
 		return err
 	}
-	front := fmt.Sprintf("http://127.0.0.1:%d", d.front)
-	d.client = newDrillClient([]string{front}, d.token, "async", 10*time.Second, d.rec, retryPolicy{})
+	front := fmt.Sprintf("http://127.0.0.1:%d", d.c.Front)
+	d.client = newDrillClient([]string{front}, d.c.Token, "async", 10*time.Second, d.rec, retryPolicy{})
 	defer d.client.close()
 	product, err := d.client.createProduct(ctx, "ASYNC-"+rand.Text()[:6], int64(h.opts.stock))
 	if err != nil {
@@ -119,7 +114,7 @@ func (h *harness) asyncSale(ctx context.Context) error {
 		fig.syncP50, fig.syncP99 = percentiles(ok)
 		fig.syncAllP50, fig.syncAllP99 = percentiles(all)
 	}
-	pool, err := pgxpool.New(ctx, d.dbURL)
+	pool, err := pgxpool.New(ctx, d.c.DatabaseURL)
 	if err != nil {
 		return err
 	}
@@ -145,23 +140,23 @@ func (h *harness) asyncSale(ctx context.Context) error {
 			if sleep(loadCtx, h.opts.killAfter) != nil {
 				return
 			}
-			r := d.replicas[d.victim]
+			r := d.c.Replicas[d.victim]
 			fig.killedAt = time.Since(start)
-			d.event("SIGKILL %s", r.name)
-			r.proc.signal(syscall.SIGKILL)
-			<-r.proc.done
+			d.event("SIGKILL %s", r.Name)
+			r.Proc.Signal(syscall.SIGKILL)
+			<-r.Proc.Done()
 			if sleep(ctx, time.Second) != nil {
 				return
 			}
-			if err := d.startReplica(r); err != nil {
-				d.fail("restart %s: %v", r.name, err)
+			if err := d.c.StartReplica(r); err != nil {
+				d.fail("restart %s: %v", r.Name, err)
 				return
 			}
-			if err := d.waitReplica(ctx, r); err != nil {
-				d.fail("%s not ready again: %v", r.name, err)
+			if err := d.c.WaitReplica(ctx, r); err != nil {
+				d.fail("%s not ready again: %v", r.Name, err)
 				return
 			}
-			d.event("%s ready again", r.name)
+			d.event("%s ready again", r.Name)
 		})
 	})
 	loadEnd := time.Now()
@@ -238,7 +233,7 @@ func (h *harness) openLoop(ctx context.Context, d *drillEnv, httpc *http.Client,
 		case <-tick.C:
 		}
 		n++
-		o := &asyncOrder{key: fmt.Sprintf("%s-%d-%d", d.prefix, product, n), qty: int64(1 + d.rng.intN(2)), ids: map[string]bool{}}
+		o := &asyncOrder{key: fmt.Sprintf("%s-%d-%d", d.c.Prefix, product, n), qty: int64(1 + d.rng.intN(2)), ids: map[string]bool{}}
 		mu.Lock()
 		orders = append(orders, o)
 		mu.Unlock()

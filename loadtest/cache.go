@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
 )
 
 // The cache benchmark (-cache, issue #9): what the product view buys the two answers a flash
@@ -102,7 +102,7 @@ func (r cacheRound) rate(status int) float64 {
 // cacheBench holds what the phases of the -cache mode share.
 type cacheBench struct {
 	h      *harness
-	c      *cluster
+	c      *cluster.Cluster
 	script string // statusLua's path
 	// tables reads the statistics of the run's database: its own queries scan no table of it.
 	tables *pgx.Conn
@@ -148,23 +148,18 @@ func (h *harness) cache(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer h.closeCluster(c)
-	b := &cacheBench{h: h, c: c, script: filepath.Join(c.dir, "status.lua")}
+	defer c.Close()
+	b := &cacheBench{h: h, c: c, script: filepath.Join(c.Dir, "status.lua")}
 	if err := os.WriteFile(b.script, []byte(statusLua), 0o644); err != nil {
 		return err
 	}
-	runURL, err := url.Parse(h.opts.databaseURL)
-	if err != nil {
-		return fmt.Errorf("parse %s: %w", redact(h.opts.databaseURL), err)
-	}
-	runURL.Path = "/" + c.database
-	if b.tables, err = pgx.Connect(ctx, runURL.String()); err != nil {
-		return fmt.Errorf("connect to %s: %w", c.database, err)
+	if b.tables, err = pgx.Connect(ctx, c.DatabaseURL); err != nil {
+		return fmt.Errorf("connect to %s: %w", c.Database, err)
 	}
 	defer b.tables.Close(context.WithoutCancel(ctx))
 	redisOpts, err := redis.ParseURL(h.opts.redisURL)
 	if err != nil {
-		return fmt.Errorf("parse %s: %w", redact(h.opts.redisURL), err)
+		return fmt.Errorf("parse %s: %w", cluster.Redact(h.opts.redisURL), err)
 	}
 	b.rdb = redis.NewClient(redisOpts)
 	defer b.rdb.Close()
@@ -173,7 +168,7 @@ func (h *harness) cache(ctx context.Context) error {
 		MaxIdleConns: readers, MaxIdleConnsPerHost: readers, IdleConnTimeout: time.Minute}}
 	defer b.client.CloseIdleConnections()
 
-	if s, err := scrapeViews(ctx, c.replicaPorts); err != nil {
+	if s, err := scrapeViews(ctx, c.ReplicaPorts()); err != nil {
 		return err
 	} else if missing := missingMetrics(s); len(missing) > 0 {
 		h.printf("[cache] warning: the replicas export no %s: this build has no view cache, and those figures will be absent\n", strings.Join(missing, ", "))
@@ -221,7 +216,7 @@ func missingMetrics(s viewStats) []string {
 func (b *cacheBench) soldOut(ctx context.Context) (soldOutPhase, error) {
 	var p soldOutPhase
 	var err error
-	if p.product, err = b.c.createProduct(ctx, "sold-out", soldOutStock); err != nil {
+	if p.product, err = b.c.CreateProduct(ctx, "sold-out", soldOutStock); err != nil {
 		return p, err
 	}
 	b.h.printf("[cache] 1. sold-out refusals: selling out product %d (%d units)\n", p.product, soldOutStock)
@@ -323,14 +318,14 @@ func (b *cacheBench) stock(ctx context.Context, product int64) (int64, error) {
 }
 
 func (b *cacheBench) url(path string) string {
-	return fmt.Sprintf("http://127.0.0.1:%d%s", b.c.front, path)
+	return fmt.Sprintf("http://127.0.0.1:%d%s", b.c.Front, path)
 }
 
 // reads measures product reads against healthz while buyers keep ordering the product.
 func (b *cacheBench) reads(ctx context.Context) (readsPhase, error) {
 	var p readsPhase
 	var err error
-	if p.product, err = b.c.createProduct(ctx, "on-sale", throughputStock); err != nil {
+	if p.product, err = b.c.CreateProduct(ctx, "on-sale", throughputStock); err != nil {
 		return p, err
 	}
 	o := b.h.opts
@@ -338,7 +333,7 @@ func (b *cacheBench) reads(ctx context.Context) (readsPhase, error) {
 	// stopping them (the supervisor kills them on every other way out).
 	bound := time.Duration(2*o.rounds+2)*(o.duration+10*time.Second) + time.Minute
 	b.h.printf("[cache] 2. product reads during a sale: %d buyers ordering product %d throughout\n", saleBuyers, p.product)
-	buyers, err := b.c.sup.start("buyers", filepath.Join(b.c.dir, "buyers.wrk.txt"),
+	buyers, err := b.c.Sup.Start("buyers", filepath.Join(b.c.Dir, "buyers.wrk.txt"),
 		[]string{"PRODUCT=" + strconv.FormatInt(p.product, 10)},
 		b.h.wrk, "-t", "2", "-c", strconv.Itoa(saleBuyers), "-d", fmt.Sprintf("%ds", int(bound.Seconds())),
 		"-s", b.script, b.url(""))
@@ -349,14 +344,14 @@ func (b *cacheBench) reads(ctx context.Context) (readsPhase, error) {
 	healthz := cacheLoad{kind: kindHealthz, path: "/healthz"}
 	p.rounds, err = b.alternate(ctx, reads, healthz, buyers)
 	// wrk ends on SIGINT as at the end of its duration, printing its summary.
-	buyers.signal(syscall.SIGINT)
-	if werr := buyers.wait(); werr != nil && err == nil {
-		err = fmt.Errorf("buyers' wrk: %w (see %s)", werr, buyers.log)
+	buyers.Signal(syscall.SIGINT)
+	if werr := buyers.Wait(); werr != nil && err == nil {
+		err = fmt.Errorf("buyers' wrk: %w (see %s)", werr, buyers.Log)
 	}
 	if err != nil {
 		return p, err
 	}
-	out, err := os.ReadFile(buyers.log)
+	out, err := os.ReadFile(buyers.Log)
 	if err != nil {
 		return p, err
 	}
@@ -370,17 +365,17 @@ func (b *cacheBench) reads(ctx context.Context) (readsPhase, error) {
 
 // alternate runs a warm-up of a and of b, then h.opts.rounds rounds of each in turn, a first.
 // background, if not nil, is a load running throughout: its CPU counts as the generator's.
-func (b *cacheBench) alternate(ctx context.Context, a, other cacheLoad, background *proc) ([]cacheRound, error) {
+func (b *cacheBench) alternate(ctx context.Context, a, other cacheLoad, background *cluster.Proc) ([]cacheRound, error) {
 	// Where a replica's CPU goes under the load measured — what bounds the ratio, if anything
 	// does — is profiled in its warm-up, longer for it, so that no measured round pays for it.
 	file := "r1-" + strings.ReplaceAll(a.kind, " ", "-") + ".cpu.pprof"
 	profiled := make(chan error, 1)
-	go func() { profiled <- b.c.profile(ctx, 0, profiledWarmUp-time.Second, file) }()
+	go func() { profiled <- b.c.Profile(ctx, 0, profiledWarmUp-time.Second, file) }()
 	_, err := b.round(ctx, a, "warm-up", profiledWarmUp, background)
 	if perr := <-profiled; perr != nil {
 		b.h.printf("[cache]   no CPU profile of r1: %v\n", perr)
 	} else {
-		b.h.printf("[cache]   CPU profile of r1 under %s: go tool pprof -top %s %s\n", a.kind, b.h.binary, filepath.Join(b.c.dir, file))
+		b.h.printf("[cache]   CPU profile of r1 under %s: go tool pprof -top %s %s\n", a.kind, b.h.binary, filepath.Join(b.c.Dir, file))
 	}
 	if err != nil {
 		return nil, err
@@ -411,16 +406,16 @@ type cacheSample struct {
 	buyers float64 // confirmed orders, all products
 }
 
-func (b *cacheBench) sample(ctx context.Context, background *proc) (cacheSample, error) {
+func (b *cacheBench) sample(ctx context.Context, background *cluster.Proc) (cacheSample, error) {
 	var s cacheSample
 	var err error
-	if s.cpu, err = b.c.readCPU(ctx); err != nil {
+	if s.cpu, err = readCPU(ctx, b.c); err != nil {
 		return s, err
 	}
 	if background != nil {
-		s.cpu["load generator"] += procCPU(background.cmd.Process.Pid)
+		s.cpu["load generator"] += procCPU(background.Pid())
 	}
-	if s.view, err = scrapeViews(ctx, b.c.replicaPorts); err != nil {
+	if s.view, err = scrapeViews(ctx, b.c.ReplicaPorts()); err != nil {
 		return s, err
 	}
 	s.buyers = s.view.outcomes["confirmed"]
@@ -438,7 +433,7 @@ func (b *cacheBench) sample(ctx context.Context, background *proc) (cacheSample,
 }
 
 // round runs one wrk round of load for d through the balancer.
-func (b *cacheBench) round(ctx context.Context, l cacheLoad, name string, d time.Duration, background *proc) (cacheRound, error) {
+func (b *cacheBench) round(ctx context.Context, l cacheLoad, name string, d time.Duration, background *cluster.Proc) (cacheRound, error) {
 	before, err := b.sample(ctx, background)
 	if err != nil {
 		return cacheRound{}, err
@@ -459,7 +454,7 @@ func (b *cacheBench) round(ctx context.Context, l cacheLoad, name string, d time
 		return cacheRound{}, err
 	}
 	file := strings.NewReplacer(" ", "-", "/", "").Replace(l.kind + " " + name)
-	_ = os.WriteFile(filepath.Join(b.c.dir, file+".wrk.txt"), out.Bytes(), 0o644)
+	_ = os.WriteFile(filepath.Join(b.c.Dir, file+".wrk.txt"), out.Bytes(), 0o644)
 	s, err := parseWrkSummary(out.String())
 	if err != nil {
 		return cacheRound{}, err
@@ -481,7 +476,7 @@ func (b *cacheBench) stampedes(ctx context.Context, product int64) ([]stampedeRo
 	if o.stampedeRounds == 0 {
 		return nil, nil
 	}
-	key := viewKey(b.c.prefix, product)
+	key := viewKey(b.c.Prefix, product)
 	b.h.printf("[cache] 3. stampede: %d rounds of %d reads of product %d at once, its view (%s) deleted and the lease (%v) waited out before each\n",
 		o.stampedeRounds, o.stampedeReaders, product, key, viewLease)
 	var rounds []stampedeRound

@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
 )
 
 // comparison is one row of the comparison table.
@@ -225,7 +227,7 @@ var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection t
 // pgbenchAnchor measures the physical floor: pgbench running the bare single-row conditional
 // decrement on the same Postgres, with no service, lock or HTTP in the way.
 func (h *harness) pgbenchAnchor(ctx context.Context) (comparison, error) {
-	pgbench, err := findTool(ctx, "pgbench", "postgresql-client", h.w)
+	pgbench, err := cluster.FindTool(ctx, "pgbench", "postgresql-client", h.w)
 	if err != nil {
 		return comparison{}, err
 	}

@@ -19,8 +19,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/stocksvc/stocksvc/internal/testenv/redisserver"
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
 )
 
 // A drill runs a sale through the balancer over the replicas, injects one fault while it
@@ -38,36 +37,24 @@ type drillPlan struct {
 	warmup, tail  time.Duration // selling before the fault, and after it healed
 }
 
-// drillEnv is one run's world: its database, Redis, replicas, balancer and proxies.
+// drillEnv is one run's world: its deployment (database, Redis, replicas, balancer) and the
+// proxies a fault puts between the victim and the servers.
 type drillEnv struct {
-	h        *harness
-	plan     drillPlan
-	sc       scenario
-	dir      string
-	sup      *supervisor
-	rng      *lockedRand
-	rec      *recorder
-	client   *drillClient
-	load     *load
-	serverDB string // URL of the Postgres server the run's database lives on
-	database string
-	dbURL    string // the run's database, directly
-	redisURL string
-	prefix   string
-	token    string
-	replicas []*replica
-	victim   int
-	front    int
-	stats    int
-	lb       *proc
-	redis    *redisserver.Server // the run's own, for faults that stop Redis
-	redlock  redlockNodes        // the run's own Redlock nodes (-redlock, or the scenario's)
-	catches  map[string]float64
-	pg       *pgCluster // the run's own, for faults that stop Postgres
-	pgProxy  *tcpProxy  // between the victim and Postgres
-	rdProxy  *tcpProxy  // between the victim and Redis
-	hot      int64
-	scarce   int64
+	h       *harness
+	plan    drillPlan
+	sc      scenario
+	dir     string
+	c       *cluster.Cluster
+	rng     *lockedRand
+	rec     *recorder
+	client  *drillClient
+	load    *load
+	victim  int
+	catches map[string]float64
+	pgProxy *tcpProxy // between the victim and Postgres
+	rdProxy *tcpProxy // between the victim and Redis
+	hot     int64
+	scarce  int64
 
 	mu     sync.Mutex
 	events []event // what the fault did, when
@@ -76,14 +63,6 @@ type drillEnv struct {
 	failed []string // scenario checks that failed
 	abuse  *abuseTally
 	hang   *hangProbe // reads sent while Redis was stopped (pause-redis)
-}
-
-// replica is one stocksvc process slot; a restart starts a new process on the same port.
-type replica struct {
-	name string
-	port int
-	env  []string
-	proc *proc
 }
 
 type event struct {
@@ -167,101 +146,59 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// setup starts the run's world. Everything it starts is stopped by d.sup.stopAll and
-// d.teardown, deferred by the caller.
+// setup starts the run's world (cluster.Start). Everything it starts is stopped, and its
+// database dropped, by d.teardown, deferred by the caller.
 func (d *drillEnv) setup(ctx context.Context) error {
-	var err error
-	d.serverDB = d.h.opts.databaseURL
-	if d.sc.ownPostgres {
-		if d.pg, err = startPostgres(ctx, d.sup, d.dir); err != nil {
-			return err
-		}
-		d.serverDB = d.pg.url("postgres")
-	}
-	d.database = fmt.Sprintf("stocksvc_drill_%d_%s", time.Now().UnixNano(), strings.ReplaceAll(d.sc.name, "-", "_"))
-	if d.dbURL, err = createDatabaseOn(ctx, d.serverDB, d.database); err != nil {
-		return err
-	}
-	d.redisURL = d.h.opts.redisURL
-	if d.sc.ownRedis {
-		if d.redis, err = startRedis(ctx, d.sup, d.dir); err != nil {
-			return err
-		}
-		d.redisURL = d.redis.URL()
-	}
-	if n := max(d.h.opts.redlock, d.sc.redlock); n > 0 {
-		if d.redlock, err = startRedlockNodes(ctx, d.sup, d.dir, n); err != nil {
-			return err
-		}
-		d.redisURL = d.redlock.url()
-	}
-	d.prefix = "stocksvc-drill:" + rand.Text()[:10] + ":"
-	d.token = rand.Text()
 	d.victim = d.rng.intN(d.h.opts.replicas)
-
-	victimDB, victimRedis := d.dbURL, d.redisURL
-	if d.sc.proxyPostgres {
-		u, _ := url.Parse(d.dbURL)
-		if d.pgProxy, err = newTCPProxy("pg", u.Host, true); err != nil {
-			return err
-		}
-		victimDB = withHost(d.dbURL, d.pgProxy.addr())
-	}
-	if d.sc.proxyRedis {
-		u, _ := url.Parse(d.redisURL)
-		if d.rdProxy, err = newTCPProxy("redis", u.Host, false); err != nil {
-			return err
-		}
-		victimRedis = withHost(d.redisURL, d.rdProxy.addr())
-	}
-
-	ports, err := freePorts(d.h.opts.replicas + 2)
-	if err != nil {
-		return err
-	}
-	d.front, d.stats = ports[d.h.opts.replicas], ports[d.h.opts.replicas+1]
-	for i := range d.h.opts.replicas {
-		dbURL, redisURL := d.dbURL, d.redisURL
-		if i == d.victim {
-			dbURL, redisURL = victimDB, victimRedis
-		}
-		r := &replica{name: fmt.Sprintf("r%d", i+1), port: ports[i], env: []string{
-			"STOCKSVC_ADDR=127.0.0.1:" + strconv.Itoa(ports[i]),
-			"DATABASE_URL=" + dbURL,
-			"REDIS_URL=" + redisURL,
-			"STOCKSVC_REDIS_PREFIX=" + d.prefix,
-			"STOCKSVC_ADMIN_TOKEN=" + d.token,
-			"STOCKSVC_DEFENSE=" + d.h.opts.defense,
-			"STOCKSVC_LOCK_WAIT=" + d.lockWait().String(),
-			"STOCKSVC_LOCK_TTL=" + d.plan.lockTTL.String(),
-			// Three replicas of every drill share the machine's Postgres (100 connections)
-			// with the rest of the machine.
-			"STOCKSVC_DB_MAX_CONNS=8",
-			"STOCKSVC_LOG_LEVEL=warn",
-		}}
-		if d.h.opts.defense != defaultDefense {
-			r.env = append(r.env, "STOCKSVC_DEMO_UNSAFE=1")
-		}
-		if d.redlock != nil {
-			r.env = append(r.env, "STOCKSVC_REDIS_MODE=redlock") // REDIS_URL names the nodes
-		}
-		d.replicas = append(d.replicas, r)
-		if err := d.startReplica(r); err != nil {
-			return err
-		}
-	}
-	for _, r := range d.replicas {
-		if err := d.waitReplica(ctx, r); err != nil {
-			return err
-		}
-	}
-	if d.h.opts.direct {
-		return nil
-	}
-	if d.lb, err = startHAProxy(d.sup, d.h.haproxy, d.dir, d.front, d.stats, d.replicaPorts()); err != nil {
-		return err
-	}
-	return waitReady(ctx, d.lb, fmt.Sprintf("http://127.0.0.1:%d/readyz", d.front), 30*time.Second)
+	var victimEnv []string
+	c, err := cluster.Start(ctx, cluster.Config{
+		Dir: d.dir, Binary: d.h.binary, HAProxy: d.h.haproxy, Replicas: d.h.opts.replicas,
+		ServerURL: d.h.opts.databaseURL, OwnPostgres: d.sc.ownPostgres,
+		Database: fmt.Sprintf("stocksvc_drill_%d_%s", time.Now().UnixNano(), strings.ReplaceAll(d.sc.name, "-", "_")),
+		RedisURL: d.h.opts.redisURL, OwnRedis: d.sc.ownRedis, Redlock: max(d.h.opts.redlock, d.sc.redlock),
+		Prefix: "stocksvc-drill:" + rand.Text()[:10] + ":", Token: rand.Text(),
+		Direct: d.h.opts.direct, Keep: d.h.opts.keep, Warnings: d.h.w,
+		BeforeReplicas: func(c *cluster.Cluster) error {
+			if d.sc.proxyPostgres {
+				u, _ := url.Parse(c.DatabaseURL)
+				p, err := newTCPProxy("pg", u.Host, true)
+				if err != nil {
+					return err
+				}
+				d.pgProxy = p
+				victimEnv = append(victimEnv, "DATABASE_URL="+cluster.WithHost(c.DatabaseURL, p.addr()))
+			}
+			if d.sc.proxyRedis {
+				u, _ := url.Parse(c.RedisURL)
+				p, err := newTCPProxy("redis", u.Host, false)
+				if err != nil {
+					return err
+				}
+				d.rdProxy = p
+				victimEnv = append(victimEnv, "REDIS_URL="+cluster.WithHost(c.RedisURL, p.addr()))
+			}
+			return nil
+		},
+		Env: func(i int) []string {
+			env := []string{
+				"STOCKSVC_DEFENSE=" + d.h.opts.defense,
+				"STOCKSVC_LOCK_WAIT=" + d.lockWait().String(),
+				"STOCKSVC_LOCK_TTL=" + d.plan.lockTTL.String(),
+				// Three replicas of every drill share the machine's Postgres (100 connections)
+				// with the rest of the machine.
+				"STOCKSVC_DB_MAX_CONNS=8",
+			}
+			if d.h.opts.defense != defaultDefense {
+				env = append(env, "STOCKSVC_DEMO_UNSAFE=1")
+			}
+			if i == d.victim {
+				env = append(env, victimEnv...) // through the proxies, when the scenario has them
+			}
+			return env
+		},
+	})
+	d.c = c
+	return err
 }
 
 // lockWait is the replicas' STOCKSVC_LOCK_WAIT: the scenario's, or -lock-wait.
@@ -275,56 +212,28 @@ func (d *drillEnv) lockWait() time.Duration {
 // firstRedisURL is the Redis a fault looks at the locks on: the run's Redis, or the first of
 // its Redlock nodes (which also keeps the views).
 func (d *drillEnv) firstRedisURL() string {
-	if d.redlock != nil {
-		return d.redlock[0].URL()
+	if d.c.Redlock != nil {
+		return d.c.Redlock[0].URL()
 	}
-	return d.redisURL
+	return d.c.RedisURL
 }
 
-func withHost(raw, host string) string {
-	u, _ := url.Parse(raw)
-	u.Host = host
-	return u.String()
-}
-
-func (d *drillEnv) replicaPorts() []int {
-	ports := make([]int, len(d.replicas))
-	for i, r := range d.replicas {
-		ports[i] = r.port
-	}
-	return ports
-}
-
-func (d *drillEnv) startReplica(r *replica) error {
-	p, err := d.sup.start(r.name, filepath.Join(d.dir, r.name+".log"), r.env, d.h.binary)
-	if err != nil {
-		return err
-	}
-	r.proc = p
-	return nil
-}
-
-func (d *drillEnv) waitReplica(ctx context.Context, r *replica) error {
-	return waitReady(ctx, r.proc, fmt.Sprintf("http://127.0.0.1:%d/readyz", r.port), 60*time.Second)
-}
-
-// teardown stops what the supervisor does not own and removes the run's database and keys.
+// teardown stops the run's processes, then the proxies (which the victim used until it
+// stopped), and removes the run's database and keys.
 func (d *drillEnv) teardown() {
+	if d.c != nil {
+		if err := d.c.Stop(); err != nil {
+			d.h.printf("  warning: %v\n", err)
+		}
+	}
 	if d.pgProxy != nil {
 		d.pgProxy.stop()
 	}
 	if d.rdProxy != nil {
 		d.rdProxy.stop()
 	}
-	// A cluster of the run's own goes with its databases.
-	if d.database != "" && !d.h.opts.keep && d.pg == nil {
-		d.h.dropDatabaseOn(d.serverDB, d.database)
-	}
-	if d.redis == nil && d.redlock == nil {
-		cleanRedisPrefix(d.h.opts.redisURL, d.prefix)
-	}
-	if d.pg != nil {
-		d.pg.stop()
+	if d.c != nil {
+		d.c.Close()
 	}
 }
 
@@ -492,7 +401,7 @@ func (o drillOutcome) verdict() string {
 // runDrill runs scenario sc once and judges it.
 func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run int, seed uint64) (out drillOutcome) {
 	out = drillOutcome{scenario: sc.name, run: run, seed: seed}
-	d := &drillEnv{h: h, plan: plan, sc: sc, sup: &supervisor{}, rng: newLockedRand(seed, 0), rec: newRecorder(),
+	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(seed, 0), rec: newRecorder(),
 		dir: filepath.Join(h.out, fmt.Sprintf("%s-%d", sc.name, run))}
 	out.dir = d.dir
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
@@ -500,24 +409,19 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		return out
 	}
 	defer d.teardown()
-	defer func() {
-		if err := d.sup.stopAll(20 * time.Second); err != nil {
-			h.printf("  warning: %v\n", err)
-		}
-	}()
 	h.printf("\n[%s] %s, run %d, seed %d\n", filepath.Base(d.dir), sc.about, run, seed)
 	if err := d.setup(ctx); err != nil {
 		out.err = err
 		return out
 	}
-	bases := []string{fmt.Sprintf("http://127.0.0.1:%d", d.front)}
+	bases := []string{fmt.Sprintf("http://127.0.0.1:%d", d.c.Front)}
 	if h.opts.direct {
 		bases = nil
-		for _, r := range d.replicas {
-			bases = append(bases, fmt.Sprintf("http://127.0.0.1:%d", r.port))
+		for _, r := range d.c.Replicas {
+			bases = append(bases, fmt.Sprintf("http://127.0.0.1:%d", r.Port))
 		}
 	}
-	d.client = newDrillClient(bases, d.token, "drill"+strconv.Itoa(run), plan.clientTimeout, d.rec,
+	d.client = newDrillClient(bases, d.c.Token, "drill"+strconv.Itoa(run), plan.clientTimeout, d.rec,
 		retryPolicy{attempts: 6, budget: 12 * time.Second, pause: 100 * time.Millisecond})
 	defer d.client.close()
 	var err error
@@ -538,7 +442,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 	wg.Go(func() { d.load.restock(loadCtx) })
 	d.rush(loadCtx, sc.buyers)
 	h.printf("[%s] selling: %.0f operations/s, hot product %d units, scarce product 4 units; victim %s\n",
-		filepath.Base(d.dir), plan.rate, d.hotStock(), d.replicas[d.victim].name)
+		filepath.Base(d.dir), plan.rate, d.hotStock(), d.c.Replicas[d.victim].Name)
 	if sc.buyers > 0 {
 		h.printf("[%s] and %d closed-loop buyers of the hot product; replicas' lock wait %v\n", filepath.Base(d.dir), sc.buyers, d.lockWait())
 	}
@@ -567,8 +471,8 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 	// What the defense layers caught, by the live replicas' own counters (a killed
 	// replica's are lost with it): whether the fault made the fence, say, earn its keep.
 	out.catches = map[string]float64{}
-	for _, r := range d.replicas {
-		if m, err := scrapeReplica(ctx, r.port); err == nil {
+	for _, r := range d.c.Replicas {
+		if m, err := scrapeReplica(ctx, r.Port); err == nil {
 			for layer, n := range m.catches {
 				out.catches[layer] += n
 			}
@@ -578,17 +482,17 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 
 	// Nothing may take effect once every replica has stopped: that is the end of the history.
 	var stopping sync.WaitGroup
-	for _, r := range d.replicas {
-		stopping.Go(func() { _ = r.proc.stop(20 * time.Second) })
+	for _, r := range d.c.Replicas {
+		stopping.Go(func() { _ = r.Proc.Stop(20 * time.Second) })
 	}
 	stopping.Wait()
 	end := d.rec.now()
 
 	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	pool, err := pgxpool.New(checkCtx, d.dbURL)
+	pool, err := pgxpool.New(checkCtx, d.c.DatabaseURL)
 	if err != nil {
-		out.err = fmt.Errorf("connect to %s: %w", d.database, err)
+		out.err = fmt.Errorf("connect to %s: %w", d.c.Database, err)
 		return out
 	}
 	defer pool.Close()

@@ -14,6 +14,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/stocksvc/stocksvc/internal/testenv"
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -132,7 +133,7 @@ func TestDrillCatchesUnsafeDefense(t *testing.T) {
 	dir := t.TempDir()
 	binary := filepath.Join(dir, "stocksvc")
 	var buildLog strings.Builder
-	if err := buildService(t.Context(), binary, &buildLog); err != nil {
+	if err := cluster.BuildService(t.Context(), binary, &buildLog); err != nil {
 		t.Fatalf("%v\n%s", err, buildLog.String())
 	}
 	var log strings.Builder

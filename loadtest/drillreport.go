@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/anishathalye/porcupine"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/anishathalye/porcupine"
 )
 
 // drills runs every chosen scenario -runs times, reports each run and a table of all of

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
 )
 
 // scenario is one fault drill.
@@ -94,7 +95,7 @@ func pickScenarios(spec string) ([]scenario, error) {
 // middle of purchases, with a second between: a holder that wakes after its lease ran out
 // must find its writes refused.
 func pauseReplica(ctx context.Context, d *drillEnv) error {
-	r := d.replicas[d.victim]
+	r := d.c.Replicas[d.victim]
 	pause := 2 * d.plan.lockTTL
 	opts, err := redis.ParseURL(d.firstRedisURL())
 	if err != nil {
@@ -103,7 +104,7 @@ func pauseReplica(ctx context.Context, d *drillEnv) error {
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	caught := 0
-	defer func() { d.note("%d of 3 pauses caught %s holding a product lock", caught, r.name) }()
+	defer func() { d.note("%d of 3 pauses caught %s holding a product lock", caught, r.Name) }()
 	for i := range 3 {
 		if i > 0 {
 			if err := sleep(ctx, time.Second); err != nil {
@@ -112,18 +113,18 @@ func pauseReplica(ctx context.Context, d *drillEnv) error {
 		}
 		d.primeVictim(ctx, r)
 		start := d.rec.now()
-		d.event("SIGSTOP %s for %v (lock TTL %v)", r.name, pause, d.plan.lockTTL)
-		r.proc.signal(syscall.SIGSTOP)
+		d.event("SIGSTOP %s for %v (lock TTL %v)", r.Name, pause, d.plan.lockTTL)
+		r.Proc.Signal(syscall.SIGSTOP)
 		held, err := d.heldByPaused(ctx, rdb)
 		if held {
 			caught++
-			d.event("%s was holding a product lock: its lease runs out while it sleeps", r.name)
+			d.event("%s was holding a product lock: its lease runs out while it sleeps", r.Name)
 		}
 		if err == nil {
 			err = sleep(ctx, pause-d.plan.lockTTL/2)
 		}
-		r.proc.signal(syscall.SIGCONT)
-		d.event("SIGCONT %s", r.name)
+		r.Proc.Signal(syscall.SIGCONT)
+		d.event("SIGCONT %s", r.Name)
 		d.faultWindow(start)
 		if err != nil {
 			return err
@@ -133,22 +134,22 @@ func pauseReplica(ctx context.Context, d *drillEnv) error {
 }
 
 func killReplica(ctx context.Context, d *drillEnv) error {
-	r := d.replicas[d.victim]
+	r := d.c.Replicas[d.victim]
 	d.primeVictim(ctx, r)
-	d.event("SIGKILL %s", r.name)
-	r.proc.signal(syscall.SIGKILL)
-	<-r.proc.done
+	d.event("SIGKILL %s", r.Name)
+	r.Proc.Signal(syscall.SIGKILL)
+	<-r.Proc.Done()
 	if err := sleep(ctx, time.Second); err != nil {
 		return err
 	}
-	if err := d.startReplica(r); err != nil {
+	if err := d.c.StartReplica(r); err != nil {
 		return err
 	}
-	d.event("restarted %s", r.name)
-	if err := d.waitReplica(ctx, r); err != nil {
+	d.event("restarted %s", r.Name)
+	if err := d.c.WaitReplica(ctx, r); err != nil {
 		return err
 	}
-	d.event("%s ready", r.name)
+	d.event("%s ready", r.Name)
 	return nil
 }
 
@@ -158,40 +159,40 @@ func killReplica(ctx context.Context, d *drillEnv) error {
 // in a quarter of the issue's runs). Their requests, sent again, reach replicas that must not
 // refuse them. Without a commit point within commitWait it kills anyway, and notes so.
 func killAtCommit(ctx context.Context, d *drillEnv) error {
-	r := d.replicas[d.victim]
+	r := d.c.Replicas[d.victim]
 	killed := make(chan time.Duration, 1)
 	d.pgProxy.cut.atNextCommit(func() {
-		r.proc.signal(syscall.SIGKILL)
+		r.Proc.Signal(syscall.SIGKILL)
 		killed <- d.rec.now()
 	})
 	select {
 	case at := <-killed:
-		d.event("SIGKILL %s at a commit point (%.3fs): its write committed, its answers not sent", r.name, at.Seconds())
+		d.event("SIGKILL %s at a commit point (%.3fs): its write committed, its answers not sent", r.Name, at.Seconds())
 	case <-time.After(commitWait):
 		if d.pgProxy.cut.onCommit.Swap(nil) == nil { // a commit point came meanwhile
 			at := <-killed
-			d.event("SIGKILL %s at a commit point (%.3fs): its write committed, its answers not sent", r.name, at.Seconds())
+			d.event("SIGKILL %s at a commit point (%.3fs): its write committed, its answers not sent", r.Name, at.Seconds())
 			break
 		}
-		r.proc.signal(syscall.SIGKILL)
-		d.event("SIGKILL %s: no commit point within %v", r.name, commitWait)
-		d.note("%s made no commit within %v; it was killed at a random moment instead", r.name, commitWait)
+		r.Proc.Signal(syscall.SIGKILL)
+		d.event("SIGKILL %s: no commit point within %v", r.Name, commitWait)
+		d.note("%s made no commit within %v; it was killed at a random moment instead", r.Name, commitWait)
 	case <-ctx.Done():
 		d.pgProxy.cut.onCommit.Store(nil)
 		return ctx.Err()
 	}
-	<-r.proc.done
+	<-r.Proc.Done()
 	if err := sleep(ctx, time.Second); err != nil {
 		return err
 	}
-	if err := d.startReplica(r); err != nil {
+	if err := d.c.StartReplica(r); err != nil {
 		return err
 	}
-	d.event("restarted %s", r.name)
-	if err := d.waitReplica(ctx, r); err != nil {
+	d.event("restarted %s", r.Name)
+	if err := d.c.WaitReplica(ctx, r); err != nil {
 		return err
 	}
-	d.event("%s ready", r.name)
+	d.event("%s ready", r.Name)
 	return nil
 }
 
@@ -231,7 +232,7 @@ func (d *drillEnv) heldByPaused(ctx context.Context, rdb *redis.Client) (bool, e
 }
 
 func (d *drillEnv) lockKey(product int64) string {
-	return d.prefix + "lock:product:{" + strconv.FormatInt(product, 10) + "}"
+	return d.c.Prefix + "lock:product:{" + strconv.FormatInt(product, 10) + "}"
 }
 
 // primeVictim sends a stream of hot orders straight to replica r — one every 4 ms for 100 ms
@@ -239,8 +240,8 @@ func (d *drillEnv) lockKey(product int64) string {
 // middle of purchases (queued for the product's lock, holding it, mid-transaction or
 // committing) rather than idle, as it mostly is at the drill's rate. The orders are recorded
 // like any other.
-func (d *drillEnv) primeVictim(ctx context.Context, r *replica) {
-	base := fmt.Sprintf("http://127.0.0.1:%d", r.port)
+func (d *drillEnv) primeVictim(ctx context.Context, r *cluster.Replica) {
+	base := fmt.Sprintf("http://127.0.0.1:%d", r.Port)
 	stream, cancel := context.WithCancel(ctx)
 	defer cancel()
 	d.client.goOp(func() {
@@ -259,25 +260,25 @@ func (d *drillEnv) primeVictim(ctx context.Context, r *replica) {
 }
 
 func rollingRestart(ctx context.Context, d *drillEnv) error {
-	for _, r := range d.replicas {
-		d.event("SIGTERM %s", r.name)
-		if err := r.proc.stop(30 * time.Second); err != nil {
-			d.fail("%s: %v", r.name, err)
+	for _, r := range d.c.Replicas {
+		d.event("SIGTERM %s", r.Name)
+		if err := r.Proc.Stop(30 * time.Second); err != nil {
+			d.fail("%s: %v", r.Name, err)
 		}
-		if err := r.proc.err; err != nil {
-			d.fail("%s exited with %v after SIGTERM", r.name, err)
+		if err := r.Proc.Err(); err != nil {
+			d.fail("%s exited with %v after SIGTERM", r.Name, err)
 		}
-		d.event("%s stopped", r.name)
-		if err := d.startReplica(r); err != nil {
+		d.event("%s stopped", r.Name)
+		if err := d.c.StartReplica(r); err != nil {
 			return err
 		}
-		if err := d.waitReplica(ctx, r); err != nil {
+		if err := d.c.WaitReplica(ctx, r); err != nil {
 			return err
 		}
-		if err := waitBalancerUp(ctx, d.stats, r.name, 30*time.Second); err != nil {
+		if err := waitBalancerUp(ctx, d.c.Stats, r.Name, 30*time.Second); err != nil {
 			return err
 		}
-		d.event("%s back in the balancer", r.name)
+		d.event("%s back in the balancer", r.Name)
 	}
 	return nil
 }
@@ -287,13 +288,13 @@ func rollingRestart(ctx context.Context, d *drillEnv) error {
 func pauseRedis(ctx context.Context, d *drillEnv) error {
 	pause := 2 * d.plan.lockTTL
 	d.event("SIGSTOP redis for %v (lock TTL %v)", pause, d.plan.lockTTL)
-	if err := d.redis.Pause(); err != nil {
+	if err := d.c.Redis.Pause(); err != nil {
 		return err
 	}
 	probed := make(chan []hangRead, 1)
 	go func() { probed <- d.probeReads(ctx) }()
 	err := sleep(ctx, pause)
-	if rerr := d.redis.Resume(); rerr != nil {
+	if rerr := d.c.Redis.Resume(); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
 	resumed := d.rec.now()
@@ -307,11 +308,11 @@ func pauseRedis(ctx context.Context, d *drillEnv) error {
 
 func restartRedis(ctx context.Context, d *drillEnv) error {
 	d.event("SIGKILL redis")
-	d.redis.Kill()
+	d.c.Redis.Kill()
 	if err := sleep(ctx, time.Second); err != nil {
 		return err
 	}
-	if err := d.redis.Start(ctx); err != nil {
+	if err := d.c.Redis.Start(ctx); err != nil {
 		return err
 	}
 	d.event("redis started again, empty")
@@ -350,11 +351,11 @@ func expireLocks(ctx context.Context, d *drillEnv) error {
 
 func restartPostgres(ctx context.Context, d *drillEnv) error {
 	d.event("postgres: immediate stop")
-	d.pg.crash()
+	d.c.Postgres.Crash()
 	if err := sleep(ctx, time.Second); err != nil {
 		return err
 	}
-	if err := d.pg.start(ctx); err != nil {
+	if err := d.c.Postgres.Start(ctx); err != nil {
 		return err
 	}
 	d.event("postgres started again (crash recovery)")
@@ -363,12 +364,12 @@ func restartPostgres(ctx context.Context, d *drillEnv) error {
 
 func pgResetAtCommit(ctx context.Context, d *drillEnv) error {
 	cut := d.pgProxy.cut
-	d.event("cutting %s's Postgres connections at 30%% of its commits for 6s", d.replicas[d.victim].name)
+	d.event("cutting %s's Postgres connections at 30%% of its commits for 6s", d.c.Replicas[d.victim].Name)
 	cut.arm(0.3)
 	err := sleep(ctx, 6*time.Second)
 	cut.disarm()
 	d.event("stopped cutting: %d of %d commits cut", cut.cuts.Load(), cut.commits.Load())
-	d.note("%d of %d commits on %s cut after the server committed", cut.cuts.Load(), cut.commits.Load(), d.replicas[d.victim].name)
+	d.note("%d of %d commits on %s cut after the server committed", cut.cuts.Load(), cut.commits.Load(), d.c.Replicas[d.victim].Name)
 	if cut.cuts.Load() == 0 {
 		d.fail("no commit was cut: the drill did not test lost commit answers")
 	}
@@ -376,7 +377,7 @@ func pgResetAtCommit(ctx context.Context, d *drillEnv) error {
 }
 
 func redisLatency(ctx context.Context, d *drillEnv) error {
-	d.event("%s's Redis answers delayed 400±200ms for 6s", d.replicas[d.victim].name)
+	d.event("%s's Redis answers delayed 400±200ms for 6s", d.c.Replicas[d.victim].Name)
 	if err := d.rdProxy.add(`{"name":"latency","type":"latency","stream":"downstream","attributes":{"latency":400,"jitter":200}}`); err != nil {
 		return err
 	}
@@ -387,7 +388,7 @@ func redisLatency(ctx context.Context, d *drillEnv) error {
 }
 
 func redisPartition(ctx context.Context, d *drillEnv) error {
-	d.event("%s's Redis connections silent for 5s", d.replicas[d.victim].name)
+	d.event("%s's Redis connections silent for 5s", d.c.Replicas[d.victim].Name)
 	for _, stream := range []string{"up", "down"} {
 		if err := d.rdProxy.add(`{"name":"silence_` + stream + `","type":"timeout","stream":"` + stream + `stream","attributes":{"timeout":0}}`); err != nil {
 			return err
@@ -421,7 +422,7 @@ func noFailedRequests(d *drillEnv, ops []*op, a availability) (failed, notes []s
 func waitBalancerUp(ctx context.Context, statsPort int, server string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		if st, err := haproxyStatus(ctx, statsPort); err == nil && strings.HasPrefix(st[server], "UP") && !strings.Contains(st[server], "/") {
+		if st, err := cluster.HAProxyStatus(ctx, statsPort); err == nil && strings.HasPrefix(st[server], "UP") && !strings.Contains(st[server], "/") {
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -172,20 +172,17 @@ func (h *harness) floodBench(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer h.closeCluster(c)
-	script := filepath.Join(c.dir, "flood.lua")
+	defer c.Close()
+	script := filepath.Join(c.Dir, "flood.lua")
 	if err := os.WriteFile(script, []byte(floodLua), 0o644); err != nil {
 		return err
 	}
-	hot, err := c.createProduct(ctx, "FLOOD-HOT-"+strconv.FormatInt(time.Now().UnixNano(), 36), throughputStock)
+	hot, err := c.CreateProduct(ctx, "FLOOD-HOT-"+strconv.FormatInt(time.Now().UnixNano(), 36), throughputStock)
 	if err != nil {
 		return err
 	}
-	dbURL, err := runDatabaseURL(h.opts.databaseURL, c.database)
-	if err != nil {
-		return err
-	}
-	h.printf("[flood] seeding product %d with %d past orders in %s\n", hot, o.orders, c.database)
+	dbURL := c.DatabaseURL
+	h.printf("[flood] seeding product %d with %d past orders in %s\n", hot, o.orders, c.Database)
 	began := time.Now()
 	if err := seedPastOrders(ctx, dbURL, hot, o.orders, func(done int) {
 		h.printf("[flood]   %d of %d orders written (%v)\n", done, o.orders, time.Since(began).Round(time.Second))
@@ -202,11 +199,11 @@ func (h *harness) floodBench(ctx context.Context) error {
 		}
 		buyers := wrkJob{name: "buyers", conns: o.buyers, threads: 2, script: script,
 			env: []string{"MODE=order", "PRODUCT=" + strconv.FormatInt(hot, 10), fmt.Sprintf("KEYPREFIX=b%d%s", n, k.name)}}
-		flood := floodJob(k, script, o.conns, hot, c.token, n)
+		flood := floodJob(k, script, o.conns, hot, c.Token, n)
 		if o.rate > 0 {
 			flood.env = append(flood.env, "DELAY_MS="+strconv.Itoa(max(1, int(float64(o.conns)*1000/o.rate))))
 		}
-		res, err := runWrkJobs(ctx, h.wrk, c.dir, label, c.front, d, buyers, flood)
+		res, err := runWrkJobs(ctx, h.wrk, c.Dir, label, c.Front, d, buyers, flood)
 		if err != nil {
 			return floodRound{}, err
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
 )
 
 func TestParseOptions(t *testing.T) {
@@ -23,7 +24,7 @@ func TestParseOptions(t *testing.T) {
 	if _, err := parseOptions([]string{"-redlock", "5", "-fault", "restart-redlock-node,kill-replica"}, io.Discard); err != nil {
 		t.Errorf("a Redlock drill: %v", err)
 	}
-	root, err := repositoryRoot()
+	root, err := cluster.RepositoryRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,17 +127,6 @@ func TestPercentile(t *testing.T) {
 	}
 	if got := percentile(nil, 99); !math.IsNaN(got) {
 		t.Errorf("p99 of nothing = %v, want NaN", got)
-	}
-}
-
-func TestHAProxyConfigChecksReadiness(t *testing.T) {
-	t.Parallel()
-	cfg := haproxyConfig(8080, 8081, []int{9001, 9002})
-	for _, want := range []string{"bind 127.0.0.1:8080", "bind 127.0.0.1:8081", "option httpchk GET /readyz",
-		"server r1 127.0.0.1:9001 check", "server r2 127.0.0.1:9002 check", "retry-on conn-failure"} {
-		if !strings.Contains(cfg, want) {
-			t.Errorf("config lacks %q:\n%s", want, cfg)
-		}
 	}
 }
 

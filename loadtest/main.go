@@ -32,6 +32,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
 )
 
 const defaultDefense = "lock,version,guard"
@@ -147,7 +149,7 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis (the run uses a key prefix of its own and deletes it afterwards)")
 	fs.StringVar(&o.out, "out", "", "directory for reports and logs (default loadtest/out/<time> in the repository)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's database for inspection")
-	fs.StringVar(&o.k6, "k6", "", "k6 binary (default: k6 "+k6Version+" on PATH or in GOPATH/bin, installed if missing)")
+	fs.StringVar(&o.k6, "k6", "", "k6 binary (default: k6 "+cluster.K6Version+" on PATH or in GOPATH/bin, installed if missing)")
 	fs.StringVar(&o.script, "script", "", "the k6 script (default loadtest/flashsale.js in the repository)")
 	fs.StringVar(&o.fault, "fault", "", "run fault drills instead of the k6 sale: a comma-separated list of scenarios, or all (see docs/reliability.md)")
 	fs.IntVar(&o.runs, "runs", 1, "runs of each fault drill")
@@ -211,7 +213,7 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 		}
 	}
 	if o.recheck == "" && (o.out == "" || o.script == "") {
-		root, err := repositoryRoot()
+		root, err := cluster.RepositoryRoot()
 		if err != nil {
 			return o, err
 		}
@@ -278,28 +280,28 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		return err
 	}
 	if needK6 {
-		if h.k6, err = findK6(ctx, o.k6, w); err != nil {
+		if h.k6, err = cluster.FindK6(ctx, o.k6, w); err != nil {
 			return err
 		}
 	}
-	if h.haproxy, err = findTool(ctx, "haproxy", "haproxy", w); err != nil {
+	if h.haproxy, err = cluster.FindTool(ctx, "haproxy", "haproxy", w); err != nil {
 		return err
 	}
 	h.binary = filepath.Join(h.out, "stocksvc")
-	if err := buildService(ctx, h.binary, w); err != nil {
+	if err := cluster.BuildService(ctx, h.binary, w); err != nil {
 		return err
 	}
 	if o.compare {
 		return h.compare(ctx)
 	}
 	if o.throughput {
-		if h.wrk, err = findTool(ctx, "wrk", "wrk", w); err != nil {
+		if h.wrk, err = cluster.FindTool(ctx, "wrk", "wrk", w); err != nil {
 			return err
 		}
 		return h.throughput(ctx)
 	}
 	if o.cache || o.flood.on || o.replays.on {
-		if h.wrk, err = findTool(ctx, "wrk", "wrk", w); err != nil {
+		if h.wrk, err = cluster.FindTool(ctx, "wrk", "wrk", w); err != nil {
 			return err
 		}
 	}

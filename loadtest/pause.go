@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stocksvc/stocksvc/internal/async"
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
 )
 
 // pauseLineHolder finds the replica whose Postgres session holds product's line lock — the one
@@ -23,7 +24,7 @@ import (
 // that took. It returns the paused replica's name.
 func pauseLineHolder(ctx context.Context, d *drillEnv, pool *pgxpool.Pool, product int64, pause time.Duration) (string, error) {
 	classID, objID, objSubID := async.LineLockKeys(product)
-	var victim *replica
+	var victim *cluster.Replica
 	deadline := time.Now().Add(5 * time.Second)
 	for victim == nil {
 		var port int
@@ -32,8 +33,8 @@ func pauseLineHolder(ctx context.Context, d *drillEnv, pool *pgxpool.Pool, produ
 			 WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1 AND l.objid = $2 AND l.objsubid = $3`,
 			classID, objID, objSubID).Scan(&port)
 		if err == nil {
-			for _, r := range d.replicas {
-				if r.proc != nil && ownsLocalPort(r.proc.cmd.Process.Pid, port) {
+			for _, r := range d.c.Replicas {
+				if r.Proc != nil && ownsLocalPort(r.Proc.Pid(), port) {
 					victim = r
 					break
 				}
@@ -48,12 +49,12 @@ func pauseLineHolder(ctx context.Context, d *drillEnv, pool *pgxpool.Pool, produ
 			}
 		}
 	}
-	d.event("SIGSTOP %s, which drains the line, for %v", victim.name, pause)
-	victim.proc.signal(syscall.SIGSTOP)
+	d.event("SIGSTOP %s, which drains the line, for %v", victim.Name, pause)
+	victim.Proc.Signal(syscall.SIGSTOP)
 	err := sleep(ctx, pause)
-	victim.proc.signal(syscall.SIGCONT)
-	d.event("SIGCONT %s", victim.name)
-	return victim.name, err
+	victim.Proc.Signal(syscall.SIGCONT)
+	d.event("SIGCONT %s", victim.Name)
+	return victim.Name, err
 }
 
 // ownsLocalPort reports whether process pid has a TCP socket whose local port is port: the

@@ -186,12 +186,12 @@ func (h *harness) replayBench(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer h.closeCluster(c)
-	script := filepath.Join(c.dir, "replay.lua")
+	defer c.Close()
+	script := filepath.Join(c.Dir, "replay.lua")
 	if err := os.WriteFile(script, []byte(replayLua), 0o644); err != nil {
 		return err
 	}
-	product, err := c.createProduct(ctx, "REPLAY-"+strconv.FormatInt(time.Now().UnixNano(), 36), throughputStock)
+	product, err := c.CreateProduct(ctx, "REPLAY-"+strconv.FormatInt(time.Now().UnixNano(), 36), throughputStock)
 	if err != nil {
 		return err
 	}
@@ -204,7 +204,7 @@ func (h *harness) replayBench(ctx context.Context) error {
 		}
 		job := wrkJob{name: mode, conns: o.clients, threads: 2, script: script,
 			env: []string{"MODE=" + mode, "PRODUCT=" + strconv.FormatInt(product, 10), fmt.Sprintf("KEYPREFIX=%s%d", mode[:1], n)}}
-		res, err := runWrkJobs(ctx, h.wrk, c.dir, label, c.front, d, job)
+		res, err := runWrkJobs(ctx, h.wrk, c.Dir, label, c.Front, d, job)
 		if err != nil {
 			return replayRound{}, err
 		}
@@ -229,10 +229,7 @@ func (h *harness) replayBench(ctx context.Context) error {
 			rounds = append(rounds, r)
 		}
 	}
-	dbURL, err := runDatabaseURL(h.opts.databaseURL, c.database)
-	if err != nil {
-		return err
-	}
+	dbURL := c.DatabaseURL
 	twice, err := keysBoughtTwice(ctx, dbURL)
 	if err != nil {
 		return err

@@ -7,9 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,9 +16,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
 )
 
 // saleSpec is one configuration of the service to put under load.
@@ -38,19 +34,20 @@ type saleSpec struct {
 
 // saleRun is everything one sale produced.
 type saleRun struct {
-	spec      saleSpec
-	dir       string
-	database  string
-	pool      *pgxpool.Pool // to the run's database, for the invariant checks
-	summary   k6Summary
-	orders    []confirmedOrder
-	replicas  []replicaReport
-	balancer  map[string]int64 // requests per replica, as HAProxy counted them
-	killed    int              // index of the replica killed mid-run, or -1
-	stopped   bool             // Ctrl-C (or SIGTERM) ended the load before its time
-	k6Err     error
-	k6Started time.Time
-	k6Ended   time.Time
+	spec       saleSpec
+	dir        string
+	database   string
+	deployment *cluster.Cluster // stopped; its database is kept for the checks until closeRun
+	pool       *pgxpool.Pool    // to the run's database, for the invariant checks
+	summary    k6Summary
+	orders     []confirmedOrder
+	replicas   []replicaReport
+	balancer   map[string]int64 // requests per replica, as HAProxy counted them
+	killed     int              // index of the replica killed mid-run, or -1
+	stopped    bool             // Ctrl-C (or SIGTERM) ended the load before its time
+	k6Err      error
+	k6Started  time.Time
+	k6Ended    time.Time
 }
 
 type replicaReport struct {
@@ -103,104 +100,72 @@ func (s k6Summary) failedThresholds() []string {
 	return failed
 }
 
-// runSale starts a fresh database, the replicas and HAProxy, drives k6 through the balancer,
-// gathers what everyone saw, and stops everything it started.
+// runSale starts a deployment (cluster.Start), drives k6 through its balancer, gathers what
+// everyone saw, and stops every process; the run's database stays for the checks until
+// closeRun.
 func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) {
 	run := &saleRun{spec: spec, dir: filepath.Join(h.out, spec.label), killed: -1}
 	if err := os.MkdirAll(run.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", run.dir, err)
 	}
-	sup := &supervisor{}
-	defer func() {
-		if err := sup.stopAll(20 * time.Second); err != nil {
-			h.printf("  warning: %v\n", err)
-		}
-	}()
-
 	// A database and a Redis key prefix of the run's own.
 	run.database = fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(spec.label, "-", "_"))
-	dbURL, err := h.createDatabase(ctx, run.database)
-	if err != nil {
-		return nil, err
-	}
-	completed := false
-	defer func() {
-		if !completed && !h.opts.keep {
-			h.dropDatabase(run.database) // runs after the replicas are stopped (deferred earlier)
-		}
-	}()
-	prefix := "stocksvc-load:" + rand.Text()[:10] + ":"
-	defer h.cleanRedis(prefix)
-
-	ports, err := freePorts(h.opts.replicas + 3)
-	if err != nil {
-		return nil, err
-	}
-	replicaPorts, front, stats, dashboard := ports[:h.opts.replicas], ports[h.opts.replicas], ports[h.opts.replicas+1], ports[h.opts.replicas+2]
-	token := rand.Text()
 
 	h.printf("[%s] starting %d replicas (defense %s, lock retry %s", spec.label, h.opts.replicas, spec.defense, spec.lockRetry)
 	if spec.lockMaxRetries > 0 {
 		h.printf(", at most %d retries", spec.lockMaxRetries)
 	}
 	h.printf(")\n")
-	redisEnv := []string{"REDIS_URL=" + h.opts.redisURL}
-	if h.opts.redlock > 0 {
-		nodes, err := startRedlockNodes(ctx, sup, run.dir, h.opts.redlock)
-		if err != nil {
-			return nil, err
-		}
-		redisEnv = nodes.env()
-		h.printf("[%s] product locks on Redlock over %d redis-servers: %s\n", spec.label, len(nodes), nodes.url())
+	env := []string{
+		"STOCKSVC_DEFENSE=" + spec.defense,
+		"STOCKSVC_LOCK_RETRY=" + spec.lockRetry,
+		"STOCKSVC_LOCK_MAX_RETRIES=" + strconv.Itoa(spec.lockMaxRetries),
+		"STOCKSVC_LOCK_WAIT=" + h.opts.lockWait.String(),
 	}
-	replicas := make([]*proc, h.opts.replicas)
-	for i, port := range replicaPorts {
-		env := []string{
-			"STOCKSVC_ADDR=127.0.0.1:" + strconv.Itoa(port),
-			"DATABASE_URL=" + dbURL,
-			"STOCKSVC_REDIS_PREFIX=" + prefix,
-			"STOCKSVC_ADMIN_TOKEN=" + token,
-			"STOCKSVC_DEFENSE=" + spec.defense,
-			"STOCKSVC_LOCK_RETRY=" + spec.lockRetry,
-			"STOCKSVC_LOCK_MAX_RETRIES=" + strconv.Itoa(spec.lockMaxRetries),
-			"STOCKSVC_LOCK_WAIT=" + h.opts.lockWait.String(),
-			"STOCKSVC_LOG_LEVEL=warn",
-		}
-		env = append(env, redisEnv...)
-		if spec.defense != defaultDefense {
-			env = append(env, "STOCKSVC_DEMO_UNSAFE=1")
-		}
-		if spec.maxBatch > 0 {
-			env = append(env, "STOCKSVC_MAX_BATCH="+strconv.Itoa(spec.maxBatch))
-		}
-		if spec.queueWait > 0 {
-			env = append(env, "STOCKSVC_QUEUE_WAIT="+spec.queueWait.String())
-		}
-		name := fmt.Sprintf("r%d", i+1)
-		p, err := sup.start(name, filepath.Join(run.dir, name+".log"), env, h.binary)
-		if err != nil {
-			return nil, err
-		}
-		replicas[i] = p
-		run.replicas = append(run.replicas, replicaReport{name: name, port: port})
+	if spec.defense != defaultDefense {
+		env = append(env, "STOCKSVC_DEMO_UNSAFE=1")
 	}
-	for i, p := range replicas {
-		if err := waitReady(ctx, p, fmt.Sprintf("http://127.0.0.1:%d/readyz", replicaPorts[i]), 60*time.Second); err != nil {
-			return nil, err
-		}
+	if spec.maxBatch > 0 {
+		env = append(env, "STOCKSVC_MAX_BATCH="+strconv.Itoa(spec.maxBatch))
 	}
-	lb, err := startHAProxy(sup, h.haproxy, run.dir, front, stats, replicaPorts)
+	if spec.queueWait > 0 {
+		env = append(env, "STOCKSVC_QUEUE_WAIT="+spec.queueWait.String())
+	}
+	c, err := cluster.Start(ctx, cluster.Config{
+		Dir: run.dir, Binary: h.binary, HAProxy: h.haproxy, Replicas: h.opts.replicas,
+		ServerURL: h.opts.databaseURL, Database: run.database,
+		RedisURL: h.opts.redisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
+		Redlock: h.opts.redlock, Keep: h.opts.keep, Warnings: h.w,
+		Env: func(int) []string { return env },
+		BeforeReplicas: func(c *cluster.Cluster) error {
+			if c.Redlock != nil {
+				h.printf("[%s] product locks on Redlock over %d redis-servers: %s\n", spec.label, len(c.Redlock), c.Redlock.URL())
+			}
+			return nil
+		},
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := waitReady(ctx, lb, fmt.Sprintf("http://127.0.0.1:%d/readyz", front), 30*time.Second); err != nil {
+	run.deployment = c
+	completed := false
+	defer func() {
+		if !completed {
+			c.Close()
+		}
+	}()
+	dashboard, err := cluster.FreePorts(1)
+	if err != nil {
 		return nil, err
+	}
+	for _, r := range c.Replicas {
+		run.replicas = append(run.replicas, replicaReport{name: r.Name, port: r.Port})
 	}
 
 	// The load.
 	k6env := []string{
-		"BASE_URL=http://127.0.0.1:" + strconv.Itoa(front),
-		"ADMIN_TOKEN=" + token,
+		"BASE_URL=" + c.FrontURL(),
+		"ADMIN_TOKEN=" + c.Token,
 		"STOCK=" + strconv.Itoa(h.opts.stock),
 		"RATE=" + strconv.Itoa(h.opts.rate),
 		"DURATION=" + h.opts.duration.String(),
@@ -215,7 +180,7 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 		// every interface.
 		"K6_WEB_DASHBOARD=true",
 		"K6_WEB_DASHBOARD_HOST=127.0.0.1",
-		"K6_WEB_DASHBOARD_PORT=" + strconv.Itoa(dashboard),
+		"K6_WEB_DASHBOARD_PORT=" + strconv.Itoa(dashboard[0]),
 		"K6_WEB_DASHBOARD_PERIOD=1s",
 		"K6_WEB_DASHBOARD_EXPORT=" + filepath.Join(run.dir, "report.html"),
 	}
@@ -231,22 +196,22 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 	}
 	argv = append(argv, h.script)
 	h.printf("[%s] k6: rate %d/s for %v, stock %d, scenarios %s; balancer http://127.0.0.1:%d\n",
-		spec.label, h.opts.rate, h.opts.duration, h.opts.stock, spec.scenarios, front)
+		spec.label, h.opts.rate, h.opts.duration, h.opts.stock, spec.scenarios, c.Front)
 	run.k6Started = time.Now()
-	k6, err := sup.start("k6", filepath.Join(run.dir, "k6.log"), k6env, argv...)
+	k6, err := c.Sup.Start("k6", filepath.Join(run.dir, "k6.log"), k6env, argv...)
 	if err != nil {
 		return nil, err
 	}
 
 	var wg sync.WaitGroup
 	progressCtx, stopProgress := context.WithCancel(ctx)
-	wg.Go(func() { h.progress(progressCtx, spec.label, run.k6Started, replicaPorts) })
+	wg.Go(func() { h.progress(progressCtx, spec.label, run.k6Started, c.ReplicaPorts()) })
 	if h.opts.killAfter > 0 {
-		victim := len(replicas) / 2
+		victim := len(c.Replicas) / 2
 		wg.Go(func() {
 			select {
 			case <-time.After(h.opts.killAfter):
-				replicas[victim].signal(syscall.SIGKILL)
+				c.Replicas[victim].Proc.Signal(syscall.SIGKILL)
 				run.killed = victim
 				h.printf("[%s] killed replica %s with SIGKILL at %v\n", spec.label, run.replicas[victim].name, h.opts.killAfter)
 			case <-progressCtx.Done():
@@ -254,17 +219,17 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 		})
 	}
 	select {
-	case <-k6.done:
+	case <-k6.Done():
 	case <-ctx.Done():
 		// Ctrl-C: let k6 stop its scenarios and still run teardown and the summary.
 		run.stopped = true
-		k6.signal(syscall.SIGINT)
-		<-k6.done
+		k6.Signal(syscall.SIGINT)
+		<-k6.Done()
 	}
 	run.k6Ended = time.Now()
 	stopProgress()
 	wg.Wait()
-	run.k6Err = k6.err
+	run.k6Err = k6.Err()
 
 	// What the replicas and the balancer counted, before stopping them.
 	scrapeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -279,22 +244,25 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 			r.orders, r.catches, r.outcomes = m.orders, m.catches, m.outcomes
 		}
 	}
-	if counts, err := haproxyRequests(scrapeCtx, stats); err == nil {
+	if counts, err := cluster.HAProxyRequests(scrapeCtx, c.Stats); err == nil {
 		run.balancer = counts
 	}
 	// Together: each waits out its shutdown delay (readiness failing) before it drains.
 	var stopping sync.WaitGroup
-	for i, p := range replicas {
+	for i, r := range c.Replicas {
 		if i != run.killed {
 			stopping.Go(func() {
-				run.replicas[i].exit = p.stop(20 * time.Second)
+				run.replicas[i].exit = r.Proc.Stop(20 * time.Second)
 				if run.replicas[i].exit == nil {
-					run.replicas[i].exit = p.err
+					run.replicas[i].exit = r.Proc.Err()
 				}
 			})
 		}
 	}
 	stopping.Wait()
+	if err := c.Stop(); err != nil {
+		h.printf("  warning: %v\n", err)
+	}
 
 	if err := readJSON(filepath.Join(run.dir, "summary.json"), &run.summary); err != nil {
 		return nil, fmt.Errorf("k6 left no usable summary (see %s): %w", filepath.Join(run.dir, "k6.log"), err)
@@ -302,7 +270,7 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 	if run.orders, err = readOrderLog(filepath.Join(run.dir, "k6-console.log")); err != nil {
 		return nil, err
 	}
-	pool, err := pgxpool.New(context.WithoutCancel(ctx), dbURL)
+	pool, err := pgxpool.New(context.WithoutCancel(ctx), c.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", run.database, err)
 	}
@@ -311,116 +279,26 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 	return run, nil
 }
 
-// close releases the run's database connection and, unless keep, drops the database.
+// closeRun releases the run's database connection and removes what the run left (its
+// database unless -keep, its Redis keys).
 func (h *harness) closeRun(run *saleRun) {
 	if run.pool != nil {
 		run.pool.Close()
 	}
 	if h.opts.keep {
 		h.printf("[%s] kept database %s\n", run.spec.label, run.database)
-		return
 	}
-	h.dropDatabase(run.database)
+	run.deployment.Close()
 }
 
 func (h *harness) createDatabase(ctx context.Context, name string) (string, error) {
-	return createDatabaseOn(ctx, h.opts.databaseURL, name)
+	return cluster.CreateDatabase(ctx, h.opts.databaseURL, name)
 }
 
-// createDatabaseOn creates database name on the server serverURL points at and returns the
-// URL of the new database.
-func createDatabaseOn(ctx context.Context, serverURL, name string) (string, error) {
-	conn, err := pgx.Connect(ctx, serverURL)
-	if err != nil {
-		return "", fmt.Errorf("connect to postgres (%s): %w", redact(serverURL), err)
+func (h *harness) dropDatabase(name string) {
+	if err := cluster.DropDatabase(h.opts.databaseURL, name); err != nil {
+		h.printf("  warning: %v\n", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", fmt.Errorf("create database %s: %w", name, err)
-	}
-	u, err := url.Parse(serverURL)
-	if err != nil {
-		return "", fmt.Errorf("parse %s: %w", redact(serverURL), err)
-	}
-	u.Path = "/" + name
-	return u.String(), nil
-}
-
-func (h *harness) dropDatabase(name string) { h.dropDatabaseOn(h.opts.databaseURL, name) }
-
-func (h *harness) dropDatabaseOn(serverURL, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, serverURL)
-	if err != nil {
-		h.printf("  warning: could not drop %s: %v\n", name, err)
-		return
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		h.printf("  warning: could not drop %s: %v\n", name, err)
-	}
-}
-
-// cleanRedis deletes the run's keys (locks, fencing counters, claims) and nothing else.
-func (h *harness) cleanRedis(prefix string) { cleanRedisPrefix(h.opts.redisURL, prefix) }
-
-// cleanRedisPrefix deletes the keys under prefix on the Redis at redisURL.
-func cleanRedisPrefix(redisURL, prefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	opts, err := redis.ParseURL(redisURL)
-	if err != nil {
-		return
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		rdb.Unlink(ctx, iter.Val())
-	}
-}
-
-// waitReady polls url until it answers 200, the process exits, or timeout passes.
-func waitReady(ctx context.Context, p *proc, url string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if res, err := http.DefaultClient.Do(req); err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("%s exited before it was ready (%v); see %s", p.name, p.err, p.log)
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready at %s within %v; see %s", p.name, url, timeout, p.log)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// freePorts asks the kernel for n free loopback ports.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func readJSON(path string, v any) error {
@@ -470,12 +348,4 @@ func readOrderLog(path string) ([]confirmedOrder, error) {
 		orders = append(orders, o)
 	}
 	return orders, sc.Err()
-}
-
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"os"
@@ -19,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
@@ -39,134 +38,23 @@ const maxOpenLoopWorkers = 2048
 // of the closed loop is a purchase.
 const throughputStock = 1_000_000_000
 
-// cluster is a running deployment: a database and Redis key prefix of its own, the replicas,
-// and HAProxy in front.
-type cluster struct {
-	dir          string
-	sup          *supervisor
-	database     string
-	prefix       string
-	token        string
-	front        int
-	replicaPorts []int
-	debugPorts   []int // each replica's profiler
-	replicas     []*proc
-	haproxy      *proc
-}
-
-// startCluster starts a deployment of h.opts.replicas replicas with the default defense.
-func (h *harness) startCluster(ctx context.Context, label string) (c *cluster, err error) {
-	c = &cluster{dir: filepath.Join(h.out, label), sup: &supervisor{}, token: rand.Text(),
-		prefix: "stocksvc-load:" + rand.Text()[:10] + ":"}
-	defer func() {
-		if err != nil {
-			h.closeCluster(c)
-		}
-	}()
-	if err := os.MkdirAll(c.dir, 0o755); err != nil {
-		return nil, err
-	}
-	c.database = fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(label, "-", "_"))
-	dbURL, err := h.createDatabase(ctx, c.database)
-	if err != nil {
-		c.database = ""
-		return nil, err
-	}
-	n := h.opts.replicas
-	ports, err := freePorts(2*n + 2)
-	if err != nil {
-		return nil, err
-	}
-	c.replicaPorts, c.debugPorts, c.front = ports[:n], ports[n:2*n], ports[2*n]
-	for i, port := range c.replicaPorts {
-		env := []string{
-			"STOCKSVC_DEBUG_ADDR=127.0.0.1:" + strconv.Itoa(c.debugPorts[i]),
-			"STOCKSVC_ADDR=127.0.0.1:" + strconv.Itoa(port),
-			"DATABASE_URL=" + dbURL,
-			"REDIS_URL=" + h.opts.redisURL,
-			"STOCKSVC_REDIS_PREFIX=" + c.prefix,
-			"STOCKSVC_ADMIN_TOKEN=" + c.token,
-			"STOCKSVC_LOCK_WAIT=" + h.opts.lockWait.String(),
-			"STOCKSVC_LOG_LEVEL=warn",
-			// One core's worth each, as the Compose file's CPU limit gives every replica (Go
-			// reads it from the cgroup there); bare processes would each schedule for two.
-			"GOMAXPROCS=1",
-		}
-		name := fmt.Sprintf("r%d", i+1)
-		p, err := c.sup.start(name, filepath.Join(c.dir, name+".log"), env, h.binary)
-		if err != nil {
-			return nil, err
-		}
-		c.replicas = append(c.replicas, p)
-	}
-	for i, p := range c.replicas {
-		if err := waitReady(ctx, p, fmt.Sprintf("http://127.0.0.1:%d/readyz", c.replicaPorts[i]), 60*time.Second); err != nil {
-			return nil, err
-		}
-	}
-	if c.haproxy, err = startHAProxy(c.sup, h.haproxy, c.dir, c.front, ports[2*n+1], c.replicaPorts); err != nil {
-		return nil, err
-	}
-	if err := waitReady(ctx, c.haproxy, fmt.Sprintf("http://127.0.0.1:%d/readyz", c.front), 30*time.Second); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-// closeCluster stops everything c started and drops its database and Redis keys.
-func (h *harness) closeCluster(c *cluster) {
-	if err := c.sup.stopAll(20 * time.Second); err != nil {
-		h.printf("  warning: %v\n", err)
-	}
-	h.cleanRedis(c.prefix)
-	if c.database != "" && !h.opts.keep {
-		h.dropDatabase(c.database)
-	}
-}
-
-// profile records a CPU profile of replica i for d into <dir>/<file>, from its debug listener.
-func (c *cluster) profile(ctx context.Context, i int, d time.Duration, file string) error {
-	url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", c.debugPorts[i], int(d.Seconds()))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: status %d", url, res.StatusCode)
-	}
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(c.dir, file), b, 0o644)
-}
-
-// createProduct creates a product through the balancer and returns its id.
-func (c *cluster) createProduct(ctx context.Context, sku string, units int64) (int64, error) {
-	body, _ := json.Marshal(map[string]any{"sku": sku, "name": sku, "stock": units})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/products", c.front), bytes.NewReader(body))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("create product: %w", err)
-	}
-	defer res.Body.Close()
-	var p struct {
-		ID int64 `json:"id"`
-	}
-	if err := json.NewDecoder(res.Body).Decode(&p); err != nil || res.StatusCode != http.StatusCreated {
-		return 0, fmt.Errorf("create product: status %d (%v)", res.StatusCode, err)
-	}
-	return p.ID, nil
+// startCluster starts a deployment of -replicas replicas with the default defense, each with a
+// profiler (STOCKSVC_DEBUG_ADDR) and one core's worth of Go scheduler.
+func (h *harness) startCluster(ctx context.Context, label string) (*cluster.Cluster, error) {
+	return cluster.Start(ctx, cluster.Config{
+		Dir: filepath.Join(h.out, label), Binary: h.binary, HAProxy: h.haproxy, Replicas: h.opts.replicas,
+		ServerURL: h.opts.databaseURL, Database: fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(label, "-", "_")),
+		RedisURL: h.opts.redisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
+		DebugPorts: true, Keep: h.opts.keep, Warnings: h.w,
+		Env: func(int) []string {
+			return []string{
+				"STOCKSVC_LOCK_WAIT=" + h.opts.lockWait.String(),
+				// One core's worth each, as the Compose file's CPU limit gives every replica (Go
+				// reads it from the cgroup there); bare processes would each schedule for two.
+				"GOMAXPROCS=1",
+			}
+		},
+	})
 }
 
 // phase is what one load phase measured.
@@ -226,7 +114,7 @@ const probeRate = 200
 // pacedLoad offers rate orders/s for d: wrk paced over pacedConnections carries the bulk, and a
 // vegeta probe sends probeRate of them on a schedule, recording every answer's status and
 // latency. Counts add up both; the latencies by status are the probe's.
-func (h *harness) pacedLoad(ctx context.Context, c *cluster, name string, product int64, rate float64, d time.Duration) (phase, error) {
+func (h *harness) pacedLoad(ctx context.Context, c *cluster.Cluster, name string, product int64, rate float64, d time.Duration) (phase, error) {
 	type probed struct {
 		p   phase
 		err error
@@ -269,19 +157,19 @@ func orderTargeter(front int, product int64) vegeta.Targeter {
 // probe sends rate orders/s for d on a fixed schedule (vegeta), recording every answer's status
 // and latency. Enough workers that an arrival rarely waits for a free one (latency is measured
 // from the send), but bounded like a real crowd's connections.
-func (h *harness) probe(ctx context.Context, c *cluster, name string, product int64, rate float64, d time.Duration) (phase, error) {
+func (h *harness) probe(ctx context.Context, c *cluster.Cluster, name string, product int64, rate float64, d time.Duration) (phase, error) {
 	opts := []func(*vegeta.Attacker){vegeta.KeepAlive(true), vegeta.MaxBody(0), vegeta.Timeout(30 * time.Second),
 		vegeta.Workers(64), vegeta.MaxWorkers(maxOpenLoopWorkers), vegeta.Connections(maxOpenLoopWorkers)}
 	pacer := vegeta.Rate{Freq: int(math.Round(rate)), Per: time.Second}
 	atk := vegeta.NewAttacker(opts...)
-	before, err := c.sample(ctx)
+	before, err := sampleCluster(ctx, c)
 	if err != nil {
 		return phase{}, err
 	}
 	p := phase{name: name, generator: "vegeta", offered: rate}
 	latencies := map[uint16][]time.Duration{}
 	var first, last time.Time
-	results := atk.Attack(orderTargeter(c.front, product), pacer, d, name)
+	results := atk.Attack(orderTargeter(c.Front, product), pacer, d, name)
 	stop := context.AfterFunc(ctx, func() { atk.Stop() })
 	defer stop()
 	for r := range results {
@@ -296,7 +184,7 @@ func (h *harness) probe(ctx context.Context, c *cluster, name string, product in
 	if ctx.Err() != nil {
 		return phase{}, ctx.Err()
 	}
-	after, err := c.sample(ctx)
+	after, err := sampleCluster(ctx, c)
 	if err != nil {
 		return phase{}, err
 	}
@@ -317,8 +205,8 @@ func (h *harness) throughput(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer h.closeCluster(c)
-	product, err := c.createProduct(ctx, "hot", throughputStock)
+	defer c.Close()
+	product, err := c.CreateProduct(ctx, "hot", throughputStock)
 	if err != nil {
 		return err
 	}
@@ -329,7 +217,7 @@ func (h *harness) throughput(ctx context.Context) error {
 	}
 	h.printf("[throughput] closed loop: %d clients for %v\n", clients, d)
 	profiled := make(chan error, 1)
-	go func() { profiled <- c.profile(ctx, 0, d-time.Second, "r1.cpu.pprof") }()
+	go func() { profiled <- c.Profile(ctx, 0, d-time.Second, "r1.cpu.pprof") }()
 	peak, err := h.wrkLoop(ctx, c, "closed loop", product, clients, 0, d)
 	if err != nil {
 		return err
@@ -338,7 +226,7 @@ func (h *harness) throughput(ctx context.Context) error {
 		h.printf("[throughput]   no CPU profile of r1: %v\n", err)
 	} else {
 		h.printf("[throughput]   CPU profile of r1: %s (go tool pprof -top %s %s)\n",
-			filepath.Join(c.dir, "r1.cpu.pprof"), h.binary, filepath.Join(c.dir, "r1.cpu.pprof"))
+			filepath.Join(c.Dir, "r1.cpu.pprof"), h.binary, filepath.Join(c.Dir, "r1.cpu.pprof"))
 	}
 	// pgbench again, right after: its rate varies from run to run on a shared machine, and the
 	// ratio is taken against the better of the two.
@@ -417,13 +305,13 @@ type clusterSample struct {
 	batches batchStats
 }
 
-func (c *cluster) sample(ctx context.Context) (clusterSample, error) {
+func sampleCluster(ctx context.Context, c *cluster.Cluster) (clusterSample, error) {
 	var s clusterSample
 	var err error
-	if s.cpu, err = c.readCPU(ctx); err != nil {
+	if s.cpu, err = readCPU(ctx, c); err != nil {
 		return s, err
 	}
-	for _, port := range c.replicaPorts {
+	for _, port := range c.ReplicaPorts() {
 		b, err := scrapeBatches(ctx, port)
 		if err != nil {
 			return s, err
@@ -470,12 +358,12 @@ func perOrder(d time.Duration, orders int) float64 {
 // readCPU sums the CPU time of the cluster's processes, of the shared Postgres and Redis
 // servers, and of this process (the load generator), from /proc. Postgres and Redis are shared
 // with anything else using them, so their figures are upper bounds.
-func (c *cluster) readCPU(ctx context.Context) (cpuUse, error) {
+func readCPU(ctx context.Context, c *cluster.Cluster) (cpuUse, error) {
 	use := cpuUse{}
-	for _, p := range c.replicas {
-		use["replicas"] += procCPU(p.cmd.Process.Pid)
+	for _, r := range c.Replicas {
+		use["replicas"] += procCPU(r.Proc.Pid())
 	}
-	use["haproxy"] = procCPU(c.haproxy.cmd.Process.Pid)
+	use["haproxy"] = procCPU(c.Balancer.Pid())
 	use["load generator"] = procCPU(os.Getpid())
 	pids, err := pidsNamed("postgres")
 	if err != nil {

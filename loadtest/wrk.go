@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
 )
 
 // The closed loop of the throughput benchmark is driven by wrk: written in C, it costs a few
@@ -107,17 +109,17 @@ var (
 // rate is 0, else each connection paced to send one request every clients/rate seconds (an
 // arrival rate of about rate while answers are fast; a connection still waits for its answer,
 // so a deployment that falls behind is offered less, which sent/s then shows).
-func (h *harness) wrkLoop(ctx context.Context, c *cluster, name string, product int64, clients int, rate float64, d time.Duration) (phase, error) {
-	script := filepath.Join(c.dir, "order.lua")
+func (h *harness) wrkLoop(ctx context.Context, c *cluster.Cluster, name string, product int64, clients int, rate float64, d time.Duration) (phase, error) {
+	script := filepath.Join(c.Dir, "order.lua")
 	if err := os.WriteFile(script, []byte(orderLua), 0o644); err != nil {
 		return phase{}, err
 	}
-	before, err := c.sample(ctx)
+	before, err := sampleCluster(ctx, c)
 	if err != nil {
 		return phase{}, err
 	}
 	cmd := exec.CommandContext(ctx, h.wrk, "-t", "2", "-c", strconv.Itoa(clients), "-d", fmt.Sprintf("%ds", int(d.Seconds())),
-		"--latency", "-s", script, fmt.Sprintf("http://127.0.0.1:%d", c.front))
+		"--latency", "-s", script, fmt.Sprintf("http://127.0.0.1:%d", c.Front))
 	cmd.Env = append(os.Environ(), "PRODUCT="+strconv.FormatInt(product, 10))
 	if rate > 0 {
 		cmd.Env = append(cmd.Env, "DELAY_MS="+strconv.Itoa(max(1, int(float64(clients)*1000/rate))))
@@ -127,11 +129,11 @@ func (h *harness) wrkLoop(ctx context.Context, c *cluster, name string, product 
 	if err := cmd.Run(); err != nil {
 		return phase{}, fmt.Errorf("wrk: %w: %s", err, out.String())
 	}
-	after, err := c.sample(ctx)
+	after, err := sampleCluster(ctx, c)
 	if err != nil {
 		return phase{}, err
 	}
-	_ = os.WriteFile(filepath.Join(c.dir, strings.ReplaceAll(name, " ", "-")+".wrk.txt"), out.Bytes(), 0o644)
+	_ = os.WriteFile(filepath.Join(c.Dir, strings.ReplaceAll(name, " ", "-")+".wrk.txt"), out.Bytes(), 0o644)
 	p, err := parseWrk(out.String())
 	if err != nil {
 		return phase{}, err

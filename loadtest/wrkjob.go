@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,16 +110,6 @@ func runWrkJobs(ctx context.Context, wrk, dir, round string, front int, d time.D
 		}
 	}
 	return results, ctx.Err()
-}
-
-// runDatabaseURL is the URL of database on the server serverURL names.
-func runDatabaseURL(serverURL, database string) (string, error) {
-	u, err := url.Parse(serverURL)
-	if err != nil {
-		return "", fmt.Errorf("parse %s: %w", redact(serverURL), err)
-	}
-	u.Path = "/" + database
-	return u.String(), nil
 }
 
 // answersOf lists answers by status, or says there were none.

@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"context"
@@ -10,12 +10,12 @@ import (
 	"strings"
 )
 
-// k6Version is the k6 release the script is written for.
-const k6Version = "v1.8.1"
+// K6Version is the k6 release the script is written for.
+const K6Version = "v1.8.1"
 
-// findK6 returns a k6 binary of k6Version: the given path, one on PATH or in GOPATH/bin, or
+// FindK6 returns a k6 binary of K6Version: the given path, one on PATH or in GOPATH/bin, or
 // one it installs with `go install` (into GOPATH/bin, so later runs find it at once).
-func findK6(ctx context.Context, given string, progress io.Writer) (string, error) {
+func FindK6(ctx context.Context, given string, progress io.Writer) (string, error) {
 	if given != "" {
 		return given, nil
 	}
@@ -27,16 +27,16 @@ func findK6(ctx context.Context, given string, progress io.Writer) (string, erro
 	candidates = append(candidates, filepath.Join(gobin, "k6"))
 	for _, c := range candidates {
 		out, err := exec.CommandContext(ctx, c, "version").Output()
-		if err == nil && strings.Contains(string(out), k6Version) {
+		if err == nil && strings.Contains(string(out), K6Version) {
 			return c, nil
 		}
 	}
-	fmt.Fprintf(progress, "installing k6 %s with go install (about a minute, once)...\n", k6Version)
-	cmd := exec.CommandContext(ctx, "go", "install", "go.k6.io/k6@"+k6Version)
+	fmt.Fprintf(progress, "installing k6 %s with go install (about a minute, once)...\n", K6Version)
+	cmd := exec.CommandContext(ctx, "go", "install", "go.k6.io/k6@"+K6Version)
 	cmd.Env = append(os.Environ(), "GOFLAGS=", "GOBIN="+gobin)
 	cmd.Stdout, cmd.Stderr = progress, progress
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("install k6 %s: %w", k6Version, err)
+		return "", fmt.Errorf("install k6 %s: %w", K6Version, err)
 	}
 	return filepath.Join(gobin, "k6"), nil
 }
@@ -52,9 +52,9 @@ func goBinDir(ctx context.Context) string {
 	return filepath.Join(home, "go", "bin")
 }
 
-// findTool returns the path of a command that comes from a Debian package, installing the
+// FindTool returns the path of a command that comes from a Debian package, installing the
 // package with apt-get when it is missing and the harness runs as root.
-func findTool(ctx context.Context, command, pkg string, progress io.Writer) (string, error) {
+func FindTool(ctx context.Context, command, pkg string, progress io.Writer) (string, error) {
 	for _, p := range []string{command, "/usr/sbin/" + command, "/usr/bin/" + command} {
 		if path, err := exec.LookPath(p); err == nil {
 			return path, nil
@@ -86,10 +86,10 @@ func findTool(ctx context.Context, command, pkg string, progress io.Writer) (str
 // serviceModule is the module path of the service the harness builds and drives.
 const serviceModule = "github.com/stocksvc/stocksvc"
 
-// repositoryRoot finds the service's repository: the nearest directory at or above the
+// RepositoryRoot finds the service's repository: the nearest directory at or above the
 // working directory whose go.mod declares serviceModule. The harness is a module nested in
 // it, so it is found from loadtest/ (go run -C loadtest .) as from the root.
-func repositoryRoot() (string, error) {
+func RepositoryRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", fmt.Errorf("working directory: %w", err)
@@ -116,10 +116,10 @@ func declaresModule(gomod []byte, path string) bool {
 	return false
 }
 
-// buildService builds the service's cmd/stocksvc into binary, in the service's own module
+// BuildService builds the service's cmd/stocksvc into binary, in the service's own module
 // (its go.mod, not the harness's, decides the versions), writing the compiler's output to w.
-func buildService(ctx context.Context, binary string, w io.Writer) error {
-	root, err := repositoryRoot()
+func BuildService(ctx context.Context, binary string, w io.Writer) error {
+	root, err := RepositoryRoot()
 	if err != nil {
 		return err
 	}

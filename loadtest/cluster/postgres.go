@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"context"
@@ -15,35 +15,21 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/stocksvc/stocksvc/internal/testenv/redisserver"
 )
 
-// Drills that pause or restart Redis or Postgres do it to servers of their own, on free
-// loopback ports: the machine's shared servers are everyone's and are never touched.
+// Drills that crash Postgres do it to a server of their own, on a free loopback port: the
+// machine's shared servers are everyone's and are never touched.
 
-// startRedis starts a redis-server of the run's own in dir (package redisserver: no
-// persistence, so a restart comes back empty, as a crashed cache without disks would), which
-// sup stops with everything else.
-func startRedis(ctx context.Context, sup *supervisor, dir string) (*redisserver.Server, error) {
-	r, err := redisserver.Start(ctx, redisserver.Options{Dir: dir})
-	if err != nil {
-		return nil, err
-	}
-	sup.adopt(r.Stop)
-	return r, nil
-}
-
-// pgCluster is a Postgres cluster the harness made with initdb in a temporary directory,
+// Postgres is a Postgres cluster the harness made with initdb in a temporary directory,
 // running as the postgres user, listening on 127.0.0.1 only, with trust authentication.
-type pgCluster struct {
-	sup     *supervisor
+type Postgres struct {
+	sup     *Supervisor
 	bin     string
 	dataDir string
 	port    int
 	log     string
 	cred    *syscall.Credential
-	proc    *proc
+	proc    *Proc
 }
 
 // postgresBin finds the newest installed server binaries.
@@ -62,7 +48,8 @@ func postgresBin() (string, error) {
 	return "", errors.New("no Postgres server binaries under /usr/lib/postgresql/*/bin")
 }
 
-func startPostgres(ctx context.Context, sup *supervisor, logDir string) (*pgCluster, error) {
+// startPostgres makes and starts a cluster of the run's own, its log in logDir.
+func startPostgres(ctx context.Context, sup *Supervisor, logDir string) (*Postgres, error) {
 	bin, err := postgresBin()
 	if err != nil {
 		return nil, err
@@ -82,35 +69,36 @@ func startPostgres(ctx context.Context, sup *supervisor, logDir string) (*pgClus
 		os.RemoveAll(data)
 		return nil, fmt.Errorf("hand %s to postgres: %w", data, err)
 	}
-	ports, err := freePorts(1)
+	ports, err := FreePorts(1)
 	if err != nil {
 		os.RemoveAll(data)
 		return nil, err
 	}
-	c := &pgCluster{sup: sup, bin: bin, dataDir: data, port: ports[0], log: filepath.Join(logDir, "postgres.log"), cred: cred}
+	c := &Postgres{sup: sup, bin: bin, dataDir: data, port: ports[0], log: filepath.Join(logDir, "postgres.log"), cred: cred}
 	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
 		os.RemoveAll(data)
 		return nil, fmt.Errorf("initdb: %w: %s", err, out)
 	}
-	if err := c.start(ctx); err != nil {
+	if err := c.Start(ctx); err != nil {
 		c.remove()
 		return nil, err
 	}
 	return c, nil
 }
 
-func (c *pgCluster) url(database string) string {
+// URL is the URL of database on the cluster.
+func (c *Postgres) URL(database string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, database)
 }
 
-func (c *pgCluster) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port)) }
+func (c *Postgres) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port)) }
 
-// start runs the postmaster in the foreground. fsync is off: the drills crash the server
+// Start runs the postmaster in the foreground (again, after Crash). fsync is off: the drills crash the server
 // process, never the machine, so the operating system keeps every write a commit made.
-func (c *pgCluster) start(ctx context.Context) error {
-	p, err := c.sup.startAs("postgres", c.log, nil, c.cred, filepath.Join(c.bin, "postgres"), "-D", c.dataDir,
+func (c *Postgres) Start(ctx context.Context) error {
+	p, err := c.sup.StartAs("postgres", c.log, nil, c.cred, filepath.Join(c.bin, "postgres"), "-D", c.dataDir,
 		"-p", strconv.Itoa(c.port), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+c.dataDir,
 		"-c", "fsync=off", "-c", "max_connections=60", "-c", "shared_buffers=32MB")
 	if err != nil {
@@ -119,44 +107,44 @@ func (c *pgCluster) start(ctx context.Context) error {
 	c.proc = p
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		conn, err := pgx.Connect(ctx, c.url("postgres"))
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
 		if err == nil {
 			conn.Close(ctx)
 			return nil
 		}
-		if p.exited() || time.Now().After(deadline) || ctx.Err() != nil {
+		if p.Exited() || time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("postgres on %s did not answer (see %s): %w", c.addr(), c.log, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
-// crash stops the server the way `pg_ctl stop -m immediate` does (SIGQUIT to the
+// Crash stops the server the way `pg_ctl stop -m immediate` does (SIGQUIT to the
 // postmaster): no checkpoint, every connection cut, crash recovery on the next start.
-func (c *pgCluster) crash() {
+func (c *Postgres) Crash() {
 	if c.proc.cmd.Process != nil {
 		_ = c.proc.cmd.Process.Signal(syscall.SIGQUIT)
 	}
 	select {
 	case <-c.proc.done:
 	case <-time.After(10 * time.Second):
-		c.proc.signal(syscall.SIGKILL)
+		c.proc.Signal(syscall.SIGKILL)
 		<-c.proc.done
 	}
 }
 
 // stop shuts the server down fast and removes its files.
-func (c *pgCluster) stop() {
-	if c.proc != nil && !c.proc.exited() {
+func (c *Postgres) stop() {
+	if c.proc != nil && !c.proc.Exited() {
 		_ = c.proc.cmd.Process.Signal(syscall.SIGINT) // fast shutdown
 		select {
 		case <-c.proc.done:
 		case <-time.After(15 * time.Second):
-			c.proc.signal(syscall.SIGKILL)
+			c.proc.Signal(syscall.SIGKILL)
 			<-c.proc.done
 		}
 	}
 	c.remove()
 }
 
-func (c *pgCluster) remove() { os.RemoveAll(c.dataDir) }
+func (c *Postgres) remove() { os.RemoveAll(c.dataDir) }

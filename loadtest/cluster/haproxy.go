@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"context"
@@ -55,17 +55,17 @@ backend stocksvc
 }
 
 // startHAProxy writes the configuration into dir and runs haproxy in the foreground.
-func startHAProxy(sup *supervisor, haproxy, dir string, frontPort, statsPort int, replicaPorts []int) (*proc, error) {
+func startHAProxy(sup *Supervisor, haproxy, dir string, frontPort, statsPort int, replicaPorts []int) (*Proc, error) {
 	cfg := filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(cfg, []byte(haproxyConfig(frontPort, statsPort, replicaPorts)), 0o644); err != nil {
 		return nil, fmt.Errorf("write haproxy config: %w", err)
 	}
-	return sup.start("haproxy", filepath.Join(dir, "haproxy.log"), nil, haproxy, "-db", "-f", cfg)
+	return sup.Start("haproxy", filepath.Join(dir, "haproxy.log"), nil, haproxy, "-db", "-f", cfg)
 }
 
-// haproxyRequests reads the balancer's per-server request counters ("req_tot", or sessions
+// HAProxyRequests reads the balancer's per-server request counters ("req_tot", or sessions
 // "stot" where HAProxy does not count requests) from its CSV statistics.
-func haproxyRequests(ctx context.Context, statsPort int) (map[string]int64, error) {
+func HAProxyRequests(ctx context.Context, statsPort int) (map[string]int64, error) {
 	rows, err := haproxyServers(ctx, statsPort)
 	if err != nil {
 		return nil, err
@@ -82,8 +82,8 @@ func haproxyRequests(ctx context.Context, statsPort int) (map[string]int64, erro
 	return out, nil
 }
 
-// haproxyStatus reads each replica's status in the balancer ("UP", "DOWN", "UP 1/2"...).
-func haproxyStatus(ctx context.Context, statsPort int) (map[string]string, error) {
+// HAProxyStatus reads each replica's status in the balancer ("UP", "DOWN", "UP 1/2"...).
+func HAProxyStatus(ctx context.Context, statsPort int) (map[string]string, error) {
 	rows, err := haproxyServers(ctx, statsPort)
 	if err != nil {
 		return nil, err
