@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
 // Clients that do not play by the rules: slow ones that hold connections open, and ones that
@@ -89,14 +91,14 @@ func slowloris(ctx context.Context, d *drillEnv) error {
 }
 
 // keptSelling: orders for the hot product were confirmed while the fault was in force.
-func keptSelling(d *drillEnv, ops []*op, a availability) (failed, notes []string) {
+func keptSelling(d *drillEnv, ops []*model.Op, a availability) (failed, notes []string) {
 	n := 0
 	for _, p := range ops {
-		if p.in.Kind != kindOrder || p.in.Product != d.hot || p.out.Outcome != outConfirmed {
+		if p.In.Kind != model.KindOrder || p.In.Product != d.hot || p.Out.Outcome != model.Confirmed {
 			continue
 		}
 		for _, w := range d.faults {
-			if p.ret >= w.start && p.ret <= w.end {
+			if p.Return >= w.start && p.Return <= w.end {
 				n++
 				break
 			}
@@ -260,7 +262,7 @@ func sendBad(ctx context.Context, client *http.Client, d *drillEnv, c badRequest
 }
 
 // badInputAnswers: every malformed request got a 4xx, and the sale went on meanwhile.
-func badInputAnswers(d *drillEnv, ops []*op, a availability) (failed, notes []string) {
+func badInputAnswers(d *drillEnv, ops []*model.Op, a availability) (failed, notes []string) {
 	failed, notes = keptSelling(d, ops, a)
 	if d.abuse == nil {
 		return append(failed, "no malformed request was sent"), notes

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
 // The asynchronous sale (-async): every order is sent with Prefer: respond-async through the
@@ -72,7 +73,7 @@ type asyncFigures struct {
 func (h *harness) asyncSale(ctx context.Context) error {
 	sc := scenario{name: "async-sale", about: "every order Prefer: respond-async; SIGKILL a replica mid-sale, restart it"}
 	plan := drillPlan{lockTTL: 2 * time.Second}
-	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(h.opts.seed, 0), rec: newRecorder(),
+	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(h.opts.seed, 0), rec: model.NewRecorder(),
 		dir: filepath.Join(h.out, "async-sale")}
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return err

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
 // availability is what a fault did to the buyers, from the attempts the clients recorded.
@@ -29,65 +31,65 @@ type availability struct {
 	// Every attempt of every operation, and those with no answer or a 5xx.
 	attempts, failedAttempts int
 	failedKinds              string
-	orders                   map[outcome]int // order operations by outcome, as the clients were told
+	orders                   map[model.Outcome]int // order operations by outcome, as the clients were told
 	// Answers given inside the fault windows, by status (0: none).
 	duringFault map[int]int
 }
 
 const availabilitySlice = 100 * time.Millisecond
 
-func measureAvailability(ops []*op, faults []window) availability {
-	a := availability{orders: map[outcome]int{}, duringFault: map[int]int{}}
+func measureAvailability(ops []*model.Op, faults []window) availability {
+	a := availability{orders: map[model.Outcome]int{}, duringFault: map[int]int{}}
 	busy, down := map[int64]bool{}, map[int64]bool{}
 	var decided []time.Duration
 	var first, last time.Duration = -1, 0
 	failedBy := map[string]int{}
 	for _, p := range ops {
-		if p.final || p.in.Kind == kindCreate {
+		if p.Final || p.In.Kind == model.KindCreate {
 			continue
 		}
-		if p.in.Kind == kindOrder {
-			a.orders[p.out.Outcome]++
+		if p.In.Kind == model.KindOrder {
+			a.orders[p.Out.Outcome]++
 		}
 		answeredByReplica := true
-		for _, at := range p.attempts {
+		for _, at := range p.Attempts {
 			a.attempts++
-			if first < 0 || at.start < first {
-				first = at.start
+			if first < 0 || at.Start < first {
+				first = at.Start
 			}
-			last = max(last, at.end)
-			failed := at.status == 0 || at.status >= 500
+			last = max(last, at.End)
+			failed := at.Status == 0 || at.Status >= 500
 			if failed {
 				a.failedAttempts++
 				failedBy[describeFailure(at)]++
 			}
 			for _, w := range faults {
-				if at.end >= w.start && at.end <= w.end {
-					a.duringFault[at.status]++
+				if at.End >= w.start && at.End <= w.end {
+					a.duringFault[at.Status]++
 					break
 				}
 			}
-			if at.status == 0 && strings.Contains(at.err, "timeout") {
+			if at.Status == 0 && strings.Contains(at.Err, "timeout") {
 				a.timeouts++
 			}
-			if p.in.Kind != kindOrder {
+			if p.In.Kind != model.KindOrder {
 				continue
 			}
-			slice := int64(at.end / availabilitySlice)
+			slice := int64(at.End / availabilitySlice)
 			switch {
-			case at.status == http.StatusTooManyRequests:
+			case at.Status == http.StatusTooManyRequests:
 				busy[slice] = true
 			case failed:
 				down[slice] = true
-			case at.status == http.StatusCreated || at.status == http.StatusConflict && at.code == "sold-out":
-				decided = append(decided, at.end)
-			case at.status == http.StatusConflict && at.code == "idempotency-key-in-flight" && answeredByReplica:
+			case at.Status == http.StatusCreated || at.Status == http.StatusConflict && at.Code == "sold-out":
+				decided = append(decided, at.End)
+			case at.Status == http.StatusConflict && at.Code == "idempotency-key-in-flight" && answeredByReplica:
 				a.staleInFlight++
 			}
-			if at.status != 0 && at.replica && at.end-at.start > a.slowest {
-				a.slowest, a.slowestWhat = at.end-at.start, fmt.Sprintf("%d %s", at.status, at.code)
+			if at.Status != 0 && at.Replica && at.End-at.Start > a.slowest {
+				a.slowest, a.slowestWhat = at.End-at.Start, fmt.Sprintf("%d %s", at.Status, at.Code)
 			}
-			if at.status == 0 || !at.replica {
+			if at.Status == 0 || !at.Replica {
 				answeredByReplica = false
 			}
 		}
@@ -111,12 +113,12 @@ func measureAvailability(ops []*op, faults []window) availability {
 	return a
 }
 
-func describeFailure(at attempt) string {
+func describeFailure(at model.Attempt) string {
 	switch {
-	case at.status == 0:
-		return "no answer (" + at.err + ")"
-	case at.replica:
-		return fmt.Sprintf("%d %s from a replica", at.status, at.code)
+	case at.Status == 0:
+		return "no answer (" + at.Err + ")"
+	case at.Replica:
+		return fmt.Sprintf("%d %s from a replica", at.Status, at.Code)
 	}
-	return fmt.Sprintf("%d from the balancer", at.status)
+	return fmt.Sprintf("%d from the balancer", at.Status)
 }

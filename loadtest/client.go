@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
 // drillClient makes the operations of a drill and records each one: every attempt's
@@ -26,7 +27,7 @@ type drillClient struct {
 	bases   []string // where requests go, in turn: the balancer, or the replicas themselves
 	token   string
 	http    *http.Client
-	rec     *recorder
+	rec     *model.Recorder
 	tag     string // starts every customer id, unique to the run
 	retries retryPolicy
 
@@ -45,7 +46,7 @@ type retryPolicy struct {
 	pause    time.Duration // first pause between attempts, doubled each time, at most 1s
 }
 
-func newDrillClient(bases []string, token, tag string, timeout time.Duration, rec *recorder, retries retryPolicy) *drillClient {
+func newDrillClient(bases []string, token, tag string, timeout time.Duration, rec *model.Recorder, retries retryPolicy) *drillClient {
 	transport := &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0, IdleConnTimeout: 30 * time.Second}
 	return &drillClient{bases: bases, token: token, tag: tag, rec: rec, retries: retries,
 		http: &http.Client{Timeout: timeout, Transport: transport}}
@@ -77,10 +78,10 @@ func (c *drillClient) lane() int {
 
 // freeLane gives a lane back, unless its operation's outcome is unknown: that one may still
 // take effect, so its row stays open to the end.
-func (c *drillClient) freeLane(id int, o outcome) {
+func (c *drillClient) freeLane(id int, o model.Outcome) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if o == outUnknown {
+	if o == model.Unknown {
 		c.retired++
 		return
 	}
@@ -200,26 +201,26 @@ func classify(a answer, okStatus int) attemptKind {
 // with refusalEnds, also when a replica refused it (429), as a buyer who believes "nothing
 // was sold" walks away. It returns the last answer, its kind, and whether some attempt's
 // outcome was unknown.
-func (c *drillClient) write(ctx context.Context, p *op, send func(ctx context.Context) answer, okStatus int, refusalEnds bool) (answer, attemptKind, bool) {
+func (c *drillClient) write(ctx context.Context, p *model.Op, send func(ctx context.Context) answer, okStatus int, refusalEnds bool) (answer, attemptKind, bool) {
 	pause := c.retries.pause
 	var last answer
 	unknown := false
 	for n := 1; ; n++ {
-		start := c.rec.now()
+		start := c.rec.Now()
 		a := send(ctx)
-		end := c.rec.now()
+		end := c.rec.Now()
 		kind := classify(a, okStatus)
-		at := attempt{start: start, end: end, status: a.status, code: a.problemCode(), replica: a.fromReplica(), resent: a.resent}
+		at := model.Attempt{Start: start, End: end, Status: a.status, Code: a.problemCode(), Replica: a.fromReplica(), Resent: a.resent}
 		if a.err != nil {
-			at.err = shortErr(a.err)
+			at.Err = shortErr(a.err)
 		}
-		p.attempts = append(p.attempts, at)
+		p.Attempts = append(p.Attempts, at)
 		last = a
 		if kind == attemptUnknown {
 			unknown = true
 		}
 		if kind == attemptDone || kind == attemptUnexpected || n >= c.retries.attempts || refusalEnds && kind == attemptNoEffect && a.fromReplica() ||
-			c.rec.now()-p.invoke+pause > c.retries.budget || ctx.Err() != nil {
+			c.rec.Now()-p.Invoke+pause > c.retries.budget || ctx.Err() != nil {
 			return last, kind, unknown
 		}
 		wait := pause
@@ -256,13 +257,13 @@ func shortErr(err error) string {
 
 // order buys qty units of product and records the operation. Its customer id is unique, so
 // that the run can later find the order in the database whatever the client was told.
-func (c *drillClient) order(ctx context.Context, product, qty int64) *op {
+func (c *drillClient) order(ctx context.Context, product, qty int64) *model.Op {
 	return c.orderVia(ctx, "", product, qty)
 }
 
 // orderVia is order with the first attempt sent to base (a replica, say) rather than in turn;
 // retries go the usual way.
-func (c *drillClient) orderVia(ctx context.Context, base string, product, qty int64) *op {
+func (c *drillClient) orderVia(ctx context.Context, base string, product, qty int64) *model.Op {
 	return c.place(ctx, product, qty, orderStyle{base: base})
 }
 
@@ -270,7 +271,7 @@ func (c *drillClient) orderVia(ctx context.Context, base string, product, qty in
 // refusals for sold keys: one unit; a 429 ends it (the buyer believes nothing was sold and
 // moves on); a lost answer is asked again with the same key; and Go's transport may send a
 // request again by itself when its connection breaks, as it does for any Go client.
-func (c *drillClient) buy(ctx context.Context, product int64) *op {
+func (c *drillClient) buy(ctx context.Context, product int64) *model.Op {
 	return c.place(ctx, product, 1, orderStyle{resend: true, refusalEnds: true})
 }
 
@@ -282,12 +283,12 @@ type orderStyle struct {
 }
 
 // place makes an order of qty units of product and records the operation.
-func (c *drillClient) place(ctx context.Context, product, qty int64, style orderStyle) *op {
-	p := &op{client: c.lane(), in: stockInput{Kind: kindOrder, Product: product, Quantity: qty}, customer: c.customer(), key: uuid.NewString()}
-	defer func() { c.freeLane(p.client, p.out.Outcome) }()
-	body, _ := json.Marshal(map[string]any{"customer_id": p.customer, "items": []map[string]int64{{"product_id": product, "quantity": qty}}})
-	header := map[string]string{"Idempotency-Key": p.key}
-	p.invoke = c.rec.now()
+func (c *drillClient) place(ctx context.Context, product, qty int64, style orderStyle) *model.Op {
+	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindOrder, Product: product, Quantity: qty}, Customer: c.customer(), Key: uuid.NewString()}
+	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
+	body, _ := json.Marshal(map[string]any{"customer_id": p.Customer, "items": []map[string]int64{{"product_id": product, "quantity": qty}}})
+	header := map[string]string{"Idempotency-Key": p.Key}
+	p.Invoke = c.rec.Now()
 	base := style.base
 	last, kind, unknown := c.write(ctx, p, func(ctx context.Context) answer {
 		to := base
@@ -297,99 +298,99 @@ func (c *drillClient) place(ctx context.Context, product, qty int64, style order
 		base = ""
 		return c.send(ctx, http.MethodPost, to+"/v1/orders", body, header, style.resend)
 	}, http.StatusCreated, style.refusalEnds)
-	p.ret = c.rec.now()
+	p.Return = c.rec.Now()
 	switch {
 	case kind == attemptDone && last.status == http.StatusCreated:
 		var o struct {
 			ID string `json:"id"`
 		}
 		_ = json.Unmarshal(last.body, &o)
-		p.out, p.orderID = stockOutput{Outcome: outConfirmed}, o.ID
+		p.Out, p.OrderID = model.Output{Outcome: model.Confirmed}, o.ID
 	case kind == attemptDone:
 		var so struct {
 			Available *int64 `json:"available"`
 		}
 		_ = json.Unmarshal(last.body, &so)
-		p.out = stockOutput{Outcome: outSoldOut}
+		p.Out = model.Output{Outcome: model.SoldOut}
 		if so.Available != nil {
-			p.out.Available, p.out.HasAvailable = *so.Available, true
+			p.Out.Available, p.Out.HasAvailable = *so.Available, true
 		}
 	case unknown:
-		p.out = stockOutput{Outcome: outUnknown}
+		p.Out = model.Output{Outcome: model.Unknown}
 	default:
-		p.out = stockOutput{Outcome: outRefused}
+		p.Out = model.Output{Outcome: model.Refused}
 	}
-	c.rec.add(p)
+	c.rec.Add(p)
 	return p
 }
 
 // restock adds qty units, with an Idempotency-Key kept across its retries: a restock is one
 // operation however often it is sent. (A service that ignores the key and adds the stock once
 // per attempt fails the check whenever an attempt it took was answered ambiguously.)
-func (c *drillClient) restock(ctx context.Context, product, qty int64) *op {
-	p := &op{client: c.lane(), in: stockInput{Kind: kindRestock, Product: product, Quantity: qty}}
-	defer func() { c.freeLane(p.client, p.out.Outcome) }()
+func (c *drillClient) restock(ctx context.Context, product, qty int64) *model.Op {
+	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindRestock, Product: product, Quantity: qty}}
+	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
 	body, _ := json.Marshal(map[string]int64{"quantity": qty})
 	header := map[string]string{"Idempotency-Key": uuid.NewString(), "Authorization": "Bearer " + c.token}
-	p.invoke = c.rec.now()
+	p.Invoke = c.rec.Now()
 	last, kind, unknown := c.write(ctx, p, func(ctx context.Context) answer {
 		return c.do(ctx, http.MethodPost, fmt.Sprintf("%s/v1/products/%d/restock", c.base(), product), body, header)
 	}, http.StatusOK, false)
-	p.ret = c.rec.now()
+	p.Return = c.rec.Now()
 	switch {
 	case kind == attemptDone && last.status == http.StatusOK:
 		var prod struct {
 			Stock int64 `json:"stock"`
 		}
 		_ = json.Unmarshal(last.body, &prod)
-		p.out = stockOutput{Outcome: outConfirmed, Stock: prod.Stock}
+		p.Out = model.Output{Outcome: model.Confirmed, Stock: prod.Stock}
 	case unknown:
-		p.out = stockOutput{Outcome: outUnknown}
+		p.Out = model.Output{Outcome: model.Unknown}
 	default:
-		p.out = stockOutput{Outcome: outRefused}
+		p.Out = model.Output{Outcome: model.Refused}
 	}
-	c.rec.add(p)
+	c.rec.Add(p)
 	return p
 }
 
 // read asks once for product's stock. A read that fails observed nothing: it is recorded
 // (for availability) but left out of the checked history.
-func (c *drillClient) read(ctx context.Context, product int64) *op {
-	p := &op{client: c.lane(), in: stockInput{Kind: kindRead, Product: product}}
-	defer func() { c.freeLane(p.client, p.out.Outcome) }()
+func (c *drillClient) read(ctx context.Context, product int64) *model.Op {
+	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindRead, Product: product}}
+	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
 	// A read that waits long observes little (its answer may come from any moment of the
 	// wait) and makes the checker's search wide: reads give up after a second.
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	p.invoke = c.rec.now()
+	p.Invoke = c.rec.Now()
 	a := c.do(ctx, http.MethodGet, fmt.Sprintf("%s/v1/products/%d", c.base(), product), nil, nil)
-	p.ret = c.rec.now()
-	at := attempt{start: p.invoke, end: p.ret, status: a.status, code: a.problemCode(), replica: a.fromReplica()}
+	p.Return = c.rec.Now()
+	at := model.Attempt{Start: p.Invoke, End: p.Return, Status: a.status, Code: a.problemCode(), Replica: a.fromReplica()}
 	if a.err != nil {
-		at.err = shortErr(a.err)
+		at.Err = shortErr(a.err)
 	}
-	p.attempts = []attempt{at}
+	p.Attempts = []model.Attempt{at}
 	var prod struct {
 		Stock *int64 `json:"stock"`
 	}
 	if a.status == http.StatusOK && json.Unmarshal(a.body, &prod) == nil && prod.Stock != nil {
-		p.out = stockOutput{Outcome: outConfirmed, Stock: *prod.Stock}
+		p.Out = model.Output{Outcome: model.Confirmed, Stock: *prod.Stock}
 	} else {
-		p.out = stockOutput{Outcome: outRefused}
+		p.Out = model.Output{Outcome: model.Refused}
 	}
-	c.rec.add(p)
+	c.rec.Add(p)
 	return p
 }
 
 // createProduct creates a product through the API and records its creation, the state the
 // model starts from.
 func (c *drillClient) createProduct(ctx context.Context, sku string, stock int64) (int64, error) {
-	p := &op{client: c.lane(), in: stockInput{Kind: kindCreate}}
-	defer func() { c.freeLane(p.client, outConfirmed) }()
+	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindCreate}}
+	defer func() { c.freeLane(p.Client, model.Confirmed) }()
 	body, _ := json.Marshal(map[string]any{"sku": sku, "name": "drill " + sku, "stock": stock})
-	p.invoke = c.rec.now()
+	p.Invoke = c.rec.Now()
 	a := c.do(ctx, http.MethodPost, c.base()+"/v1/products", body, map[string]string{"Authorization": "Bearer " + c.token})
-	p.ret = c.rec.now()
+	p.Return = c.rec.Now()
 	if a.err != nil || a.status != http.StatusCreated {
 		return 0, fmt.Errorf("create product %s: %d %s %v", sku, a.status, a.body, a.err)
 	}
@@ -400,10 +401,10 @@ func (c *drillClient) createProduct(ctx context.Context, sku string, stock int64
 	if err := json.Unmarshal(a.body, &prod); err != nil {
 		return 0, fmt.Errorf("create product %s: %w", sku, err)
 	}
-	p.in.Product = prod.ID
-	p.out = stockOutput{Outcome: outConfirmed, Stock: prod.Stock}
-	p.attempts = []attempt{{start: p.invoke, end: p.ret, status: a.status, replica: true}}
-	c.rec.add(p)
+	p.In.Product = prod.ID
+	p.Out = model.Output{Outcome: model.Confirmed, Stock: prod.Stock}
+	p.Attempts = []model.Attempt{{Start: p.Invoke, End: p.Return, Status: a.status, Replica: true}}
+	c.rec.Add(p)
 	return prod.ID, nil
 }
 

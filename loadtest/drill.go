@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
 // A drill runs a sale through the balancer over the replicas, injects one fault while it
@@ -33,7 +34,7 @@ type drillPlan struct {
 	clientTimeout time.Duration
 	checkTimeout  time.Duration
 	readSlack     time.Duration
-	model         modelOptions
+	model         model.Options
 	warmup, tail  time.Duration // selling before the fault, and after it healed
 }
 
@@ -46,7 +47,7 @@ type drillEnv struct {
 	dir     string
 	c       *cluster.Cluster
 	rng     *lockedRand
-	rec     *recorder
+	rec     *model.Recorder
 	client  *drillClient
 	load    *load
 	victim  int
@@ -108,7 +109,7 @@ func (l *lockedRand) between(lo, hi time.Duration) time.Duration {
 }
 
 func (d *drillEnv) event(format string, args ...any) {
-	e := event{at: d.rec.now(), what: fmt.Sprintf(format, args...)}
+	e := event{at: d.rec.Now(), what: fmt.Sprintf(format, args...)}
 	d.mu.Lock()
 	d.events = append(d.events, e)
 	d.mu.Unlock()
@@ -118,7 +119,7 @@ func (d *drillEnv) event(format string, args ...any) {
 // faultWindow records that a fault was in force from start until now.
 func (d *drillEnv) faultWindow(start time.Duration) {
 	d.mu.Lock()
-	d.faults = append(d.faults, window{start, d.rec.now()})
+	d.faults = append(d.faults, window{start, d.rec.Now()})
 	d.mu.Unlock()
 }
 
@@ -355,8 +356,8 @@ type drillOutcome struct {
 	seed       uint64
 	dir        string
 	ops        int
-	writes     checkResult
-	reads      checkResult
+	writes     model.CheckResult
+	reads      model.CheckResult
 	invariants []invariant
 	reconcile  []invariant
 	avail      availability
@@ -372,10 +373,10 @@ type drillOutcome struct {
 
 func (o drillOutcome) violations() int {
 	n := 0
-	if o.writes.result == porcupine.Illegal {
+	if o.writes.Result == porcupine.Illegal {
 		n++
 	}
-	if o.reads.result == porcupine.Illegal {
+	if o.reads.Result == porcupine.Illegal {
 		n++
 	}
 	for _, inv := range slices.Concat(o.invariants, o.reconcile) {
@@ -392,7 +393,7 @@ func (o drillOutcome) verdict() string {
 		return "ERROR"
 	case o.violations() > 0:
 		return "FAIL"
-	case len(o.invalid) > 0 || o.writes.result == porcupine.Unknown || o.reads.result == porcupine.Unknown:
+	case len(o.invalid) > 0 || o.writes.Result == porcupine.Unknown || o.reads.Result == porcupine.Unknown:
 		return "INVALID"
 	}
 	return "PASS"
@@ -401,7 +402,7 @@ func (o drillOutcome) verdict() string {
 // runDrill runs scenario sc once and judges it.
 func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run int, seed uint64) (out drillOutcome) {
 	out = drillOutcome{scenario: sc.name, run: run, seed: seed}
-	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(seed, 0), rec: newRecorder(),
+	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(seed, 0), rec: model.NewRecorder(),
 		dir: filepath.Join(h.out, fmt.Sprintf("%s-%d", sc.name, run))}
 	out.dir = d.dir
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
@@ -449,9 +450,9 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 	faultErr := sleep(ctx, plan.warmup)
 	var faultStart, faultEnd time.Duration
 	if faultErr == nil {
-		faultStart = d.rec.now()
+		faultStart = d.rec.Now()
 		faultErr = sc.inject(ctx, d)
-		faultEnd = d.rec.now()
+		faultEnd = d.rec.Now()
 		if len(d.faults) == 0 {
 			d.faultWindow(faultStart)
 		}
@@ -486,7 +487,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		stopping.Go(func() { _ = r.Proc.Stop(20 * time.Second) })
 	}
 	stopping.Wait()
-	end := d.rec.now()
+	end := d.rec.Now()
 
 	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
@@ -500,25 +501,25 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		out.err = err
 		return out
 	}
-	ops := d.rec.snapshot()
-	keys, err := reconcileDrillKeys(checkCtx, pool, ops, d.rec.start)
+	ops := d.rec.Snapshot()
+	keys, err := reconcileDrillKeys(checkCtx, pool, ops, d.rec.Start)
 	if err != nil {
 		out.err = err
 		return out
 	}
-	if out.reconcile, err = reconcileOrders(checkCtx, pool, ops, d.rec.start); err != nil {
+	if out.reconcile, err = reconcileOrders(checkCtx, pool, ops, d.rec.Start); err != nil {
 		out.err = err
 		return out
 	}
 	out.reconcile = append(out.reconcile, keys...)
 	for _, p := range ops {
-		if p.refusedButSold {
+		if p.RefusedButSold {
 			continue // a violation, not an unknown outcome
 		}
-		if p.in.Kind == kindOrder && len(p.attempts) > 0 && p.out.Outcome == outHappened {
+		if p.In.Kind == model.KindOrder && len(p.Attempts) > 0 && p.Out.Outcome == model.Happened {
 			out.resolved++
 		}
-		if p.out.Outcome == outUnknown || p.out.Outcome == outHappened {
+		if p.Out.Outcome == model.Unknown || p.Out.Outcome == model.Happened {
 			out.unknown++
 		}
 	}
@@ -528,11 +529,11 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		return out
 	}
 	ops = append(ops, final...)
-	if err := writeHistory(filepath.Join(d.dir, "history.txt"), ops); err != nil {
+	if err := model.WriteText(filepath.Join(d.dir, "history.txt"), ops); err != nil {
 		out.err = err
 		return out
 	}
-	if err := saveHistory(filepath.Join(d.dir, "history.json"), ops, end); err != nil {
+	if err := model.Save(filepath.Join(d.dir, "history.json"), ops, end); err != nil {
 		out.err = err
 		return out
 	}
@@ -542,7 +543,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		out.err = err
 		return out
 	}
-	out.ops, out.concurrent = out.reads.ops, out.reads.concurrent
+	out.ops, out.concurrent = out.reads.Ops, out.reads.Concurrent
 
 	out.avail = measureAvailability(ops, d.faults)
 	out.invalid = d.validity(ops, faultStart, faultEnd)
@@ -559,30 +560,30 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 }
 
 // checkBoth checks the writes-only history and the one with reads.
-func checkBoth(plan drillPlan, ops []*op, end time.Duration, annotations []porcupine.Annotation, dir string) (writes, reads checkResult, err error) {
-	model := stockModel(plan.model)
-	w := porcupineHistory(ops, historyOptions{end: end})
-	all := porcupineHistory(ops, historyOptions{reads: true, readSlack: plan.readSlack, end: end})
-	if writes, err = checkHistory("orders+restocks", model, w, plan.checkTimeout, annotations, dir, "violation-writes.html"); err != nil {
+func checkBoth(plan drillPlan, ops []*model.Op, end time.Duration, annotations []porcupine.Annotation, dir string) (writes, reads model.CheckResult, err error) {
+	m := model.New(plan.model)
+	w := model.History(ops, model.HistoryOptions{End: end})
+	all := model.History(ops, model.HistoryOptions{Reads: true, ReadSlack: plan.readSlack, End: end})
+	if writes, err = model.Check("orders+restocks", m, w, plan.checkTimeout, annotations, dir, "violation-writes.html"); err != nil {
 		return writes, reads, err
 	}
-	reads, err = checkHistory("with reads", model, all, plan.checkTimeout, annotations, dir, "violation-reads.html")
+	reads, err = model.Check("with reads", m, all, plan.checkTimeout, annotations, dir, "violation-reads.html")
 	return writes, reads, err
 }
 
 // validity says why a run proves nothing, if it does not: the fault must have hit a sale in
 // progress, and stock must have remained when it ended — orders for the hot product were
 // confirmed after it.
-func (d *drillEnv) validity(ops []*op, faultStart, faultEnd time.Duration) []string {
+func (d *drillEnv) validity(ops []*model.Op, faultStart, faultEnd time.Duration) []string {
 	var before, after bool
 	for _, p := range ops {
-		if p.in.Product != d.hot || p.in.Kind != kindOrder || p.out.Outcome != outConfirmed {
+		if p.In.Product != d.hot || p.In.Kind != model.KindOrder || p.Out.Outcome != model.Confirmed {
 			continue
 		}
-		if p.ret <= faultStart {
+		if p.Return <= faultStart {
 			before = true
 		}
-		if p.invoke >= faultEnd {
+		if p.Invoke >= faultEnd {
 			after = true
 		}
 	}
@@ -612,14 +613,14 @@ func (d *drillEnv) annotations() []porcupine.Annotation {
 
 // reconcileOrders compares what each order operation was told with the orders table, finding
 // every order by its customer id (unique to the operation). It settles unknown outcomes: an
-// unknown order found in the database happened (outHappened); one not found never will, since
+// unknown order found in the database happened (model.Happened); one not found never will, since
 // every replica has stopped, and counts as refused.
 //
 // It also narrows when an order that happened can have taken effect: not before its row's
 // created_at, which the transaction that committed it wrote (Postgres's now() is the start of
 // that transaction). An order stuck on a paused replica thus no longer counts as open during
 // the pause. Narrowing an interval can only make the check stricter, never hide a violation.
-func reconcileOrders(ctx context.Context, pool *pgxpool.Pool, ops []*op, start time.Time) ([]invariant, error) {
+func reconcileOrders(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, start time.Time) ([]invariant, error) {
 	type row struct {
 		id       string
 		created  time.Time
@@ -640,49 +641,49 @@ func reconcileOrders(ctx context.Context, pool *pgxpool.Pool, ops []*op, start t
 	var missing, wrong, phantom, twice, unknownNo int
 	known := map[string]bool{}
 	for _, p := range ops {
-		if p.in.Kind != kindOrder {
+		if p.In.Kind != model.KindOrder {
 			continue
 		}
-		known[p.customer] = true
-		found := byCustomer[p.customer]
+		known[p.Customer] = true
+		found := byCustomer[p.Customer]
 		if len(found) > 1 {
 			twice++
 			continue
 		}
-		switch p.out.Outcome {
-		case outConfirmed:
+		switch p.Out.Outcome {
+		case model.Confirmed:
 			switch {
 			case len(found) == 0:
 				missing++
-			case found[0].id != p.orderID || found[0].product != p.in.Product || found[0].quantity != p.in.Quantity:
+			case found[0].id != p.OrderID || found[0].product != p.In.Product || found[0].quantity != p.In.Quantity:
 				wrong++
 			default:
-				p.notBefore = found[0].created.Sub(start) - clockSlack
+				p.NotBefore = found[0].created.Sub(start) - clockSlack
 			}
-		case outSoldOut:
+		case model.SoldOut:
 			if len(found) > 0 {
 				phantom++
 			}
-		case outRefused:
+		case model.Refused:
 			if len(found) > 0 {
 				phantom++
 				// The violation is counted here. For the model, the order happened: a refusal
 				// constrains nothing, and leaving out an order the stock shows was sold would
 				// make the history unexplainable — and with dozens of orders open at once,
 				// Porcupine takes its whole time limit to prove that.
-				if len(found) == 1 && found[0].product == p.in.Product && found[0].quantity == p.in.Quantity {
-					p.out.Outcome, p.refusedButSold = outHappened, true
-					p.notBefore = found[0].created.Sub(start) - clockSlack
+				if len(found) == 1 && found[0].product == p.In.Product && found[0].quantity == p.In.Quantity {
+					p.Out.Outcome, p.RefusedButSold = model.Happened, true
+					p.NotBefore = found[0].created.Sub(start) - clockSlack
 				}
 			}
-		case outUnknown:
-			if len(found) == 1 && found[0].product == p.in.Product && found[0].quantity == p.in.Quantity {
-				p.out.Outcome = outHappened
-				p.notBefore = found[0].created.Sub(start) - clockSlack
+		case model.Unknown:
+			if len(found) == 1 && found[0].product == p.In.Product && found[0].quantity == p.In.Quantity {
+				p.Out.Outcome = model.Happened
+				p.NotBefore = found[0].created.Sub(start) - clockSlack
 			} else if len(found) == 1 {
 				wrong++
 			} else {
-				p.out.Outcome = outRefused
+				p.Out.Outcome = model.Refused
 				unknownNo++
 			}
 		}
@@ -711,18 +712,18 @@ func reconcileOrders(ctx context.Context, pool *pgxpool.Pool, ops []*op, start t
 // reconcileRestocks compares the units the restocks table received with what the clients
 // asked for: at least every confirmed restock, at most those plus the unknown ones — each once,
 // however many attempts it took.
-func reconcileRestocks(ctx context.Context, pool *pgxpool.Pool, ops []*op) (invariant, error) {
+func reconcileRestocks(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op) (invariant, error) {
 	low, high := map[int64]int64{}, map[int64]int64{}
 	for _, p := range ops {
-		if p.in.Kind != kindRestock {
+		if p.In.Kind != model.KindRestock {
 			continue
 		}
-		switch p.out.Outcome {
-		case outConfirmed:
-			low[p.in.Product] += p.in.Quantity
-			high[p.in.Product] += p.in.Quantity
-		case outUnknown:
-			high[p.in.Product] += p.in.Quantity
+		switch p.Out.Outcome {
+		case model.Confirmed:
+			low[p.In.Product] += p.In.Quantity
+			high[p.In.Product] += p.In.Quantity
+		case model.Unknown:
+			high[p.In.Product] += p.In.Quantity
 		}
 	}
 	rows, _ := pool.Query(ctx, `SELECT product_id, sum(quantity)::bigint FROM restocks GROUP BY product_id`)
@@ -766,15 +767,15 @@ const clockSlack = 5 * time.Millisecond
 
 // finalStock reads each product's stock once every replica has stopped: the last
 // observation of the history, after every operation that might still have taken effect.
-func finalStock(ctx context.Context, pool *pgxpool.Pool, products []int64, end time.Duration) ([]*op, error) {
-	var out []*op
+func finalStock(ctx context.Context, pool *pgxpool.Pool, products []int64, end time.Duration) ([]*model.Op, error) {
+	var out []*model.Op
 	for i, id := range products {
 		var stock int64
 		if err := pool.QueryRow(ctx, `SELECT stock FROM products WHERE id = $1`, id).Scan(&stock); err != nil {
 			return nil, fmt.Errorf("read final stock of %d: %w", id, err)
 		}
-		out = append(out, &op{id: -1 - i, in: stockInput{Kind: kindRead, Product: id}, final: true,
-			out: stockOutput{Outcome: outConfirmed, Stock: stock}, invoke: end + 1, ret: end + 2})
+		out = append(out, &model.Op{ID: -1 - i, In: model.Input{Kind: model.KindRead, Product: id}, Final: true,
+			Out: model.Output{Outcome: model.Confirmed, Stock: stock}, Invoke: end + 1, Return: end + 2})
 	}
 	return out, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stocksvc/stocksvc/internal/testenv"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -90,16 +91,16 @@ func TestPickScenarios(t *testing.T) {
 func TestMeasureAvailability(t *testing.T) {
 	t.Parallel()
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
-	ops := []*op{
-		{in: stockInput{Kind: kindOrder}, out: stockOutput{Outcome: outConfirmed}, attempts: []attempt{{start: ms(0), end: ms(10), status: 201, replica: true}}},
-		{in: stockInput{Kind: kindOrder}, out: stockOutput{Outcome: outConfirmed}, attempts: []attempt{
-			{start: ms(20), end: ms(120), status: 503, code: "unavailable", replica: true},
-			{start: ms(300), end: ms(350), status: 409, code: "idempotency-key-in-flight", replica: true},
-			{start: ms(500), end: ms(2510), status: 201, replica: true}}},
-		{in: stockInput{Kind: kindOrder}, out: stockOutput{Outcome: outSoldOut}, attempts: []attempt{
-			{start: ms(30), end: ms(230), status: 429, code: "busy", replica: true},
-			{start: ms(2600), end: ms(2700), status: 409, code: "sold-out", replica: true}}},
-		{in: stockInput{Kind: kindRead}, out: stockOutput{Outcome: outRefused}, attempts: []attempt{{start: ms(40), end: ms(5040), err: "timeout"}}},
+	ops := []*model.Op{
+		{In: model.Input{Kind: model.KindOrder}, Out: model.Output{Outcome: model.Confirmed}, Attempts: []model.Attempt{{Start: ms(0), End: ms(10), Status: 201, Replica: true}}},
+		{In: model.Input{Kind: model.KindOrder}, Out: model.Output{Outcome: model.Confirmed}, Attempts: []model.Attempt{
+			{Start: ms(20), End: ms(120), Status: 503, Code: "unavailable", Replica: true},
+			{Start: ms(300), End: ms(350), Status: 409, Code: "idempotency-key-in-flight", Replica: true},
+			{Start: ms(500), End: ms(2510), Status: 201, Replica: true}}},
+		{In: model.Input{Kind: model.KindOrder}, Out: model.Output{Outcome: model.SoldOut}, Attempts: []model.Attempt{
+			{Start: ms(30), End: ms(230), Status: 429, Code: "busy", Replica: true},
+			{Start: ms(2600), End: ms(2700), Status: 409, Code: "sold-out", Replica: true}}},
+		{In: model.Input{Kind: model.KindRead}, Out: model.Output{Outcome: model.Refused}, Attempts: []model.Attempt{{Start: ms(40), End: ms(5040), Err: "timeout"}}},
 	}
 	a := measureAvailability(ops, []window{{ms(100), ms(400)}})
 	if a.longestStall != ms(2500) || a.stallAt != ms(10) {
@@ -168,17 +169,17 @@ func TestDrillCatchesUnsafeDefense(t *testing.T) {
 	if testing.Verbose() {
 		t.Log(log.String())
 	}
-	var caught checkResult
-	for _, c := range []checkResult{o.writes, o.reads} {
-		if c.result == porcupine.Illegal {
+	var caught model.CheckResult
+	for _, c := range []model.CheckResult{o.writes, o.reads} {
+		if c.Result == porcupine.Illegal {
 			caught = c
 		}
 	}
-	if o.verdict() != "FAIL" || caught.result != porcupine.Illegal {
+	if o.verdict() != "FAIL" || caught.Result != porcupine.Illegal {
 		t.Fatalf("verdict %s, orders+restocks %v, with reads %v: the unsafe defense passed the checker\n%s",
-			o.verdict(), o.writes.result, o.reads.result, log.String())
+			o.verdict(), o.writes.Result, o.reads.Result, log.String())
 	}
-	if _, err := os.Stat(caught.visual); err != nil {
+	if _, err := os.Stat(caught.Visual); err != nil {
 		t.Errorf("no visualisation of the violation: %v", err)
 	}
 }
@@ -221,15 +222,15 @@ func TestReconcile(t *testing.T) {
 	}
 	confirmedID := insert("c-confirmed", 2)
 	insert("c-unknown-found", 1)
-	order := func(customer string, oc outcome, id string) *op {
-		return &op{customer: customer, orderID: id, in: stockInput{Kind: kindOrder, Product: product, Quantity: map[bool]int64{true: 2, false: 1}[customer == "c-confirmed"]},
-			out: stockOutput{Outcome: oc}}
+	order := func(customer string, oc model.Outcome, id string) *model.Op {
+		return &model.Op{Customer: customer, OrderID: id, In: model.Input{Kind: model.KindOrder, Product: product, Quantity: map[bool]int64{true: 2, false: 1}[customer == "c-confirmed"]},
+			Out: model.Output{Outcome: oc}}
 	}
-	ops := []*op{
-		order("c-confirmed", outConfirmed, confirmedID),
-		order("c-unknown-found", outUnknown, ""),
-		order("c-unknown-lost", outUnknown, ""),
-		{in: stockInput{Kind: kindRestock, Product: product, Quantity: 5}, out: stockOutput{Outcome: outConfirmed, Stock: 105}},
+	ops := []*model.Op{
+		order("c-confirmed", model.Confirmed, confirmedID),
+		order("c-unknown-found", model.Unknown, ""),
+		order("c-unknown-lost", model.Unknown, ""),
+		{In: model.Input{Kind: model.KindRestock, Product: product, Quantity: 5}, Out: model.Output{Outcome: model.Confirmed, Stock: 105}},
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO restocks (product_id, quantity) VALUES ($1, 5)`, product); err != nil {
 		t.Fatal(err)
@@ -243,11 +244,11 @@ func TestReconcile(t *testing.T) {
 			t.Errorf("%s: %s", inv.name, inv.detail)
 		}
 	}
-	if ops[1].out.Outcome != outHappened || ops[1].notBefore < 50*time.Second {
-		t.Errorf("unknown order in the database: %v, not before %v; want happened, about a minute after start", ops[1].out.Outcome, ops[1].notBefore)
+	if ops[1].Out.Outcome != model.Happened || ops[1].NotBefore < 50*time.Second {
+		t.Errorf("unknown order in the database: %v, not before %v; want happened, about a minute after start", ops[1].Out.Outcome, ops[1].NotBefore)
 	}
-	if ops[2].out.Outcome != outRefused {
-		t.Errorf("unknown order not in the database: %v, want refused (never happened)", ops[2].out.Outcome)
+	if ops[2].Out.Outcome != model.Refused {
+		t.Errorf("unknown order not in the database: %v, want refused (never happened)", ops[2].Out.Outcome)
 	}
 
 	// Now the service misbehaves: an order for a sold-out answer, a second order for one
@@ -258,7 +259,7 @@ func TestReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	insert("c-busy", 1)
-	ops = append(ops, order("c-sold-out", outSoldOut, ""), order("c-busy", outRefused, ""))
+	ops = append(ops, order("c-sold-out", model.SoldOut, ""), order("c-busy", model.Refused, ""))
 	invs, err = reconcileOrders(ctx, pool, ops, start)
 	if err != nil {
 		t.Fatal(err)
@@ -280,8 +281,8 @@ func TestReconcile(t *testing.T) {
 	}
 	// The busy order that was sold is checked by the model as one that happened, so that the
 	// stock adds up there; it is a violation all the same.
-	if busy := ops[len(ops)-1]; busy.out.Outcome != outHappened || !busy.refusedButSold || busy.notBefore < 50*time.Second {
+	if busy := ops[len(ops)-1]; busy.Out.Outcome != model.Happened || !busy.RefusedButSold || busy.NotBefore < 50*time.Second {
 		t.Errorf("busy order found in the database: %v, refused but sold %v, not before %v; want happened, marked, about a minute after start",
-			busy.out.Outcome, busy.refusedButSold, busy.notBefore)
+			busy.Out.Outcome, busy.RefusedButSold, busy.NotBefore)
 	}
 }

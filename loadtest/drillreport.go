@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
 // drills runs every chosen scenario -runs times, reports each run and a table of all of
@@ -53,7 +54,7 @@ func (h *harness) drills(ctx context.Context) error {
 
 // recheck checks a saved history again; a violation's picture goes beside it.
 func (h *harness) recheck(path string) error {
-	ops, end, err := loadHistory(path)
+	ops, end, err := model.Load(path)
 	if err != nil {
 		return err
 	}
@@ -62,7 +63,7 @@ func (h *harness) recheck(path string) error {
 		return err
 	}
 	h.printf("%s\n%s\n", writes, reads)
-	if writes.result != porcupine.Ok || reads.result != porcupine.Ok {
+	if writes.Result != porcupine.Ok || reads.Result != porcupine.Ok {
 		return errFailed
 	}
 	return nil
@@ -75,7 +76,7 @@ func (h *harness) drillPlan() drillPlan {
 		clientTimeout: h.opts.clientTimeout,
 		checkTimeout:  h.opts.checkTimeout,
 		readSlack:     h.opts.readSlack,
-		model:         modelOptions{exactAvailable: !h.opts.looseSoldOut},
+		model:         model.Options{ExactAvailable: !h.opts.looseSoldOut},
 		warmup:        3 * time.Second,
 		tail:          5 * time.Second,
 	}
@@ -91,7 +92,7 @@ func (h *harness) printOutcome(o drillOutcome) {
 	h.printf("[%s] %s: %d operations (at most %d open at once), %d outcomes unknown to their client (%d found in the database)\n",
 		name, o.verdict(), o.ops, o.concurrent, o.unknown, o.resolved)
 	h.printf("  orders        confirmed %d, sold-out %d, refused %d, unknown %d\n",
-		a.orders[outConfirmed], a.orders[outSoldOut], a.orders[outRefused], a.orders[outUnknown])
+		a.orders[model.Confirmed], a.orders[model.SoldOut], a.orders[model.Refused], a.orders[model.Unknown])
 	h.printf("  check         %s\n  check         %s\n", o.writes, o.reads)
 	h.printf("  layers        catches: fence %.0f, version %.0f, guard %.0f, check %.0f (live replicas' counters)\n",
 		o.catches["fence"], o.catches["version"], o.catches["guard"], o.catches["check"])

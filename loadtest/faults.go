@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
 // scenario is one fault drill.
@@ -39,7 +40,7 @@ type scenario struct {
 	inject func(ctx context.Context, d *drillEnv) error
 	// check judges what only this scenario demands (e.g. no failed request); it returns
 	// failures and notes.
-	check func(d *drillEnv, ops []*op, a availability) (failed, notes []string)
+	check func(d *drillEnv, ops []*model.Op, a availability) (failed, notes []string)
 }
 
 // scenarios returns every drill, by name, in the order they run with -fault all.
@@ -112,7 +113,7 @@ func pauseReplica(ctx context.Context, d *drillEnv) error {
 			}
 		}
 		d.primeVictim(ctx, r)
-		start := d.rec.now()
+		start := d.rec.Now()
 		d.event("SIGSTOP %s for %v (lock TTL %v)", r.Name, pause, d.plan.lockTTL)
 		r.Proc.Signal(syscall.SIGSTOP)
 		held, err := d.heldByPaused(ctx, rdb)
@@ -163,7 +164,7 @@ func killAtCommit(ctx context.Context, d *drillEnv) error {
 	killed := make(chan time.Duration, 1)
 	d.pgProxy.cut.atNextCommit(func() {
 		r.Proc.Signal(syscall.SIGKILL)
-		killed <- d.rec.now()
+		killed <- d.rec.Now()
 	})
 	select {
 	case at := <-killed:
@@ -297,7 +298,7 @@ func pauseRedis(ctx context.Context, d *drillEnv) error {
 	if rerr := d.c.Redis.Resume(); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
-	resumed := d.rec.now()
+	resumed := d.rec.Now()
 	d.event("SIGCONT redis")
 	reads := <-probed
 	d.mu.Lock()
@@ -411,7 +412,7 @@ func burst(ctx context.Context, d *drillEnv) error {
 
 // noFailedRequests: through a rolling restart, every request gets an answer from a replica,
 // and none is a 5xx.
-func noFailedRequests(d *drillEnv, ops []*op, a availability) (failed, notes []string) {
+func noFailedRequests(d *drillEnv, ops []*model.Op, a availability) (failed, notes []string) {
 	if a.failedAttempts > 0 {
 		failed = append(failed, fmt.Sprintf("%d of %d requests failed during the rolling restart (%s)", a.failedAttempts, a.attempts, a.failedKinds))
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
 // Key reconciliation (issue #18 item 11): every Idempotency-Key a drill's clients sent with an
@@ -38,9 +39,9 @@ const refusalSlack = 500 * time.Millisecond
 // sentKey is one Idempotency-Key a client sent with an order, and every answer it got.
 type sentKey struct {
 	key      string
-	orderID  string    // the order a 201 named
-	attempts []attempt // in the order they were sent
-	what     string    // the operation, as history.txt shows it
+	orderID  string          // the order a 201 named
+	attempts []model.Attempt // in the order they were sent
+	what     string          // the operation, as history.txt shows it
 }
 
 // storedKey is the idempotency record of a key.
@@ -88,16 +89,16 @@ func reconcileKeys(sent []sentKey, stored map[string]storedKey) keyVerdict {
 		confirmed := isStored && rec.outcome == recordOutcomeConfirmed
 		var told201, allRefused bool
 		allRefused = len(s.attempts) > 0
-		var lateRefusal *attempt
+		var lateRefusal *model.Attempt
 		for i, a := range s.attempts {
 			switch {
-			case a.status == 201:
+			case a.Status == 201:
 				told201 = true
 				allRefused = false
-			case !definitiveAnswer(a.status):
+			case !definitiveAnswer(a.Status):
 				allRefused = false
-			case a.status >= 400:
-				if confirmed && a.end > rec.created+refusalSlack && lateRefusal == nil {
+			case a.Status >= 400:
+				if confirmed && a.End > rec.created+refusalSlack && lateRefusal == nil {
 					lateRefusal = &s.attempts[i]
 				}
 			default:
@@ -120,7 +121,7 @@ func reconcileKeys(sent []sentKey, stored map[string]storedKey) keyVerdict {
 				rec.created.Seconds(), rec.orderID, s.what)})
 		case lateRefusal != nil:
 			v.refusedAfter = append(v.refusedAfter, keyFinding{s.key, fmt.Sprintf("stored confirmed at %.3fs (order %s), refused %d at %.3fs; %s",
-				rec.created.Seconds(), rec.orderID, lateRefusal.status, lateRefusal.end.Seconds(), s.what)})
+				rec.created.Seconds(), rec.orderID, lateRefusal.Status, lateRefusal.End.Seconds(), s.what)})
 		default:
 			v.unknownSold++
 		}
@@ -178,13 +179,13 @@ func (v keyVerdict) invariants() []invariant {
 }
 
 // sentKeys gathers the keys of the order operations.
-func sentKeys(ops []*op) []sentKey {
+func sentKeys(ops []*model.Op) []sentKey {
 	var out []sentKey
 	for _, p := range ops {
-		if p.in.Kind != kindOrder || p.key == "" {
+		if p.In.Kind != model.KindOrder || p.Key == "" {
 			continue
 		}
-		out = append(out, sentKey{key: p.key, orderID: p.orderID, attempts: p.attempts, what: p.describeAttempts()})
+		out = append(out, sentKey{key: p.Key, orderID: p.OrderID, attempts: p.Attempts, what: p.DescribeAttempts()})
 	}
 	return out
 }
@@ -207,7 +208,7 @@ func readStoredKeys(ctx context.Context, pool *pgxpool.Pool, start time.Time) (m
 }
 
 // reconcileDrillKeys reconciles the keys of ops with the run's idempotency records.
-func reconcileDrillKeys(ctx context.Context, pool *pgxpool.Pool, ops []*op, start time.Time) ([]invariant, error) {
+func reconcileDrillKeys(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, start time.Time) ([]invariant, error) {
 	stored, err := readStoredKeys(ctx, pool, start)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stocksvc/stocksvc/internal/testenv"
+	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
 // TestReconcileKeys runs the key rules on made-up histories: what the clients were told, key by
@@ -14,8 +15,8 @@ import (
 func TestReconcileKeys(t *testing.T) {
 	t.Parallel()
 	s := func(n float64) time.Duration { return time.Duration(n * float64(time.Second)) }
-	at := func(end float64, status int) attempt {
-		return attempt{start: s(end) - 10*time.Millisecond, end: s(end), status: status}
+	at := func(end float64, status int) model.Attempt {
+		return model.Attempt{Start: s(end) - 10*time.Millisecond, End: s(end), Status: status}
 	}
 	confirmed := func(order string, created float64) storedKey {
 		return storedKey{outcome: "confirmed", orderID: order, created: s(created)}
@@ -27,33 +28,33 @@ func TestReconcileKeys(t *testing.T) {
 		// want names the list the key must land in: "" for none (it passes).
 		want string
 	}{
-		{"told 201, stored", sentKey{key: "k", orderID: "o1", attempts: []attempt{at(1, 201)}},
+		{"told 201, stored", sentKey{key: "k", orderID: "o1", attempts: []model.Attempt{at(1, 201)}},
 			map[string]storedKey{"k": confirmed("o1", 0.99)}, ""},
-		{"told 201 after a lost answer", sentKey{key: "k", orderID: "o1", attempts: []attempt{at(1, 0), at(2, 201)}},
+		{"told 201 after a lost answer", sentKey{key: "k", orderID: "o1", attempts: []model.Attempt{at(1, 0), at(2, 201)}},
 			map[string]storedKey{"k": confirmed("o1", 0.99)}, ""},
-		{"busy, nothing stored", sentKey{key: "k", attempts: []attempt{at(1, 429)}}, nil, ""},
-		{"sold out, stored sold out", sentKey{key: "k", attempts: []attempt{at(1, 409)}},
+		{"busy, nothing stored", sentKey{key: "k", attempts: []model.Attempt{at(1, 429)}}, nil, ""},
+		{"sold out, stored sold out", sentKey{key: "k", attempts: []model.Attempt{at(1, 409)}},
 			map[string]storedKey{"k": {outcome: "sold_out", created: s(0.9)}}, ""},
-		{"no answer, stored confirmed", sentKey{key: "k", attempts: []attempt{at(1, 0), at(3, 502)}},
+		{"no answer, stored confirmed", sentKey{key: "k", attempts: []model.Attempt{at(1, 0), at(3, 502)}},
 			map[string]storedKey{"k": confirmed("o1", 0.5)}, ""},
-		{"lost, then refused before the sale was stored", sentKey{key: "k", attempts: []attempt{at(1, 0), at(2, 429)}},
+		{"lost, then refused before the sale was stored", sentKey{key: "k", attempts: []model.Attempt{at(1, 0), at(2, 429)}},
 			map[string]storedKey{"k": confirmed("o1", 1.8)}, ""},
-		{"lost, then refused just after the sale began", sentKey{key: "k", attempts: []attempt{at(1, 0), at(2, 429)}},
+		{"lost, then refused just after the sale began", sentKey{key: "k", attempts: []model.Attempt{at(1, 0), at(2, 429)}},
 			map[string]storedKey{"k": confirmed("o1", 1.7)}, ""},
 		// The chain: Go sent the request again when the killed replica's connection
 		// broke, another replica answered busy after its lock wait; the client saw one 429.
-		{"told busy, but sold", sentKey{key: "k", attempts: []attempt{{start: s(1), end: s(2.0), status: 429, resent: true}}},
+		{"told busy, but sold", sentKey{key: "k", attempts: []model.Attempt{{Start: s(1), End: s(2.0), Status: 429, Resent: true}}},
 			map[string]storedKey{"k": confirmed("o1", 1.004)}, "refusedSold"},
-		{"told sold out, but sold", sentKey{key: "k", attempts: []attempt{at(1, 429), at(2, 409)}},
+		{"told sold out, but sold", sentKey{key: "k", attempts: []model.Attempt{at(1, 429), at(2, 409)}},
 			map[string]storedKey{"k": confirmed("o1", 5)}, "refusedSold"},
-		{"lost, then refused a second after the sale", sentKey{key: "k", attempts: []attempt{at(1, 0), at(2.2, 429), at(4, 0)}},
+		{"lost, then refused a second after the sale", sentKey{key: "k", attempts: []model.Attempt{at(1, 0), at(2.2, 429), at(4, 0)}},
 			map[string]storedKey{"k": confirmed("o1", 1.1)}, "refusedAfter"},
-		{"told 201, nothing stored", sentKey{key: "k", orderID: "o1", attempts: []attempt{at(1, 201)}}, nil, "notStored"},
-		{"told 201, another order stored", sentKey{key: "k", orderID: "o1", attempts: []attempt{at(1, 201)}},
+		{"told 201, nothing stored", sentKey{key: "k", orderID: "o1", attempts: []model.Attempt{at(1, 201)}}, nil, "notStored"},
+		{"told 201, another order stored", sentKey{key: "k", orderID: "o1", attempts: []model.Attempt{at(1, 201)}},
 			map[string]storedKey{"k": confirmed("o2", 0.9)}, "notStored"},
-		{"told 201, stored sold out", sentKey{key: "k", orderID: "o1", attempts: []attempt{at(1, 201)}},
+		{"told 201, stored sold out", sentKey{key: "k", orderID: "o1", attempts: []model.Attempt{at(1, 201)}},
 			map[string]storedKey{"k": {outcome: "sold_out", created: s(0.9)}}, "notStored"},
-		{"stored, sent by nobody", sentKey{key: "k", attempts: []attempt{at(1, 429)}},
+		{"stored, sent by nobody", sentKey{key: "k", attempts: []model.Attempt{at(1, 429)}},
 			map[string]storedKey{"other": confirmed("o9", 0.5)}, "strangers"},
 	}
 	for _, c := range cases {
@@ -83,9 +84,9 @@ func TestReconcileKeys(t *testing.T) {
 func TestReconcileKeysCounts(t *testing.T) {
 	t.Parallel()
 	v := reconcileKeys([]sentKey{
-		{key: "a", orderID: "oa", attempts: []attempt{{end: time.Second, status: 201}}},
-		{key: "b", attempts: []attempt{{end: time.Second}}},
-		{key: "c", attempts: []attempt{{end: 2 * time.Second, status: 429}}, what: "customer c: 429 busy at 2.000s"},
+		{key: "a", orderID: "oa", attempts: []model.Attempt{{End: time.Second, Status: 201}}},
+		{key: "b", attempts: []model.Attempt{{End: time.Second}}},
+		{key: "c", attempts: []model.Attempt{{End: 2 * time.Second, Status: 429}}, what: "customer c: 429 busy at 2.000s"},
 	}, map[string]storedKey{
 		"a": {outcome: "confirmed", orderID: "oa"},
 		"b": {outcome: "confirmed", orderID: "ob"},

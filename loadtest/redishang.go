@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
 // Reads while Redis hangs (issue #18 item 8). A stopped Redis keeps its connections open and
@@ -50,7 +52,7 @@ func (d *drillEnv) probeReads(ctx context.Context) []hangRead {
 		}
 		wg.Go(func() {
 			r := &reads[i]
-			r.sent = d.rec.now()
+			r.sent = d.rec.Now()
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/products/%d", d.client.base(), d.hot), nil)
 			if err == nil {
 				var res *http.Response
@@ -60,7 +62,7 @@ func (d *drillEnv) probeReads(ctx context.Context) []hangRead {
 					r.status = res.StatusCode
 				}
 			}
-			r.answered = d.rec.now()
+			r.answered = d.rec.Now()
 			if err != nil {
 				r.err = shortErr(err)
 			}
@@ -85,7 +87,7 @@ func (r hangRead) String() string {
 }
 
 // readsWhileRedisHung: every read sent while Redis was stopped was answered 200 in time.
-func readsWhileRedisHung(d *drillEnv, _ []*op, _ availability) (failed, notes []string) {
+func readsWhileRedisHung(d *drillEnv, _ []*model.Op, _ availability) (failed, notes []string) {
 	d.mu.Lock()
 	p := d.hang
 	d.mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
 // The Redlock drill: the run's Redlock nodes are cluster.Config.Redlock's, started by the
@@ -34,7 +36,7 @@ func restartRedlockNode(ctx context.Context, d *drillEnv) error {
 // noFenceCatches: the fence refused no write. With no lock lost (a minority of nodes down
 // leaves every holder its quorum), a refused write would mean a holder's fencing token was
 // below one issued earlier: Redlock's tokens went backwards.
-func noFenceCatches(d *drillEnv, _ []*op, _ availability) (failed, notes []string) {
+func noFenceCatches(d *drillEnv, _ []*model.Op, _ availability) (failed, notes []string) {
 	n := d.catches["fence"]
 	if n > 0 {
 		failed = append(failed, fmt.Sprintf("the fence refused %.0f writes: a fencing token went backwards", n))

@@ -1,4 +1,9 @@
-package main
+// Package model is the drills' model of the stock and their history: every operation the
+// clients made (Op, collected by a Recorder), with the time it was invoked and the time its
+// answer came back, checked by Porcupine against a sequential specification of each product's
+// stock (New). A history is saved beside its run (Save, WriteText) and can be checked again
+// later (Load).
+package model
 
 import (
 	"encoding/json"
@@ -15,67 +20,64 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// The history a drill checks: every operation its clients made, with the time it was invoked
-// and the time its answer came back, against a sequential model of one product's stock.
-
-// opKind is what a client asked for.
-type opKind uint8
+// Kind is what a client asked for.
+type Kind uint8
 
 const (
-	// kindCreate is the product's creation: it sets the stock the model starts from.
-	kindCreate opKind = iota + 1
-	kindOrder
-	kindRestock
-	kindRead
+	// KindCreate is the product's creation: it sets the stock the model starts from.
+	KindCreate Kind = iota + 1
+	KindOrder
+	KindRestock
+	KindRead
 )
 
-// outcome is what a client was told, or what the run learnt afterwards.
-type outcome uint8
+// Outcome is what a client was told, or what the run learnt afterwards.
+type Outcome uint8
 
 const (
-	// outConfirmed: a 201 (orders) or a 200 (restocks, reads, creation); it happened once.
-	outConfirmed outcome = iota + 1
-	// outSoldOut: a 409 sold-out; nothing was sold, and the stock was short.
-	outSoldOut
-	// outRefused: every attempt was refused without effect (429 busy, 409 in flight); nothing
+	// Confirmed: a 201 (orders) or a 200 (restocks, reads, creation); it happened once.
+	Confirmed Outcome = iota + 1
+	// SoldOut: a 409 sold-out; nothing was sold, and the stock was short.
+	SoldOut
+	// Refused: every attempt was refused without effect (429 busy, 409 in flight); nothing
 	// happened. Such operations constrain nothing and are left out of the checked history.
-	outRefused
-	// outUnknown: some attempt may have taken effect (a 503, a 502, a timeout, a lost
+	Refused
+	// Unknown: some attempt may have taken effect (a 503, a 502, a timeout, a lost
 	// connection) and no later attempt told which. It may have happened, at most once, at any
 	// moment after it was invoked — even after the client gave up.
-	outUnknown
-	// outHappened: an order whose answer was unknown, found in the database after the run
+	Unknown
+	// Happened: an order whose answer was unknown, found in the database after the run
 	// (by its customer id, unique to the operation): it happened once, at some moment after
 	// it was invoked. An unknown order not found there never happened and is left out.
-	outHappened
+	Happened
 )
 
-func (o outcome) String() string {
+func (o Outcome) String() string {
 	switch o {
-	case outConfirmed:
+	case Confirmed:
 		return "confirmed"
-	case outSoldOut:
+	case SoldOut:
 		return "sold-out"
-	case outRefused:
+	case Refused:
 		return "refused"
-	case outUnknown:
+	case Unknown:
 		return "unknown"
-	case outHappened:
+	case Happened:
 		return "happened"
 	}
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }
 
-// stockInput is an operation's input in the model.
-type stockInput struct {
-	Kind     opKind
+// Input is an operation's input in the model.
+type Input struct {
+	Kind     Kind
 	Product  int64
 	Quantity int64 // units ordered or restocked
 }
 
-// stockOutput is what the operation returned, as far as the model is concerned.
-type stockOutput struct {
-	Outcome outcome
+// Output is what the operation returned, as far as the model is concerned.
+type Output struct {
+	Outcome Outcome
 	// Stock: the stock a read returned, the stock a confirmed restock answered with (its
 	// post-image), or the stock a product was created with.
 	Stock int64
@@ -85,26 +87,26 @@ type stockOutput struct {
 	HasAvailable bool
 }
 
-// modelOptions tune what the model demands.
-type modelOptions struct {
-	// exactAvailable: a sold-out answer's "available" must equal the stock at the moment the
+// Options tune what the model demands.
+type Options struct {
+	// ExactAvailable: a sold-out answer's "available" must equal the stock at the moment the
 	// refusal took effect. Sound when the service reports a stock it read during the request
 	// (the pre-check, or the read under the lock), as it does today; without it, a sold-out
 	// needs only the stock to be short.
-	exactAvailable bool
+	ExactAvailable bool
 }
 
-// stockModel is the sequential specification of one product, one partition per product:
+// New returns the sequential specification of one product, one partition per product:
 // a confirmed order needs the stock and takes it, a sold-out answer needs it short, a restock
 // adds to it (and a confirmed restock answers the sum), a read returns it, and an operation
 // whose outcome is unknown may have happened or not. The state is the stock; stateUnset is
 // a product not created yet.
-func stockModel(o modelOptions) porcupine.Model {
+func New(o Options) porcupine.Model {
 	nm := porcupine.NondeterministicModel{
 		Partition: partitionByProduct,
 		Init:      func() []any { return []any{stateUnset} },
 		Step: func(state, input, output any) []any {
-			return stepStock(o, state.(int64), input.(stockInput), output.(stockOutput))
+			return stepStock(o, state.(int64), input.(Input), output.(Output))
 		},
 		Hash:              func(state any) uint64 { return uint64(state.(int64)) },
 		DescribeOperation: describeOp,
@@ -128,8 +130,8 @@ const stateUnset int64 = -1
 
 // stepStock returns every state the product can be in after the operation, none when the
 // operation could not have returned what it did.
-func stepStock(o modelOptions, s int64, in stockInput, out stockOutput) []any {
-	if in.Kind == kindCreate {
+func stepStock(o Options, s int64, in Input, out Output) []any {
+	if in.Kind == KindCreate {
 		if s != stateUnset {
 			return nil
 		}
@@ -140,36 +142,36 @@ func stepStock(o modelOptions, s int64, in stockInput, out stockOutput) []any {
 	}
 	q := in.Quantity
 	switch in.Kind {
-	case kindOrder:
+	case KindOrder:
 		switch out.Outcome {
-		case outConfirmed, outHappened:
+		case Confirmed, Happened:
 			if s >= q {
 				return []any{s - q}
 			}
-		case outSoldOut:
-			if s < q && (!o.exactAvailable || !out.HasAvailable || out.Available == s) {
+		case SoldOut:
+			if s < q && (!o.ExactAvailable || !out.HasAvailable || out.Available == s) {
 				return []any{s}
 			}
-		case outRefused:
+		case Refused:
 			return []any{s}
-		case outUnknown:
+		case Unknown:
 			if s >= q {
 				return []any{s - q, s}
 			}
 			return []any{s}
 		}
-	case kindRestock:
+	case KindRestock:
 		switch out.Outcome {
-		case outConfirmed:
+		case Confirmed:
 			if s+q == out.Stock {
 				return []any{s + q}
 			}
-		case outRefused:
+		case Refused:
 			return []any{s}
-		case outUnknown:
+		case Unknown:
 			return []any{s + q, s}
 		}
-	case kindRead:
+	case KindRead:
 		if s == out.Stock {
 			return []any{s}
 		}
@@ -178,21 +180,21 @@ func stepStock(o modelOptions, s int64, in stockInput, out stockOutput) []any {
 }
 
 func describeOp(input, output any) string {
-	in, out := input.(stockInput), output.(stockOutput)
+	in, out := input.(Input), output.(Output)
 	switch in.Kind {
-	case kindCreate:
+	case KindCreate:
 		return fmt.Sprintf("create(%d)", out.Stock)
-	case kindOrder:
-		if out.Outcome == outSoldOut && out.HasAvailable {
+	case KindOrder:
+		if out.Outcome == SoldOut && out.HasAvailable {
 			return fmt.Sprintf("order(%d) → sold-out, %d available", in.Quantity, out.Available)
 		}
 		return fmt.Sprintf("order(%d) → %s", in.Quantity, out.Outcome)
-	case kindRestock:
-		if out.Outcome == outConfirmed {
+	case KindRestock:
+		if out.Outcome == Confirmed {
 			return fmt.Sprintf("restock(%d) → %d", in.Quantity, out.Stock)
 		}
 		return fmt.Sprintf("restock(%d) → %s", in.Quantity, out.Outcome)
-	case kindRead:
+	case KindRead:
 		return fmt.Sprintf("read → %d", out.Stock)
 	}
 	return "?"
@@ -202,7 +204,7 @@ func partitionByProduct(history []porcupine.Operation) [][]porcupine.Operation {
 	byProduct := map[int64][]porcupine.Operation{}
 	var ids []int64
 	for _, op := range history {
-		id := op.Input.(stockInput).Product
+		id := op.Input.(Input).Product
 		if _, ok := byProduct[id]; !ok {
 			ids = append(ids, id)
 		}
@@ -216,162 +218,167 @@ func partitionByProduct(history []porcupine.Operation) [][]porcupine.Operation {
 	return out
 }
 
-// attempt is one HTTP request of an operation.
-type attempt struct {
-	start, end time.Duration // since the recorder's start
-	status     int           // 0: no answer (timeout, connection error)
-	code       string        // the problem code, when the answer was one
-	replica    bool          // the answer came from a replica (problem+json or JSON), not the balancer
-	err        string
-	// resent: Go's transport sent the request again on a new connection after the first one
+// Attempt is one HTTP request of an operation.
+type Attempt struct {
+	Start, End time.Duration // since the recorder's start
+	Status     int           // 0: no answer (timeout, connection error)
+	Code       string        // the problem code, when the answer was one
+	Replica    bool          // the answer came from a replica (problem+json or JSON), not the balancer
+	Err        string
+	// Resent: Go's transport sent the request again on a new connection after the first one
 	// broke (it does so by itself for a request with an Idempotency-Key); the answer is the
 	// second sending's.
-	resent bool
+	Resent bool
 }
 
-// op is one logical operation: all the attempts made for it (with the same Idempotency-Key,
+// Op is one logical operation: all the attempts made for it (with the same Idempotency-Key,
 // for orders), and what they add up to.
-type op struct {
-	id       int
-	client   int // lane in the visualization; a client whose operation never ended gets a new one
-	in       stockInput
-	out      stockOutput
-	invoke   time.Duration
-	ret      time.Duration // of the last attempt
-	attempts []attempt
-	customer string // orders: the customer id, unique to the operation
-	key      string // orders: the Idempotency-Key of every attempt
-	orderID  string // orders: the id a 201 gave
-	// final marks the read of the stock in the database once every replica has stopped: it
+type Op struct {
+	ID       int
+	Client   int // lane in the visualization; a client whose operation never ended gets a new one
+	In       Input
+	Out      Output
+	Invoke   time.Duration
+	Return   time.Duration // of the last attempt
+	Attempts []Attempt
+	Customer string // orders: the customer id, unique to the operation
+	Key      string // orders: the Idempotency-Key of every attempt
+	OrderID  string // orders: the id a 201 gave
+	// Final marks the read of the stock in the database once every replica has stopped: it
 	// belongs to the writes-only history too, as the state all the writes add up to.
-	final bool
-	// notBefore, when positive, is the earliest the operation can have taken effect, as the
+	Final bool
+	// NotBefore, when positive, is the earliest the operation can have taken effect, as the
 	// database recorded it (see reconcileOrders).
-	notBefore time.Duration
-	// refusedButSold marks an order refused to its client (429) that the database holds: a
+	NotBefore time.Duration
+	// RefusedButSold marks an order refused to its client (429) that the database holds: a
 	// violation, checked by the model as an order that happened (see reconcileOrders).
-	refusedButSold bool
+	RefusedButSold bool
 }
 
-// recorder collects operations from many goroutines.
-type recorder struct {
-	start time.Time
+// Recorder collects operations from many goroutines.
+type Recorder struct {
+	Start time.Time
 	mu    sync.Mutex
-	ops   []*op
+	ops   []*Op
 	next  int
 }
 
-func newRecorder() *recorder { return &recorder{start: time.Now()} }
+// NewRecorder returns a recorder whose clock starts now.
+func NewRecorder() *Recorder { return &Recorder{Start: time.Now()} }
 
-// now is the time since the recorder started, on the monotonic clock.
-func (r *recorder) now() time.Duration { return time.Since(r.start) }
+// Now is the time since the recorder started, on the monotonic clock.
+func (r *Recorder) Now() time.Duration { return time.Since(r.Start) }
 
-func (r *recorder) add(o *op) {
+// Add records o, giving it the next id.
+func (r *Recorder) Add(o *Op) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	o.id = r.next
+	o.ID = r.next
 	r.next++
 	r.ops = append(r.ops, o)
 }
 
-// snapshot returns the operations recorded so far, in the order they were added.
-func (r *recorder) snapshot() []*op {
+// Snapshot returns the operations recorded so far, in the order they were added.
+func (r *Recorder) Snapshot() []*Op {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.ops)
 }
 
-// historyOptions say which operations a checked history holds.
-type historyOptions struct {
-	reads bool
-	// readSlack widens every read backwards: a read served from a cache may return any stock
-	// that was current up to readSlack before it was invoked. Zero: reads are linearizable.
-	readSlack time.Duration
-	// end is when nothing can take effect any more (every replica stopped): operations whose
-	// outcome is unknown are open until then.
-	end time.Duration
+// HistoryOptions say which operations a checked history holds.
+type HistoryOptions struct {
+	Reads bool
+	// ReadSlack widens every read backwards: a read served from a cache may return any stock
+	// that was current up to ReadSlack before it was invoked. Zero: reads are linearizable.
+	ReadSlack time.Duration
+	// End is when nothing can take effect any more (every replica stopped): operations whose
+	// Outcome is unknown are open until then.
+	End time.Duration
 }
 
-// porcupineHistory turns operations into Porcupine's form. Operations that were refused, and
+// History turns operations into Porcupine's form. Operations that were refused, and
 // unknown orders the database shows never happened, change nothing and are left out.
-func porcupineHistory(ops []*op, o historyOptions) []porcupine.Operation {
+func History(ops []*Op, o HistoryOptions) []porcupine.Operation {
 	var out []porcupine.Operation
 	for _, p := range ops {
-		if p.out.Outcome == outRefused || (p.in.Kind == kindRead && !o.reads && !p.final) {
+		if p.Out.Outcome == Refused || (p.In.Kind == KindRead && !o.Reads && !p.Final) {
 			continue
 		}
-		call, ret := p.invoke, p.ret
-		if p.notBefore > call && (p.notBefore <= ret || p.out.Outcome == outHappened) {
-			call = p.notBefore
+		call, ret := p.Invoke, p.Return
+		if p.NotBefore > call && (p.NotBefore <= ret || p.Out.Outcome == Happened) {
+			call = p.NotBefore
 		}
 		switch {
-		case p.out.Outcome == outUnknown || p.out.Outcome == outHappened:
-			ret = o.end
-		case p.in.Kind == kindRead:
-			call = max(0, call-o.readSlack)
+		case p.Out.Outcome == Unknown || p.Out.Outcome == Happened:
+			ret = o.End
+		case p.In.Kind == KindRead:
+			call = max(0, call-o.ReadSlack)
 		}
 		out = append(out, porcupine.Operation{
-			ClientId: p.client,
-			Input:    p.in,
+			ClientId: p.Client,
+			Input:    p.In,
 			Call:     int64(call),
-			Output:   p.out,
+			Output:   p.Out,
 			Return:   int64(ret),
-			Metadata: p.describeAttempts(),
+			Metadata: p.DescribeAttempts(),
 		})
 	}
 	return out
 }
 
-func (p *op) describeAttempts() string {
+// DescribeAttempts says what each attempt got, and when, with the customer and key: the
+// metadata of the operation in Porcupine's picture and in the text history.
+func (p *Op) DescribeAttempts() string {
 	var parts []string
-	for _, a := range p.attempts {
+	for _, a := range p.Attempts {
 		s := "no answer"
-		if a.status != 0 {
-			s = strconv.Itoa(a.status)
-			if a.code != "" {
-				s += " " + a.code
+		if a.Status != 0 {
+			s = strconv.Itoa(a.Status)
+			if a.Code != "" {
+				s += " " + a.Code
 			}
-		} else if a.err != "" {
-			s += " (" + a.err + ")"
+		} else if a.Err != "" {
+			s += " (" + a.Err + ")"
 		}
-		if a.resent {
+		if a.Resent {
 			s += " (sent again by Go's transport)"
 		}
-		parts = append(parts, fmt.Sprintf("%s at %.3fs", s, a.end.Seconds()))
+		parts = append(parts, fmt.Sprintf("%s at %.3fs", s, a.End.Seconds()))
 	}
 	desc := strings.Join(parts, "; ")
-	if p.key != "" {
-		desc = "key " + p.key + ": " + desc
+	if p.Key != "" {
+		desc = "key " + p.Key + ": " + desc
 	}
-	if p.customer != "" {
-		desc = "customer " + p.customer + ": " + desc
+	if p.Customer != "" {
+		desc = "customer " + p.Customer + ": " + desc
 	}
 	return desc
 }
 
-// checkResult is the verdict on one history.
-type checkResult struct {
-	name       string // "orders+restocks" or "with reads"
-	ops        int
-	partitions int
-	concurrent int // the most operations open at once
-	result     porcupine.CheckResult
-	elapsed    time.Duration
-	visual     string // HTML visualisation, written when the history is not linearizable
-	// explanation says in words where the search got stuck: the end of the longest legal
+// CheckResult is the verdict on one history.
+type CheckResult struct {
+	Name       string // "orders+restocks" or "with reads"
+	Ops        int
+	Partitions int
+	Concurrent int // the most operations open at once
+	Result     porcupine.CheckResult
+	Elapsed    time.Duration
+	Visual     string // HTML visualisation, written when the history is not linearizable
+	// Explanation says in words where the search got stuck: the end of the longest legal
 	// prefix, and the operations none of whose placements fit.
-	explanation string
+	Explanation string
 }
 
-func (c checkResult) String() string {
+// String is the verdict on one line, with the picture's path and the explanation after it.
+func (c CheckResult) String() string {
 	verdict := map[porcupine.CheckResult]string{porcupine.Ok: "linearizable", porcupine.Illegal: "NOT LINEARIZABLE",
-		porcupine.Unknown: "UNDECIDED (checker timed out)"}[c.result]
-	s := fmt.Sprintf("%-16s %5d ops in %d products, at most %d open at once: %s (%.1fs)", c.name, c.ops, c.partitions, c.concurrent, verdict, c.elapsed.Seconds())
-	if c.visual != "" {
-		s += "; see " + c.visual
+		porcupine.Unknown: "UNDECIDED (checker timed out)"}[c.Result]
+	s := fmt.Sprintf("%-16s %5d ops in %d products, at most %d open at once: %s (%.1fs)", c.Name, c.Ops, c.Partitions, c.Concurrent, verdict, c.Elapsed.Seconds())
+	if c.Visual != "" {
+		s += "; see " + c.Visual
 	}
-	if c.explanation != "" {
-		s += "\n" + c.explanation
+	if c.Explanation != "" {
+		s += "\n" + c.Explanation
 	}
 	return s
 }
@@ -397,7 +404,7 @@ func explain(model porcupine.Model, info porcupine.LinearizationInfo, sizes []in
 			_, state = model.Step(state, o.Input, o.Output)
 			states = append(states, state)
 		}
-		product := longest[0].Input.(stockInput).Product
+		product := longest[0].Input.(Input).Product
 		fmt.Fprintf(&b, "    product %d: a legal order of %d of its %d operations ends with\n", product, len(longest), sizes[i])
 		for i := max(0, len(longest)-4); i < len(longest); i++ {
 			o := longest[i]
@@ -409,16 +416,16 @@ func explain(model porcupine.Model, info porcupine.LinearizationInfo, sizes []in
 	return strings.TrimRight(b.String(), "\n")
 }
 
-// checkHistory checks one history and, when it is not linearizable, writes Porcupine's
+// Check checks one history and, when it is not linearizable, writes Porcupine's
 // visualisation to dir/<file>. The fast check runs first; the verbose one, which keeps every
 // partial linearization for the picture, only when there is something to show.
-func checkHistory(name string, model porcupine.Model, history []porcupine.Operation, timeout time.Duration,
-	annotations []porcupine.Annotation, dir, file string) (checkResult, error) {
-	res := checkResult{name: name, ops: len(history), partitions: len(model.Partition(history)), concurrent: concurrency(history)}
+func Check(name string, model porcupine.Model, history []porcupine.Operation, timeout time.Duration,
+	annotations []porcupine.Annotation, dir, file string) (CheckResult, error) {
+	res := CheckResult{Name: name, Ops: len(history), Partitions: len(model.Partition(history)), Concurrent: concurrency(history)}
 	began := time.Now()
-	res.result = porcupine.CheckOperationsTimeout(model, history, timeout)
-	res.elapsed = time.Since(began)
-	if res.result != porcupine.Illegal || dir == "" {
+	res.Result = porcupine.CheckOperationsTimeout(model, history, timeout)
+	res.Elapsed = time.Since(began)
+	if res.Result != porcupine.Illegal || dir == "" {
 		return res, nil
 	}
 	_, info := porcupine.CheckOperationsVerbose(model, history, timeout)
@@ -426,11 +433,11 @@ func checkHistory(name string, model porcupine.Model, history []porcupine.Operat
 	for _, part := range model.Partition(history) {
 		sizes = append(sizes, len(part))
 	}
-	res.explanation = explain(model, info, sizes)
+	res.Explanation = explain(model, info, sizes)
 	info.AddAnnotations(annotations)
-	res.visual = filepath.Join(dir, file)
-	if err := porcupine.VisualizePath(model, info, res.visual); err != nil {
-		return res, fmt.Errorf("write visualisation %s: %w", res.visual, err)
+	res.Visual = filepath.Join(dir, file)
+	if err := porcupine.VisualizePath(model, info, res.Visual); err != nil {
+		return res, fmt.Errorf("write visualisation %s: %w", res.Visual, err)
 	}
 	return res, nil
 }
@@ -460,12 +467,12 @@ func concurrency(history []porcupine.Operation) int {
 	return most
 }
 
-// writeHistory writes the operations as text, one a line, for whoever investigates a run.
-func writeHistory(path string, ops []*op) error {
+// WriteText writes the operations as text, one a line, for whoever investigates a run.
+func WriteText(path string, ops []*Op) error {
 	var b strings.Builder
 	for _, p := range ops {
-		fmt.Fprintf(&b, "%5d client %3d product %d [%.6f, %.6f] %s  %s\n", p.id, p.client, p.in.Product,
-			p.invoke.Seconds(), p.ret.Seconds(), describeOp(p.in, p.out), p.describeAttempts())
+		fmt.Fprintf(&b, "%5d client %3d product %d [%.6f, %.6f] %s  %s\n", p.ID, p.Client, p.In.Product,
+			p.Invoke.Seconds(), p.Return.Seconds(), describeOp(p.In, p.Out), p.DescribeAttempts())
 	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("write history: %w", err)
@@ -478,8 +485,8 @@ func writeHistory(path string, ops []*op) error {
 type savedOp struct {
 	ID        int           `json:"id"`
 	Client    int           `json:"client"`
-	In        stockInput    `json:"in"`
-	Out       stockOutput   `json:"out"`
+	In        Input         `json:"in"`
+	Out       Output        `json:"out"`
 	Invoke    time.Duration `json:"invoke_ns"`
 	Return    time.Duration `json:"return_ns"`
 	NotBefore time.Duration `json:"not_before_ns,omitempty"`
@@ -487,15 +494,15 @@ type savedOp struct {
 	Attempts  string        `json:"attempts"`
 }
 
-// saveHistory writes ops, and end, to path as JSON.
-func saveHistory(path string, ops []*op, end time.Duration) error {
+// Save writes ops, and end, to path as JSON.
+func Save(path string, ops []*Op, end time.Duration) error {
 	saved := struct {
 		End time.Duration `json:"end_ns"`
 		Ops []savedOp     `json:"ops"`
 	}{End: end}
 	for _, p := range ops {
-		saved.Ops = append(saved.Ops, savedOp{ID: p.id, Client: p.client, In: p.in, Out: p.out, Invoke: p.invoke, Return: p.ret,
-			NotBefore: p.notBefore, Final: p.final, Attempts: p.describeAttempts()})
+		saved.Ops = append(saved.Ops, savedOp{ID: p.ID, Client: p.Client, In: p.In, Out: p.Out, Invoke: p.Invoke, Return: p.Return,
+			NotBefore: p.NotBefore, Final: p.Final, Attempts: p.DescribeAttempts()})
 	}
 	b, err := json.Marshal(saved)
 	if err != nil {
@@ -507,8 +514,8 @@ func saveHistory(path string, ops []*op, end time.Duration) error {
 	return nil
 }
 
-// loadHistory reads what saveHistory wrote.
-func loadHistory(path string) ([]*op, time.Duration, error) {
+// Load reads what Save wrote.
+func Load(path string) ([]*Op, time.Duration, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, 0, err
@@ -520,9 +527,9 @@ func loadHistory(path string) ([]*op, time.Duration, error) {
 	if err := json.Unmarshal(b, &saved); err != nil {
 		return nil, 0, fmt.Errorf("decode %s: %w", path, err)
 	}
-	ops := make([]*op, len(saved.Ops))
+	ops := make([]*Op, len(saved.Ops))
 	for i, s := range saved.Ops {
-		ops[i] = &op{id: s.ID, client: s.Client, in: s.In, out: s.Out, invoke: s.Invoke, ret: s.Return, notBefore: s.NotBefore, final: s.Final}
+		ops[i] = &Op{ID: s.ID, Client: s.Client, In: s.In, Out: s.Out, Invoke: s.Invoke, Return: s.Return, NotBefore: s.NotBefore, Final: s.Final}
 	}
 	return ops, saved.End, nil
 }
