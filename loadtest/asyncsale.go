@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/loadtest/model"
+	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
 // The asynchronous sale (-async): every order is sent with Prefer: respond-async through the
@@ -200,7 +201,7 @@ func (h *harness) asyncSale(ctx context.Context) error {
 	}
 	d.mu.Lock()
 	for _, f := range d.failed {
-		checks = append(checks, invariant{name: "harness", ok: false, detail: f})
+		checks = append(checks, verdict.Invariant{Name: "harness", OK: false, Detail: f})
 	}
 	d.mu.Unlock()
 	return h.asyncReport(d.dir, fig, checks)
@@ -314,10 +315,10 @@ func sendOrder(ctx context.Context, c *http.Client, front string, product int64,
 }
 
 // asyncChecks judges the run from the tables and the API.
-func asyncChecks(ctx context.Context, pool *pgxpool.Pool, c *http.Client, front string, product, stock int64, orders []*asyncOrder, fig *asyncFigures) ([]invariant, error) {
-	var checks []invariant
+func asyncChecks(ctx context.Context, pool *pgxpool.Pool, c *http.Client, front string, product, stock int64, orders []*asyncOrder, fig *asyncFigures) ([]verdict.Invariant, error) {
+	var checks []verdict.Invariant
 	add := func(name string, ok bool, format string, args ...any) {
-		checks = append(checks, invariant{name: name, ok: ok, detail: fmt.Sprintf(format, args...)})
+		checks = append(checks, verdict.Invariant{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
 	}
 	add("every accepted order decided", fig.pending == 0, "%d pending %v after the load", fig.pending, fig.settled.Round(time.Millisecond))
 	add("every order answered", fig.failed == 0, "%d of %d orders never answered 202 or 409", fig.failed, fig.sent)
@@ -459,7 +460,7 @@ func asyncChecks(ctx context.Context, pool *pgxpool.Pool, c *http.Client, front 
 
 func first(s []string) []string { return s[:min(len(s), 3)] }
 
-func (h *harness) asyncReport(dir string, fig asyncFigures, checks []invariant) error {
+func (h *harness) asyncReport(dir string, fig asyncFigures, checks []verdict.Invariant) error {
 	h.printf("\n== asynchronous sale\n")
 	h.printf("orders sent         %d (%d retried with the same key after a 429/5xx or a lost connection)\n", fig.sent, fig.retried)
 	h.printf("answered            %d accepted (202), %d refused at once (409 sold out), %d never answered\n", fig.accepted, fig.refusedAtOnce, fig.failed)
@@ -489,11 +490,11 @@ func (h *harness) asyncReport(dir string, fig asyncFigures, checks []invariant) 
 	failed := 0
 	for _, c := range checks {
 		mark := "ok  "
-		if !c.ok {
+		if !c.OK {
 			mark = "FAIL"
 			failed++
 		}
-		h.printf("  %s %-38s %s\n", mark, c.name, c.detail)
+		h.printf("  %s %-38s %s\n", mark, c.Name, c.Detail)
 	}
 	if failed > 0 {
 		h.printf("verdict: FAIL (%d checks; logs in %s)\n", failed, dir)

@@ -127,7 +127,7 @@ func TestVerdict(t *testing.T) {
 		{math.Inf(1), "not measured"},
 	}
 	for _, tt := range tests {
-		if got := verdict(tt.ratio, 0.7); got != tt.want {
+		if got := targetVerdict(tt.ratio, 0.7); got != tt.want {
 			t.Errorf("verdict(%v, 0.7) = %q, want %q", tt.ratio, got, tt.want)
 		}
 	}

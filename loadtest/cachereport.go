@@ -35,7 +35,7 @@ func cacheReport(o options, so soldOutPhase, rd readsPhase, st []stampedeRound) 
 
 	b.WriteString("## Summary\n\n| measure | result | target |\n| --- | ---: | --- |\n")
 	fmt.Fprintf(&b, "| sold-out refusals/s ÷ healthz/s | %s (%.0f / %.0f per s; rounds %s) | ≥ %.1f×: %s |\n",
-		ratio(refusedPerS, hz1), refusedPerS, hz1, pairRange(refusals, healthz1, http.StatusConflict), readTarget, verdict(refusedPerS/hz1, readTarget))
+		ratio(refusedPerS, hz1), refusedPerS, hz1, pairRange(refusals, healthz1, http.StatusConflict), readTarget, targetVerdict(refusedPerS/hz1, readTarget))
 	fmt.Fprintf(&b, "| sold-out answers given from the view (refused-from-view ÷ sold-out outcomes, the replicas' counters) | %s | all |\n",
 		share(view1.refused, soldOutAnswers(view1, refusedN), view1.has(metricRefusedByView)))
 	fmt.Fprintf(&b, "| Postgres queries per 1,000 refusals (view and key-set counters) | %s | 0 |\n",
@@ -43,7 +43,7 @@ func cacheReport(o options, so soldOutPhase, rd readsPhase, st []stampedeRound) 
 	fmt.Fprintf(&b, "| scans of the run's tables per 1,000 refusals, over all the phase's rounds (pg_stat_user_tables) | %s | 0 |\n",
 		perThousand(float64(sumScans(so.rounds)), float64(refusedN), true))
 	fmt.Fprintf(&b, "| product reads/s ÷ healthz/s, during a sale | %s (%.0f / %.0f per s; rounds %s) | ≥ %.1f×: %s |\n",
-		ratio(readsPerS, hz2), readsPerS, hz2, pairRange(reads, healthz2, http.StatusOK), readTarget, verdict(readsPerS/hz2, readTarget))
+		ratio(readsPerS, hz2), readsPerS, hz2, pairRange(reads, healthz2, http.StatusOK), readTarget, targetVerdict(readsPerS/hz2, readTarget))
 	fmt.Fprintf(&b, "| the buyers' confirmed orders/s meanwhile (%d connections) | %.0f | |\n",
 		saleBuyers, perSecond(rd.buyers.statuses[http.StatusCreated], rd.buyers.window))
 	fmt.Fprintf(&b, "| Postgres queries per 1,000 reads (view and key-set counters) | %s | |\n",
@@ -298,8 +298,8 @@ func ratio(a, b float64) string {
 	return fmt.Sprintf("**%.2f×**", a/b)
 }
 
-// verdict says whether ratio reaches target.
-func verdict(ratio, target float64) string {
+// targetVerdict says whether ratio reaches target.
+func targetVerdict(ratio, target float64) string {
 	switch {
 	case math.IsNaN(ratio) || math.IsInf(ratio, 0):
 		return "not measured"

@@ -98,10 +98,10 @@ func (h *harness) printOutcome(o drillOutcome) {
 		o.catches["fence"], o.catches["version"], o.catches["guard"], o.catches["check"])
 	for _, inv := range append(o.invariants, o.reconcile...) {
 		mark := "ok  "
-		if !inv.ok {
+		if !inv.OK {
 			mark = "FAIL"
 		}
-		h.printf("  %s          %s: %s\n", mark, inv.name, inv.detail)
+		h.printf("  %s          %s: %s\n", mark, inv.Name, inv.Detail)
 	}
 	h.printf("  availability  orders answered 429 during %.1fs, 503/5xx/nothing during %.1fs; longest stall %.1fs (from %.1fs); slowest replica answer %.1fs (%s); %d client timeouts\n",
 		a.busy.Seconds(), a.unavailable.Seconds(), a.longestStall.Seconds(), a.stallAt.Seconds(), a.slowest.Seconds(), a.slowestWhat, a.timeouts)

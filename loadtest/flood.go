@@ -443,7 +443,7 @@ func floodReport(o options, hot int64, lines []floodLine, rounds []floodRound) s
 		if l.kind.name != floodBaseline {
 			target = "for information"
 			if l.kind.target > 0 {
-				target = fmt.Sprintf("≥ %.1f×: %s", l.kind.target, verdict(l.ratio, l.kind.target))
+				target = fmt.Sprintf("≥ %.1f×: %s", l.kind.target, targetVerdict(l.ratio, l.kind.target))
 			}
 		}
 		span := "–"

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
 func TestParseOptions(t *testing.T) {
@@ -148,14 +149,14 @@ func TestComparisonTable(t *testing.T) {
 // non-zero exit on interruption included), unless what did run broke an invariant.
 func TestReportVerdict(t *testing.T) {
 	t.Parallel()
-	held := []invariant{{name: "no oversell", ok: true, detail: "0 units"}}
-	broken := []invariant{{name: "no oversell", ok: false, detail: "3 units"}}
+	held := []verdict.Invariant{{Name: "no oversell", OK: true, Detail: "0 units"}}
+	broken := []verdict.Invariant{{Name: "no oversell", OK: false, Detail: "3 units"}}
 	k6Interrupted := errors.New("exit status 105")
 	cases := []struct {
 		name       string
 		stopped    bool
 		k6Err      error
-		invariants []invariant
+		invariants []verdict.Invariant
 		want       error
 		verdict    string
 	}{

@@ -390,7 +390,7 @@ func replayReport(o options, product int64, lines []replayLine, rounds []replayR
 	for _, l := range lines {
 		target := "baseline"
 		if l.mode != replayFresh {
-			target = fmt.Sprintf("≥ %.1f×: %s", replayTarget, verdict(l.ratio, replayTarget))
+			target = fmt.Sprintf("≥ %.1f×: %s", replayTarget, targetVerdict(l.ratio, replayTarget))
 		}
 		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.0f | %s | %s |\n", replayAbout(l.mode), l.rate, ratio(l.rate, lines[0].rate), target,
 			l.confirmed, answersOf(l.statuses), strings.TrimPrefix(describePairs(l.counters), "; "))

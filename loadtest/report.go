@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
 // progress prints a line every five seconds while k6 runs: what the replicas have answered.
@@ -62,7 +64,7 @@ func saleTiming(ctx context.Context, run *saleRun) (timing, error) {
 
 // report prints the one-screen summary and returns errFailed when anything failed, else
 // errStopped when a signal cut the load short.
-func (h *harness) report(run *saleRun, invariants []invariant, ledgers map[int64]productLedger, t timing) error {
+func (h *harness) report(run *saleRun, invariants []verdict.Invariant, ledgers map[int64]verdict.Ledger, t timing) error {
 	s := run.summary
 	secs := s.State.TestRunDurationMs / 1000
 	count := func(m string) float64 { return s.value(m, "count") }
@@ -138,10 +140,10 @@ func (h *harness) report(run *saleRun, invariants []invariant, ledgers map[int64
 	h.printf("invariants (checked in Postgres):\n")
 	for _, inv := range invariants {
 		mark := "ok  "
-		if !inv.ok {
+		if !inv.OK {
 			mark, failed = "FAIL", true
 		}
-		h.printf("  %s %s: %s\n", mark, inv.name, inv.detail)
+		h.printf("  %s %s: %s\n", mark, inv.Name, inv.Detail)
 	}
 	verdict := "PASS"
 	switch {

@@ -1,4 +1,4 @@
-package main
+package verdict
 
 import (
 	"context"
@@ -70,7 +70,7 @@ func TestReconcileKeys(t *testing.T) {
 			}
 			failed := 0
 			for _, inv := range v.invariants() {
-				if !inv.ok {
+				if !inv.OK {
 					failed++
 				}
 			}
@@ -96,7 +96,7 @@ func TestReconcileKeysCounts(t *testing.T) {
 	if v.sent != 3 || v.storedConfirmed != 3 || v.unknownSold != 1 || len(v.refusedSold) != 1 {
 		t.Fatalf("verdict %+v: want 3 sent, 3 stored confirmed, 1 with no answer, 1 refused", v)
 	}
-	detail := v.invariants()[0].detail
+	detail := v.invariants()[0].Detail
 	for _, want := range []string{"3 keys sent", "1 every attempt refused", "key c: stored confirmed at 1.000s (order oc); customer c: 429 busy"} {
 		if !strings.Contains(detail, want) {
 			t.Errorf("detail %q does not say %q", detail, want)

@@ -1,4 +1,4 @@
-package main
+package verdict
 
 import (
 	"context"
@@ -156,7 +156,7 @@ func examples(fs []keyFinding) string {
 }
 
 // invariants states the verdict as the drill's checks.
-func (v keyVerdict) invariants() []invariant {
+func (v keyVerdict) invariants() []Invariant {
 	lies := fmt.Sprintf("%d keys sent, %d stored confirmed (%d of them with no definitive answer: allowed); "+
 		"%d every attempt refused, %d refused more than %v after the sale was stored",
 		v.sent, v.storedConfirmed, v.unknownSold, len(v.refusedSold), len(v.refusedAfter), refusalSlack)
@@ -170,11 +170,11 @@ func (v keyVerdict) invariants() []invariant {
 	if len(v.strangers) > 0 {
 		told += fmt.Sprintf(" (e.g. %s)", v.strangers[0])
 	}
-	return []invariant{
-		{name: "every key stored confirmed was told 201 or never answered (no refusal for a sold key)",
-			ok: len(v.refusedSold) == 0 && len(v.refusedAfter) == 0, detail: lies},
-		{name: "every key told 201 is stored with its order, every stored key was sent",
-			ok: len(v.notStored) == 0 && len(v.strangers) == 0, detail: told},
+	return []Invariant{
+		{Name: "every key stored confirmed was told 201 or never answered (no refusal for a sold key)",
+			OK: len(v.refusedSold) == 0 && len(v.refusedAfter) == 0, Detail: lies},
+		{Name: "every key told 201 is stored with its order, every stored key was sent",
+			OK: len(v.notStored) == 0 && len(v.strangers) == 0, Detail: told},
 	}
 }
 
@@ -207,8 +207,8 @@ func readStoredKeys(ctx context.Context, pool *pgxpool.Pool, start time.Time) (m
 	return stored, nil
 }
 
-// reconcileDrillKeys reconciles the keys of ops with the run's idempotency records.
-func reconcileDrillKeys(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, start time.Time) ([]invariant, error) {
+// Keys reconciles the keys of ops with the run's idempotency records.
+func Keys(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, start time.Time) ([]Invariant, error) {
 	stored, err := readStoredKeys(ctx, pool, start)
 	if err != nil {
 		return nil, err
