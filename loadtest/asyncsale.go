@@ -71,10 +71,10 @@ type asyncFigures struct {
 	slowest                 []slowDecision // the three longest waits for a decision
 }
 
-func (h *harness) asyncSale(ctx context.Context) error {
+func (h *harness) asyncSale(ctx context.Context, o asyncOptions) error {
 	sc := scenario{name: "async-sale", about: "every order Prefer: respond-async; SIGKILL a replica mid-sale, restart it"}
 	plan := drillPlan{lockTTL: 2 * time.Second}
-	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(h.opts.seed, 0), rec: model.NewRecorder(),
+	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(o.seed, 0), rec: model.NewRecorder(),
 		dir: filepath.Join(h.out, "async-sale")}
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return err
@@ -86,24 +86,24 @@ func (h *harness) asyncSale(ctx context.Context) error {
 	front := fmt.Sprintf("http://127.0.0.1:%d", d.c.Front)
 	d.client = newDrillClient([]string{front}, d.c.Token, "async", 10*time.Second, d.rec, retryPolicy{})
 	defer d.client.close()
-	product, err := d.client.createProduct(ctx, "ASYNC-"+rand.Text()[:6], int64(h.opts.stock))
+	product, err := d.client.createProduct(ctx, "ASYNC-"+rand.Text()[:6], int64(o.stock))
 	if err != nil {
 		return err
 	}
 	h.printf("[async-sale] %d replicas behind HAProxy, product %d with %d units; %d orders/s of 1–2 units for %v, every one Prefer: respond-async\n",
-		h.opts.replicas, product, h.opts.stock, h.opts.rate, h.opts.duration)
+		h.cluster.replicas, product, o.stock, o.rate, o.duration)
 
 	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	defer httpc.CloseIdleConnections()
 	var fig asyncFigures
 	fig.killedAt, fig.pausedAt = -1, -1
-	if h.opts.asyncBaseline {
-		other, err := d.client.createProduct(ctx, "SYNC-"+rand.Text()[:6], int64(h.opts.stock))
+	if o.baseline {
+		other, err := d.client.createProduct(ctx, "SYNC-"+rand.Text()[:6], int64(o.stock))
 		if err != nil {
 			return err
 		}
 		h.printf("[async-sale] baseline first: the same load without the preference, on product %d\n", other)
-		sync, retried := h.openLoop(ctx, d, httpc, front, other, false, nil)
+		sync, retried := h.openLoop(ctx, o, d, httpc, front, other, false, nil)
 		fig.baseline, fig.syncSent, fig.syncRetried = true, len(sync), retried
 		var ok, all []time.Duration
 		for _, o := range sync {
@@ -121,25 +121,25 @@ func (h *harness) asyncSale(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	orders, retried := h.openLoop(ctx, d, httpc, front, product, true, func(loadCtx context.Context, start time.Time, wg *sync.WaitGroup) {
-		if h.opts.pauseAfter > 0 {
+	orders, retried := h.openLoop(ctx, o, d, httpc, front, product, true, func(loadCtx context.Context, start time.Time, wg *sync.WaitGroup) {
+		if o.pauseAfter > 0 {
 			wg.Go(func() {
-				if sleep(loadCtx, h.opts.pauseAfter) != nil {
+				if sleep(loadCtx, o.pauseAfter) != nil {
 					return
 				}
 				fig.pausedAt = time.Since(start)
-				name, err := pauseLineHolder(context.WithoutCancel(ctx), d, pool, product, h.opts.pauseFor)
+				name, err := pauseLineHolder(context.WithoutCancel(ctx), d, pool, product, o.pauseFor)
 				if err != nil {
 					d.fail("pause the line's holder: %v", err)
 				}
 				fig.paused = name
 			})
 		}
-		if h.opts.killAfter <= 0 {
+		if o.killAfter <= 0 {
 			return
 		}
 		wg.Go(func() {
-			if sleep(loadCtx, h.opts.killAfter) != nil {
+			if sleep(loadCtx, o.killAfter) != nil {
 				return
 			}
 			r := d.c.Replicas[d.victim]
@@ -195,7 +195,7 @@ func (h *harness) asyncSale(ctx context.Context) error {
 			fig.failed++
 		}
 	}
-	checks, err := asyncChecks(ctx, pool, httpc, front, product, int64(h.opts.stock), orders, &fig)
+	checks, err := asyncChecks(ctx, pool, httpc, front, product, int64(o.stock), orders, &fig)
 	if err != nil {
 		return err
 	}
@@ -204,13 +204,13 @@ func (h *harness) asyncSale(ctx context.Context) error {
 		checks = append(checks, verdict.Invariant{Name: "harness", OK: false, Detail: f})
 	}
 	d.mu.Unlock()
-	return h.asyncReport(d.dir, fig, checks)
+	return h.asyncReport(d.dir, o, fig, checks)
 }
 
 // openLoop sends orders of 1–2 units of product at the run's rate for its duration (open loop:
 // arrivals do not wait for answers), with the preference when async, each under a key of its
 // own, and returns them once every one is answered; fault, when set, starts beside the load.
-func (h *harness) openLoop(ctx context.Context, d *drillEnv, httpc *http.Client, front string, product int64, async bool,
+func (h *harness) openLoop(ctx context.Context, o asyncOptions, d *drillEnv, httpc *http.Client, front string, product int64, async bool,
 	fault func(loadCtx context.Context, start time.Time, wg *sync.WaitGroup)) ([]*asyncOrder, int) {
 	var (
 		mu      sync.Mutex
@@ -219,12 +219,12 @@ func (h *harness) openLoop(ctx context.Context, d *drillEnv, httpc *http.Client,
 		retried atomic.Int64
 	)
 	start := time.Now()
-	loadCtx, stopLoad := context.WithTimeout(ctx, h.opts.duration)
+	loadCtx, stopLoad := context.WithTimeout(ctx, o.duration)
 	defer stopLoad()
 	if fault != nil {
 		fault(loadCtx, start, &wg)
 	}
-	tick := time.NewTicker(time.Second / time.Duration(h.opts.rate))
+	tick := time.NewTicker(time.Second / time.Duration(o.rate))
 	defer tick.Stop()
 	n := 0
 	for {
@@ -460,7 +460,7 @@ func asyncChecks(ctx context.Context, pool *pgxpool.Pool, c *http.Client, front 
 
 func first(s []string) []string { return s[:min(len(s), 3)] }
 
-func (h *harness) asyncReport(dir string, fig asyncFigures, checks []verdict.Invariant) error {
+func (h *harness) asyncReport(dir string, o asyncOptions, fig asyncFigures, checks []verdict.Invariant) error {
 	h.printf("\n== asynchronous sale\n")
 	h.printf("orders sent         %d (%d retried with the same key after a 429/5xx or a lost connection)\n", fig.sent, fig.retried)
 	h.printf("answered            %d accepted (202), %d refused at once (409 sold out), %d never answered\n", fig.accepted, fig.refusedAtOnce, fig.failed)
@@ -470,7 +470,7 @@ func (h *harness) asyncReport(dir string, fig asyncFigures, checks []verdict.Inv
 		h.printf("fault               SIGKILL of one replica %v into the load, restarted a second later\n", fig.killedAt.Round(time.Millisecond))
 	}
 	if fig.paused != "" {
-		h.printf("fault               SIGSTOP of %s, which drained the line, %v into the load, for %v\n", fig.paused, fig.pausedAt.Round(time.Millisecond), h.opts.pauseFor)
+		h.printf("fault               SIGSTOP of %s, which drained the line, %v into the load, for %v\n", fig.paused, fig.pausedAt.Round(time.Millisecond), o.pauseFor)
 	}
 	h.printf("POST → 202          p50 %v, p99 %v (client)\n", fig.acceptP50.Round(100*time.Microsecond), fig.acceptP99.Round(100*time.Microsecond))
 	h.printf("202 → decision      p50 %v, p99 %v, max %v (Postgres clock, accepted_at → decided_at)\n",

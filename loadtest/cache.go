@@ -102,6 +102,7 @@ func (r cacheRound) rate(status int) float64 {
 // cacheBench holds what the phases of the -cache mode share.
 type cacheBench struct {
 	h      *harness
+	o      cacheOptions
 	c      *cluster.Cluster
 	script string // statusLua's path
 	// tables reads the statistics of the run's database: its own queries scan no table of it.
@@ -143,13 +144,13 @@ type readBurst struct {
 }
 
 // cache runs the three phases on one deployment and writes cache.md.
-func (h *harness) cache(ctx context.Context) error {
+func (h *harness) cache(ctx context.Context, o cacheOptions) error {
 	c, err := h.startCluster(ctx, "cache")
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	b := &cacheBench{h: h, c: c, script: filepath.Join(c.Dir, "status.lua")}
+	b := &cacheBench{h: h, o: o, c: c, script: filepath.Join(c.Dir, "status.lua")}
 	if err := os.WriteFile(b.script, []byte(statusLua), 0o644); err != nil {
 		return err
 	}
@@ -157,13 +158,13 @@ func (h *harness) cache(ctx context.Context) error {
 		return fmt.Errorf("connect to %s: %w", c.Database, err)
 	}
 	defer b.tables.Close(context.WithoutCancel(ctx))
-	redisOpts, err := redis.ParseURL(h.opts.redisURL)
+	redisOpts, err := redis.ParseURL(h.cluster.redisURL)
 	if err != nil {
-		return fmt.Errorf("parse %s: %w", cluster.Redact(h.opts.redisURL), err)
+		return fmt.Errorf("parse %s: %w", cluster.Redact(h.cluster.redisURL), err)
 	}
 	b.rdb = redis.NewClient(redisOpts)
 	defer b.rdb.Close()
-	readers := h.opts.stampedeReaders
+	readers := o.stampedeReaders
 	b.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		MaxIdleConns: readers, MaxIdleConnsPerHost: readers, IdleConnTimeout: time.Minute}}
 	defer b.client.CloseIdleConnections()
@@ -185,7 +186,7 @@ func (h *harness) cache(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	report := cacheReport(h.opts, soldOut, reads, stampedes)
+	report := cacheReport(h.cluster.replicas, o, soldOut, reads, stampedes)
 	h.printf("\n%s\n", report)
 	path := filepath.Join(h.out, "cache.md")
 	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
@@ -328,7 +329,7 @@ func (b *cacheBench) reads(ctx context.Context) (readsPhase, error) {
 	if p.product, err = b.c.CreateProduct(ctx, "on-sale", throughputStock); err != nil {
 		return p, err
 	}
-	o := b.h.opts
+	o := b.o
 	// The buyers run until stopped; the bound is only for a harness that died without
 	// stopping them (the supervisor kills them on every other way out).
 	bound := time.Duration(2*o.rounds+2)*(o.duration+10*time.Second) + time.Minute
@@ -363,7 +364,7 @@ func (b *cacheBench) reads(ctx context.Context) (readsPhase, error) {
 	return p, nil
 }
 
-// alternate runs a warm-up of a and of b, then h.opts.rounds rounds of each in turn, a first.
+// alternate runs a warm-up of a and of b, then o.rounds rounds of each in turn, a first.
 // background, if not nil, is a load running throughout: its CPU counts as the generator's.
 func (b *cacheBench) alternate(ctx context.Context, a, other cacheLoad, background *cluster.Proc) ([]cacheRound, error) {
 	// Where a replica's CPU goes under the load measured — what bounds the ratio, if anything
@@ -384,9 +385,9 @@ func (b *cacheBench) alternate(ctx context.Context, a, other cacheLoad, backgrou
 		return nil, err
 	}
 	var rounds []cacheRound
-	for i := range b.h.opts.rounds {
+	for i := range b.o.rounds {
 		for _, l := range []cacheLoad{a, other} {
-			r, err := b.round(ctx, l, fmt.Sprintf("round %d", i+1), b.h.opts.duration, background)
+			r, err := b.round(ctx, l, fmt.Sprintf("round %d", i+1), b.o.duration, background)
 			if err != nil {
 				return nil, err
 			}
@@ -438,7 +439,7 @@ func (b *cacheBench) round(ctx context.Context, l cacheLoad, name string, d time
 	if err != nil {
 		return cacheRound{}, err
 	}
-	cmd := exec.CommandContext(ctx, b.h.wrk, "-t", "2", "-c", strconv.Itoa(b.h.opts.clients),
+	cmd := exec.CommandContext(ctx, b.h.wrk, "-t", "2", "-c", strconv.Itoa(b.o.clients),
 		"-d", fmt.Sprintf("%ds", int(d.Seconds())), "--latency", "-s", b.script, b.url(l.path))
 	cmd.Env = os.Environ()
 	if l.product != 0 {
@@ -470,9 +471,9 @@ func (b *cacheBench) round(ctx context.Context, l cacheLoad, name string, d time
 	return r, nil
 }
 
-// stampedes runs h.opts.stampedeRounds stampedes on product.
+// stampedes runs o.stampedeRounds stampedes on product.
 func (b *cacheBench) stampedes(ctx context.Context, product int64) ([]stampedeRound, error) {
-	o := b.h.opts
+	o := b.o
 	if o.stampedeRounds == 0 {
 		return nil, nil
 	}
@@ -501,7 +502,7 @@ func viewKey(prefix string, product int64) string {
 
 func (b *cacheBench) stampede(ctx context.Context, product int64, key string) (stampedeRound, error) {
 	var r stampedeRound
-	readers := b.h.opts.stampedeReaders
+	readers := b.o.stampedeReaders
 	// The readers' connections are opened first, on healthz, so that the stampede measures
 	// reads and not TCP handshakes; and the view is read once, so that its key is there.
 	if opened := b.releaseReads(ctx, "/healthz", readers); opened.statuses[http.StatusOK] != readers {

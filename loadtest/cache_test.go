@@ -173,7 +173,7 @@ func TestCacheReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	report := cacheReport(o, so, rd, st)
+	report := cacheReport(o.cluster.replicas, o.cache, so, rd, st)
 	for _, want := range []string{
 		"| sold-out refusals/s ÷ healthz/s | **0.90×** (9000 / 10000 per s; rounds 0.80–1.00×) | ≥ 0.7×: met |",
 		"| sold-out answers given from the view (refused-from-view ÷ sold-out outcomes, the replicas' counters) | 83.3% (240000 of 288000) | all |",
@@ -203,7 +203,7 @@ func TestCacheReportWithoutViewMetrics(t *testing.T) {
 	for i := range st {
 		st[i].view = viewStats{}
 	}
-	report := cacheReport(options{replicas: 3, clients: 128, rounds: 3, stampedeReaders: 500}, so, rd, st)
+	report := cacheReport(3, cacheOptions{clients: 128, rounds: 3, stampedeReaders: 500}, so, rd, st)
 	for _, want := range []string{
 		"| sold-out answers given from the view (refused-from-view ÷ sold-out outcomes, the replicas' counters) | n/a | all |",
 		"Postgres queries per round, median (min–max of 3 rounds) | n/a | 1 |",
@@ -242,7 +242,7 @@ func TestParseOptionsCache(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if !o.cache || o.rounds != 3 || o.stampedeRounds != 10 || o.stampedeReaders != 500 {
+	if o.mode != modeCache || o.cache.rounds != 3 || o.cache.stampedeRounds != 10 || o.cache.stampedeReaders != 500 {
 		t.Errorf("defaults = %+v", o)
 	}
 	for _, args := range [][]string{{"-cache", "-rounds", "0"}, {"-cache", "-stampede-readers", "0"}, {"-cache", "-stampede-rounds", "-1"}} {

@@ -10,12 +10,12 @@ import (
 )
 
 // cacheReport renders what the -cache mode measured as markdown (cache.md).
-func cacheReport(o options, so soldOutPhase, rd readsPhase, st []stampedeRound) string {
+func cacheReport(replicas int, o cacheOptions, so soldOutPhase, rd readsPhase, st []stampedeRound) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy, wrk closed loops of %d connections through the balancer. "+
 		"Each phase alternates rounds of %v of its load and of `GET /healthz` (%d of each, after unmeasured warm-ups: %v of the load, one replica profiled meanwhile, and %v of healthz); "+
 		"rates are medians over the rounds, and ratios are taken between those medians.\n\n",
-		o.replicas, o.clients, o.duration, o.rounds, profiledWarmUp, cacheWarmUp)
+		replicas, o.clients, o.duration, o.rounds, profiledWarmUp, cacheWarmUp)
 
 	refusals, healthz1 := roundsOf(so.rounds, kindRefusals), roundsOf(so.rounds, kindHealthz)
 	reads, healthz2 := roundsOf(rd.rounds, kindReads), roundsOf(rd.rounds, kindHealthz)

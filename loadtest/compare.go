@@ -38,10 +38,10 @@ type comparison struct {
 
 // compare runs the same rush against three configurations of the service, then the bare
 // pgbench anchor, and prints the table with ratios against the default path.
-func (h *harness) compare(ctx context.Context) error {
+func (h *harness) compare(ctx context.Context, o saleOptions) error {
 	// The rows after the first are the service before issue #8: one order per batch, and
 	// orders queued for as long as the lock wait (there was no admission).
-	old := h.opts.lockWait
+	old := h.cluster.lockWait
 	configs := []struct {
 		title string
 		spec  saleSpec
@@ -60,7 +60,7 @@ func (h *harness) compare(ctx context.Context) error {
 	var rows []comparison
 	for _, c := range configs {
 		c.spec.scenarios, c.spec.requestLog = "rush", true
-		run, err := h.runSale(ctx, c.spec)
+		run, err := h.runSale(ctx, c.spec, o)
 		if err != nil {
 			return err
 		}
@@ -75,13 +75,13 @@ func (h *harness) compare(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	anchor, err := h.pgbenchAnchor(ctx)
+	anchor, err := h.pgbenchAnchor(ctx, o.pgbenchClients, o.stock)
 	if err != nil {
 		return err
 	}
 	rows = append(rows, anchor)
 
-	table := comparisonTable(rows, h.opts)
+	table := comparisonTable(rows, h.cluster.replicas, o)
 	h.printf("\n%s\n", table)
 	path := filepath.Join(h.out, "compare.md")
 	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
@@ -225,8 +225,9 @@ func percentile(values []float64, p float64) float64 {
 var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
 
 // pgbenchAnchor measures the physical floor: pgbench running the bare single-row conditional
-// decrement on the same Postgres, with no service, lock or HTTP in the way.
-func (h *harness) pgbenchAnchor(ctx context.Context) (comparison, error) {
+// decrement on the same Postgres, with no service, lock or HTTP in the way, with clients
+// clients. stock is what the row's time to sell out is computed for.
+func (h *harness) pgbenchAnchor(ctx context.Context, clients, stock int) (comparison, error) {
 	pgbench, err := cluster.FindTool(ctx, "pgbench", "postgresql-client", h.w)
 	if err != nil {
 		return comparison{}, err
@@ -258,7 +259,6 @@ func (h *harness) pgbenchAnchor(ctx context.Context) (comparison, error) {
 		return comparison{}, err
 	}
 	const seconds = 10
-	clients := h.opts.pgbenchClients
 	h.printf("[d-pgbench] pgbench -c %d -T %d: bare UPDATE ... WHERE stock > 0 on one row\n", clients, seconds)
 	cmd := exec.CommandContext(ctx, pgbench, "-n", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)),
 		"-T", strconv.Itoa(seconds), "-f", script, "-l", "--log-prefix", filepath.Join(dir, "latency"), dbURL)
@@ -280,15 +280,15 @@ func (h *harness) pgbenchAnchor(ctx context.Context) (comparison, error) {
 		label:         "d-pgbench",
 		title:         fmt.Sprintf("(d) physical anchor: pgbench, %d clients, bare UPDATE ... WHERE stock > 0", clients),
 		purchasesPerS: tps,
-		stock:         int64(h.opts.stock),
-		sold:          int64(h.opts.stock),
+		stock:         int64(stock),
+		sold:          int64(stock),
 		p99Confirmed:  percentile(latencies, 99),
 		p99All:        percentile(latencies, 99),
 		requests:      len(latencies),
 		note:          "time to sell out computed as stock / tps",
 	}
 	if tps > 0 {
-		row.sellOut = time.Duration(float64(h.opts.stock) / tps * float64(time.Second))
+		row.sellOut = time.Duration(float64(stock) / tps * float64(time.Second))
 	}
 	return row, nil
 }
@@ -320,10 +320,10 @@ func pgbenchLatencies(dir string) ([]float64, error) {
 }
 
 // comparisonTable formats the rows as Markdown, with ratios against the first row.
-func comparisonTable(rows []comparison, o options) string {
+func comparisonTable(rows []comparison, replicas int, o saleOptions) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Same machine, one run: %d replicas behind HAProxy, k6 rush ramping to %d orders/s over %v, %d units of one product, 1..3 units per order.\n\n",
-		o.replicas, o.rate, o.duration, o.stock)
+		replicas, o.rate, o.duration, o.stock)
 	b.WriteString("| configuration | confirmed purchases/s | time to sell out | buyers refused while stock remained | p99 confirmed | p99 all answers | oversold units |\n")
 	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	base := rows[0]

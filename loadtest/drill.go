@@ -34,6 +34,7 @@ type drillPlan struct {
 	checkTimeout  time.Duration
 	readSlack     time.Duration
 	model         model.Options
+	direct        bool          // clients talk to the replicas in turn, no balancer (tests)
 	warmup, tail  time.Duration // selling before the fault, and after it healed
 }
 
@@ -149,15 +150,15 @@ func sleep(ctx context.Context, d time.Duration) error {
 // setup starts the run's world (cluster.Start). Everything it starts is stopped, and its
 // database dropped, by d.teardown, deferred by the caller.
 func (d *drillEnv) setup(ctx context.Context) error {
-	d.victim = d.rng.intN(d.h.opts.replicas)
+	d.victim = d.rng.intN(d.h.cluster.replicas)
 	var victimEnv []string
 	c, err := cluster.Start(ctx, cluster.Config{
-		Dir: d.dir, Binary: d.h.binary, HAProxy: d.h.haproxy, Replicas: d.h.opts.replicas,
-		ServerURL: d.h.opts.databaseURL, OwnPostgres: d.sc.ownPostgres,
+		Dir: d.dir, Binary: d.h.binary, HAProxy: d.h.haproxy, Replicas: d.h.cluster.replicas,
+		ServerURL: d.h.cluster.databaseURL, OwnPostgres: d.sc.ownPostgres,
 		Database: fmt.Sprintf("stocksvc_drill_%d_%s", time.Now().UnixNano(), strings.ReplaceAll(d.sc.name, "-", "_")),
-		RedisURL: d.h.opts.redisURL, OwnRedis: d.sc.ownRedis, Redlock: max(d.h.opts.redlock, d.sc.redlock),
+		RedisURL: d.h.cluster.redisURL, OwnRedis: d.sc.ownRedis, Redlock: max(d.h.cluster.redlock, d.sc.redlock),
 		Prefix: "stocksvc-drill:" + rand.Text()[:10] + ":", Token: rand.Text(),
-		Direct: d.h.opts.direct, Keep: d.h.opts.keep, Warnings: d.h.w,
+		Direct: d.plan.direct, Keep: d.h.cluster.keep, Warnings: d.h.w,
 		BeforeReplicas: func(c *cluster.Cluster) error {
 			if d.sc.proxyPostgres {
 				u, _ := url.Parse(c.DatabaseURL)
@@ -181,14 +182,14 @@ func (d *drillEnv) setup(ctx context.Context) error {
 		},
 		Env: func(i int) []string {
 			env := []string{
-				"STOCKSVC_DEFENSE=" + d.h.opts.defense,
+				"STOCKSVC_DEFENSE=" + d.h.cluster.defense,
 				"STOCKSVC_LOCK_WAIT=" + d.lockWait().String(),
 				"STOCKSVC_LOCK_TTL=" + d.plan.lockTTL.String(),
 				// Three replicas of every drill share the machine's Postgres (100 connections)
 				// with the rest of the machine.
 				"STOCKSVC_DB_MAX_CONNS=8",
 			}
-			if d.h.opts.defense != defaultDefense {
+			if d.h.cluster.defense != defaultDefense {
 				env = append(env, "STOCKSVC_DEMO_UNSAFE=1")
 			}
 			if i == d.victim {
@@ -206,7 +207,7 @@ func (d *drillEnv) lockWait() time.Duration {
 	if d.sc.lockWait > 0 {
 		return d.sc.lockWait
 	}
-	return d.h.opts.lockWait
+	return d.h.cluster.lockWait
 }
 
 // firstRedisURL is the Redis a fault looks at the locks on: the run's Redis, or the first of
@@ -415,7 +416,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		return out
 	}
 	bases := []string{fmt.Sprintf("http://127.0.0.1:%d", d.c.Front)}
-	if h.opts.direct {
+	if plan.direct {
 		bases = nil
 		for _, r := range d.c.Replicas {
 			bases = append(bases, fmt.Sprintf("http://127.0.0.1:%d", r.Port))

@@ -138,12 +138,14 @@ func TestDrillCatchesUnsafeDefense(t *testing.T) {
 		t.Fatalf("%v\n%s", err, buildLog.String())
 	}
 	var log strings.Builder
-	h := &harness{w: &log, out: dir, binary: binary, opts: options{
-		replicas: 2, defense: "none", lockWait: 2 * time.Second, lockTTL: 2 * time.Second, direct: true,
+	h := &harness{w: &log, out: dir, binary: binary, cluster: clusterOptions{
+		replicas: 2, defense: "none", lockWait: 2 * time.Second, databaseURL: databaseURL, redisURL: redisURL,
+	}}
+	drills := drillOptions{lockTTL: 2 * time.Second, direct: true,
 		// A modest rate keeps the history narrow enough for Porcupine to prove the violation
 		// quickly, even under the race detector on a busy machine; the volleys overlap buyers.
-		databaseURL: databaseURL, redisURL: redisURL, drillRate: 15, clientTimeout: 5 * time.Second, checkTimeout: 2 * time.Minute,
-	}}
+		rate: 15, clientTimeout: 5 * time.Second, checkTimeout: 2 * time.Minute,
+	}
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	// Volleys of eight simultaneous orders for the hot product, spread over both replicas:
 	// without a lock or a condition on the write, simultaneous buyers read the same stock.
@@ -161,7 +163,7 @@ func TestDrillCatchesUnsafeDefense(t *testing.T) {
 		}}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	o := h.runDrill(ctx, h.drillPlan(), volleys, 1, 7)
+	o := h.runDrill(ctx, drills.plan(), volleys, 1, 7)
 	if o.err != nil {
 		t.Fatalf("drill: %v\n%s", o.err, log.String())
 	}

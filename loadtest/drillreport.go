@@ -16,25 +16,25 @@ import (
 
 // drills runs every chosen scenario -runs times, reports each run and a table of all of
 // them (also written to drills.md in the output directory), and fails unless every run passed.
-func (h *harness) drills(ctx context.Context) error {
-	picked, err := pickScenarios(h.opts.fault)
+func (h *harness) drills(ctx context.Context, opts drillOptions) error {
+	picked, err := pickScenarios(opts.fault)
 	if err != nil {
 		return err
 	}
-	plan := h.drillPlan()
+	plan := opts.plan()
 	var outcomes []drillOutcome
 	began := time.Now()
 	for _, sc := range picked {
-		for run := 1; run <= h.opts.runs; run++ {
+		for run := 1; run <= opts.runs; run++ {
 			if ctx.Err() != nil {
 				break
 			}
-			o := h.runDrill(ctx, plan, sc, run, h.opts.seed+uint64(run)-1)
+			o := h.runDrill(ctx, plan, sc, run, opts.seed+uint64(run)-1)
 			h.printOutcome(o)
 			outcomes = append(outcomes, o)
 		}
 	}
-	table := drillTable(outcomes, h.opts, time.Since(began))
+	table := drillTable(outcomes, h.cluster, opts, time.Since(began))
 	h.printf("\n%s\n", table)
 	path := filepath.Join(h.out, "drills.md")
 	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
@@ -53,12 +53,12 @@ func (h *harness) drills(ctx context.Context) error {
 }
 
 // recheck checks a saved history again; a violation's picture goes beside it.
-func (h *harness) recheck(path string) error {
+func (h *harness) recheck(path string, plan drillPlan) error {
 	ops, end, err := model.Load(path)
 	if err != nil {
 		return err
 	}
-	writes, reads, err := checkBoth(h.drillPlan(), ops, end, nil, filepath.Dir(path))
+	writes, reads, err := checkBoth(plan, ops, end, nil, filepath.Dir(path))
 	if err != nil {
 		return err
 	}
@@ -69,14 +69,16 @@ func (h *harness) recheck(path string) error {
 	return nil
 }
 
-func (h *harness) drillPlan() drillPlan {
+// plan is what every run of every drill shares, and what -recheck checks with.
+func (o drillOptions) plan() drillPlan {
 	return drillPlan{
-		rate:          h.opts.drillRate,
-		lockTTL:       h.opts.lockTTL,
-		clientTimeout: h.opts.clientTimeout,
-		checkTimeout:  h.opts.checkTimeout,
-		readSlack:     h.opts.readSlack,
-		model:         model.Options{ExactAvailable: !h.opts.looseSoldOut},
+		rate:          o.rate,
+		lockTTL:       o.lockTTL,
+		clientTimeout: o.clientTimeout,
+		checkTimeout:  o.checkTimeout,
+		readSlack:     o.readSlack,
+		model:         model.Options{ExactAvailable: !o.looseSoldOut},
+		direct:        o.direct,
 		warmup:        3 * time.Second,
 		tail:          5 * time.Second,
 	}
@@ -146,10 +148,10 @@ func describeStatuses(byStatus map[int]int) string {
 
 // drillTable is the markdown table docs/reliability.md keeps: one row per scenario, with the
 // worst availability figures over its runs.
-func drillTable(outcomes []drillOutcome, o options, took time.Duration) string {
+func drillTable(outcomes []drillOutcome, cl clusterOptions, o drillOptions, took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "`go run -C loadtest . -fault %s -runs %d -seed %d` (%d replicas behind HAProxy, %.0f operations/s, lock TTL %v, lock wait %v, defense %s; %s in all)\n\n",
-		o.fault, o.runs, o.seed, o.replicas, o.drillRate, o.lockTTL, o.lockWait, o.defense, took.Round(time.Second))
+		o.fault, o.runs, o.seed, cl.replicas, o.rate, o.lockTTL, cl.lockWait, cl.defense, took.Round(time.Second))
 	b.WriteString("| scenario | runs | operations | unknown (found in DB) | violations | invalid | 429 time | 503/failed time | longest stall | slowest answer | failed requests | stale in-flight |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	type row struct {

@@ -162,8 +162,7 @@ type floodRound struct {
 func (r floodRound) confirmed() float64 { return r.buyers.perSecond(http.StatusCreated) }
 
 // floodBench runs the -flood benchmark and writes flood.md.
-func (h *harness) floodBench(ctx context.Context) error {
-	o := h.opts.flood
+func (h *harness) floodBench(ctx context.Context, o floodOptions) error {
 	kinds, err := pickFloodKinds(o.kinds)
 	if err != nil {
 		return err
@@ -190,7 +189,7 @@ func (h *harness) floodBench(ctx context.Context) error {
 		return err
 	}
 	h.printf("[flood] seeded in %v; %d replicas, %d buyers beside %d flooding connections, rounds of %v\n",
-		time.Since(began).Round(time.Second), h.opts.replicas, o.buyers, o.conns, o.round)
+		time.Since(began).Round(time.Second), h.cluster.replicas, o.buyers, o.conns, o.round)
 
 	runRound := func(k floodKind, n int, d time.Duration) (floodRound, error) {
 		label := fmt.Sprintf("round%d-%s", n, k.name)
@@ -238,7 +237,7 @@ func (h *harness) floodBench(ctx context.Context) error {
 		}
 	}
 	summary := summariseFlood(kinds, rounds)
-	report := floodReport(h.opts, hot, summary, rounds)
+	report := floodReport(h.cluster.replicas, o, hot, summary, rounds)
 	h.printf("\n%s\n", report)
 	path := filepath.Join(h.out, "flood.md")
 	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
@@ -425,13 +424,12 @@ func floodChecks(lines []floodLine) []string {
 }
 
 // floodReport renders the benchmark as markdown (flood.md).
-func floodReport(o options, hot int64, lines []floodLine, rounds []floodRound) string {
-	f := o.flood
+func floodReport(replicas int, f floodOptions, hot int64, lines []floodLine, rounds []floodRound) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy. In every round, %d wrk connections buy product %d (stock %d, %d past orders seeded) "+
 		"in a closed loop, each order a fresh Idempotency-Key, beside %d wrk connections flooding. Rounds of %v, %d of each flood, taking turns "+
 		"after a %v warm-up of each; rates are medians over the rounds; a ratio is the median over the turns of each round's rate to the healthz round of its turn.",
-		o.replicas, f.buyers, hot, throughputStock, f.orders, f.conns, f.round, f.rounds, floodWarmUp)
+		replicas, f.buyers, hot, throughputStock, f.orders, f.conns, f.round, f.rounds, floodWarmUp)
 	if f.rate > 0 {
 		fmt.Fprintf(&b, " Every flood was paced to at most %.0f requests/s (`-flood-rate`).", f.rate)
 	}

@@ -29,7 +29,8 @@ func TestParseOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.replicas != 3 || o.defense != defaultDefense || o.killAfter != 0 || !strings.HasPrefix(o.out, filepath.Join(root, "loadtest", "out")) ||
+	if o.mode != modeSale || o.cluster.replicas != 3 || o.cluster.defense != defaultDefense || o.sale.killAfter != 0 ||
+		!strings.HasPrefix(o.out, filepath.Join(root, "loadtest", "out")) ||
 		o.script != filepath.Join(root, "loadtest", "flashsale.js") {
 		t.Errorf("defaults = %+v", o)
 	}
@@ -137,7 +138,7 @@ func TestComparisonTable(t *testing.T) {
 		{label: "a", title: "(a) default", purchasesPerS: 200, sellOut: 3 * time.Second, sold: 1000, stock: 1000, p99Confirmed: 20, p99All: 10},
 		{label: "b", title: "(b) naive", purchasesPerS: 100, sold: 800, stock: 1000, refusedShare: 0.25, p99Confirmed: 300, p99All: 310},
 	}
-	got := comparisonTable(rows, options{replicas: 3, rate: 300, duration: 15 * time.Second, stock: 1000})
+	got := comparisonTable(rows, 3, saleOptions{rate: 300, duration: 15 * time.Second, stock: 1000})
 	for _, want := range []string{"| (a) default | 200 | 3s | 0.0% |", "| (b) naive | 100 (0.50×) | not sold out (800/1000) | 25.0% |"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q:\n%s", want, got)
@@ -170,11 +171,11 @@ func TestReportVerdict(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			var out strings.Builder
-			h := &harness{opts: options{replicas: 1, duration: 30 * time.Second}, w: &out}
+			h := &harness{cluster: clusterOptions{replicas: 1}, w: &out}
 			run := &saleRun{killed: -1, stopped: c.stopped, k6Err: c.k6Err, dir: t.TempDir(),
 				replicas: []replicaReport{{name: "r1"}}}
 			run.summary.State.TestRunDurationMs = 12_000
-			err := h.report(run, c.invariants, nil, timing{})
+			err := h.report(run, saleOptions{duration: 30 * time.Second}, c.invariants, nil, timing{})
 			if !errors.Is(err, c.want) || (c.want == nil && err != nil) {
 				t.Errorf("report() = %v, want %v", err, c.want)
 			}
@@ -185,5 +186,50 @@ func TestReportVerdict(t *testing.T) {
 				t.Errorf("summary says stopped = %v, want %v:\n%s", stoppedLine, c.stopped, out.String())
 			}
 		})
+	}
+}
+
+// TestParseOptionsCutsFlagsByMode: each mode gets the flags it reads, the deployment's go to
+// the cluster's options, and the mode is the one the flags picked.
+func TestParseOptionsCutsFlagsByMode(t *testing.T) {
+	t.Parallel()
+	o, err := parseOptions([]string{"-async", "-stock", "900", "-rate", "100", "-duration", "10s", "-kill-after", "3s",
+		"-seed", "9", "-replicas", "4", "-lock-wait", "1s", "-keep"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAsync := asyncOptions{stock: 900, rate: 100, duration: 10 * time.Second, killAfter: 3 * time.Second, seed: 9,
+		pauseFor: 20 * time.Second}
+	if o.mode != modeAsync || o.async != wantAsync {
+		t.Errorf("-async: mode %v, options %+v; want %v, %+v", o.mode, o.async, modeAsync, wantAsync)
+	}
+	if o.cluster.replicas != 4 || o.cluster.lockWait != time.Second || !o.cluster.keep || o.cluster.defense != defaultDefense {
+		t.Errorf("-async: cluster options %+v", o.cluster)
+	}
+
+	o, err = parseOptions([]string{"-fault", "burst", "-runs", "2", "-seed", "5", "-drill-rate", "20", "-read-slack", "0"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.mode != modeDrills || o.drills.fault != "burst" || o.drills.runs != 2 || o.drills.seed != 5 || o.drills.rate != 20 ||
+		o.drills.readSlack != 0 || o.drills.lockTTL != 2*time.Second {
+		t.Errorf("-fault: mode %v, options %+v", o.mode, o.drills)
+	}
+
+	o, err = parseOptions([]string{"-throughput", "-closed-only", "-clients", "64", "-duration", "5s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantThroughput := throughputOptions{duration: 5 * time.Second, clients: 64, closedOnly: true, pgbenchClients: 8}
+	if o.mode != modeThroughput || o.throughput != wantThroughput {
+		t.Errorf("-throughput: mode %v, options %+v; want %+v", o.mode, o.throughput, wantThroughput)
+	}
+
+	o, err = parseOptions([]string{"-recheck", "history.json", "-loose-sold-out"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.mode != modeRecheck || o.drills.recheck != "history.json" || o.drills.plan().model.ExactAvailable {
+		t.Errorf("-recheck: mode %v, options %+v", o.mode, o.drills)
 	}
 }

@@ -180,8 +180,7 @@ type replayRound struct {
 }
 
 // replayBench runs the -replays benchmark and writes replays.md.
-func (h *harness) replayBench(ctx context.Context) error {
-	o := h.opts.replays
+func (h *harness) replayBench(ctx context.Context, o replayOptions) error {
 	c, err := h.startCluster(ctx, "replays")
 	if err != nil {
 		return err
@@ -196,7 +195,7 @@ func (h *harness) replayBench(ctx context.Context) error {
 		return err
 	}
 	h.printf("[replays] %d replicas, %d connections ordering product %d; rounds of %v: %s\n",
-		h.opts.replicas, o.clients, product, o.round, strings.Join(replayModes, ", "))
+		h.cluster.replicas, o.clients, product, o.round, strings.Join(replayModes, ", "))
 	runRound := func(mode string, n int, d time.Duration) (replayRound, error) {
 		label := fmt.Sprintf("round%d-%s", n, mode)
 		if n == 0 {
@@ -235,7 +234,7 @@ func (h *harness) replayBench(ctx context.Context) error {
 		return err
 	}
 	summary := summariseReplays(rounds)
-	report := replayReport(h.opts, product, summary, rounds, twice)
+	report := replayReport(h.cluster.replicas, o, product, summary, rounds, twice)
 	h.printf("\n%s\n", report)
 	path := filepath.Join(h.out, "replays.md")
 	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
@@ -380,12 +379,11 @@ func refusedBy(c map[string]int) string {
 }
 
 // replayReport renders the benchmark as markdown (replays.md).
-func replayReport(o options, product int64, lines []replayLine, rounds []replayRound, twice boughtTwice) string {
-	r := o.replays
+func replayReport(replicas int, r replayOptions, product int64, lines []replayLine, rounds []replayRound, twice boughtTwice) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy; wrk, %d connections in a closed loop, orders one unit of product %d (stock %d) per request. "+
 		"Rounds of %v, %d of each load, taking turns after a %v warm-up of each; rates are medians over the rounds, ratios are taken between those medians.\n\n",
-		o.replicas, r.clients, product, throughputStock, r.round, r.rounds, floodWarmUp)
+		replicas, r.clients, product, throughputStock, r.round, r.rounds, floodWarmUp)
 	b.WriteString("| load | answers/s | ÷ fresh | target | 201/s | answers | pairs of answers of one key |\n| --- | ---: | ---: | --- | ---: | --- | --- |\n")
 	for _, l := range lines {
 		target := "baseline"

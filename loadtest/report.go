@@ -64,7 +64,7 @@ func saleTiming(ctx context.Context, run *saleRun) (timing, error) {
 
 // report prints the one-screen summary and returns errFailed when anything failed, else
 // errStopped when a signal cut the load short.
-func (h *harness) report(run *saleRun, invariants []verdict.Invariant, ledgers map[int64]verdict.Ledger, t timing) error {
+func (h *harness) report(run *saleRun, o saleOptions, invariants []verdict.Invariant, ledgers map[int64]verdict.Ledger, t timing) error {
 	s := run.summary
 	secs := s.State.TestRunDurationMs / 1000
 	count := func(m string) float64 { return s.value(m, "count") }
@@ -75,9 +75,9 @@ func (h *harness) report(run *saleRun, invariants []verdict.Invariant, ledgers m
 		return fmt.Sprintf("%5.1f/%5.1f/%6.1f ms", s.value(m, "med"), s.value(m, "p(95)"), s.value(m, "p(99)"))
 	}
 	h.printf("\n=== stocksvc flash sale: %d replicas behind HAProxy, defense %s, lock retry %s\n",
-		h.opts.replicas, run.spec.defense, run.spec.lockRetry)
+		h.cluster.replicas, run.spec.defense, run.spec.lockRetry)
 	h.printf("load          %s scenarios, peak %d orders/s for %v, hot stock %d, exact race %d units\n",
-		run.spec.scenarios, h.opts.rate, h.opts.duration, h.opts.stock, h.opts.raceStock)
+		run.spec.scenarios, o.rate, o.duration, o.stock, o.raceStock)
 	confirmed := count("confirmed_orders")
 	h.printf("purchases     %.0f confirmed = %.1f/s over %.1fs", confirmed, confirmed/secs, secs)
 	if !t.firstSale.IsZero() {
@@ -124,7 +124,7 @@ func (h *harness) report(run *saleRun, invariants []verdict.Invariant, ledgers m
 		h.printf("k6 thresholds FAILED: %s\n", strings.Join(thresholds, "; "))
 	}
 	if run.stopped {
-		h.printf("stopped       by a signal after %.1fs of %v; the figures above cover what ran, the checks below all of it\n", secs, h.opts.duration)
+		h.printf("stopped       by a signal after %.1fs of %v; the figures above cover what ran, the checks below all of it\n", secs, o.duration)
 	}
 	// k6 exits non-zero when it is interrupted; that is not a finding.
 	if run.k6Err != nil && len(thresholds) == 0 && !run.stopped {

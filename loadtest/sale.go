@@ -103,7 +103,7 @@ func (s k6Summary) failedThresholds() []string {
 // runSale starts a deployment (cluster.Start), drives k6 through its balancer, gathers what
 // everyone saw, and stops every process; the run's database stays for the checks until
 // closeRun.
-func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) {
+func (h *harness) runSale(ctx context.Context, spec saleSpec, o saleOptions) (*saleRun, error) {
 	run := &saleRun{spec: spec, dir: filepath.Join(h.out, spec.label), killed: -1}
 	if err := os.MkdirAll(run.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", run.dir, err)
@@ -111,7 +111,7 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 	// A database and a Redis key prefix of the run's own.
 	run.database = fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(spec.label, "-", "_"))
 
-	h.printf("[%s] starting %d replicas (defense %s, lock retry %s", spec.label, h.opts.replicas, spec.defense, spec.lockRetry)
+	h.printf("[%s] starting %d replicas (defense %s, lock retry %s", spec.label, h.cluster.replicas, spec.defense, spec.lockRetry)
 	if spec.lockMaxRetries > 0 {
 		h.printf(", at most %d retries", spec.lockMaxRetries)
 	}
@@ -120,7 +120,7 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 		"STOCKSVC_DEFENSE=" + spec.defense,
 		"STOCKSVC_LOCK_RETRY=" + spec.lockRetry,
 		"STOCKSVC_LOCK_MAX_RETRIES=" + strconv.Itoa(spec.lockMaxRetries),
-		"STOCKSVC_LOCK_WAIT=" + h.opts.lockWait.String(),
+		"STOCKSVC_LOCK_WAIT=" + h.cluster.lockWait.String(),
 	}
 	if spec.defense != defaultDefense {
 		env = append(env, "STOCKSVC_DEMO_UNSAFE=1")
@@ -132,10 +132,10 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 		env = append(env, "STOCKSVC_QUEUE_WAIT="+spec.queueWait.String())
 	}
 	c, err := cluster.Start(ctx, cluster.Config{
-		Dir: run.dir, Binary: h.binary, HAProxy: h.haproxy, Replicas: h.opts.replicas,
-		ServerURL: h.opts.databaseURL, Database: run.database,
-		RedisURL: h.opts.redisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
-		Redlock: h.opts.redlock, Keep: h.opts.keep, Warnings: h.w,
+		Dir: run.dir, Binary: h.binary, HAProxy: h.haproxy, Replicas: h.cluster.replicas,
+		ServerURL: h.cluster.databaseURL, Database: run.database,
+		RedisURL: h.cluster.redisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
+		Redlock: h.cluster.redlock, Keep: h.cluster.keep, Warnings: h.w,
 		Env: func(int) []string { return env },
 		BeforeReplicas: func(c *cluster.Cluster) error {
 			if c.Redlock != nil {
@@ -166,11 +166,11 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 	k6env := []string{
 		"BASE_URL=" + c.FrontURL(),
 		"ADMIN_TOKEN=" + c.Token,
-		"STOCK=" + strconv.Itoa(h.opts.stock),
-		"RATE=" + strconv.Itoa(h.opts.rate),
-		"DURATION=" + h.opts.duration.String(),
-		"VUS=" + strconv.Itoa(h.opts.vus),
-		"RACE_STOCK=" + strconv.Itoa(h.opts.raceStock),
+		"STOCK=" + strconv.Itoa(o.stock),
+		"RATE=" + strconv.Itoa(o.rate),
+		"DURATION=" + o.duration.String(),
+		"VUS=" + strconv.Itoa(o.vus),
+		"RACE_STOCK=" + strconv.Itoa(o.raceStock),
 		"SCENARIOS=" + spec.scenarios,
 		"SUMMARY_JSON=" + filepath.Join(run.dir, "summary.json"),
 		"SUMMARY_TXT=" + filepath.Join(run.dir, "summary.txt"),
@@ -184,7 +184,7 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 		"K6_WEB_DASHBOARD_PERIOD=1s",
 		"K6_WEB_DASHBOARD_EXPORT=" + filepath.Join(run.dir, "report.html"),
 	}
-	if h.opts.killAfter > 0 {
+	if o.killAfter > 0 {
 		// Requests in flight on the killed replica fail (the balancer answers 502 for them)
 		// until its health check takes it out; allow for them. The invariants stay strict.
 		k6env = append(k6env, "FAILED_RATE_MAX=0.05", "CHECKS_RATE_MIN=0.95")
@@ -196,7 +196,7 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 	}
 	argv = append(argv, h.script)
 	h.printf("[%s] k6: rate %d/s for %v, stock %d, scenarios %s; balancer http://127.0.0.1:%d\n",
-		spec.label, h.opts.rate, h.opts.duration, h.opts.stock, spec.scenarios, c.Front)
+		spec.label, o.rate, o.duration, o.stock, spec.scenarios, c.Front)
 	run.k6Started = time.Now()
 	k6, err := c.Sup.Start("k6", filepath.Join(run.dir, "k6.log"), k6env, argv...)
 	if err != nil {
@@ -206,14 +206,14 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec) (*saleRun, error) 
 	var wg sync.WaitGroup
 	progressCtx, stopProgress := context.WithCancel(ctx)
 	wg.Go(func() { h.progress(progressCtx, spec.label, run.k6Started, c.ReplicaPorts()) })
-	if h.opts.killAfter > 0 {
+	if o.killAfter > 0 {
 		victim := len(c.Replicas) / 2
 		wg.Go(func() {
 			select {
-			case <-time.After(h.opts.killAfter):
+			case <-time.After(o.killAfter):
 				c.Replicas[victim].Proc.Signal(syscall.SIGKILL)
 				run.killed = victim
-				h.printf("[%s] killed replica %s with SIGKILL at %v\n", spec.label, run.replicas[victim].name, h.opts.killAfter)
+				h.printf("[%s] killed replica %s with SIGKILL at %v\n", spec.label, run.replicas[victim].name, o.killAfter)
 			case <-progressCtx.Done():
 			}
 		})
@@ -285,18 +285,18 @@ func (h *harness) closeRun(run *saleRun) {
 	if run.pool != nil {
 		run.pool.Close()
 	}
-	if h.opts.keep {
+	if h.cluster.keep {
 		h.printf("[%s] kept database %s\n", run.spec.label, run.database)
 	}
 	run.deployment.Close()
 }
 
 func (h *harness) createDatabase(ctx context.Context, name string) (string, error) {
-	return cluster.CreateDatabase(ctx, h.opts.databaseURL, name)
+	return cluster.CreateDatabase(ctx, h.cluster.databaseURL, name)
 }
 
 func (h *harness) dropDatabase(name string) {
-	if err := cluster.DropDatabase(h.opts.databaseURL, name); err != nil {
+	if err := cluster.DropDatabase(h.cluster.databaseURL, name); err != nil {
 		h.printf("  warning: %v\n", err)
 	}
 }

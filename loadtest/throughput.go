@@ -42,13 +42,13 @@ const throughputStock = 1_000_000_000
 // profiler (STOCKSVC_DEBUG_ADDR) and one core's worth of Go scheduler.
 func (h *harness) startCluster(ctx context.Context, label string) (*cluster.Cluster, error) {
 	return cluster.Start(ctx, cluster.Config{
-		Dir: filepath.Join(h.out, label), Binary: h.binary, HAProxy: h.haproxy, Replicas: h.opts.replicas,
-		ServerURL: h.opts.databaseURL, Database: fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(label, "-", "_")),
-		RedisURL: h.opts.redisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
-		DebugPorts: true, Keep: h.opts.keep, Warnings: h.w,
+		Dir: filepath.Join(h.out, label), Binary: h.binary, HAProxy: h.haproxy, Replicas: h.cluster.replicas,
+		ServerURL: h.cluster.databaseURL, Database: fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(label, "-", "_")),
+		RedisURL: h.cluster.redisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
+		DebugPorts: true, Keep: h.cluster.keep, Warnings: h.w,
 		Env: func(int) []string {
 			return []string{
-				"STOCKSVC_LOCK_WAIT=" + h.opts.lockWait.String(),
+				"STOCKSVC_LOCK_WAIT=" + h.cluster.lockWait.String(),
 				// One core's worth each, as the Compose file's CPU limit gives every replica (Go
 				// reads it from the cgroup there); bare processes would each schedule for two.
 				"GOMAXPROCS=1",
@@ -196,8 +196,8 @@ func (h *harness) probe(ctx context.Context, c *cluster.Cluster, name string, pr
 }
 
 // throughput runs the benchmark and writes throughput.md.
-func (h *harness) throughput(ctx context.Context) error {
-	before, err := h.pgbenchAnchor(ctx)
+func (h *harness) throughput(ctx context.Context, o throughputOptions) error {
+	before, err := h.pgbenchAnchor(ctx, o.pgbenchClients, 0)
 	if err != nil {
 		return err
 	}
@@ -210,7 +210,7 @@ func (h *harness) throughput(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	clients, d := h.opts.clients, h.opts.duration
+	clients, d := o.clients, o.duration
 	h.printf("[throughput] warm-up: %d clients for 3s\n", clients)
 	if _, err := h.wrkLoop(ctx, c, "warm-up", product, clients, 0, 3*time.Second); err != nil {
 		return err
@@ -230,7 +230,7 @@ func (h *harness) throughput(ctx context.Context) error {
 	}
 	// pgbench again, right after: its rate varies from run to run on a shared machine, and the
 	// ratio is taken against the better of the two.
-	after, err := h.pgbenchAnchor(ctx)
+	after, err := h.pgbenchAnchor(ctx, o.pgbenchClients, 0)
 	if err != nil {
 		return err
 	}
@@ -239,7 +239,7 @@ func (h *harness) throughput(ctx context.Context) error {
 	h.printf("[throughput]   %.0f confirmed/s (%.2f× pgbench's better run)\n", peak.confirmedPerS(), peak.confirmedPerS()/best)
 	phases := []phase{peak}
 	for _, f := range []float64{0.8, 2} {
-		if h.opts.closedOnly {
+		if o.closedOnly {
 			break
 		}
 		rate := f * peak.confirmedPerS()
@@ -250,7 +250,7 @@ func (h *harness) throughput(ctx context.Context) error {
 		}
 		phases = append(phases, p)
 	}
-	report := throughputReport(h.opts, anchors, phases)
+	report := throughputReport(h.cluster.replicas, o, anchors, phases)
 	h.printf("\n%s\n", report)
 	path := filepath.Join(h.out, "throughput.md")
 	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
@@ -260,14 +260,14 @@ func (h *harness) throughput(ctx context.Context) error {
 	return nil
 }
 
-func throughputReport(o options, anchors []comparison, phases []phase) string {
+func throughputReport(replicas int, o throughputOptions, anchors []comparison, phases []phase) string {
 	var b strings.Builder
 	peak := phases[0]
 	best := 0.0
 	for _, a := range anchors {
 		best = max(best, a.purchasesPerS)
 	}
-	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy, one product, every order one unit with its own Idempotency-Key; pgbench measured in the same run, before and after the closed loop, and ratios taken against its better run.\n\n", o.replicas)
+	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy, one product, every order one unit with its own Idempotency-Key; pgbench measured in the same run, before and after the closed loop, and ratios taken against its better run.\n\n", replicas)
 	fmt.Fprintf(&b, "| load | generator | offered | sent/s | confirmed/s | × pgbench | 201 p50 / p99 | not 201 (429 …) | 429 p50 / p99 | failed |\n")
 	fmt.Fprintf(&b, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for i, a := range anchors {
