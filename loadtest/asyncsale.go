@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
@@ -75,7 +76,7 @@ func (h *harness) asyncSale(ctx context.Context, o asyncOptions) error {
 	sc := scenario{name: "async-sale", about: "every order Prefer: respond-async; SIGKILL a replica mid-sale, restart it"}
 	plan := drillPlan{lockTTL: 2 * time.Second}
 	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(o.seed, 0), rec: model.NewRecorder(),
-		dir: filepath.Join(h.out, "async-sale")}
+		dir: filepath.Join(h.Out, "async-sale")}
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return err
 	}
@@ -90,8 +91,8 @@ func (h *harness) asyncSale(ctx context.Context, o asyncOptions) error {
 	if err != nil {
 		return err
 	}
-	h.printf("[async-sale] %d replicas behind HAProxy, product %d with %d units; %d orders/s of 1–2 units for %v, every one Prefer: respond-async\n",
-		h.cluster.replicas, product, o.stock, o.rate, o.duration)
+	h.Printf("[async-sale] %d replicas behind HAProxy, product %d with %d units; %d orders/s of 1–2 units for %v, every one Prefer: respond-async\n",
+		h.Cluster.Replicas, product, o.stock, o.rate, o.duration)
 
 	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	defer httpc.CloseIdleConnections()
@@ -102,7 +103,7 @@ func (h *harness) asyncSale(ctx context.Context, o asyncOptions) error {
 		if err != nil {
 			return err
 		}
-		h.printf("[async-sale] baseline first: the same load without the preference, on product %d\n", other)
+		h.Printf("[async-sale] baseline first: the same load without the preference, on product %d\n", other)
 		sync, retried := h.openLoop(ctx, o, d, httpc, front, other, false, nil)
 		fig.baseline, fig.syncSent, fig.syncRetried = true, len(sync), retried
 		var ok, all []time.Duration
@@ -124,7 +125,7 @@ func (h *harness) asyncSale(ctx context.Context, o asyncOptions) error {
 	orders, retried := h.openLoop(ctx, o, d, httpc, front, product, true, func(loadCtx context.Context, start time.Time, wg *sync.WaitGroup) {
 		if o.pauseAfter > 0 {
 			wg.Go(func() {
-				if sleep(loadCtx, o.pauseAfter) != nil {
+				if env.Sleep(loadCtx, o.pauseAfter) != nil {
 					return
 				}
 				fig.pausedAt = time.Since(start)
@@ -139,7 +140,7 @@ func (h *harness) asyncSale(ctx context.Context, o asyncOptions) error {
 			return
 		}
 		wg.Go(func() {
-			if sleep(loadCtx, o.killAfter) != nil {
+			if env.Sleep(loadCtx, o.killAfter) != nil {
 				return
 			}
 			r := d.c.Replicas[d.victim]
@@ -147,7 +148,7 @@ func (h *harness) asyncSale(ctx context.Context, o asyncOptions) error {
 			d.event("SIGKILL %s", r.Name)
 			r.Proc.Signal(syscall.SIGKILL)
 			<-r.Proc.Done()
-			if sleep(ctx, time.Second) != nil {
+			if env.Sleep(ctx, time.Second) != nil {
 				return
 			}
 			if err := d.c.StartReplica(r); err != nil {
@@ -179,7 +180,7 @@ func (h *harness) asyncSale(ctx context.Context, o asyncOptions) error {
 		if fig.pending == 0 || time.Now().After(deadline) {
 			break
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := env.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -304,7 +305,7 @@ func sendOrder(ctx context.Context, c *http.Client, front string, product int64,
 				return o.attempts > 1
 			}
 		}
-		if sleep(ctx, pause) != nil {
+		if env.Sleep(ctx, pause) != nil {
 			break
 		}
 	}
@@ -461,29 +462,29 @@ func asyncChecks(ctx context.Context, pool *pgxpool.Pool, c *http.Client, front 
 func first(s []string) []string { return s[:min(len(s), 3)] }
 
 func (h *harness) asyncReport(dir string, o asyncOptions, fig asyncFigures, checks []verdict.Invariant) error {
-	h.printf("\n== asynchronous sale\n")
-	h.printf("orders sent         %d (%d retried with the same key after a 429/5xx or a lost connection)\n", fig.sent, fig.retried)
-	h.printf("answered            %d accepted (202), %d refused at once (409 sold out), %d never answered\n", fig.accepted, fig.refusedAtOnce, fig.failed)
-	h.printf("decided             %d confirmed, %d rejected, %d pending; the last decided %v after the load ended\n",
+	h.Printf("\n== asynchronous sale\n")
+	h.Printf("orders sent         %d (%d retried with the same key after a 429/5xx or a lost connection)\n", fig.sent, fig.retried)
+	h.Printf("answered            %d accepted (202), %d refused at once (409 sold out), %d never answered\n", fig.accepted, fig.refusedAtOnce, fig.failed)
+	h.Printf("decided             %d confirmed, %d rejected, %d pending; the last decided %v after the load ended\n",
 		fig.confirmed, fig.rejected, fig.pending, fig.settled.Round(time.Millisecond))
 	if fig.killedAt >= 0 {
-		h.printf("fault               SIGKILL of one replica %v into the load, restarted a second later\n", fig.killedAt.Round(time.Millisecond))
+		h.Printf("fault               SIGKILL of one replica %v into the load, restarted a second later\n", fig.killedAt.Round(time.Millisecond))
 	}
 	if fig.paused != "" {
-		h.printf("fault               SIGSTOP of %s, which drained the line, %v into the load, for %v\n", fig.paused, fig.pausedAt.Round(time.Millisecond), o.pauseFor)
+		h.Printf("fault               SIGSTOP of %s, which drained the line, %v into the load, for %v\n", fig.paused, fig.pausedAt.Round(time.Millisecond), o.pauseFor)
 	}
-	h.printf("POST → 202          p50 %v, p99 %v (client)\n", fig.acceptP50.Round(100*time.Microsecond), fig.acceptP99.Round(100*time.Microsecond))
-	h.printf("202 → decision      p50 %v, p99 %v, max %v (Postgres clock, accepted_at → decided_at)\n",
+	h.Printf("POST → 202          p50 %v, p99 %v (client)\n", fig.acceptP50.Round(100*time.Microsecond), fig.acceptP99.Round(100*time.Microsecond))
+	h.Printf("202 → decision      p50 %v, p99 %v, max %v (Postgres clock, accepted_at → decided_at)\n",
 		fig.p50.Round(time.Millisecond), fig.p99.Round(time.Millisecond), fig.max.Round(time.Millisecond))
 	for _, sd := range fig.slowest {
-		h.printf("  slowest           %s accepted %v after the first order, decided %v later\n", sd.id, sd.after.Round(time.Millisecond), sd.waited.Round(time.Millisecond))
+		h.Printf("  slowest           %s accepted %v after the first order, decided %v later\n", sd.id, sd.after.Round(time.Millisecond), sd.waited.Round(time.Millisecond))
 	}
 	if fig.baseline {
-		h.printf("baseline (no Prefer) %d orders, %d confirmed, %d retried; POST → 201 p50 %v, p99 %v; POST → any answer p50 %v, p99 %v\n",
+		h.Printf("baseline (no Prefer) %d orders, %d confirmed, %d retried; POST → 201 p50 %v, p99 %v; POST → any answer p50 %v, p99 %v\n",
 			fig.syncSent, fig.syncConfirmed, fig.syncRetried, fig.syncP50.Round(100*time.Microsecond), fig.syncP99.Round(100*time.Microsecond),
 			fig.syncAllP50.Round(100*time.Microsecond), fig.syncAllP99.Round(100*time.Microsecond))
 		if fig.syncP99 > 0 {
-			h.printf("ratios               202 p99 / 201 p99 = %.2f×; (202 + decision) p99 / 201 p99 = %.2f×\n",
+			h.Printf("ratios               202 p99 / 201 p99 = %.2f×; (202 + decision) p99 / 201 p99 = %.2f×\n",
 				float64(fig.acceptP99)/float64(fig.syncP99), float64(fig.acceptP99+fig.p99)/float64(fig.syncP99))
 		}
 	}
@@ -494,12 +495,12 @@ func (h *harness) asyncReport(dir string, o asyncOptions, fig asyncFigures, chec
 			mark = "FAIL"
 			failed++
 		}
-		h.printf("  %s %-38s %s\n", mark, c.Name, c.Detail)
+		h.Printf("  %s %-38s %s\n", mark, c.Name, c.Detail)
 	}
 	if failed > 0 {
-		h.printf("verdict: FAIL (%d checks; logs in %s)\n", failed, dir)
-		return errFailed
+		h.Printf("verdict: FAIL (%d checks; logs in %s)\n", failed, dir)
+		return env.ErrFailed
 	}
-	h.printf("verdict: PASS\n")
+	h.Printf("verdict: PASS\n")
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/env"
 )
 
 // The cache benchmark (-cache, issue #9): what the product view buys the two answers a flash
@@ -158,9 +159,9 @@ func (h *harness) cache(ctx context.Context, o cacheOptions) error {
 		return fmt.Errorf("connect to %s: %w", c.Database, err)
 	}
 	defer b.tables.Close(context.WithoutCancel(ctx))
-	redisOpts, err := redis.ParseURL(h.cluster.redisURL)
+	redisOpts, err := redis.ParseURL(h.Cluster.RedisURL)
 	if err != nil {
-		return fmt.Errorf("parse %s: %w", cluster.Redact(h.cluster.redisURL), err)
+		return fmt.Errorf("parse %s: %w", cluster.Redact(h.Cluster.RedisURL), err)
 	}
 	b.rdb = redis.NewClient(redisOpts)
 	defer b.rdb.Close()
@@ -172,7 +173,7 @@ func (h *harness) cache(ctx context.Context, o cacheOptions) error {
 	if s, err := scrapeViews(ctx, c.ReplicaPorts()); err != nil {
 		return err
 	} else if missing := missingMetrics(s); len(missing) > 0 {
-		h.printf("[cache] warning: the replicas export no %s: this build has no view cache, and those figures will be absent\n", strings.Join(missing, ", "))
+		h.Printf("[cache] warning: the replicas export no %s: this build has no view cache, and those figures will be absent\n", strings.Join(missing, ", "))
 	}
 	soldOut, err := b.soldOut(ctx)
 	if err != nil {
@@ -186,18 +187,18 @@ func (h *harness) cache(ctx context.Context, o cacheOptions) error {
 	if err != nil {
 		return err
 	}
-	report := cacheReport(h.cluster.replicas, o, soldOut, reads, stampedes)
-	h.printf("\n%s\n", report)
-	path := filepath.Join(h.out, "cache.md")
+	report := cacheReport(h.Cluster.Replicas, o, soldOut, reads, stampedes)
+	h.Printf("\n%s\n", report)
+	path := filepath.Join(h.Out, "cache.md")
 	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
 		return err
 	}
-	h.printf("written to %s\n", path)
+	h.Printf("written to %s\n", path)
 	if failed := cacheChecks(soldOut, reads, stampedes); len(failed) > 0 {
 		for _, f := range failed {
-			h.printf("FAIL: %s\n", f)
+			h.Printf("FAIL: %s\n", f)
 		}
-		return errFailed
+		return env.ErrFailed
 	}
 	return nil
 }
@@ -220,7 +221,7 @@ func (b *cacheBench) soldOut(ctx context.Context) (soldOutPhase, error) {
 	if p.product, err = b.c.CreateProduct(ctx, "sold-out", soldOutStock); err != nil {
 		return p, err
 	}
-	b.h.printf("[cache] 1. sold-out refusals: selling out product %d (%d units)\n", p.product, soldOutStock)
+	b.h.Printf("[cache] 1. sold-out refusals: selling out product %d (%d units)\n", p.product, soldOutStock)
 	if p.sold, err = b.sellOut(ctx, p.product); err != nil {
 		return p, err
 	}
@@ -229,7 +230,7 @@ func (b *cacheBench) soldOut(ctx context.Context) (soldOutPhase, error) {
 		return p, err
 	}
 	p.zeroIn = time.Since(lastSale)
-	b.h.printf("[cache]   %d sold; reads said stock 0 %v after the last sale\n", p.sold, p.zeroIn.Round(time.Millisecond))
+	b.h.Printf("[cache]   %d sold; reads said stock 0 %v after the last sale\n", p.sold, p.zeroIn.Round(time.Millisecond))
 	refusals := cacheLoad{kind: kindRefusals, product: p.product}
 	healthz := cacheLoad{kind: kindHealthz, path: "/healthz"}
 	p.rounds, err = b.alternate(ctx, refusals, healthz, nil)
@@ -293,7 +294,7 @@ func (b *cacheBench) waitStock(ctx context.Context, product, want int64, within 
 		if time.Now().After(deadline) {
 			return fmt.Errorf("product %d: reads still say stock %d, not %d, %v after the last sale", product, stock, want, within)
 		}
-		if err := sleep(ctx, 5*time.Millisecond); err != nil {
+		if err := env.Sleep(ctx, 5*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -333,10 +334,10 @@ func (b *cacheBench) reads(ctx context.Context) (readsPhase, error) {
 	// The buyers run until stopped; the bound is only for a harness that died without
 	// stopping them (the supervisor kills them on every other way out).
 	bound := time.Duration(2*o.rounds+2)*(o.duration+10*time.Second) + time.Minute
-	b.h.printf("[cache] 2. product reads during a sale: %d buyers ordering product %d throughout\n", saleBuyers, p.product)
+	b.h.Printf("[cache] 2. product reads during a sale: %d buyers ordering product %d throughout\n", saleBuyers, p.product)
 	buyers, err := b.c.Sup.Start("buyers", filepath.Join(b.c.Dir, "buyers.wrk.txt"),
 		[]string{"PRODUCT=" + strconv.FormatInt(p.product, 10)},
-		b.h.wrk, "-t", "2", "-c", strconv.Itoa(saleBuyers), "-d", fmt.Sprintf("%ds", int(bound.Seconds())),
+		b.h.Wrk, "-t", "2", "-c", strconv.Itoa(saleBuyers), "-d", fmt.Sprintf("%ds", int(bound.Seconds())),
 		"-s", b.script, b.url(""))
 	if err != nil {
 		return p, err
@@ -359,7 +360,7 @@ func (b *cacheBench) reads(ctx context.Context) (readsPhase, error) {
 	if p.buyers, err = parseWrkSummary(string(out)); err != nil {
 		return p, fmt.Errorf("buyers: %w", err)
 	}
-	b.h.printf("[cache]   buyers: %.0f confirmed/s over %v\n",
+	b.h.Printf("[cache]   buyers: %.0f confirmed/s over %v\n",
 		float64(p.buyers.statuses[http.StatusCreated])/p.buyers.window.Seconds(), p.buyers.window.Round(time.Second))
 	return p, nil
 }
@@ -374,9 +375,9 @@ func (b *cacheBench) alternate(ctx context.Context, a, other cacheLoad, backgrou
 	go func() { profiled <- b.c.Profile(ctx, 0, profiledWarmUp-time.Second, file) }()
 	_, err := b.round(ctx, a, "warm-up", profiledWarmUp, background)
 	if perr := <-profiled; perr != nil {
-		b.h.printf("[cache]   no CPU profile of r1: %v\n", perr)
+		b.h.Printf("[cache]   no CPU profile of r1: %v\n", perr)
 	} else {
-		b.h.printf("[cache]   CPU profile of r1 under %s: go tool pprof -top %s %s\n", a.kind, b.h.binary, filepath.Join(b.c.Dir, file))
+		b.h.Printf("[cache]   CPU profile of r1 under %s: go tool pprof -top %s %s\n", a.kind, b.h.Binary, filepath.Join(b.c.Dir, file))
 	}
 	if err != nil {
 		return nil, err
@@ -391,7 +392,7 @@ func (b *cacheBench) alternate(ctx context.Context, a, other cacheLoad, backgrou
 			if err != nil {
 				return nil, err
 			}
-			b.h.printf("[cache]   round %d, %s: %.0f/s, %s, p50 %.1f ms, p99 %.1f ms\n",
+			b.h.Printf("[cache]   round %d, %s: %.0f/s, %s, p50 %.1f ms, p99 %.1f ms\n",
 				i+1, l.kind, r.rate(0), describeStatuses(r.wrk.statuses), r.wrk.p50, r.wrk.p99)
 			rounds = append(rounds, r)
 		}
@@ -439,7 +440,7 @@ func (b *cacheBench) round(ctx context.Context, l cacheLoad, name string, d time
 	if err != nil {
 		return cacheRound{}, err
 	}
-	cmd := exec.CommandContext(ctx, b.h.wrk, "-t", "2", "-c", strconv.Itoa(b.o.clients),
+	cmd := exec.CommandContext(ctx, b.h.Wrk, "-t", "2", "-c", strconv.Itoa(b.o.clients),
 		"-d", fmt.Sprintf("%ds", int(d.Seconds())), "--latency", "-s", b.script, b.url(l.path))
 	cmd.Env = os.Environ()
 	if l.product != 0 {
@@ -478,7 +479,7 @@ func (b *cacheBench) stampedes(ctx context.Context, product int64) ([]stampedeRo
 		return nil, nil
 	}
 	key := viewKey(b.c.Prefix, product)
-	b.h.printf("[cache] 3. stampede: %d rounds of %d reads of product %d at once, its view (%s) deleted and the lease (%v) waited out before each\n",
+	b.h.Printf("[cache] 3. stampede: %d rounds of %d reads of product %d at once, its view (%s) deleted and the lease (%v) waited out before each\n",
 		o.stampedeRounds, o.stampedeReaders, product, key, viewLease)
 	var rounds []stampedeRound
 	for i := range o.stampedeRounds {
@@ -486,7 +487,7 @@ func (b *cacheBench) stampedes(ctx context.Context, product int64) ([]stampedeRo
 		if err != nil {
 			return nil, err
 		}
-		b.h.printf("[cache]   round %d: Postgres queries %s, %s (%d read from Postgres for them), p50 %.1f ms, p99 %.1f ms\n", i+1,
+		b.h.Printf("[cache]   round %d: Postgres queries %s, %s (%d read from Postgres for them), p50 %.1f ms, p99 %.1f ms\n", i+1,
 			queryFigure(r.view), describeStatuses(r.statuses), r.misses,
 			percentile(r.latencies, 50), percentile(r.latencies, 99))
 		rounds = append(rounds, r)
@@ -520,7 +521,7 @@ func (b *cacheBench) stampede(ctx context.Context, product int64, key string) (s
 		return r, fmt.Errorf("delete %s: %w", key, err)
 	}
 	r.deleted = n == 1
-	if err := sleep(ctx, viewLease+leaseMargin); err != nil {
+	if err := env.Sleep(ctx, viewLease+leaseMargin); err != nil {
 		return r, err
 	}
 	r.readBurst = b.releaseReads(ctx, fmt.Sprintf("/v1/products/%d", product), readers)

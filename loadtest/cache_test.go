@@ -173,7 +173,7 @@ func TestCacheReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	report := cacheReport(o.cluster.replicas, o.cache, so, rd, st)
+	report := cacheReport(o.cluster.Replicas, o.cache, so, rd, st)
 	for _, want := range []string{
 		"| sold-out refusals/s ÷ healthz/s | **0.90×** (9000 / 10000 per s; rounds 0.80–1.00×) | ≥ 0.7×: met |",
 		"| sold-out answers given from the view (refused-from-view ÷ sold-out outcomes, the replicas' counters) | 83.3% (240000 of 288000) | all |",

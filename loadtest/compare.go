@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/env"
 )
 
 // comparison is one row of the comparison table.
@@ -41,19 +42,19 @@ type comparison struct {
 func (h *harness) compare(ctx context.Context, o saleOptions) error {
 	// The rows after the first are the service before issue #8: one order per batch, and
 	// orders queued for as long as the lock wait (there was no admission).
-	old := h.cluster.lockWait
+	old := h.Cluster.LockWait
 	configs := []struct {
 		title string
 		spec  saleSpec
 	}{
 		{"(a) stocksvc default: lock + version + guard, orders decided in batches per product and replica (group commit)",
-			saleSpec{label: "a-batched", defense: defaultDefense, lockRetry: "wait"}},
+			saleSpec{label: "a-batched", defense: env.DefaultDefense, lockRetry: "wait"}},
 		{"(a₁) the same, one order per batch (STOCKSVC_MAX_BATCH=1) queued up to the lock wait: the previous default",
-			saleSpec{label: "a1-one-by-one", defense: defaultDefense, lockRetry: "wait", maxBatch: 1, queueWait: old}},
+			saleSpec{label: "a1-one-by-one", defense: env.DefaultDefense, lockRetry: "wait", maxBatch: 1, queueWait: old}},
 		{"(a′) one order per batch, the lock polled with exponential backoff (1–50 ms, full jitter)",
-			saleSpec{label: "a2-polling", defense: defaultDefense, lockRetry: "exponential", maxBatch: 1, queueWait: old}},
+			saleSpec{label: "a2-polling", defense: env.DefaultDefense, lockRetry: "exponential", maxBatch: 1, queueWait: old}},
 		{"(b) one order per batch, the seeds' naive retry: fixed 100 ms sleep, at most 3 retries",
-			saleSpec{label: "b-seed-naive", defense: defaultDefense, lockRetry: "fixed:100ms", lockMaxRetries: 3, maxBatch: 1, queueWait: old}},
+			saleSpec{label: "b-seed-naive", defense: env.DefaultDefense, lockRetry: "fixed:100ms", lockMaxRetries: 3, maxBatch: 1, queueWait: old}},
 		{"(c) one order per batch, the database guard alone, no Redis lock",
 			saleSpec{label: "c-guard-only", defense: "guard", lockRetry: "wait", maxBatch: 1, queueWait: old}},
 	}
@@ -81,13 +82,13 @@ func (h *harness) compare(ctx context.Context, o saleOptions) error {
 	}
 	rows = append(rows, anchor)
 
-	table := comparisonTable(rows, h.cluster.replicas, o)
-	h.printf("\n%s\n", table)
-	path := filepath.Join(h.out, "compare.md")
+	table := comparisonTable(rows, h.Cluster.Replicas, o)
+	h.Printf("\n%s\n", table)
+	path := filepath.Join(h.Out, "compare.md")
 	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
 		return err
 	}
-	h.printf("written to %s\n", path)
+	h.Printf("written to %s\n", path)
 	return nil
 }
 
@@ -228,11 +229,11 @@ var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection t
 // decrement on the same Postgres, with no service, lock or HTTP in the way, with clients
 // clients. stock is what the row's time to sell out is computed for.
 func (h *harness) pgbenchAnchor(ctx context.Context, clients, stock int) (comparison, error) {
-	pgbench, err := cluster.FindTool(ctx, "pgbench", "postgresql-client", h.w)
+	pgbench, err := cluster.FindTool(ctx, "pgbench", "postgresql-client", h.W)
 	if err != nil {
 		return comparison{}, err
 	}
-	dir := filepath.Join(h.out, "d-pgbench")
+	dir := filepath.Join(h.Out, "d-pgbench")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return comparison{}, err
 	}
@@ -259,7 +260,7 @@ func (h *harness) pgbenchAnchor(ctx context.Context, clients, stock int) (compar
 		return comparison{}, err
 	}
 	const seconds = 10
-	h.printf("[d-pgbench] pgbench -c %d -T %d: bare UPDATE ... WHERE stock > 0 on one row\n", clients, seconds)
+	h.Printf("[d-pgbench] pgbench -c %d -T %d: bare UPDATE ... WHERE stock > 0 on one row\n", clients, seconds)
 	cmd := exec.CommandContext(ctx, pgbench, "-n", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)),
 		"-T", strconv.Itoa(seconds), "-f", script, "-l", "--log-prefix", filepath.Join(dir, "latency"), dbURL)
 	out, err := cmd.CombinedOutput()

@@ -18,6 +18,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
@@ -113,7 +114,7 @@ func (d *drillEnv) event(format string, args ...any) {
 	d.mu.Lock()
 	d.events = append(d.events, e)
 	d.mu.Unlock()
-	d.h.printf("[%s] %6.2fs  %s\n", filepath.Base(d.dir), e.at.Seconds(), e.what)
+	d.h.Printf("[%s] %6.2fs  %s\n", filepath.Base(d.dir), e.at.Seconds(), e.what)
 }
 
 // faultWindow records that a fault was in force from start until now.
@@ -135,30 +136,18 @@ func (d *drillEnv) note(format string, args ...any) {
 	d.mu.Unlock()
 }
 
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // setup starts the run's world (cluster.Start). Everything it starts is stopped, and its
 // database dropped, by d.teardown, deferred by the caller.
 func (d *drillEnv) setup(ctx context.Context) error {
-	d.victim = d.rng.intN(d.h.cluster.replicas)
+	d.victim = d.rng.intN(d.h.Cluster.Replicas)
 	var victimEnv []string
 	c, err := cluster.Start(ctx, cluster.Config{
-		Dir: d.dir, Binary: d.h.binary, HAProxy: d.h.haproxy, Replicas: d.h.cluster.replicas,
-		ServerURL: d.h.cluster.databaseURL, OwnPostgres: d.sc.ownPostgres,
+		Dir: d.dir, Binary: d.h.Binary, HAProxy: d.h.HAProxy, Replicas: d.h.Cluster.Replicas,
+		ServerURL: d.h.Cluster.DatabaseURL, OwnPostgres: d.sc.ownPostgres,
 		Database: fmt.Sprintf("stocksvc_drill_%d_%s", time.Now().UnixNano(), strings.ReplaceAll(d.sc.name, "-", "_")),
-		RedisURL: d.h.cluster.redisURL, OwnRedis: d.sc.ownRedis, Redlock: max(d.h.cluster.redlock, d.sc.redlock),
+		RedisURL: d.h.Cluster.RedisURL, OwnRedis: d.sc.ownRedis, Redlock: max(d.h.Cluster.Redlock, d.sc.redlock),
 		Prefix: "stocksvc-drill:" + rand.Text()[:10] + ":", Token: rand.Text(),
-		Direct: d.plan.direct, Keep: d.h.cluster.keep, Warnings: d.h.w,
+		Direct: d.plan.direct, Keep: d.h.Cluster.Keep, Warnings: d.h.W,
 		BeforeReplicas: func(c *cluster.Cluster) error {
 			if d.sc.proxyPostgres {
 				u, _ := url.Parse(c.DatabaseURL)
@@ -181,21 +170,21 @@ func (d *drillEnv) setup(ctx context.Context) error {
 			return nil
 		},
 		Env: func(i int) []string {
-			env := []string{
-				"STOCKSVC_DEFENSE=" + d.h.cluster.defense,
+			settings := []string{
+				"STOCKSVC_DEFENSE=" + d.h.Cluster.Defense,
 				"STOCKSVC_LOCK_WAIT=" + d.lockWait().String(),
 				"STOCKSVC_LOCK_TTL=" + d.plan.lockTTL.String(),
 				// Three replicas of every drill share the machine's Postgres (100 connections)
 				// with the rest of the machine.
 				"STOCKSVC_DB_MAX_CONNS=8",
 			}
-			if d.h.cluster.defense != defaultDefense {
-				env = append(env, "STOCKSVC_DEMO_UNSAFE=1")
+			if d.h.Cluster.Defense != env.DefaultDefense {
+				settings = append(settings, "STOCKSVC_DEMO_UNSAFE=1")
 			}
 			if i == d.victim {
-				env = append(env, victimEnv...) // through the proxies, when the scenario has them
+				settings = append(settings, victimEnv...) // through the proxies, when the scenario has them
 			}
-			return env
+			return settings
 		},
 	})
 	d.c = c
@@ -207,7 +196,7 @@ func (d *drillEnv) lockWait() time.Duration {
 	if d.sc.lockWait > 0 {
 		return d.sc.lockWait
 	}
-	return d.h.cluster.lockWait
+	return d.h.Cluster.LockWait
 }
 
 // firstRedisURL is the Redis a fault looks at the locks on: the run's Redis, or the first of
@@ -224,7 +213,7 @@ func (d *drillEnv) firstRedisURL() string {
 func (d *drillEnv) teardown() {
 	if d.c != nil {
 		if err := d.c.Stop(); err != nil {
-			d.h.printf("  warning: %v\n", err)
+			d.h.Printf("  warning: %v\n", err)
 		}
 	}
 	if d.pgProxy != nil {
@@ -310,7 +299,7 @@ func (l *load) restock(ctx context.Context) {
 	d := l.d
 	nextHot := time.Now().Add(4 * time.Second)
 	for {
-		if sleep(ctx, d.rng.between(400*time.Millisecond, 800*time.Millisecond)) != nil {
+		if env.Sleep(ctx, d.rng.between(400*time.Millisecond, 800*time.Millisecond)) != nil {
 			return
 		}
 		bg := context.WithoutCancel(ctx)
@@ -403,14 +392,14 @@ func (o drillOutcome) verdict() string {
 func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run int, seed uint64) (out drillOutcome) {
 	out = drillOutcome{scenario: sc.name, run: run, seed: seed}
 	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(seed, 0), rec: model.NewRecorder(),
-		dir: filepath.Join(h.out, fmt.Sprintf("%s-%d", sc.name, run))}
+		dir: filepath.Join(h.Out, fmt.Sprintf("%s-%d", sc.name, run))}
 	out.dir = d.dir
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		out.err = err
 		return out
 	}
 	defer d.teardown()
-	h.printf("\n[%s] %s, run %d, seed %d\n", filepath.Base(d.dir), sc.about, run, seed)
+	h.Printf("\n[%s] %s, run %d, seed %d\n", filepath.Base(d.dir), sc.about, run, seed)
 	if err := d.setup(ctx); err != nil {
 		out.err = err
 		return out
@@ -442,12 +431,12 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 	wg.Go(func() { d.load.run(loadCtx) })
 	wg.Go(func() { d.load.restock(loadCtx) })
 	d.rush(loadCtx, sc.buyers)
-	h.printf("[%s] selling: %.0f operations/s, hot product %d units, scarce product 4 units; victim %s\n",
+	h.Printf("[%s] selling: %.0f operations/s, hot product %d units, scarce product 4 units; victim %s\n",
 		filepath.Base(d.dir), plan.rate, d.hotStock(), d.c.Replicas[d.victim].Name)
 	if sc.buyers > 0 {
-		h.printf("[%s] and %d closed-loop buyers of the hot product; replicas' lock wait %v\n", filepath.Base(d.dir), sc.buyers, d.lockWait())
+		h.Printf("[%s] and %d closed-loop buyers of the hot product; replicas' lock wait %v\n", filepath.Base(d.dir), sc.buyers, d.lockWait())
 	}
-	faultErr := sleep(ctx, plan.warmup)
+	faultErr := env.Sleep(ctx, plan.warmup)
 	var faultStart, faultEnd time.Duration
 	if faultErr == nil {
 		faultStart = d.rec.Now()
@@ -458,7 +447,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		}
 	}
 	if faultErr == nil {
-		faultErr = sleep(ctx, plan.tail)
+		faultErr = env.Sleep(ctx, plan.tail)
 	}
 	stopLoad()
 	wg.Wait()
@@ -538,7 +527,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		return out
 	}
 
-	h.printf("[%s] checking the history with Porcupine\n", filepath.Base(d.dir))
+	h.Printf("[%s] checking the history with Porcupine\n", filepath.Base(d.dir))
 	if out.writes, out.reads, err = checkBoth(plan, ops, end, d.annotations(), d.dir); err != nil {
 		out.err = err
 		return out

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stocksvc/stocksvc/internal/testenv"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
@@ -138,9 +139,9 @@ func TestDrillCatchesUnsafeDefense(t *testing.T) {
 		t.Fatalf("%v\n%s", err, buildLog.String())
 	}
 	var log strings.Builder
-	h := &harness{w: &log, out: dir, binary: binary, cluster: clusterOptions{
-		replicas: 2, defense: "none", lockWait: 2 * time.Second, databaseURL: databaseURL, redisURL: redisURL,
-	}}
+	h := &harness{&env.Harness{W: &log, Out: dir, Binary: binary, Cluster: env.ClusterOptions{
+		Replicas: 2, Defense: "none", LockWait: 2 * time.Second, DatabaseURL: databaseURL, RedisURL: redisURL,
+	}}}
 	drills := drillOptions{lockTTL: 2 * time.Second, direct: true,
 		// A modest rate keeps the history narrow enough for Porcupine to prove the violation
 		// quickly, even under the race detector on a busy machine; the volleys overlap buyers.
@@ -155,7 +156,7 @@ func TestDrillCatchesUnsafeDefense(t *testing.T) {
 				for range 8 {
 					d.client.goOp(func() { d.client.order(context.WithoutCancel(ctx), d.hot, 1) })
 				}
-				if err := sleep(ctx, 100*time.Millisecond); err != nil {
+				if err := env.Sleep(ctx, 100*time.Millisecond); err != nil {
 					return err
 				}
 			}

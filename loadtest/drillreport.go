@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
@@ -34,19 +35,19 @@ func (h *harness) drills(ctx context.Context, opts drillOptions) error {
 			outcomes = append(outcomes, o)
 		}
 	}
-	table := drillTable(outcomes, h.cluster, opts, time.Since(began))
-	h.printf("\n%s\n", table)
-	path := filepath.Join(h.out, "drills.md")
+	table := drillTable(outcomes, h.Cluster, opts, time.Since(began))
+	h.Printf("\n%s\n", table)
+	path := filepath.Join(h.Out, "drills.md")
 	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	h.printf("written to %s\n", path)
+	h.Printf("written to %s\n", path)
 	if ctx.Err() != nil {
-		return errStopped
+		return env.ErrStopped
 	}
 	for _, o := range outcomes {
 		if o.verdict() != "PASS" {
-			return errFailed
+			return env.ErrFailed
 		}
 	}
 	return nil
@@ -62,9 +63,9 @@ func (h *harness) recheck(path string, plan drillPlan) error {
 	if err != nil {
 		return err
 	}
-	h.printf("%s\n%s\n", writes, reads)
+	h.Printf("%s\n%s\n", writes, reads)
 	if writes.Result != porcupine.Ok || reads.Result != porcupine.Ok {
-		return errFailed
+		return env.ErrFailed
 	}
 	return nil
 }
@@ -87,45 +88,45 @@ func (o drillOptions) plan() drillPlan {
 func (h *harness) printOutcome(o drillOutcome) {
 	name := filepath.Base(o.dir)
 	if o.err != nil {
-		h.printf("[%s] ERROR: %v (logs in %s)\n", name, o.err, o.dir)
+		h.Printf("[%s] ERROR: %v (logs in %s)\n", name, o.err, o.dir)
 		return
 	}
 	a := o.avail
-	h.printf("[%s] %s: %d operations (at most %d open at once), %d outcomes unknown to their client (%d found in the database)\n",
+	h.Printf("[%s] %s: %d operations (at most %d open at once), %d outcomes unknown to their client (%d found in the database)\n",
 		name, o.verdict(), o.ops, o.concurrent, o.unknown, o.resolved)
-	h.printf("  orders        confirmed %d, sold-out %d, refused %d, unknown %d\n",
+	h.Printf("  orders        confirmed %d, sold-out %d, refused %d, unknown %d\n",
 		a.orders[model.Confirmed], a.orders[model.SoldOut], a.orders[model.Refused], a.orders[model.Unknown])
-	h.printf("  check         %s\n  check         %s\n", o.writes, o.reads)
-	h.printf("  layers        catches: fence %.0f, version %.0f, guard %.0f, check %.0f (live replicas' counters)\n",
+	h.Printf("  check         %s\n  check         %s\n", o.writes, o.reads)
+	h.Printf("  layers        catches: fence %.0f, version %.0f, guard %.0f, check %.0f (live replicas' counters)\n",
 		o.catches["fence"], o.catches["version"], o.catches["guard"], o.catches["check"])
 	for _, inv := range append(o.invariants, o.reconcile...) {
 		mark := "ok  "
 		if !inv.OK {
 			mark = "FAIL"
 		}
-		h.printf("  %s          %s: %s\n", mark, inv.Name, inv.Detail)
+		h.Printf("  %s          %s: %s\n", mark, inv.Name, inv.Detail)
 	}
-	h.printf("  availability  orders answered 429 during %.1fs, 503/5xx/nothing during %.1fs; longest stall %.1fs (from %.1fs); slowest replica answer %.1fs (%s); %d client timeouts\n",
+	h.Printf("  availability  orders answered 429 during %.1fs, 503/5xx/nothing during %.1fs; longest stall %.1fs (from %.1fs); slowest replica answer %.1fs (%s); %d client timeouts\n",
 		a.busy.Seconds(), a.unavailable.Seconds(), a.longestStall.Seconds(), a.stallAt.Seconds(), a.slowest.Seconds(), a.slowestWhat, a.timeouts)
 	if len(a.duringFault) > 0 {
-		h.printf("  during fault  %s\n", describeStatuses(a.duringFault))
+		h.Printf("  during fault  %s\n", describeStatuses(a.duringFault))
 	}
 	if a.failedAttempts > 0 {
-		h.printf("  failed        %d of %d requests: %s\n", a.failedAttempts, a.attempts, a.failedKinds)
+		h.Printf("  failed        %d of %d requests: %s\n", a.failedAttempts, a.attempts, a.failedKinds)
 	}
 	if a.staleInFlight > 0 {
-		h.printf("  finding       %d answers 409 idempotency-key-in-flight for a key none of whose attempts was still running\n", a.staleInFlight)
+		h.Printf("  finding       %d answers 409 idempotency-key-in-flight for a key none of whose attempts was still running\n", a.staleInFlight)
 	}
 	for _, n := range o.notes {
-		h.printf("  note          %s\n", n)
+		h.Printf("  note          %s\n", n)
 	}
 	for _, f := range o.failed {
-		h.printf("  FAIL          %s\n", f)
+		h.Printf("  FAIL          %s\n", f)
 	}
 	for _, why := range o.invalid {
-		h.printf("  INVALID       %s\n", why)
+		h.Printf("  INVALID       %s\n", why)
 	}
-	h.printf("  history       %s\n", filepath.Join(o.dir, "history.txt"))
+	h.Printf("  history       %s\n", filepath.Join(o.dir, "history.txt"))
 }
 
 // describeStatuses lists answers by status, 0 meaning none came.
@@ -148,10 +149,10 @@ func describeStatuses(byStatus map[int]int) string {
 
 // drillTable is the markdown table docs/reliability.md keeps: one row per scenario, with the
 // worst availability figures over its runs.
-func drillTable(outcomes []drillOutcome, cl clusterOptions, o drillOptions, took time.Duration) string {
+func drillTable(outcomes []drillOutcome, cl env.ClusterOptions, o drillOptions, took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "`go run -C loadtest . -fault %s -runs %d -seed %d` (%d replicas behind HAProxy, %.0f operations/s, lock TTL %v, lock wait %v, defense %s; %s in all)\n\n",
-		o.fault, o.runs, o.seed, cl.replicas, o.rate, o.lockTTL, cl.lockWait, cl.defense, took.Round(time.Second))
+		o.fault, o.runs, o.seed, cl.Replicas, o.rate, o.lockTTL, cl.LockWait, cl.Defense, took.Round(time.Second))
 	b.WriteString("| scenario | runs | operations | unknown (found in DB) | violations | invalid | 429 time | 503/failed time | longest stall | slowest answer | failed requests | stale in-flight |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	type row struct {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
@@ -108,7 +109,7 @@ func pauseReplica(ctx context.Context, d *drillEnv) error {
 	defer func() { d.note("%d of 3 pauses caught %s holding a product lock", caught, r.Name) }()
 	for i := range 3 {
 		if i > 0 {
-			if err := sleep(ctx, time.Second); err != nil {
+			if err := env.Sleep(ctx, time.Second); err != nil {
 				return err
 			}
 		}
@@ -122,7 +123,7 @@ func pauseReplica(ctx context.Context, d *drillEnv) error {
 			d.event("%s was holding a product lock: its lease runs out while it sleeps", r.Name)
 		}
 		if err == nil {
-			err = sleep(ctx, pause-d.plan.lockTTL/2)
+			err = env.Sleep(ctx, pause-d.plan.lockTTL/2)
 		}
 		r.Proc.Signal(syscall.SIGCONT)
 		d.event("SIGCONT %s", r.Name)
@@ -140,7 +141,7 @@ func killReplica(ctx context.Context, d *drillEnv) error {
 	d.event("SIGKILL %s", r.Name)
 	r.Proc.Signal(syscall.SIGKILL)
 	<-r.Proc.Done()
-	if err := sleep(ctx, time.Second); err != nil {
+	if err := env.Sleep(ctx, time.Second); err != nil {
 		return err
 	}
 	if err := d.c.StartReplica(r); err != nil {
@@ -183,7 +184,7 @@ func killAtCommit(ctx context.Context, d *drillEnv) error {
 		return ctx.Err()
 	}
 	<-r.Proc.Done()
-	if err := sleep(ctx, time.Second); err != nil {
+	if err := env.Sleep(ctx, time.Second); err != nil {
 		return err
 	}
 	if err := d.c.StartReplica(r); err != nil {
@@ -220,7 +221,7 @@ func (d *drillEnv) heldByPaused(ctx context.Context, rdb *redis.Client) (bool, e
 		return out
 	}
 	before := look()
-	if err := sleep(ctx, d.plan.lockTTL/2); err != nil {
+	if err := env.Sleep(ctx, d.plan.lockTTL/2); err != nil {
 		return false, err
 	}
 	after := look()
@@ -257,7 +258,7 @@ func (d *drillEnv) primeVictim(ctx context.Context, r *cluster.Replica) {
 			}
 		}
 	})
-	_ = sleep(ctx, d.rng.between(50*time.Millisecond, 90*time.Millisecond))
+	_ = env.Sleep(ctx, d.rng.between(50*time.Millisecond, 90*time.Millisecond))
 }
 
 func rollingRestart(ctx context.Context, d *drillEnv) error {
@@ -294,7 +295,7 @@ func pauseRedis(ctx context.Context, d *drillEnv) error {
 	}
 	probed := make(chan []hangRead, 1)
 	go func() { probed <- d.probeReads(ctx) }()
-	err := sleep(ctx, pause)
+	err := env.Sleep(ctx, pause)
 	if rerr := d.c.Redis.Resume(); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
@@ -310,7 +311,7 @@ func pauseRedis(ctx context.Context, d *drillEnv) error {
 func restartRedis(ctx context.Context, d *drillEnv) error {
 	d.event("SIGKILL redis")
 	d.c.Redis.Kill()
-	if err := sleep(ctx, time.Second); err != nil {
+	if err := env.Sleep(ctx, time.Second); err != nil {
 		return err
 	}
 	if err := d.c.Redis.Start(ctx); err != nil {
@@ -338,7 +339,7 @@ func expireLocks(ctx context.Context, d *drillEnv) error {
 		if err == nil {
 			deleted += n
 		}
-		if err := sleep(ctx, d.rng.between(20*time.Millisecond, 80*time.Millisecond)); err != nil {
+		if err := env.Sleep(ctx, d.rng.between(20*time.Millisecond, 80*time.Millisecond)); err != nil {
 			return err
 		}
 	}
@@ -353,7 +354,7 @@ func expireLocks(ctx context.Context, d *drillEnv) error {
 func restartPostgres(ctx context.Context, d *drillEnv) error {
 	d.event("postgres: immediate stop")
 	d.c.Postgres.Crash()
-	if err := sleep(ctx, time.Second); err != nil {
+	if err := env.Sleep(ctx, time.Second); err != nil {
 		return err
 	}
 	if err := d.c.Postgres.Start(ctx); err != nil {
@@ -367,7 +368,7 @@ func pgResetAtCommit(ctx context.Context, d *drillEnv) error {
 	cut := d.pgProxy.cut
 	d.event("cutting %s's Postgres connections at 30%% of its commits for 6s", d.c.Replicas[d.victim].Name)
 	cut.arm(0.3)
-	err := sleep(ctx, 6*time.Second)
+	err := env.Sleep(ctx, 6*time.Second)
 	cut.disarm()
 	d.event("stopped cutting: %d of %d commits cut", cut.cuts.Load(), cut.commits.Load())
 	d.note("%d of %d commits on %s cut after the server committed", cut.cuts.Load(), cut.commits.Load(), d.c.Replicas[d.victim].Name)
@@ -382,7 +383,7 @@ func redisLatency(ctx context.Context, d *drillEnv) error {
 	if err := d.rdProxy.add(`{"name":"latency","type":"latency","stream":"downstream","attributes":{"latency":400,"jitter":200}}`); err != nil {
 		return err
 	}
-	err := sleep(ctx, 6*time.Second)
+	err := env.Sleep(ctx, 6*time.Second)
 	d.rdProxy.clear(context.WithoutCancel(ctx))
 	d.event("latency removed")
 	return err
@@ -395,7 +396,7 @@ func redisPartition(ctx context.Context, d *drillEnv) error {
 			return err
 		}
 	}
-	err := sleep(ctx, 5*time.Second)
+	err := env.Sleep(ctx, 5*time.Second)
 	d.rdProxy.clear(context.WithoutCancel(ctx))
 	d.event("partition healed")
 	return err
@@ -404,7 +405,7 @@ func redisPartition(ctx context.Context, d *drillEnv) error {
 func burst(ctx context.Context, d *drillEnv) error {
 	d.event("arrivals at 10× for 2s")
 	d.load.setFactor(10)
-	err := sleep(ctx, 2*time.Second)
+	err := env.Sleep(ctx, 2*time.Second)
 	d.load.setFactor(1)
 	d.event("arrivals back to 1×")
 	return err
@@ -429,7 +430,7 @@ func waitBalancerUp(ctx context.Context, statsPort int, server string, timeout t
 		if time.Now().After(deadline) {
 			return fmt.Errorf("haproxy did not put %s back within %v", server, timeout)
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := env.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stocksvc/stocksvc/loadtest/env"
 )
 
 // The flood benchmark (-flood, issue #18 items 2 and 7): what a flood of one kind of request
@@ -181,15 +182,15 @@ func (h *harness) floodBench(ctx context.Context, o floodOptions) error {
 		return err
 	}
 	dbURL := c.DatabaseURL
-	h.printf("[flood] seeding product %d with %d past orders in %s\n", hot, o.orders, c.Database)
+	h.Printf("[flood] seeding product %d with %d past orders in %s\n", hot, o.orders, c.Database)
 	began := time.Now()
 	if err := seedPastOrders(ctx, dbURL, hot, o.orders, func(done int) {
-		h.printf("[flood]   %d of %d orders written (%v)\n", done, o.orders, time.Since(began).Round(time.Second))
+		h.Printf("[flood]   %d of %d orders written (%v)\n", done, o.orders, time.Since(began).Round(time.Second))
 	}); err != nil {
 		return err
 	}
-	h.printf("[flood] seeded in %v; %d replicas, %d buyers beside %d flooding connections, rounds of %v\n",
-		time.Since(began).Round(time.Second), h.cluster.replicas, o.buyers, o.conns, o.round)
+	h.Printf("[flood] seeded in %v; %d replicas, %d buyers beside %d flooding connections, rounds of %v\n",
+		time.Since(began).Round(time.Second), h.Cluster.Replicas, o.buyers, o.conns, o.round)
 
 	runRound := func(k floodKind, n int, d time.Duration) (floodRound, error) {
 		label := fmt.Sprintf("round%d-%s", n, k.name)
@@ -202,7 +203,7 @@ func (h *harness) floodBench(ctx context.Context, o floodOptions) error {
 		if o.rate > 0 {
 			flood.env = append(flood.env, "DELAY_MS="+strconv.Itoa(max(1, int(float64(o.conns)*1000/o.rate))))
 		}
-		res, err := runWrkJobs(ctx, h.wrk, c.Dir, label, c.Front, d, buyers, flood)
+		res, err := runWrkJobs(ctx, h.Wrk, c.Dir, label, c.Front, d, buyers, flood)
 		if err != nil {
 			return floodRound{}, err
 		}
@@ -212,7 +213,7 @@ func (h *harness) floodBench(ctx context.Context, o floodOptions) error {
 		if waited, err := waitStatementsDone(ctx, dbURL, time.Now(), floodQuiesce); err != nil {
 			return floodRound{}, err
 		} else if waited > time.Second {
-			h.printf("[flood] waited %v for the statements of %s to end\n", waited.Round(100*time.Millisecond), label)
+			h.Printf("[flood] waited %v for the statements of %s to end\n", waited.Round(100*time.Millisecond), label)
 		}
 		return floodRound{kind: k.name, round: n, buyers: res[0], flood: res[1]}, nil
 	}
@@ -222,7 +223,7 @@ func (h *harness) floodBench(ctx context.Context, o floodOptions) error {
 		if err != nil {
 			return err
 		}
-		h.printf("[flood] warm-up, %s: buyers %.0f confirmed/s; flood %s\n", k.name, r.confirmed(), answersOf(r.flood.statuses))
+		h.Printf("[flood] warm-up, %s: buyers %.0f confirmed/s; flood %s\n", k.name, r.confirmed(), answersOf(r.flood.statuses))
 	}
 	var rounds []floodRound
 	for n := 1; n <= o.rounds; n++ {
@@ -231,26 +232,26 @@ func (h *harness) floodBench(ctx context.Context, o floodOptions) error {
 			if err != nil {
 				return err
 			}
-			h.printf("[flood] round %d/%d, %-11s buyers %6.0f confirmed/s (%s); flood %6.0f answers/s (%s)\n", n, o.rounds, k.name+":",
+			h.Printf("[flood] round %d/%d, %-11s buyers %6.0f confirmed/s (%s); flood %6.0f answers/s (%s)\n", n, o.rounds, k.name+":",
 				r.confirmed(), answersOf(r.buyers.statuses), r.flood.perSecond(0), answersOf(r.flood.statuses))
 			rounds = append(rounds, r)
 		}
 	}
 	summary := summariseFlood(kinds, rounds)
-	report := floodReport(h.cluster.replicas, o, hot, summary, rounds)
-	h.printf("\n%s\n", report)
-	path := filepath.Join(h.out, "flood.md")
+	report := floodReport(h.Cluster.Replicas, o, hot, summary, rounds)
+	h.Printf("\n%s\n", report)
+	path := filepath.Join(h.Out, "flood.md")
 	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
 		return err
 	}
-	h.printf("written to %s\n", path)
+	h.Printf("written to %s\n", path)
 	if failed := floodChecks(summary); len(failed) > 0 {
 		for _, f := range failed {
-			h.printf("FAIL: %s\n", f)
+			h.Printf("FAIL: %s\n", f)
 		}
-		return errFailed
+		return env.ErrFailed
 	}
-	h.printf("PASS: every flood with a target left the sale within it\n")
+	h.Printf("PASS: every flood with a target left the sale within it\n")
 	return nil
 }
 
@@ -283,7 +284,7 @@ func waitStatementsDone(ctx context.Context, dbURL string, since time.Time, with
 		if time.Since(began) > within {
 			return 0, fmt.Errorf("%d statements of the last round still run after %v", left, within)
 		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+		if err := env.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return 0, err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -29,7 +30,7 @@ func TestParseOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.mode != modeSale || o.cluster.replicas != 3 || o.cluster.defense != defaultDefense || o.sale.killAfter != 0 ||
+	if o.mode != modeSale || o.cluster.Replicas != 3 || o.cluster.Defense != env.DefaultDefense || o.sale.killAfter != 0 ||
 		!strings.HasPrefix(o.out, filepath.Join(root, "loadtest", "out")) ||
 		o.script != filepath.Join(root, "loadtest", "flashsale.js") {
 		t.Errorf("defaults = %+v", o)
@@ -162,16 +163,16 @@ func TestReportVerdict(t *testing.T) {
 		verdict    string
 	}{
 		{"completed", false, nil, held, nil, "verdict       PASS"},
-		{"violation", false, nil, broken, errFailed, "verdict       FAIL"},
-		{"k6 failed", false, errors.New("exit status 99"), held, errFailed, "verdict       FAIL"},
-		{"stopped", true, k6Interrupted, held, errStopped, "verdict       STOPPED early"},
-		{"stopped with a violation", true, k6Interrupted, broken, errFailed, "verdict       FAIL"},
+		{"violation", false, nil, broken, env.ErrFailed, "verdict       FAIL"},
+		{"k6 failed", false, errors.New("exit status 99"), held, env.ErrFailed, "verdict       FAIL"},
+		{"stopped", true, k6Interrupted, held, env.ErrStopped, "verdict       STOPPED early"},
+		{"stopped with a violation", true, k6Interrupted, broken, env.ErrFailed, "verdict       FAIL"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			var out strings.Builder
-			h := &harness{cluster: clusterOptions{replicas: 1}, w: &out}
+			h := &harness{&env.Harness{Cluster: env.ClusterOptions{Replicas: 1}, W: &out}}
 			run := &saleRun{killed: -1, stopped: c.stopped, k6Err: c.k6Err, dir: t.TempDir(),
 				replicas: []replicaReport{{name: "r1"}}}
 			run.summary.State.TestRunDurationMs = 12_000
@@ -203,7 +204,7 @@ func TestParseOptionsCutsFlagsByMode(t *testing.T) {
 	if o.mode != modeAsync || o.async != wantAsync {
 		t.Errorf("-async: mode %v, options %+v; want %v, %+v", o.mode, o.async, modeAsync, wantAsync)
 	}
-	if o.cluster.replicas != 4 || o.cluster.lockWait != time.Second || !o.cluster.keep || o.cluster.defense != defaultDefense {
+	if o.cluster.Replicas != 4 || o.cluster.LockWait != time.Second || !o.cluster.Keep || o.cluster.Defense != env.DefaultDefense {
 		t.Errorf("-async: cluster options %+v", o.cluster)
 	}
 

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/env"
 )
 
 func main() {
@@ -42,12 +43,12 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Stdout)
 	switch {
 	case err == nil:
-	case errors.Is(err, errFailed):
+	case errors.Is(err, env.ErrFailed):
 		os.Exit(1)
-	case errors.Is(err, errStopped) || ctx.Err() != nil:
+	case errors.Is(err, env.ErrStopped) || ctx.Err() != nil:
 		// The shell's convention for a command ended by Ctrl-C, so that scripts and CI can tell
 		// "stopped" from both "passed" and "found a violation".
-		if !errors.Is(err, errStopped) {
+		if !errors.Is(err, env.ErrStopped) {
 			fmt.Fprintln(os.Stderr, "loadtest: stopped by a signal:", err)
 		}
 		os.Exit(130)
@@ -57,27 +58,9 @@ func main() {
 	}
 }
 
-var (
-	// errFailed means the run completed and found violations; the summary already said which.
-	errFailed = errors.New("verdict: FAIL")
-	// errStopped means a signal ended the load early and what ran broke no invariant.
-	errStopped = errors.New("verdict: stopped early")
-)
-
 // harness holds what every mode of one invocation shares: the deployment's options, where it
 // writes, the binaries it drives, and where it prints.
-type harness struct {
-	cluster clusterOptions
-	out     string
-	binary  string
-	k6      string
-	haproxy string
-	wrk     string // only for -throughput, -cache, -flood and -replays
-	script  string
-	w       io.Writer
-}
-
-func (h *harness) printf(format string, args ...any) { fmt.Fprintf(h.w, format, args...) }
+type harness struct{ *env.Harness }
 
 // run parses the command line and runs the mode it picks. Every mode but -recheck builds the
 // service and finds HAProxy first; the sales find k6, the benchmarks wrk.
@@ -89,41 +72,41 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	h := &harness{cluster: o.cluster, w: w}
+	h := &harness{&env.Harness{Cluster: o.cluster, W: w}}
 	if o.mode == modeRecheck {
 		return h.recheck(o.drills.recheck, o.drills.plan())
 	}
-	if h.out, err = filepath.Abs(o.out); err != nil {
+	if h.Out, err = filepath.Abs(o.out); err != nil {
 		return err
 	}
 	// Only the sales drive k6.
 	needK6 := o.mode == modeSale || o.mode == modeCompare
 	if needK6 {
-		if h.script, err = filepath.Abs(o.script); err != nil {
+		if h.Script, err = filepath.Abs(o.script); err != nil {
 			return err
 		}
-		if _, err := os.Stat(h.script); err != nil {
+		if _, err := os.Stat(h.Script); err != nil {
 			return fmt.Errorf("k6 script %s: %w", o.script, err)
 		}
 	}
-	if err := os.MkdirAll(h.out, 0o755); err != nil {
+	if err := os.MkdirAll(h.Out, 0o755); err != nil {
 		return err
 	}
 	if needK6 {
-		if h.k6, err = cluster.FindK6(ctx, o.k6, w); err != nil {
+		if h.K6, err = cluster.FindK6(ctx, o.k6, w); err != nil {
 			return err
 		}
 	}
-	if h.haproxy, err = cluster.FindTool(ctx, "haproxy", "haproxy", w); err != nil {
+	if h.HAProxy, err = cluster.FindTool(ctx, "haproxy", "haproxy", w); err != nil {
 		return err
 	}
-	h.binary = filepath.Join(h.out, "stocksvc")
-	if err := cluster.BuildService(ctx, h.binary, w); err != nil {
+	h.Binary = filepath.Join(h.Out, "stocksvc")
+	if err := cluster.BuildService(ctx, h.Binary, w); err != nil {
 		return err
 	}
 	switch o.mode {
 	case modeThroughput, modeCache, modeFlood, modeReplays:
-		if h.wrk, err = cluster.FindTool(ctx, "wrk", "wrk", w); err != nil {
+		if h.Wrk, err = cluster.FindTool(ctx, "wrk", "wrk", w); err != nil {
 			return err
 		}
 	}
@@ -148,7 +131,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 
 // sale runs the one configured sale and reports it.
 func (h *harness) sale(ctx context.Context, o saleOptions) error {
-	spec := saleSpec{label: "sale", defense: h.cluster.defense, lockRetry: o.lockRetry,
+	spec := saleSpec{label: "sale", defense: h.Cluster.Defense, lockRetry: o.lockRetry,
 		lockMaxRetries: o.lockMaxRetries, scenarios: o.scenarios}
 	run, err := h.runSale(ctx, spec, o)
 	if err != nil {

@@ -9,24 +9,12 @@ import (
 	"time"
 
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/env"
 )
 
 // The command line is parsed once, into flagValues, and then cut into what each part reads:
-// clusterOptions, which every mode's deployment shares, and one options struct per mode. A
+// env.ClusterOptions, which every mode's deployment shares, and one options struct per mode. A
 // mode's code sees its own struct and the cluster's, nothing else.
-
-const defaultDefense = "lock,version,guard"
-
-// clusterOptions are the deployment's flags, shared by every mode.
-type clusterOptions struct {
-	replicas    int
-	defense     string        // the replicas' STOCKSVC_DEFENSE
-	lockWait    time.Duration // the replicas' STOCKSVC_LOCK_WAIT
-	redlock     int           // Redlock nodes of the run's own (0: the one Redis of -redis-url)
-	databaseURL string        // the Postgres server the runs' databases are created on
-	redisURL    string
-	keep        bool // keep the runs' databases
-}
 
 // saleOptions configure the k6 sale (the default mode) and -compare, which runs it side by
 // side in several configurations.
@@ -108,7 +96,7 @@ type options struct {
 	out     string // the invocation's directory
 	k6      string // the k6 binary given, if any
 	script  string // the k6 script
-	cluster clusterOptions
+	cluster env.ClusterOptions
 
 	sale       saleOptions
 	throughput throughputOptions
@@ -178,7 +166,7 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.IntVar(&o.vus, "vus", 100, "k6 virtual users pre-allocated for the rush")
 	fs.IntVar(&o.raceStock, "race-stock", 20, "units of the exact-race product (ten buyers per unit)")
 	fs.StringVar(&o.scenarios, "scenarios", "rush,carts,retries,race", "k6 scenarios to run")
-	fs.StringVar(&o.defense, "defense", defaultDefense, "STOCKSVC_DEFENSE of the replicas (anything else is a demonstration)")
+	fs.StringVar(&o.defense, "defense", env.DefaultDefense, "STOCKSVC_DEFENSE of the replicas (anything else is a demonstration)")
 	fs.StringVar(&o.lockRetry, "lock-retry", "wait", "STOCKSVC_LOCK_RETRY of the replicas")
 	fs.IntVar(&o.lockMaxRetries, "lock-max-retries", 0, "STOCKSVC_LOCK_MAX_RETRIES of the replicas")
 	fs.DurationVar(&o.lockWait, "lock-wait", 2*time.Second, "STOCKSVC_LOCK_WAIT of the replicas")
@@ -281,8 +269,8 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 // options cuts the flags into the cluster's options and each mode's.
 func (f flagValues) options() options {
 	o := options{out: f.out, k6: f.k6, script: f.script,
-		cluster: clusterOptions{replicas: f.replicas, defense: f.defense, lockWait: f.lockWait, redlock: f.redlock,
-			databaseURL: f.databaseURL, redisURL: f.redisURL, keep: f.keep},
+		cluster: env.ClusterOptions{Replicas: f.replicas, Defense: f.defense, LockWait: f.lockWait, Redlock: f.redlock,
+			DatabaseURL: f.databaseURL, RedisURL: f.redisURL, Keep: f.keep},
 		sale: saleOptions{stock: f.stock, rate: f.rate, duration: f.duration, vus: f.vus, raceStock: f.raceStock,
 			scenarios: f.scenarios, lockRetry: f.lockRetry, lockMaxRetries: f.lockMaxRetries, killAfter: f.killAfter,
 			pgbenchClients: f.pgbenchClients},

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stocksvc/stocksvc/loadtest/env"
 )
 
 // The replay benchmark (-replays, issue #18 item 3): what a retry storm costs a sale. Clients
@@ -194,8 +195,8 @@ func (h *harness) replayBench(ctx context.Context, o replayOptions) error {
 	if err != nil {
 		return err
 	}
-	h.printf("[replays] %d replicas, %d connections ordering product %d; rounds of %v: %s\n",
-		h.cluster.replicas, o.clients, product, o.round, strings.Join(replayModes, ", "))
+	h.Printf("[replays] %d replicas, %d connections ordering product %d; rounds of %v: %s\n",
+		h.Cluster.Replicas, o.clients, product, o.round, strings.Join(replayModes, ", "))
 	runRound := func(mode string, n int, d time.Duration) (replayRound, error) {
 		label := fmt.Sprintf("round%d-%s", n, mode)
 		if n == 0 {
@@ -203,7 +204,7 @@ func (h *harness) replayBench(ctx context.Context, o replayOptions) error {
 		}
 		job := wrkJob{name: mode, conns: o.clients, threads: 2, script: script,
 			env: []string{"MODE=" + mode, "PRODUCT=" + strconv.FormatInt(product, 10), fmt.Sprintf("KEYPREFIX=%s%d", mode[:1], n)}}
-		res, err := runWrkJobs(ctx, h.wrk, c.Dir, label, c.Front, d, job)
+		res, err := runWrkJobs(ctx, h.Wrk, c.Dir, label, c.Front, d, job)
 		if err != nil {
 			return replayRound{}, err
 		}
@@ -214,7 +215,7 @@ func (h *harness) replayBench(ctx context.Context, o replayOptions) error {
 		if err != nil {
 			return err
 		}
-		h.printf("[replays] warm-up, %s: %.0f answers/s\n", mode, r.perSecond(0))
+		h.Printf("[replays] warm-up, %s: %.0f answers/s\n", mode, r.perSecond(0))
 	}
 	var rounds []replayRound
 	for n := 1; n <= o.rounds; n++ {
@@ -223,7 +224,7 @@ func (h *harness) replayBench(ctx context.Context, o replayOptions) error {
 			if err != nil {
 				return err
 			}
-			h.printf("[replays] round %d/%d, %-11s %6.0f answers/s (%s)%s\n", n, o.rounds, mode+":", r.perSecond(0),
+			h.Printf("[replays] round %d/%d, %-11s %6.0f answers/s (%s)%s\n", n, o.rounds, mode+":", r.perSecond(0),
 				answersOf(r.statuses), describePairs(r.counters))
 			rounds = append(rounds, r)
 		}
@@ -234,20 +235,20 @@ func (h *harness) replayBench(ctx context.Context, o replayOptions) error {
 		return err
 	}
 	summary := summariseReplays(rounds)
-	report := replayReport(h.cluster.replicas, o, product, summary, rounds, twice)
-	h.printf("\n%s\n", report)
-	path := filepath.Join(h.out, "replays.md")
+	report := replayReport(h.Cluster.Replicas, o, product, summary, rounds, twice)
+	h.Printf("\n%s\n", report)
+	path := filepath.Join(h.Out, "replays.md")
 	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
 		return err
 	}
-	h.printf("written to %s\n", path)
+	h.Printf("written to %s\n", path)
 	if failed := replayChecks(summary, twice); len(failed) > 0 {
 		for _, f := range failed {
-			h.printf("FAIL: %s\n", f)
+			h.Printf("FAIL: %s\n", f)
 		}
-		return errFailed
+		return env.ErrFailed
 	}
-	h.printf("PASS: the replayed loads kept at least %.1f× of the fresh load's rate, every replay was its order, no key bought twice\n", replayTarget)
+	h.Printf("PASS: the replayed loads kept at least %.1f× of the fresh load's rate, every replay was its order, no key bought twice\n", replayTarget)
 	return nil
 }
 

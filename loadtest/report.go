@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -35,7 +36,7 @@ func (h *harness) progress(ctx context.Context, label string, start time.Time, p
 				outcomes[k] += v
 			}
 		}
-		h.printf("[%s] %5.0fs  orders answered %6.0f  confirmed %5.0f  sold-out %6.0f  busy %5.0f  replicas up %d/%d\n",
+		h.Printf("[%s] %5.0fs  orders answered %6.0f  confirmed %5.0f  sold-out %6.0f  busy %5.0f  replicas up %d/%d\n",
 			label, time.Since(start).Seconds(), orders, outcomes["confirmed"], outcomes["sold_out"], outcomes["busy"], up, len(ports))
 	}
 }
@@ -62,8 +63,8 @@ func saleTiming(ctx context.Context, run *saleRun) (timing, error) {
 	return t, nil
 }
 
-// report prints the one-screen summary and returns errFailed when anything failed, else
-// errStopped when a signal cut the load short.
+// report prints the one-screen summary and returns env.ErrFailed when anything failed, else
+// env.ErrStopped when a signal cut the load short.
 func (h *harness) report(run *saleRun, o saleOptions, invariants []verdict.Invariant, ledgers map[int64]verdict.Ledger, t timing) error {
 	s := run.summary
 	secs := s.State.TestRunDurationMs / 1000
@@ -74,20 +75,20 @@ func (h *harness) report(run *saleRun, o saleOptions, invariants []verdict.Invar
 		}
 		return fmt.Sprintf("%5.1f/%5.1f/%6.1f ms", s.value(m, "med"), s.value(m, "p(95)"), s.value(m, "p(99)"))
 	}
-	h.printf("\n=== stocksvc flash sale: %d replicas behind HAProxy, defense %s, lock retry %s\n",
-		h.cluster.replicas, run.spec.defense, run.spec.lockRetry)
-	h.printf("load          %s scenarios, peak %d orders/s for %v, hot stock %d, exact race %d units\n",
+	h.Printf("\n=== stocksvc flash sale: %d replicas behind HAProxy, defense %s, lock retry %s\n",
+		h.Cluster.Replicas, run.spec.defense, run.spec.lockRetry)
+	h.Printf("load          %s scenarios, peak %d orders/s for %v, hot stock %d, exact race %d units\n",
 		run.spec.scenarios, o.rate, o.duration, o.stock, o.raceStock)
 	confirmed := count("confirmed_orders")
-	h.printf("purchases     %.0f confirmed = %.1f/s over %.1fs", confirmed, confirmed/secs, secs)
+	h.Printf("purchases     %.0f confirmed = %.1f/s over %.1fs", confirmed, confirmed/secs, secs)
 	if !t.firstSale.IsZero() {
 		window := t.lastSale.Sub(t.firstSale)
-		h.printf("; hot product %s in %v", map[bool]string{true: "sold out", false: "still in stock"}[t.soldOut], window.Round(time.Millisecond))
+		h.Printf("; hot product %s in %v", map[bool]string{true: "sold out", false: "still in stock"}[t.soldOut], window.Round(time.Millisecond))
 	}
-	h.printf("\nrejections    sold-out %.0f (%.1f/s), busy %.0f (%.1f/s)\n", count("sold_out"), count("sold_out")/secs, count("busy"), count("busy")/secs)
-	h.printf("latency       p50/p95/p99  confirmed %s   sold-out %s   busy %s\n",
+	h.Printf("\nrejections    sold-out %.0f (%.1f/s), busy %.0f (%.1f/s)\n", count("sold_out"), count("sold_out")/secs, count("busy"), count("busy")/secs)
+	h.Printf("latency       p50/p95/p99  confirmed %s   sold-out %s   busy %s\n",
 		lat("order_latency_confirmed"), lat("order_latency_sold_out"), lat("order_latency_busy"))
-	h.printf("requests      %.0f, failed %.3f%%, dropped iterations %.0f\n",
+	h.Printf("requests      %.0f, failed %.3f%%, dropped iterations %.0f\n",
 		count("http_reqs"), 100*s.value("http_req_failed", "rate"), count("dropped_iterations"))
 
 	var perReplica, catchLine []string
@@ -107,8 +108,8 @@ func (h *harness) report(run *saleRun, o saleOptions, invariants []verdict.Invar
 	for _, l := range []string{"version", "guard", "fence", "check"} {
 		catchLine = append(catchLine, fmt.Sprintf("%s %.0f", l, catches[l]))
 	}
-	h.printf("per replica   %s\n", strings.Join(perReplica, ", "))
-	h.printf("layer catches %s (all live replicas)\n", strings.Join(catchLine, ", "))
+	h.Printf("per replica   %s\n", strings.Join(perReplica, ", "))
+	h.Printf("layer catches %s (all live replicas)\n", strings.Join(catchLine, ", "))
 
 	failed := false
 	thresholds := s.failedThresholds()
@@ -118,32 +119,32 @@ func (h *harness) report(run *saleRun, o saleOptions, invariants []verdict.Invar
 		relaxed = ", relaxed for the kill: failed requests < 5%, checks >= 95%"
 	}
 	if len(thresholds) == 0 {
-		h.printf("k6 thresholds passed (checks %.2f%%%s)\n", 100*s.value("checks", "rate"), relaxed)
+		h.Printf("k6 thresholds passed (checks %.2f%%%s)\n", 100*s.value("checks", "rate"), relaxed)
 	} else {
 		failed = true
-		h.printf("k6 thresholds FAILED: %s\n", strings.Join(thresholds, "; "))
+		h.Printf("k6 thresholds FAILED: %s\n", strings.Join(thresholds, "; "))
 	}
 	if run.stopped {
-		h.printf("stopped       by a signal after %.1fs of %v; the figures above cover what ran, the checks below all of it\n", secs, o.duration)
+		h.Printf("stopped       by a signal after %.1fs of %v; the figures above cover what ran, the checks below all of it\n", secs, o.duration)
 	}
 	// k6 exits non-zero when it is interrupted; that is not a finding.
 	if run.k6Err != nil && len(thresholds) == 0 && !run.stopped {
 		failed = true
-		h.printf("k6 exited with %v (see %s)\n", run.k6Err, filepath.Join(run.dir, "k6.log"))
+		h.Printf("k6 exited with %v (see %s)\n", run.k6Err, filepath.Join(run.dir, "k6.log"))
 	}
 	for _, r := range run.replicas {
 		if !r.killed && r.exit != nil {
 			failed = true
-			h.printf("replica %s did not shut down cleanly: %v\n", r.name, r.exit)
+			h.Printf("replica %s did not shut down cleanly: %v\n", r.name, r.exit)
 		}
 	}
-	h.printf("invariants (checked in Postgres):\n")
+	h.Printf("invariants (checked in Postgres):\n")
 	for _, inv := range invariants {
 		mark := "ok  "
 		if !inv.OK {
 			mark, failed = "FAIL", true
 		}
-		h.printf("  %s %s: %s\n", mark, inv.Name, inv.Detail)
+		h.Printf("  %s %s: %s\n", mark, inv.Name, inv.Detail)
 	}
 	verdict := "PASS"
 	switch {
@@ -152,14 +153,14 @@ func (h *harness) report(run *saleRun, o saleOptions, invariants []verdict.Invar
 	case run.stopped:
 		verdict = "STOPPED early, no violation in what ran"
 	}
-	h.printf("verdict       %s\n", verdict)
-	h.printf("report        %s\nsummary       %s\nlogs          %s\n\n",
+	h.Printf("verdict       %s\n", verdict)
+	h.Printf("report        %s\nsummary       %s\nlogs          %s\n\n",
 		filepath.Join(run.dir, "report.html"), filepath.Join(run.dir, "summary.txt"), run.dir)
 	switch {
 	case failed:
-		return errFailed
+		return env.ErrFailed
 	case run.stopped:
-		return errStopped
+		return env.ErrStopped
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/env"
 )
 
 // saleSpec is one configuration of the service to put under load.
@@ -104,42 +105,42 @@ func (s k6Summary) failedThresholds() []string {
 // everyone saw, and stops every process; the run's database stays for the checks until
 // closeRun.
 func (h *harness) runSale(ctx context.Context, spec saleSpec, o saleOptions) (*saleRun, error) {
-	run := &saleRun{spec: spec, dir: filepath.Join(h.out, spec.label), killed: -1}
+	run := &saleRun{spec: spec, dir: filepath.Join(h.Out, spec.label), killed: -1}
 	if err := os.MkdirAll(run.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", run.dir, err)
 	}
 	// A database and a Redis key prefix of the run's own.
 	run.database = fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(spec.label, "-", "_"))
 
-	h.printf("[%s] starting %d replicas (defense %s, lock retry %s", spec.label, h.cluster.replicas, spec.defense, spec.lockRetry)
+	h.Printf("[%s] starting %d replicas (defense %s, lock retry %s", spec.label, h.Cluster.Replicas, spec.defense, spec.lockRetry)
 	if spec.lockMaxRetries > 0 {
-		h.printf(", at most %d retries", spec.lockMaxRetries)
+		h.Printf(", at most %d retries", spec.lockMaxRetries)
 	}
-	h.printf(")\n")
-	env := []string{
+	h.Printf(")\n")
+	settings := []string{
 		"STOCKSVC_DEFENSE=" + spec.defense,
 		"STOCKSVC_LOCK_RETRY=" + spec.lockRetry,
 		"STOCKSVC_LOCK_MAX_RETRIES=" + strconv.Itoa(spec.lockMaxRetries),
-		"STOCKSVC_LOCK_WAIT=" + h.cluster.lockWait.String(),
+		"STOCKSVC_LOCK_WAIT=" + h.Cluster.LockWait.String(),
 	}
-	if spec.defense != defaultDefense {
-		env = append(env, "STOCKSVC_DEMO_UNSAFE=1")
+	if spec.defense != env.DefaultDefense {
+		settings = append(settings, "STOCKSVC_DEMO_UNSAFE=1")
 	}
 	if spec.maxBatch > 0 {
-		env = append(env, "STOCKSVC_MAX_BATCH="+strconv.Itoa(spec.maxBatch))
+		settings = append(settings, "STOCKSVC_MAX_BATCH="+strconv.Itoa(spec.maxBatch))
 	}
 	if spec.queueWait > 0 {
-		env = append(env, "STOCKSVC_QUEUE_WAIT="+spec.queueWait.String())
+		settings = append(settings, "STOCKSVC_QUEUE_WAIT="+spec.queueWait.String())
 	}
 	c, err := cluster.Start(ctx, cluster.Config{
-		Dir: run.dir, Binary: h.binary, HAProxy: h.haproxy, Replicas: h.cluster.replicas,
-		ServerURL: h.cluster.databaseURL, Database: run.database,
-		RedisURL: h.cluster.redisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
-		Redlock: h.cluster.redlock, Keep: h.cluster.keep, Warnings: h.w,
-		Env: func(int) []string { return env },
+		Dir: run.dir, Binary: h.Binary, HAProxy: h.HAProxy, Replicas: h.Cluster.Replicas,
+		ServerURL: h.Cluster.DatabaseURL, Database: run.database,
+		RedisURL: h.Cluster.RedisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
+		Redlock: h.Cluster.Redlock, Keep: h.Cluster.Keep, Warnings: h.W,
+		Env: func(int) []string { return settings },
 		BeforeReplicas: func(c *cluster.Cluster) error {
 			if c.Redlock != nil {
-				h.printf("[%s] product locks on Redlock over %d redis-servers: %s\n", spec.label, len(c.Redlock), c.Redlock.URL())
+				h.Printf("[%s] product locks on Redlock over %d redis-servers: %s\n", spec.label, len(c.Redlock), c.Redlock.URL())
 			}
 			return nil
 		},
@@ -189,13 +190,13 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec, o saleOptions) (*s
 		// until its health check takes it out; allow for them. The invariants stay strict.
 		k6env = append(k6env, "FAILED_RATE_MAX=0.05", "CHECKS_RATE_MIN=0.95")
 	}
-	argv := []string{h.k6, "run", "--no-usage-report", "--quiet", "--console-output", filepath.Join(run.dir, "k6-console.log")}
+	argv := []string{h.K6, "run", "--no-usage-report", "--quiet", "--console-output", filepath.Join(run.dir, "k6-console.log")}
 	if spec.requestLog {
 		k6env = append(k6env, "K6_CSV_TIME_FORMAT=unix_milli")
 		argv = append(argv, "--out", "csv="+filepath.Join(run.dir, "requests.csv.gz"))
 	}
-	argv = append(argv, h.script)
-	h.printf("[%s] k6: rate %d/s for %v, stock %d, scenarios %s; balancer http://127.0.0.1:%d\n",
+	argv = append(argv, h.Script)
+	h.Printf("[%s] k6: rate %d/s for %v, stock %d, scenarios %s; balancer http://127.0.0.1:%d\n",
 		spec.label, o.rate, o.duration, o.stock, spec.scenarios, c.Front)
 	run.k6Started = time.Now()
 	k6, err := c.Sup.Start("k6", filepath.Join(run.dir, "k6.log"), k6env, argv...)
@@ -213,7 +214,7 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec, o saleOptions) (*s
 			case <-time.After(o.killAfter):
 				c.Replicas[victim].Proc.Signal(syscall.SIGKILL)
 				run.killed = victim
-				h.printf("[%s] killed replica %s with SIGKILL at %v\n", spec.label, run.replicas[victim].name, o.killAfter)
+				h.Printf("[%s] killed replica %s with SIGKILL at %v\n", spec.label, run.replicas[victim].name, o.killAfter)
 			case <-progressCtx.Done():
 			}
 		})
@@ -261,7 +262,7 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec, o saleOptions) (*s
 	}
 	stopping.Wait()
 	if err := c.Stop(); err != nil {
-		h.printf("  warning: %v\n", err)
+		h.Printf("  warning: %v\n", err)
 	}
 
 	if err := readJSON(filepath.Join(run.dir, "summary.json"), &run.summary); err != nil {
@@ -285,19 +286,19 @@ func (h *harness) closeRun(run *saleRun) {
 	if run.pool != nil {
 		run.pool.Close()
 	}
-	if h.cluster.keep {
-		h.printf("[%s] kept database %s\n", run.spec.label, run.database)
+	if h.Cluster.Keep {
+		h.Printf("[%s] kept database %s\n", run.spec.label, run.database)
 	}
 	run.deployment.Close()
 }
 
 func (h *harness) createDatabase(ctx context.Context, name string) (string, error) {
-	return cluster.CreateDatabase(ctx, h.cluster.databaseURL, name)
+	return cluster.CreateDatabase(ctx, h.Cluster.DatabaseURL, name)
 }
 
 func (h *harness) dropDatabase(name string) {
-	if err := cluster.DropDatabase(h.cluster.databaseURL, name); err != nil {
-		h.printf("  warning: %v\n", err)
+	if err := cluster.DropDatabase(h.Cluster.DatabaseURL, name); err != nil {
+		h.Printf("  warning: %v\n", err)
 	}
 }
 

@@ -42,13 +42,13 @@ const throughputStock = 1_000_000_000
 // profiler (STOCKSVC_DEBUG_ADDR) and one core's worth of Go scheduler.
 func (h *harness) startCluster(ctx context.Context, label string) (*cluster.Cluster, error) {
 	return cluster.Start(ctx, cluster.Config{
-		Dir: filepath.Join(h.out, label), Binary: h.binary, HAProxy: h.haproxy, Replicas: h.cluster.replicas,
-		ServerURL: h.cluster.databaseURL, Database: fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(label, "-", "_")),
-		RedisURL: h.cluster.redisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
-		DebugPorts: true, Keep: h.cluster.keep, Warnings: h.w,
+		Dir: filepath.Join(h.Out, label), Binary: h.Binary, HAProxy: h.HAProxy, Replicas: h.Cluster.Replicas,
+		ServerURL: h.Cluster.DatabaseURL, Database: fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(label, "-", "_")),
+		RedisURL: h.Cluster.RedisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
+		DebugPorts: true, Keep: h.Cluster.Keep, Warnings: h.W,
 		Env: func(int) []string {
 			return []string{
-				"STOCKSVC_LOCK_WAIT=" + h.cluster.lockWait.String(),
+				"STOCKSVC_LOCK_WAIT=" + h.Cluster.LockWait.String(),
 				// One core's worth each, as the Compose file's CPU limit gives every replica (Go
 				// reads it from the cgroup there); bare processes would each schedule for two.
 				"GOMAXPROCS=1",
@@ -211,11 +211,11 @@ func (h *harness) throughput(ctx context.Context, o throughputOptions) error {
 		return err
 	}
 	clients, d := o.clients, o.duration
-	h.printf("[throughput] warm-up: %d clients for 3s\n", clients)
+	h.Printf("[throughput] warm-up: %d clients for 3s\n", clients)
 	if _, err := h.wrkLoop(ctx, c, "warm-up", product, clients, 0, 3*time.Second); err != nil {
 		return err
 	}
-	h.printf("[throughput] closed loop: %d clients for %v\n", clients, d)
+	h.Printf("[throughput] closed loop: %d clients for %v\n", clients, d)
 	profiled := make(chan error, 1)
 	go func() { profiled <- c.Profile(ctx, 0, d-time.Second, "r1.cpu.pprof") }()
 	peak, err := h.wrkLoop(ctx, c, "closed loop", product, clients, 0, d)
@@ -223,10 +223,10 @@ func (h *harness) throughput(ctx context.Context, o throughputOptions) error {
 		return err
 	}
 	if err := <-profiled; err != nil {
-		h.printf("[throughput]   no CPU profile of r1: %v\n", err)
+		h.Printf("[throughput]   no CPU profile of r1: %v\n", err)
 	} else {
-		h.printf("[throughput]   CPU profile of r1: %s (go tool pprof -top %s %s)\n",
-			filepath.Join(c.Dir, "r1.cpu.pprof"), h.binary, filepath.Join(c.Dir, "r1.cpu.pprof"))
+		h.Printf("[throughput]   CPU profile of r1: %s (go tool pprof -top %s %s)\n",
+			filepath.Join(c.Dir, "r1.cpu.pprof"), h.Binary, filepath.Join(c.Dir, "r1.cpu.pprof"))
 	}
 	// pgbench again, right after: its rate varies from run to run on a shared machine, and the
 	// ratio is taken against the better of the two.
@@ -236,27 +236,27 @@ func (h *harness) throughput(ctx context.Context, o throughputOptions) error {
 	}
 	anchors := []comparison{before, after}
 	best := max(before.purchasesPerS, after.purchasesPerS)
-	h.printf("[throughput]   %.0f confirmed/s (%.2f× pgbench's better run)\n", peak.confirmedPerS(), peak.confirmedPerS()/best)
+	h.Printf("[throughput]   %.0f confirmed/s (%.2f× pgbench's better run)\n", peak.confirmedPerS(), peak.confirmedPerS()/best)
 	phases := []phase{peak}
 	for _, f := range []float64{0.8, 2} {
 		if o.closedOnly {
 			break
 		}
 		rate := f * peak.confirmedPerS()
-		h.printf("[throughput] paced load: %.0f orders/s (%.0f%% of the peak) for %v, and a probe\n", rate, 100*f, d)
+		h.Printf("[throughput] paced load: %.0f orders/s (%.0f%% of the peak) for %v, and a probe\n", rate, 100*f, d)
 		p, err := h.pacedLoad(ctx, c, fmt.Sprintf("%.0f%% of the peak", 100*f), product, rate, d)
 		if err != nil {
 			return err
 		}
 		phases = append(phases, p)
 	}
-	report := throughputReport(h.cluster.replicas, o, anchors, phases)
-	h.printf("\n%s\n", report)
-	path := filepath.Join(h.out, "throughput.md")
+	report := throughputReport(h.Cluster.Replicas, o, anchors, phases)
+	h.Printf("\n%s\n", report)
+	path := filepath.Join(h.Out, "throughput.md")
 	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
 		return err
 	}
-	h.printf("written to %s\n", path)
+	h.Printf("written to %s\n", path)
 	return nil
 }
 

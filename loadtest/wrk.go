@@ -118,7 +118,7 @@ func (h *harness) wrkLoop(ctx context.Context, c *cluster.Cluster, name string, 
 	if err != nil {
 		return phase{}, err
 	}
-	cmd := exec.CommandContext(ctx, h.wrk, "-t", "2", "-c", strconv.Itoa(clients), "-d", fmt.Sprintf("%ds", int(d.Seconds())),
+	cmd := exec.CommandContext(ctx, h.Wrk, "-t", "2", "-c", strconv.Itoa(clients), "-d", fmt.Sprintf("%ds", int(d.Seconds())),
 		"--latency", "-s", script, fmt.Sprintf("http://127.0.0.1:%d", c.Front))
 	cmd.Env = append(os.Environ(), "PRODUCT="+strconv.FormatInt(product, 10))
 	if rate > 0 {
