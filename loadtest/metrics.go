@@ -3,80 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
 )
-
-// replicaMetrics is what the harness reads from a replica's /metrics.
-type replicaMetrics struct {
-	orders   float64            // POST /v1/orders requests answered
-	catches  map[string]float64 // stocksvc_defense_catches_total by layer
-	outcomes map[string]float64 // stocksvc_orders_total by outcome
-}
-
-// scrapeFamilies reads a replica's /metrics.
-func scrapeFamilies(ctx context.Context, port int) (map[string]*dto.MetricFamily, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", port), nil)
-	if err != nil {
-		return nil, err
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer res.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(res.Body)
-	if err != nil {
-		return nil, fmt.Errorf("parse metrics of :%d: %w", port, err)
-	}
-	return families, nil
-}
-
-func scrapeReplica(ctx context.Context, port int) (replicaMetrics, error) {
-	families, err := scrapeFamilies(ctx, port)
-	if err != nil {
-		return replicaMetrics{}, err
-	}
-	m := replicaMetrics{
-		catches:  byLabel(families["stocksvc_defense_catches_total"], "layer"),
-		outcomes: byLabel(families["stocksvc_orders_total"], "outcome"),
-	}
-	if f := families["stocksvc_http_requests_total"]; f != nil {
-		for _, metric := range f.GetMetric() {
-			if label(metric, "route") == "/v1/orders" && label(metric, "method") == http.MethodPost {
-				m.orders += metric.GetCounter().GetValue()
-			}
-		}
-	}
-	return m, nil
-}
-
-func byLabel(f *dto.MetricFamily, name string) map[string]float64 {
-	out := map[string]float64{}
-	if f == nil {
-		return out
-	}
-	for _, metric := range f.GetMetric() {
-		out[label(metric, name)] += metric.GetCounter().GetValue()
-	}
-	return out
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
 
 // viewStats is what the replicas count about product views and the answers given from them
 // (issue #9), summed over replicas. present lists the view metrics the replicas export at all:
@@ -129,9 +59,9 @@ var queryMetrics = []string{metricViewQueries, metricKeySetLoads}
 // counts every query once.
 func viewStatsFrom(families map[string]*dto.MetricFamily) viewStats {
 	s := viewStats{
-		reads:       byLabel(families[metricViewReads], "from"),
+		reads:       cluster.ByLabel(families[metricViewReads], "from"),
 		pgQueries:   counterSum(families[metricViewQueries]),
-		queriesBy:   byLabel(families[metricViewQueries], "purpose"),
+		queriesBy:   cluster.ByLabel(families[metricViewQueries], "purpose"),
 		keySets:     counterSum(families[metricKeySetLoads]),
 		rebuilds:    counterSum(families[metricViewRebuilds]),
 		waits:       counterSum(families[metricViewWaits]),
@@ -139,7 +69,7 @@ func viewStatsFrom(families map[string]*dto.MetricFamily) viewStats {
 		unavailable: counterSum(families[metricViewUnavailable]),
 		lostUpdates: counterSum(families[metricViewLostUpdates]),
 		refused:     counterSum(families[metricRefusedByView]),
-		outcomes:    byLabel(families["stocksvc_orders_total"], "outcome"),
+		outcomes:    cluster.ByLabel(families["stocksvc_orders_total"], "outcome"),
 		present:     map[string]bool{},
 	}
 	for _, name := range viewMetrics {
@@ -215,7 +145,7 @@ func (a viewStats) has(names ...string) bool {
 func scrapeViews(ctx context.Context, ports []int) (viewStats, error) {
 	var sum viewStats
 	for i, port := range ports {
-		families, err := scrapeFamilies(ctx, port)
+		families, err := cluster.ScrapeFamilies(ctx, port)
 		if err != nil {
 			return viewStats{}, fmt.Errorf("scrape :%d: %w", port, err)
 		}

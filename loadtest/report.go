@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
@@ -26,13 +27,13 @@ func (h *harness) progress(ctx context.Context, label string, start time.Time, p
 		outcomes := map[string]float64{}
 		up := 0
 		for _, p := range ports {
-			m, err := scrapeReplica(ctx, p)
+			m, err := cluster.ScrapeReplica(ctx, p)
 			if err != nil {
 				continue
 			}
 			up++
-			orders += m.orders
-			for k, v := range m.outcomes {
+			orders += m.Orders
+			for k, v := range m.Outcomes {
 				outcomes[k] += v
 			}
 		}

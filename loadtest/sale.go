@@ -241,8 +241,8 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec, o saleOptions) (*s
 			r.killed = true
 			continue
 		}
-		if m, err := scrapeReplica(scrapeCtx, r.port); err == nil {
-			r.orders, r.catches, r.outcomes = m.orders, m.catches, m.outcomes
+		if m, err := cluster.ScrapeReplica(scrapeCtx, r.port); err == nil {
+			r.orders, r.catches, r.outcomes = m.Orders, m.Catches, m.Outcomes
 		}
 	}
 	if counts, err := cluster.HAProxyRequests(scrapeCtx, c.Stats); err == nil {

@@ -499,7 +499,7 @@ func (a batchStats) String() string {
 }
 
 func scrapeBatches(ctx context.Context, port int) (batchStats, error) {
-	families, err := scrapeFamilies(ctx, port)
+	families, err := cluster.ScrapeFamilies(ctx, port)
 	if err != nil {
 		return batchStats{}, err
 	}
