@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/report"
 )
 
 // The cache benchmark (-cache, issue #9): what the product view buys the two answers a flash
@@ -393,7 +394,7 @@ func (b *cacheBench) alternate(ctx context.Context, a, other cacheLoad, backgrou
 				return nil, err
 			}
 			b.h.Printf("[cache]   round %d, %s: %.0f/s, %s, p50 %.1f ms, p99 %.1f ms\n",
-				i+1, l.kind, r.rate(0), describeStatuses(r.wrk.statuses), r.wrk.p50, r.wrk.p99)
+				i+1, l.kind, r.rate(0), report.Statuses(r.wrk.statuses), r.wrk.p50, r.wrk.p99)
 			rounds = append(rounds, r)
 		}
 	}
@@ -488,7 +489,7 @@ func (b *cacheBench) stampedes(ctx context.Context, product int64) ([]stampedeRo
 			return nil, err
 		}
 		b.h.Printf("[cache]   round %d: Postgres queries %s, %s (%d read from Postgres for them), p50 %.1f ms, p99 %.1f ms\n", i+1,
-			queryFigure(r.view), describeStatuses(r.statuses), r.misses,
+			queryFigure(r.view), report.Statuses(r.statuses), r.misses,
 			percentile(r.latencies, 50), percentile(r.latencies, 99))
 		rounds = append(rounds, r)
 	}
@@ -507,7 +508,7 @@ func (b *cacheBench) stampede(ctx context.Context, product int64, key string) (s
 	// The readers' connections are opened first, on healthz, so that the stampede measures
 	// reads and not TCP handshakes; and the view is read once, so that its key is there.
 	if opened := b.releaseReads(ctx, "/healthz", readers); opened.statuses[http.StatusOK] != readers {
-		return r, fmt.Errorf("opening %d connections: %s", readers, describeStatuses(opened.statuses))
+		return r, fmt.Errorf("opening %d connections: %s", readers, report.Statuses(opened.statuses))
 	}
 	if _, err := b.stock(ctx, product); err != nil {
 		return r, err

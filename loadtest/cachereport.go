@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/stocksvc/stocksvc/loadtest/report"
 )
 
 // cacheReport renders what the -cache mode measured as markdown (cache.md).
@@ -67,7 +69,7 @@ func cacheReport(replicas int, o cacheOptions, so soldOutPhase, rd readsPhase, s
 	fmt.Fprintf(&b, "\n## 2. Product reads during a sale\n\n")
 	fmt.Fprintf(&b, "Product %d (stock %d) was ordered throughout by %d closed-loop wrk connections, each order one unit with its own "+
 		"Idempotency-Key; they got %s over %v. Rounds of `GET /v1/products/%d` took turns with rounds of healthz.\n\n",
-		rd.product, throughputStock, saleBuyers, describeStatuses(rd.buyers.statuses), rd.buyers.window.Round(time.Second), rd.product)
+		rd.product, throughputStock, saleBuyers, report.Statuses(rd.buyers.statuses), rd.buyers.window.Round(time.Second), rd.product)
 	b.WriteString(roundTable(rd.rounds, true))
 	b.WriteString("\n" + viewNotes(sumViews(rd.rounds)) + "\n")
 	b.WriteString(cacheCPUTable(rd.rounds, []string{kindReads, kindHealthz}))
@@ -84,7 +86,7 @@ func cacheReport(replicas int, o cacheOptions, so soldOutPhase, rd readsPhase, s
 			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %d | %.1f / %.1f ms | %.1f ms |\n", i+1, yesNo(r.deleted),
 				queryFigure(r.view), figure(r.view.rebuilds, r.view.has(metricViewRebuilds)),
 				figure(r.view.waits, r.view.has(metricViewWaits)), figure(r.view.giveups, r.view.has(metricViewGiveups)),
-				bySource(r.view), describeStatuses(r.statuses), r.misses, percentile(r.latencies, 50), percentile(r.latencies, 99),
+				bySource(r.view), report.Statuses(r.statuses), r.misses, percentile(r.latencies, 50), percentile(r.latencies, 99),
 				float64(r.took)/float64(time.Millisecond))
 		}
 	}
@@ -106,7 +108,7 @@ func roundTable(rounds []cacheRound, sale bool) string {
 	n := map[string]int{}
 	for _, r := range rounds {
 		n[r.kind]++
-		answers := describeStatuses(r.wrk.statuses)
+		answers := report.Statuses(r.wrk.statuses)
 		if r.wrk.failed > 0 {
 			answers += fmt.Sprintf(", %d socket errors", r.wrk.failed)
 		}
@@ -179,7 +181,7 @@ func cacheChecks(so soldOutPhase, rd readsPhase, st []stampedeRound) []string {
 			}
 			if r.wrk.statuses[want] != r.wrk.requests || r.wrk.failed > 0 || r.wrk.notSoldOut > 0 {
 				failed = append(failed, fmt.Sprintf("%s, round %d of %s: %s, %d socket errors, %d 409s not sold-out; want %d only",
-					phase, n[r.kind], r.kind, describeStatuses(r.wrk.statuses), r.wrk.failed, r.wrk.notSoldOut, want))
+					phase, n[r.kind], r.kind, report.Statuses(r.wrk.statuses), r.wrk.failed, r.wrk.notSoldOut, want))
 			}
 		}
 	}
@@ -190,7 +192,7 @@ func cacheChecks(so soldOutPhase, rd readsPhase, st []stampedeRound) []string {
 	}
 	for i, r := range st {
 		if r.statuses[http.StatusOK] != len(r.latencies) {
-			failed = append(failed, fmt.Sprintf("stampede round %d: %s; want 200 only", i+1, describeStatuses(r.statuses)))
+			failed = append(failed, fmt.Sprintf("stampede round %d: %s; want 200 only", i+1, report.Statuses(r.statuses)))
 		}
 		if !r.deleted {
 			failed = append(failed, fmt.Sprintf("stampede round %d: the view's key was not in Redis (does the harness name it as the service does?)", i+1))

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/faults"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -48,6 +49,7 @@ func TestParseOptions(t *testing.T) {
 		{"-fault", "unplug-the-datacentre"},
 		{"-fault", "burst", "-replicas", "1"},
 		{"-fault", "burst", "-drill-rate", "0"},
+		{"-fault", "burst", "-runs", "0"},
 		{"-redlock", "2"},                              // a Redlock of two survives no loss
 		{"-redlock", "3", "-fault", "restart-redis"},   // no one Redis to restart
 		{"-redlock", "3", "-fault", "redis-partition"}, // nor to proxy
@@ -199,8 +201,8 @@ func TestParseOptionsCutsFlagsByMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantAsync := asyncOptions{stock: 900, rate: 100, duration: 10 * time.Second, killAfter: 3 * time.Second, seed: 9,
-		pauseFor: 20 * time.Second}
+	wantAsync := faults.AsyncOptions{Stock: 900, Rate: 100, Duration: 10 * time.Second, KillAfter: 3 * time.Second, Seed: 9,
+		PauseFor: 20 * time.Second}
 	if o.mode != modeAsync || o.async != wantAsync {
 		t.Errorf("-async: mode %v, options %+v; want %v, %+v", o.mode, o.async, modeAsync, wantAsync)
 	}
@@ -212,8 +214,8 @@ func TestParseOptionsCutsFlagsByMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.mode != modeDrills || o.drills.fault != "burst" || o.drills.runs != 2 || o.drills.seed != 5 || o.drills.rate != 20 ||
-		o.drills.readSlack != 0 || o.drills.lockTTL != 2*time.Second {
+	if o.mode != modeDrills || o.drills.Fault != "burst" || o.drills.Runs != 2 || o.drills.Seed != 5 || o.drills.Rate != 20 ||
+		o.drills.ReadSlack != 0 || o.drills.LockTTL != 2*time.Second {
 		t.Errorf("-fault: mode %v, options %+v", o.mode, o.drills)
 	}
 
@@ -230,7 +232,7 @@ func TestParseOptionsCutsFlagsByMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.mode != modeRecheck || o.drills.recheck != "history.json" || o.drills.plan().model.ExactAvailable {
+	if o.mode != modeRecheck || o.drills.Recheck != "history.json" || !o.drills.LooseSoldOut {
 		t.Errorf("-recheck: mode %v, options %+v", o.mode, o.drills)
 	}
 }

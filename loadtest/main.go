@@ -35,6 +35,7 @@ import (
 
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/faults"
 )
 
 func main() {
@@ -74,7 +75,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	}
 	h := &harness{&env.Harness{Cluster: o.cluster, W: w}}
 	if o.mode == modeRecheck {
-		return h.recheck(o.drills.recheck, o.drills.plan())
+		return faults.Recheck(h.Harness, o.drills)
 	}
 	if h.Out, err = filepath.Abs(o.out); err != nil {
 		return err
@@ -122,9 +123,9 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	case modeReplays:
 		return h.replayBench(ctx, o.replays)
 	case modeDrills:
-		return h.drills(ctx, o.drills)
+		return faults.Drills(ctx, h.Harness, o.drills)
 	case modeAsync:
-		return h.asyncSale(ctx, o.async)
+		return faults.Async(ctx, h.Harness, o.async)
 	}
 	return h.sale(ctx, o.sale)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/faults"
 )
 
 // The command line is parsed once, into flagValues, and then cut into what each part reads:
@@ -48,33 +49,6 @@ type cacheOptions struct {
 	stampedeReaders int
 }
 
-// asyncOptions configure -async.
-type asyncOptions struct {
-	stock      int
-	rate       int
-	duration   time.Duration
-	killAfter  time.Duration
-	baseline   bool
-	pauseAfter time.Duration
-	pauseFor   time.Duration
-	seed       uint64
-}
-
-// drillOptions configure -fault and -recheck.
-type drillOptions struct {
-	fault         string
-	runs          int
-	seed          uint64
-	rate          float64 // -drill-rate
-	lockTTL       time.Duration
-	clientTimeout time.Duration
-	checkTimeout  time.Duration
-	readSlack     time.Duration
-	looseSoldOut  bool
-	direct        bool // clients talk to the replicas in turn, no balancer (tests)
-	recheck       string
-}
-
 // mode is what one invocation runs.
 type mode int
 
@@ -101,8 +75,8 @@ type options struct {
 	sale       saleOptions
 	throughput throughputOptions
 	cache      cacheOptions
-	async      asyncOptions
-	drills     drillOptions
+	async      faults.AsyncOptions
+	drills     faults.DrillOptions
 	flood      floodOptions
 	replays    replayOptions
 }
@@ -241,14 +215,8 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 		return options{}, errors.New("-redlock takes 3 nodes or more, for the sale and the fault drills")
 	}
 	if o.fault != "" {
-		picked, err := pickScenarios(o.fault)
-		if err != nil {
+		if err := faults.CheckScenarios(o.fault, o.redlock); err != nil {
 			return options{}, err
-		}
-		for _, sc := range picked {
-			if o.redlock > 0 && (sc.ownRedis || sc.proxyRedis) {
-				return options{}, fmt.Errorf("-redlock: drill %s stops or proxies the one Redis, which a Redlock run does not have", sc.name)
-			}
 		}
 	}
 	if o.recheck == "" && (o.out == "" || o.script == "") {
@@ -277,11 +245,11 @@ func (f flagValues) options() options {
 		throughput: throughputOptions{duration: f.duration, clients: f.clients, closedOnly: f.closedOnly, pgbenchClients: f.pgbenchClients},
 		cache: cacheOptions{duration: f.duration, clients: f.clients, rounds: f.rounds, stampedeRounds: f.stampedeRounds,
 			stampedeReaders: f.stampedeReaders},
-		async: asyncOptions{stock: f.stock, rate: f.rate, duration: f.duration, killAfter: f.killAfter, baseline: f.asyncBaseline,
-			pauseAfter: f.pauseAfter, pauseFor: f.pauseFor, seed: f.seed},
-		drills: drillOptions{fault: f.fault, runs: f.runs, seed: f.seed, rate: f.drillRate, lockTTL: f.lockTTL,
-			clientTimeout: f.clientTimeout, checkTimeout: f.checkTimeout, readSlack: f.readSlack, looseSoldOut: f.looseSoldOut,
-			recheck: f.recheck},
+		async: faults.AsyncOptions{Stock: f.stock, Rate: f.rate, Duration: f.duration, KillAfter: f.killAfter, Baseline: f.asyncBaseline,
+			PauseAfter: f.pauseAfter, PauseFor: f.pauseFor, Seed: f.seed},
+		drills: faults.DrillOptions{Fault: f.fault, Runs: f.runs, Seed: f.seed, Rate: f.drillRate, LockTTL: f.lockTTL,
+			ClientTimeout: f.clientTimeout, CheckTimeout: f.checkTimeout, ReadSlack: f.readSlack, LooseSoldOut: f.looseSoldOut,
+			Recheck: f.recheck},
 		flood:   f.flood,
 		replays: f.replays,
 	}

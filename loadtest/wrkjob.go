@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/stocksvc/stocksvc/loadtest/report"
 )
 
 // A wrk job is one wrk process of a round of the -flood and -replays benchmarks: a closed loop
@@ -117,5 +119,5 @@ func answersOf(statuses map[int]int) string {
 	if len(statuses) == 0 {
 		return "no answers"
 	}
-	return describeStatuses(statuses)
+	return report.Statuses(statuses)
 }

@@ -1,4 +1,4 @@
-package main
+package faults
 
 import (
 	"context"
@@ -72,10 +72,10 @@ type asyncFigures struct {
 	slowest                 []slowDecision // the three longest waits for a decision
 }
 
-func (h *harness) asyncSale(ctx context.Context, o asyncOptions) error {
+func (h *harness) asyncSale(ctx context.Context, o AsyncOptions) error {
 	sc := scenario{name: "async-sale", about: "every order Prefer: respond-async; SIGKILL a replica mid-sale, restart it"}
 	plan := drillPlan{lockTTL: 2 * time.Second}
-	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(o.seed, 0), rec: model.NewRecorder(),
+	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(o.Seed, 0), rec: model.NewRecorder(),
 		dir: filepath.Join(h.Out, "async-sale")}
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return err
@@ -87,19 +87,19 @@ func (h *harness) asyncSale(ctx context.Context, o asyncOptions) error {
 	front := fmt.Sprintf("http://127.0.0.1:%d", d.c.Front)
 	d.client = newDrillClient([]string{front}, d.c.Token, "async", 10*time.Second, d.rec, retryPolicy{})
 	defer d.client.close()
-	product, err := d.client.createProduct(ctx, "ASYNC-"+rand.Text()[:6], int64(o.stock))
+	product, err := d.client.createProduct(ctx, "ASYNC-"+rand.Text()[:6], int64(o.Stock))
 	if err != nil {
 		return err
 	}
 	h.Printf("[async-sale] %d replicas behind HAProxy, product %d with %d units; %d orders/s of 1–2 units for %v, every one Prefer: respond-async\n",
-		h.Cluster.Replicas, product, o.stock, o.rate, o.duration)
+		h.Cluster.Replicas, product, o.Stock, o.Rate, o.Duration)
 
 	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	defer httpc.CloseIdleConnections()
 	var fig asyncFigures
 	fig.killedAt, fig.pausedAt = -1, -1
-	if o.baseline {
-		other, err := d.client.createProduct(ctx, "SYNC-"+rand.Text()[:6], int64(o.stock))
+	if o.Baseline {
+		other, err := d.client.createProduct(ctx, "SYNC-"+rand.Text()[:6], int64(o.Stock))
 		if err != nil {
 			return err
 		}
@@ -123,24 +123,24 @@ func (h *harness) asyncSale(ctx context.Context, o asyncOptions) error {
 	}
 	defer pool.Close()
 	orders, retried := h.openLoop(ctx, o, d, httpc, front, product, true, func(loadCtx context.Context, start time.Time, wg *sync.WaitGroup) {
-		if o.pauseAfter > 0 {
+		if o.PauseAfter > 0 {
 			wg.Go(func() {
-				if env.Sleep(loadCtx, o.pauseAfter) != nil {
+				if env.Sleep(loadCtx, o.PauseAfter) != nil {
 					return
 				}
 				fig.pausedAt = time.Since(start)
-				name, err := pauseLineHolder(context.WithoutCancel(ctx), d, pool, product, o.pauseFor)
+				name, err := pauseLineHolder(context.WithoutCancel(ctx), d, pool, product, o.PauseFor)
 				if err != nil {
 					d.fail("pause the line's holder: %v", err)
 				}
 				fig.paused = name
 			})
 		}
-		if o.killAfter <= 0 {
+		if o.KillAfter <= 0 {
 			return
 		}
 		wg.Go(func() {
-			if env.Sleep(loadCtx, o.killAfter) != nil {
+			if env.Sleep(loadCtx, o.KillAfter) != nil {
 				return
 			}
 			r := d.c.Replicas[d.victim]
@@ -196,7 +196,7 @@ func (h *harness) asyncSale(ctx context.Context, o asyncOptions) error {
 			fig.failed++
 		}
 	}
-	checks, err := asyncChecks(ctx, pool, httpc, front, product, int64(o.stock), orders, &fig)
+	checks, err := asyncChecks(ctx, pool, httpc, front, product, int64(o.Stock), orders, &fig)
 	if err != nil {
 		return err
 	}
@@ -211,7 +211,7 @@ func (h *harness) asyncSale(ctx context.Context, o asyncOptions) error {
 // openLoop sends orders of 1–2 units of product at the run's rate for its duration (open loop:
 // arrivals do not wait for answers), with the preference when async, each under a key of its
 // own, and returns them once every one is answered; fault, when set, starts beside the load.
-func (h *harness) openLoop(ctx context.Context, o asyncOptions, d *drillEnv, httpc *http.Client, front string, product int64, async bool,
+func (h *harness) openLoop(ctx context.Context, o AsyncOptions, d *drillEnv, httpc *http.Client, front string, product int64, async bool,
 	fault func(loadCtx context.Context, start time.Time, wg *sync.WaitGroup)) ([]*asyncOrder, int) {
 	var (
 		mu      sync.Mutex
@@ -220,12 +220,12 @@ func (h *harness) openLoop(ctx context.Context, o asyncOptions, d *drillEnv, htt
 		retried atomic.Int64
 	)
 	start := time.Now()
-	loadCtx, stopLoad := context.WithTimeout(ctx, o.duration)
+	loadCtx, stopLoad := context.WithTimeout(ctx, o.Duration)
 	defer stopLoad()
 	if fault != nil {
 		fault(loadCtx, start, &wg)
 	}
-	tick := time.NewTicker(time.Second / time.Duration(o.rate))
+	tick := time.NewTicker(time.Second / time.Duration(o.Rate))
 	defer tick.Stop()
 	n := 0
 	for {
@@ -461,7 +461,7 @@ func asyncChecks(ctx context.Context, pool *pgxpool.Pool, c *http.Client, front 
 
 func first(s []string) []string { return s[:min(len(s), 3)] }
 
-func (h *harness) asyncReport(dir string, o asyncOptions, fig asyncFigures, checks []verdict.Invariant) error {
+func (h *harness) asyncReport(dir string, o AsyncOptions, fig asyncFigures, checks []verdict.Invariant) error {
 	h.Printf("\n== asynchronous sale\n")
 	h.Printf("orders sent         %d (%d retried with the same key after a 429/5xx or a lost connection)\n", fig.sent, fig.retried)
 	h.Printf("answered            %d accepted (202), %d refused at once (409 sold out), %d never answered\n", fig.accepted, fig.refusedAtOnce, fig.failed)
@@ -471,7 +471,7 @@ func (h *harness) asyncReport(dir string, o asyncOptions, fig asyncFigures, chec
 		h.Printf("fault               SIGKILL of one replica %v into the load, restarted a second later\n", fig.killedAt.Round(time.Millisecond))
 	}
 	if fig.paused != "" {
-		h.Printf("fault               SIGSTOP of %s, which drained the line, %v into the load, for %v\n", fig.paused, fig.pausedAt.Round(time.Millisecond), o.pauseFor)
+		h.Printf("fault               SIGSTOP of %s, which drained the line, %v into the load, for %v\n", fig.paused, fig.pausedAt.Round(time.Millisecond), o.PauseFor)
 	}
 	h.Printf("POST → 202          p50 %v, p99 %v (client)\n", fig.acceptP50.Round(100*time.Microsecond), fig.acceptP99.Round(100*time.Microsecond))
 	h.Printf("202 → decision      p50 %v, p99 %v, max %v (Postgres clock, accepted_at → decided_at)\n",

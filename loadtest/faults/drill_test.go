@@ -1,9 +1,8 @@
-package main
+package faults
 
 import (
 	"context"
 	"encoding/binary"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -84,8 +83,11 @@ func TestPickScenarios(t *testing.T) {
 	if _, err := pickScenarios("kill-everything"); err == nil {
 		t.Error("an unknown scenario was accepted")
 	}
-	if _, err := parseOptions([]string{"-fault", "burst", "-runs", "0"}, io.Discard); err == nil {
-		t.Error("-runs 0 was accepted")
+	if err := CheckScenarios("kill-replica,restart-redis", 3); err == nil {
+		t.Error("a Redlock run accepted a drill that restarts the one Redis")
+	}
+	if err := CheckScenarios("kill-replica,restart-redlock-node", 3); err != nil {
+		t.Errorf("a Redlock run refused its drills: %v", err)
 	}
 }
 
@@ -142,10 +144,10 @@ func TestDrillCatchesUnsafeDefense(t *testing.T) {
 	h := &harness{&env.Harness{W: &log, Out: dir, Binary: binary, Cluster: env.ClusterOptions{
 		Replicas: 2, Defense: "none", LockWait: 2 * time.Second, DatabaseURL: databaseURL, RedisURL: redisURL,
 	}}}
-	drills := drillOptions{lockTTL: 2 * time.Second, direct: true,
+	drills := DrillOptions{LockTTL: 2 * time.Second, Direct: true,
 		// A modest rate keeps the history narrow enough for Porcupine to prove the violation
 		// quickly, even under the race detector on a busy machine; the volleys overlap buyers.
-		rate: 15, clientTimeout: 5 * time.Second, checkTimeout: 2 * time.Minute,
+		Rate: 15, ClientTimeout: 5 * time.Second, CheckTimeout: 2 * time.Minute,
 	}
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	// Volleys of eight simultaneous orders for the hot product, spread over both replicas:

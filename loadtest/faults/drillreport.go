@@ -1,24 +1,23 @@
-package main
+package faults
 
 import (
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
+	"github.com/stocksvc/stocksvc/loadtest/report"
 )
 
 // drills runs every chosen scenario -runs times, reports each run and a table of all of
 // them (also written to drills.md in the output directory), and fails unless every run passed.
-func (h *harness) drills(ctx context.Context, opts drillOptions) error {
-	picked, err := pickScenarios(opts.fault)
+func (h *harness) drills(ctx context.Context, opts DrillOptions) error {
+	picked, err := pickScenarios(opts.Fault)
 	if err != nil {
 		return err
 	}
@@ -26,11 +25,11 @@ func (h *harness) drills(ctx context.Context, opts drillOptions) error {
 	var outcomes []drillOutcome
 	began := time.Now()
 	for _, sc := range picked {
-		for run := 1; run <= opts.runs; run++ {
+		for run := 1; run <= opts.Runs; run++ {
 			if ctx.Err() != nil {
 				break
 			}
-			o := h.runDrill(ctx, plan, sc, run, opts.seed+uint64(run)-1)
+			o := h.runDrill(ctx, plan, sc, run, opts.Seed+uint64(run)-1)
 			h.printOutcome(o)
 			outcomes = append(outcomes, o)
 		}
@@ -71,15 +70,15 @@ func (h *harness) recheck(path string, plan drillPlan) error {
 }
 
 // plan is what every run of every drill shares, and what -recheck checks with.
-func (o drillOptions) plan() drillPlan {
+func (o DrillOptions) plan() drillPlan {
 	return drillPlan{
-		rate:          o.rate,
-		lockTTL:       o.lockTTL,
-		clientTimeout: o.clientTimeout,
-		checkTimeout:  o.checkTimeout,
-		readSlack:     o.readSlack,
-		model:         model.Options{ExactAvailable: !o.looseSoldOut},
-		direct:        o.direct,
+		rate:          o.Rate,
+		lockTTL:       o.LockTTL,
+		clientTimeout: o.ClientTimeout,
+		checkTimeout:  o.CheckTimeout,
+		readSlack:     o.ReadSlack,
+		model:         model.Options{ExactAvailable: !o.LooseSoldOut},
+		direct:        o.Direct,
 		warmup:        3 * time.Second,
 		tail:          5 * time.Second,
 	}
@@ -109,7 +108,7 @@ func (h *harness) printOutcome(o drillOutcome) {
 	h.Printf("  availability  orders answered 429 during %.1fs, 503/5xx/nothing during %.1fs; longest stall %.1fs (from %.1fs); slowest replica answer %.1fs (%s); %d client timeouts\n",
 		a.busy.Seconds(), a.unavailable.Seconds(), a.longestStall.Seconds(), a.stallAt.Seconds(), a.slowest.Seconds(), a.slowestWhat, a.timeouts)
 	if len(a.duringFault) > 0 {
-		h.Printf("  during fault  %s\n", describeStatuses(a.duringFault))
+		h.Printf("  during fault  %s\n", report.Statuses(a.duringFault))
 	}
 	if a.failedAttempts > 0 {
 		h.Printf("  failed        %d of %d requests: %s\n", a.failedAttempts, a.attempts, a.failedKinds)
@@ -129,30 +128,12 @@ func (h *harness) printOutcome(o drillOutcome) {
 	h.Printf("  history       %s\n", filepath.Join(o.dir, "history.txt"))
 }
 
-// describeStatuses lists answers by status, 0 meaning none came.
-func describeStatuses(byStatus map[int]int) string {
-	statuses := make([]int, 0, len(byStatus))
-	for st := range byStatus {
-		statuses = append(statuses, st)
-	}
-	slices.Sort(statuses)
-	var parts []string
-	for _, st := range statuses {
-		name := strconv.Itoa(st)
-		if st == 0 {
-			name = "no answer"
-		}
-		parts = append(parts, fmt.Sprintf("%s ×%d", name, byStatus[st]))
-	}
-	return strings.Join(parts, ", ")
-}
-
 // drillTable is the markdown table docs/reliability.md keeps: one row per scenario, with the
 // worst availability figures over its runs.
-func drillTable(outcomes []drillOutcome, cl env.ClusterOptions, o drillOptions, took time.Duration) string {
+func drillTable(outcomes []drillOutcome, cl env.ClusterOptions, o DrillOptions, took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "`go run -C loadtest . -fault %s -runs %d -seed %d` (%d replicas behind HAProxy, %.0f operations/s, lock TTL %v, lock wait %v, defense %s; %s in all)\n\n",
-		o.fault, o.runs, o.seed, cl.Replicas, o.rate, o.lockTTL, cl.LockWait, cl.Defense, took.Round(time.Second))
+		o.Fault, o.Runs, o.Seed, cl.Replicas, o.Rate, o.LockTTL, cl.LockWait, cl.Defense, took.Round(time.Second))
 	b.WriteString("| scenario | runs | operations | unknown (found in DB) | violations | invalid | 429 time | 503/failed time | longest stall | slowest answer | failed requests | stale in-flight |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	type row struct {
