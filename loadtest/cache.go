@@ -490,7 +490,7 @@ func (b *cacheBench) stampedes(ctx context.Context, product int64) ([]stampedeRo
 		}
 		b.h.Printf("[cache]   round %d: Postgres queries %s, %s (%d read from Postgres for them), p50 %.1f ms, p99 %.1f ms\n", i+1,
 			queryFigure(r.view), report.Statuses(r.statuses), r.misses,
-			percentile(r.latencies, 50), percentile(r.latencies, 99))
+			report.Percentile(r.latencies, 50), report.Percentile(r.latencies, 99))
 		rounds = append(rounds, r)
 	}
 	return rounds, nil

@@ -37,7 +37,7 @@ func cacheReport(replicas int, o cacheOptions, so soldOutPhase, rd readsPhase, s
 
 	b.WriteString("## Summary\n\n| measure | result | target |\n| --- | ---: | --- |\n")
 	fmt.Fprintf(&b, "| sold-out refusals/s ÷ healthz/s | %s (%.0f / %.0f per s; rounds %s) | ≥ %.1f×: %s |\n",
-		ratio(refusedPerS, hz1), refusedPerS, hz1, pairRange(refusals, healthz1, http.StatusConflict), readTarget, targetVerdict(refusedPerS/hz1, readTarget))
+		report.Ratio(refusedPerS, hz1), refusedPerS, hz1, pairRange(refusals, healthz1, http.StatusConflict), readTarget, targetVerdict(refusedPerS/hz1, readTarget))
 	fmt.Fprintf(&b, "| sold-out answers given from the view (refused-from-view ÷ sold-out outcomes, the replicas' counters) | %s | all |\n",
 		share(view1.refused, soldOutAnswers(view1, refusedN), view1.has(metricRefusedByView)))
 	fmt.Fprintf(&b, "| Postgres queries per 1,000 refusals (view and key-set counters) | %s | 0 |\n",
@@ -45,7 +45,7 @@ func cacheReport(replicas int, o cacheOptions, so soldOutPhase, rd readsPhase, s
 	fmt.Fprintf(&b, "| scans of the run's tables per 1,000 refusals, over all the phase's rounds (pg_stat_user_tables) | %s | 0 |\n",
 		perThousand(float64(sumScans(so.rounds)), float64(refusedN), true))
 	fmt.Fprintf(&b, "| product reads/s ÷ healthz/s, during a sale | %s (%.0f / %.0f per s; rounds %s) | ≥ %.1f×: %s |\n",
-		ratio(readsPerS, hz2), readsPerS, hz2, pairRange(reads, healthz2, http.StatusOK), readTarget, targetVerdict(readsPerS/hz2, readTarget))
+		report.Ratio(readsPerS, hz2), readsPerS, hz2, pairRange(reads, healthz2, http.StatusOK), readTarget, targetVerdict(readsPerS/hz2, readTarget))
 	fmt.Fprintf(&b, "| the buyers' confirmed orders/s meanwhile (%d connections) | %.0f | |\n",
 		saleBuyers, perSecond(rd.buyers.statuses[http.StatusCreated], rd.buyers.window))
 	fmt.Fprintf(&b, "| Postgres queries per 1,000 reads (view and key-set counters) | %s | |\n",
@@ -54,7 +54,7 @@ func cacheReport(replicas int, o cacheOptions, so soldOutPhase, rd readsPhase, s
 		fmt.Fprintf(&b, "| stampede of %d reads: Postgres queries per round, median (min–max of %d rounds) | %s | 1 |\n",
 			o.stampedeReaders, len(st), spread(queries, stampedeView.has(queryMetrics...)))
 		all := stampedeLatencies(st)
-		fmt.Fprintf(&b, "| stampede: read latency p50 / p99, all rounds | %.1f / %.1f ms | |\n", percentile(all, 50), percentile(all, 99))
+		fmt.Fprintf(&b, "| stampede: read latency p50 / p99, all rounds | %.1f / %.1f ms | |\n", report.Percentile(all, 50), report.Percentile(all, 99))
 	}
 
 	fmt.Fprintf(&b, "\n## 1. Sold-out refusals against healthz\n\n")
@@ -86,7 +86,7 @@ func cacheReport(replicas int, o cacheOptions, so soldOutPhase, rd readsPhase, s
 			fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %d | %.1f / %.1f ms | %.1f ms |\n", i+1, yesNo(r.deleted),
 				queryFigure(r.view), figure(r.view.rebuilds, r.view.has(metricViewRebuilds)),
 				figure(r.view.waits, r.view.has(metricViewWaits)), figure(r.view.giveups, r.view.has(metricViewGiveups)),
-				bySource(r.view), report.Statuses(r.statuses), r.misses, percentile(r.latencies, 50), percentile(r.latencies, 99),
+				bySource(r.view), report.Statuses(r.statuses), r.misses, report.Percentile(r.latencies, 50), report.Percentile(r.latencies, 99),
 				float64(r.took)/float64(time.Millisecond))
 		}
 	}
@@ -291,13 +291,6 @@ func pairRange(a, healthz []cacheRound, status int) string {
 		return "none"
 	}
 	return fmt.Sprintf("%.2f–%.2f×", slices.Min(rs), slices.Max(rs))
-}
-
-func ratio(a, b float64) string {
-	if b == 0 || math.IsNaN(a) || math.IsNaN(b) {
-		return "n/a"
-	}
-	return fmt.Sprintf("**%.2f×**", a/b)
 }
 
 // targetVerdict says whether ratio reaches target.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/report"
 )
 
 // The flood benchmark (-flood, issue #18 items 2 and 7): what a flood of one kind of request
@@ -449,7 +450,7 @@ func floodReport(replicas int, f floodOptions, hot int64, lines []floodLine, rou
 		if l.low >= 0 && l.kind.name != floodBaseline {
 			span = fmt.Sprintf("%.2f–%.2f×", l.low, l.high)
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %.0f | %s | %s |\n", l.kind.about, l.confirmed, ratio(l.confirmed, lines[0].confirmed),
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %.0f | %s | %s |\n", l.kind.about, l.confirmed, report.Ratio(l.confirmed, lines[0].confirmed),
 			span, target, l.floodRate, answersOf(l.flood), answersOf(l.buyers))
 	}
 	b.WriteString("\nRounds, in the order they ran:\n\n| round | flood | buyers' confirmed/s | buyers p50 / p99 | flood answers/s | flood p50 / p99 |\n| --- | --- | ---: | --- | ---: | --- |\n")

@@ -29,13 +29,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
-	"time"
 
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/faults"
+	"github.com/stocksvc/stocksvc/loadtest/sale"
 )
 
 func main() {
@@ -113,7 +112,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	}
 	switch o.mode {
 	case modeCompare:
-		return h.compare(ctx, o.sale)
+		return sale.Compare(ctx, h.Harness, o.sale)
 	case modeThroughput:
 		return h.throughput(ctx, o.throughput)
 	case modeCache:
@@ -127,31 +126,5 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	case modeAsync:
 		return faults.Async(ctx, h.Harness, o.async)
 	}
-	return h.sale(ctx, o.sale)
-}
-
-// sale runs the one configured sale and reports it.
-func (h *harness) sale(ctx context.Context, o saleOptions) error {
-	spec := saleSpec{label: "sale", defense: h.Cluster.Defense, lockRetry: o.lockRetry,
-		lockMaxRetries: o.lockMaxRetries, scenarios: o.scenarios}
-	run, err := h.runSale(ctx, spec, o)
-	if err != nil {
-		return err
-	}
-	defer h.closeRun(run)
-	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	raceStock := int64(0)
-	if strings.Contains(o.scenarios, "race") {
-		raceStock = int64(o.raceStock)
-	}
-	invariants, ledgers, err := checkInvariants(checkCtx, run, raceStock, run.killed >= 0)
-	if err != nil {
-		return err
-	}
-	timing, err := saleTiming(checkCtx, run)
-	if err != nil {
-		return err
-	}
-	return h.report(run, o, invariants, ledgers, timing)
+	return sale.Sale(ctx, h.Harness, o.sale)
 }

@@ -11,26 +11,12 @@ import (
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/faults"
+	"github.com/stocksvc/stocksvc/loadtest/sale"
 )
 
 // The command line is parsed once, into flagValues, and then cut into what each part reads:
 // env.ClusterOptions, which every mode's deployment shares, and one options struct per mode. A
 // mode's code sees its own struct and the cluster's, nothing else.
-
-// saleOptions configure the k6 sale (the default mode) and -compare, which runs it side by
-// side in several configurations.
-type saleOptions struct {
-	stock          int
-	rate           int
-	duration       time.Duration
-	vus            int
-	raceStock      int
-	scenarios      string
-	lockRetry      string
-	lockMaxRetries int
-	killAfter      time.Duration
-	pgbenchClients int // -compare's anchor
-}
 
 // throughputOptions configure -throughput.
 type throughputOptions struct {
@@ -72,7 +58,7 @@ type options struct {
 	script  string // the k6 script
 	cluster env.ClusterOptions
 
-	sale       saleOptions
+	sale       sale.Options
 	throughput throughputOptions
 	cache      cacheOptions
 	async      faults.AsyncOptions
@@ -239,9 +225,9 @@ func (f flagValues) options() options {
 	o := options{out: f.out, k6: f.k6, script: f.script,
 		cluster: env.ClusterOptions{Replicas: f.replicas, Defense: f.defense, LockWait: f.lockWait, Redlock: f.redlock,
 			DatabaseURL: f.databaseURL, RedisURL: f.redisURL, Keep: f.keep},
-		sale: saleOptions{stock: f.stock, rate: f.rate, duration: f.duration, vus: f.vus, raceStock: f.raceStock,
-			scenarios: f.scenarios, lockRetry: f.lockRetry, lockMaxRetries: f.lockMaxRetries, killAfter: f.killAfter,
-			pgbenchClients: f.pgbenchClients},
+		sale: sale.Options{Stock: f.stock, Rate: f.rate, Duration: f.duration, VUs: f.vus, RaceStock: f.raceStock,
+			Scenarios: f.scenarios, LockRetry: f.lockRetry, LockMaxRetries: f.lockMaxRetries, KillAfter: f.killAfter,
+			PGBenchClients: f.pgbenchClients},
 		throughput: throughputOptions{duration: f.duration, clients: f.clients, closedOnly: f.closedOnly, pgbenchClients: f.pgbenchClients},
 		cache: cacheOptions{duration: f.duration, clients: f.clients, rounds: f.rounds, stampedeRounds: f.stampedeRounds,
 			stampedeReaders: f.stampedeReaders},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/report"
 )
 
 // The replay benchmark (-replays, issue #18 item 3): what a retry storm costs a sale. Clients
@@ -391,7 +392,7 @@ func replayReport(replicas int, r replayOptions, product int64, lines []replayLi
 		if l.mode != replayFresh {
 			target = fmt.Sprintf("≥ %.1f×: %s", replayTarget, targetVerdict(l.ratio, replayTarget))
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.0f | %s | %s |\n", replayAbout(l.mode), l.rate, ratio(l.rate, lines[0].rate), target,
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.0f | %s | %s |\n", replayAbout(l.mode), l.rate, report.Ratio(l.rate, lines[0].rate), target,
 			l.confirmed, answersOf(l.statuses), strings.TrimPrefix(describePairs(l.counters), "; "))
 	}
 	if c := lines[len(lines)-1].counters; c["together"]+c["late"] > 0 {

@@ -18,6 +18,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/report"
+	"github.com/stocksvc/stocksvc/loadtest/sale"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
@@ -95,7 +97,7 @@ func (p *phase) summarise(latencies map[uint16][]time.Duration) {
 			ms[i] = float64(d) / float64(time.Millisecond)
 		}
 		p.counts[code] = len(ds)
-		p.pct[code] = [2]float64{percentile(ms, 50), percentile(ms, 99)}
+		p.pct[code] = [2]float64{report.Percentile(ms, 50), report.Percentile(ms, 99)}
 	}
 }
 
@@ -197,7 +199,7 @@ func (h *harness) probe(ctx context.Context, c *cluster.Cluster, name string, pr
 
 // throughput runs the benchmark and writes throughput.md.
 func (h *harness) throughput(ctx context.Context, o throughputOptions) error {
-	before, err := h.pgbenchAnchor(ctx, o.pgbenchClients, 0)
+	before, err := sale.PGBenchAnchor(ctx, h.Harness, o.pgbenchClients, 0)
 	if err != nil {
 		return err
 	}
@@ -230,12 +232,12 @@ func (h *harness) throughput(ctx context.Context, o throughputOptions) error {
 	}
 	// pgbench again, right after: its rate varies from run to run on a shared machine, and the
 	// ratio is taken against the better of the two.
-	after, err := h.pgbenchAnchor(ctx, o.pgbenchClients, 0)
+	after, err := sale.PGBenchAnchor(ctx, h.Harness, o.pgbenchClients, 0)
 	if err != nil {
 		return err
 	}
-	anchors := []comparison{before, after}
-	best := max(before.purchasesPerS, after.purchasesPerS)
+	anchors := []sale.Comparison{before, after}
+	best := max(before.PurchasesPerS, after.PurchasesPerS)
 	h.Printf("[throughput]   %.0f confirmed/s (%.2f× pgbench's better run)\n", peak.confirmedPerS(), peak.confirmedPerS()/best)
 	phases := []phase{peak}
 	for _, f := range []float64{0.8, 2} {
@@ -260,12 +262,12 @@ func (h *harness) throughput(ctx context.Context, o throughputOptions) error {
 	return nil
 }
 
-func throughputReport(replicas int, o throughputOptions, anchors []comparison, phases []phase) string {
+func throughputReport(replicas int, o throughputOptions, anchors []sale.Comparison, phases []phase) string {
 	var b strings.Builder
 	peak := phases[0]
 	best := 0.0
 	for _, a := range anchors {
-		best = max(best, a.purchasesPerS)
+		best = max(best, a.PurchasesPerS)
 	}
 	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy, one product, every order one unit with its own Idempotency-Key; pgbench measured in the same run, before and after the closed loop, and ratios taken against its better run.\n\n", replicas)
 	fmt.Fprintf(&b, "| load | generator | offered | sent/s | confirmed/s | × pgbench | 201 p50 / p99 | not 201 (429 …) | 429 p50 / p99 | failed |\n")
@@ -273,7 +275,7 @@ func throughputReport(replicas int, o throughputOptions, anchors []comparison, p
 	for i, a := range anchors {
 		when := []string{"before", "after"}[min(i, 1)]
 		fmt.Fprintf(&b, "| pgbench %s: %d clients, bare `UPDATE ... WHERE stock > 0` | pgbench | closed | | %.0f tx/s | %.2f× | – / %.1f ms | | | |\n",
-			when, o.pgbenchClients, a.purchasesPerS, a.purchasesPerS/best, a.p99Confirmed)
+			when, o.pgbenchClients, a.PurchasesPerS, a.PurchasesPerS/best, a.P99Confirmed)
 	}
 	for _, p := range phases {
 		offered := fmt.Sprintf("%d clients", o.clients)

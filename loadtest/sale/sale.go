@@ -1,4 +1,4 @@
-package main
+package sale
 
 import (
 	"bufio"
@@ -104,7 +104,7 @@ func (s k6Summary) failedThresholds() []string {
 // runSale starts a deployment (cluster.Start), drives k6 through its balancer, gathers what
 // everyone saw, and stops every process; the run's database stays for the checks until
 // closeRun.
-func (h *harness) runSale(ctx context.Context, spec saleSpec, o saleOptions) (*saleRun, error) {
+func (h *harness) runSale(ctx context.Context, spec saleSpec, o Options) (*saleRun, error) {
 	run := &saleRun{spec: spec, dir: filepath.Join(h.Out, spec.label), killed: -1}
 	if err := os.MkdirAll(run.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", run.dir, err)
@@ -167,11 +167,11 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec, o saleOptions) (*s
 	k6env := []string{
 		"BASE_URL=" + c.FrontURL(),
 		"ADMIN_TOKEN=" + c.Token,
-		"STOCK=" + strconv.Itoa(o.stock),
-		"RATE=" + strconv.Itoa(o.rate),
-		"DURATION=" + o.duration.String(),
-		"VUS=" + strconv.Itoa(o.vus),
-		"RACE_STOCK=" + strconv.Itoa(o.raceStock),
+		"STOCK=" + strconv.Itoa(o.Stock),
+		"RATE=" + strconv.Itoa(o.Rate),
+		"DURATION=" + o.Duration.String(),
+		"VUS=" + strconv.Itoa(o.VUs),
+		"RACE_STOCK=" + strconv.Itoa(o.RaceStock),
 		"SCENARIOS=" + spec.scenarios,
 		"SUMMARY_JSON=" + filepath.Join(run.dir, "summary.json"),
 		"SUMMARY_TXT=" + filepath.Join(run.dir, "summary.txt"),
@@ -185,7 +185,7 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec, o saleOptions) (*s
 		"K6_WEB_DASHBOARD_PERIOD=1s",
 		"K6_WEB_DASHBOARD_EXPORT=" + filepath.Join(run.dir, "report.html"),
 	}
-	if o.killAfter > 0 {
+	if o.KillAfter > 0 {
 		// Requests in flight on the killed replica fail (the balancer answers 502 for them)
 		// until its health check takes it out; allow for them. The invariants stay strict.
 		k6env = append(k6env, "FAILED_RATE_MAX=0.05", "CHECKS_RATE_MIN=0.95")
@@ -197,7 +197,7 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec, o saleOptions) (*s
 	}
 	argv = append(argv, h.Script)
 	h.Printf("[%s] k6: rate %d/s for %v, stock %d, scenarios %s; balancer http://127.0.0.1:%d\n",
-		spec.label, o.rate, o.duration, o.stock, spec.scenarios, c.Front)
+		spec.label, o.Rate, o.Duration, o.Stock, spec.scenarios, c.Front)
 	run.k6Started = time.Now()
 	k6, err := c.Sup.Start("k6", filepath.Join(run.dir, "k6.log"), k6env, argv...)
 	if err != nil {
@@ -207,14 +207,14 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec, o saleOptions) (*s
 	var wg sync.WaitGroup
 	progressCtx, stopProgress := context.WithCancel(ctx)
 	wg.Go(func() { h.progress(progressCtx, spec.label, run.k6Started, c.ReplicaPorts()) })
-	if o.killAfter > 0 {
+	if o.KillAfter > 0 {
 		victim := len(c.Replicas) / 2
 		wg.Go(func() {
 			select {
-			case <-time.After(o.killAfter):
+			case <-time.After(o.KillAfter):
 				c.Replicas[victim].Proc.Signal(syscall.SIGKILL)
 				run.killed = victim
-				h.Printf("[%s] killed replica %s with SIGKILL at %v\n", spec.label, run.replicas[victim].name, o.killAfter)
+				h.Printf("[%s] killed replica %s with SIGKILL at %v\n", spec.label, run.replicas[victim].name, o.KillAfter)
 			case <-progressCtx.Done():
 			}
 		})

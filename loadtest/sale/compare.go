@@ -1,4 +1,4 @@
-package main
+package sale
 
 import (
 	"bufio"
@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,17 +19,18 @@ import (
 
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/report"
 )
 
-// comparison is one row of the comparison table.
-type comparison struct {
+// Comparison is one row of the Comparison table.
+type Comparison struct {
 	label         string
 	title         string
-	purchasesPerS float64
+	PurchasesPerS float64
 	sellOut       time.Duration // zero: did not sell out
 	sold, stock   int64
 	refusedShare  float64 // 429s among the answers given while stock remained
-	p99Confirmed  float64 // ms
+	P99Confirmed  float64 // ms
 	p99All        float64 // ms
 	oversold      int64
 	requests      int
@@ -39,7 +39,7 @@ type comparison struct {
 
 // compare runs the same rush against three configurations of the service, then the bare
 // pgbench anchor, and prints the table with ratios against the default path.
-func (h *harness) compare(ctx context.Context, o saleOptions) error {
+func (h *harness) compare(ctx context.Context, o Options) error {
 	// The rows after the first are the service before issue #8: one order per batch, and
 	// orders queued for as long as the lock wait (there was no admission).
 	old := h.Cluster.LockWait
@@ -58,7 +58,7 @@ func (h *harness) compare(ctx context.Context, o saleOptions) error {
 		{"(c) one order per batch, the database guard alone, no Redis lock",
 			saleSpec{label: "c-guard-only", defense: "guard", lockRetry: "wait", maxBatch: 1, queueWait: old}},
 	}
-	var rows []comparison
+	var rows []Comparison
 	for _, c := range configs {
 		c.spec.scenarios, c.spec.requestLog = "rush", true
 		run, err := h.runSale(ctx, c.spec, o)
@@ -76,7 +76,7 @@ func (h *harness) compare(ctx context.Context, o saleOptions) error {
 			return ctx.Err()
 		}
 	}
-	anchor, err := h.pgbenchAnchor(ctx, o.pgbenchClients, o.stock)
+	anchor, err := h.pgbenchAnchor(ctx, o.PGBenchClients, o.Stock)
 	if err != nil {
 		return err
 	}
@@ -101,15 +101,15 @@ type orderSample struct {
 
 // measureRush computes the comparison figures of a rush-only sale from k6's request log and
 // the database.
-func measureRush(ctx context.Context, run *saleRun) (comparison, error) {
+func measureRush(ctx context.Context, run *saleRun) (Comparison, error) {
 	samples, err := readOrderSamples(filepath.Join(run.dir, "requests.csv.gz"))
 	if err != nil {
-		return comparison{}, err
+		return Comparison{}, err
 	}
 	if len(samples) == 0 {
-		return comparison{}, errors.New("k6 recorded no order requests")
+		return Comparison{}, errors.New("k6 recorded no order requests")
 	}
-	var row comparison
+	var row Comparison
 	hot := run.summary.SetupData.Hot
 	var last *time.Time
 	err = run.pool.QueryRow(ctx, `
@@ -118,11 +118,11 @@ func measureRush(ctx context.Context, run *saleRun) (comparison, error) {
 		       (SELECT max(o.created_at) FROM orders o JOIN order_items i ON i.order_id = o.id WHERE i.product_id = p.id)
 		  FROM products p WHERE p.id = $1`, hot).Scan(&row.stock, new(int64), &row.sold, &last)
 	if err != nil {
-		return comparison{}, fmt.Errorf("read the hot product: %w", err)
+		return Comparison{}, fmt.Errorf("read the hot product: %w", err)
 	}
 	var received int64
 	if err := run.pool.QueryRow(ctx, `SELECT initial_stock FROM products WHERE id = $1`, hot).Scan(&received); err != nil {
-		return comparison{}, err
+		return Comparison{}, err
 	}
 	row.oversold = max(0, row.sold-received)
 	row.stock = received
@@ -158,12 +158,12 @@ func measureRush(ctx context.Context, run *saleRun) (comparison, error) {
 	row.requests = len(samples)
 	orders := len(confirmed)
 	if secs := window.Sub(start).Seconds(); secs > 0 {
-		row.purchasesPerS = float64(orders) / secs
+		row.PurchasesPerS = float64(orders) / secs
 	}
 	if before > 0 {
 		row.refusedShare = float64(refused) / float64(before)
 	}
-	row.p99Confirmed, row.p99All = percentile(confirmed, 99), percentile(all, 99)
+	row.P99Confirmed, row.p99All = report.Percentile(confirmed, 99), report.Percentile(all, 99)
 	return row, nil
 }
 
@@ -213,34 +213,24 @@ func readOrderSamples(path string) ([]orderSample, error) {
 	return out, nil
 }
 
-func percentile(values []float64, p float64) float64 {
-	if len(values) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(values)
-	slices.Sort(s)
-	i := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[max(0, min(i, len(s)-1))]
-}
-
 var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
 
 // pgbenchAnchor measures the physical floor: pgbench running the bare single-row conditional
 // decrement on the same Postgres, with no service, lock or HTTP in the way, with clients
 // clients. stock is what the row's time to sell out is computed for.
-func (h *harness) pgbenchAnchor(ctx context.Context, clients, stock int) (comparison, error) {
+func (h *harness) pgbenchAnchor(ctx context.Context, clients, stock int) (Comparison, error) {
 	pgbench, err := cluster.FindTool(ctx, "pgbench", "postgresql-client", h.W)
 	if err != nil {
-		return comparison{}, err
+		return Comparison{}, err
 	}
 	dir := filepath.Join(h.Out, "d-pgbench")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return comparison{}, err
+		return Comparison{}, err
 	}
 	name := fmt.Sprintf("stocksvc_load_%d_pgbench", time.Now().Unix())
 	dbURL, err := h.createDatabase(ctx, name)
 	if err != nil {
-		return comparison{}, err
+		return Comparison{}, err
 	}
 	defer h.dropDatabase(name)
 	psql := func(sql string) error {
@@ -253,11 +243,11 @@ func (h *harness) pgbenchAnchor(ctx context.Context, clients, stock int) (compar
 	// Enough stock that it never runs out during the run, so every transaction is a sale.
 	if err := psql(`CREATE TABLE bench_stock (id int PRIMARY KEY, stock bigint NOT NULL CHECK (stock >= 0));
 	                INSERT INTO bench_stock VALUES (1, 1000000000000)`); err != nil {
-		return comparison{}, err
+		return Comparison{}, err
 	}
 	script := filepath.Join(dir, "decrement.sql")
 	if err := os.WriteFile(script, []byte("UPDATE bench_stock SET stock = stock - 1 WHERE id = 1 AND stock > 0;\n"), 0o644); err != nil {
-		return comparison{}, err
+		return Comparison{}, err
 	}
 	const seconds = 10
 	h.Printf("[d-pgbench] pgbench -c %d -T %d: bare UPDATE ... WHERE stock > 0 on one row\n", clients, seconds)
@@ -266,25 +256,25 @@ func (h *harness) pgbenchAnchor(ctx context.Context, clients, stock int) (compar
 	out, err := cmd.CombinedOutput()
 	_ = os.WriteFile(filepath.Join(dir, "pgbench.log"), out, 0o644)
 	if err != nil {
-		return comparison{}, fmt.Errorf("pgbench: %v: %s", err, out)
+		return Comparison{}, fmt.Errorf("pgbench: %v: %s", err, out)
 	}
 	m := tpsLine.FindSubmatch(out)
 	if m == nil {
-		return comparison{}, fmt.Errorf("pgbench printed no tps line: %s", out)
+		return Comparison{}, fmt.Errorf("pgbench printed no tps line: %s", out)
 	}
 	tps, _ := strconv.ParseFloat(string(m[1]), 64)
 	latencies, err := pgbenchLatencies(dir)
 	if err != nil {
-		return comparison{}, err
+		return Comparison{}, err
 	}
-	row := comparison{
+	row := Comparison{
 		label:         "d-pgbench",
 		title:         fmt.Sprintf("(d) physical anchor: pgbench, %d clients, bare UPDATE ... WHERE stock > 0", clients),
-		purchasesPerS: tps,
+		PurchasesPerS: tps,
 		stock:         int64(stock),
 		sold:          int64(stock),
-		p99Confirmed:  percentile(latencies, 99),
-		p99All:        percentile(latencies, 99),
+		P99Confirmed:  report.Percentile(latencies, 99),
+		p99All:        report.Percentile(latencies, 99),
 		requests:      len(latencies),
 		note:          "time to sell out computed as stock / tps",
 	}
@@ -321,10 +311,10 @@ func pgbenchLatencies(dir string) ([]float64, error) {
 }
 
 // comparisonTable formats the rows as Markdown, with ratios against the first row.
-func comparisonTable(rows []comparison, replicas int, o saleOptions) string {
+func comparisonTable(rows []Comparison, replicas int, o Options) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Same machine, one run: %d replicas behind HAProxy, k6 rush ramping to %d orders/s over %v, %d units of one product, 1..3 units per order.\n\n",
-		replicas, o.rate, o.duration, o.stock)
+		replicas, o.Rate, o.Duration, o.Stock)
 	b.WriteString("| configuration | confirmed purchases/s | time to sell out | buyers refused while stock remained | p99 confirmed | p99 all answers | oversold units |\n")
 	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	base := rows[0]
@@ -336,11 +326,11 @@ func comparisonTable(rows []comparison, replicas int, o saleOptions) string {
 			sell = fmt.Sprintf("not sold out (%d/%d)", r.sold, r.stock)
 		}
 		ratio := ""
-		if r.label != base.label && base.purchasesPerS > 0 {
-			ratio = fmt.Sprintf(" (%.2f×)", r.purchasesPerS/base.purchasesPerS)
+		if r.label != base.label && base.PurchasesPerS > 0 {
+			ratio = fmt.Sprintf(" (%.2f×)", r.PurchasesPerS/base.PurchasesPerS)
 		}
 		fmt.Fprintf(&b, "| %s | %.0f%s | %s | %.1f%% | %.1f ms | %.1f ms | %d |\n",
-			r.title, r.purchasesPerS, ratio, sell, 100*r.refusedShare, r.p99Confirmed, r.p99All, r.oversold)
+			r.title, r.PurchasesPerS, ratio, sell, 100*r.refusedShare, r.P99Confirmed, r.p99All, r.oversold)
 	}
 	for _, r := range rows {
 		if r.note != "" {

@@ -1,4 +1,4 @@
-package main
+package sale
 
 import (
 	"context"
@@ -66,7 +66,7 @@ func saleTiming(ctx context.Context, run *saleRun) (timing, error) {
 
 // report prints the one-screen summary and returns env.ErrFailed when anything failed, else
 // env.ErrStopped when a signal cut the load short.
-func (h *harness) report(run *saleRun, o saleOptions, invariants []verdict.Invariant, ledgers map[int64]verdict.Ledger, t timing) error {
+func (h *harness) report(run *saleRun, o Options, invariants []verdict.Invariant, ledgers map[int64]verdict.Ledger, t timing) error {
 	s := run.summary
 	secs := s.State.TestRunDurationMs / 1000
 	count := func(m string) float64 { return s.value(m, "count") }
@@ -79,7 +79,7 @@ func (h *harness) report(run *saleRun, o saleOptions, invariants []verdict.Invar
 	h.Printf("\n=== stocksvc flash sale: %d replicas behind HAProxy, defense %s, lock retry %s\n",
 		h.Cluster.Replicas, run.spec.defense, run.spec.lockRetry)
 	h.Printf("load          %s scenarios, peak %d orders/s for %v, hot stock %d, exact race %d units\n",
-		run.spec.scenarios, o.rate, o.duration, o.stock, o.raceStock)
+		run.spec.scenarios, o.Rate, o.Duration, o.Stock, o.RaceStock)
 	confirmed := count("confirmed_orders")
 	h.Printf("purchases     %.0f confirmed = %.1f/s over %.1fs", confirmed, confirmed/secs, secs)
 	if !t.firstSale.IsZero() {
@@ -126,7 +126,7 @@ func (h *harness) report(run *saleRun, o saleOptions, invariants []verdict.Invar
 		h.Printf("k6 thresholds FAILED: %s\n", strings.Join(thresholds, "; "))
 	}
 	if run.stopped {
-		h.Printf("stopped       by a signal after %.1fs of %v; the figures above cover what ran, the checks below all of it\n", secs, o.duration)
+		h.Printf("stopped       by a signal after %.1fs of %v; the figures above cover what ran, the checks below all of it\n", secs, o.Duration)
 	}
 	// k6 exits non-zero when it is interrupted; that is not a finding.
 	if run.k6Err != nil && len(thresholds) == 0 && !run.stopped {

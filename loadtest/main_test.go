@@ -1,0 +1,103 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/faults"
+)
+
+func TestParseOptions(t *testing.T) {
+	t.Parallel()
+	o, err := parseOptions(nil, io.Discard)
+	if err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	if _, err := parseOptions([]string{"-redlock", "5", "-fault", "restart-redlock-node,kill-replica"}, io.Discard); err != nil {
+		t.Errorf("a Redlock drill: %v", err)
+	}
+	root, err := cluster.RepositoryRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.mode != modeSale || o.cluster.Replicas != 3 || o.cluster.Defense != env.DefaultDefense || o.sale.KillAfter != 0 ||
+		!strings.HasPrefix(o.out, filepath.Join(root, "loadtest", "out")) ||
+		o.script != filepath.Join(root, "loadtest", "flashsale.js") {
+		t.Errorf("defaults = %+v", o)
+	}
+	if _, err := os.Stat(o.script); err != nil {
+		t.Errorf("default k6 script: %v", err)
+	}
+	bad := [][]string{
+		{"-replicas", "0"},
+		{"-duration", "2s"},
+		{"-duration", "10s", "-kill-after", "10s"},
+		{"-replicas", "1", "-kill-after", "5s"},
+		{"-stock", "0"},
+		{"extra"},
+		{"-fault", "unplug-the-datacentre"},
+		{"-fault", "burst", "-replicas", "1"},
+		{"-fault", "burst", "-drill-rate", "0"},
+		{"-fault", "burst", "-runs", "0"},
+		{"-redlock", "2"},                              // a Redlock of two survives no loss
+		{"-redlock", "3", "-fault", "restart-redis"},   // no one Redis to restart
+		{"-redlock", "3", "-fault", "redis-partition"}, // nor to proxy
+		{"-redlock", "3", "-compare"},
+	}
+	for _, args := range bad {
+		if _, err := parseOptions(args, io.Discard); err == nil {
+			t.Errorf("parseOptions(%q) = nil error, want a refusal", args)
+		}
+	}
+}
+
+// TestParseOptionsCutsFlagsByMode: each mode gets the flags it reads, the deployment's go to
+// the cluster's options, and the mode is the one the flags picked.
+func TestParseOptionsCutsFlagsByMode(t *testing.T) {
+	t.Parallel()
+	o, err := parseOptions([]string{"-async", "-stock", "900", "-rate", "100", "-duration", "10s", "-kill-after", "3s",
+		"-seed", "9", "-replicas", "4", "-lock-wait", "1s", "-keep"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAsync := faults.AsyncOptions{Stock: 900, Rate: 100, Duration: 10 * time.Second, KillAfter: 3 * time.Second, Seed: 9,
+		PauseFor: 20 * time.Second}
+	if o.mode != modeAsync || o.async != wantAsync {
+		t.Errorf("-async: mode %v, options %+v; want %v, %+v", o.mode, o.async, modeAsync, wantAsync)
+	}
+	if o.cluster.Replicas != 4 || o.cluster.LockWait != time.Second || !o.cluster.Keep || o.cluster.Defense != env.DefaultDefense {
+		t.Errorf("-async: cluster options %+v", o.cluster)
+	}
+
+	o, err = parseOptions([]string{"-fault", "burst", "-runs", "2", "-seed", "5", "-drill-rate", "20", "-read-slack", "0"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.mode != modeDrills || o.drills.Fault != "burst" || o.drills.Runs != 2 || o.drills.Seed != 5 || o.drills.Rate != 20 ||
+		o.drills.ReadSlack != 0 || o.drills.LockTTL != 2*time.Second {
+		t.Errorf("-fault: mode %v, options %+v", o.mode, o.drills)
+	}
+
+	o, err = parseOptions([]string{"-throughput", "-closed-only", "-clients", "64", "-duration", "5s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantThroughput := throughputOptions{duration: 5 * time.Second, clients: 64, closedOnly: true, pgbenchClients: 8}
+	if o.mode != modeThroughput || o.throughput != wantThroughput {
+		t.Errorf("-throughput: mode %v, options %+v; want %+v", o.mode, o.throughput, wantThroughput)
+	}
+
+	o, err = parseOptions([]string{"-recheck", "history.json", "-loose-sold-out"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.mode != modeRecheck || o.drills.Recheck != "history.json" || !o.drills.LooseSoldOut {
+		t.Errorf("-recheck: mode %v, options %+v", o.mode, o.drills)
+	}
+}
