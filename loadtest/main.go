@@ -31,6 +31,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/stocksvc/stocksvc/loadtest/benchmarks"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/faults"
@@ -58,10 +59,6 @@ func main() {
 	}
 }
 
-// harness holds what every mode of one invocation shares: the deployment's options, where it
-// writes, the binaries it drives, and where it prints.
-type harness struct{ *env.Harness }
-
 // run parses the command line and runs the mode it picks. Every mode but -recheck builds the
 // service and finds HAProxy first; the sales find k6, the benchmarks wrk.
 func run(ctx context.Context, args []string, w io.Writer) error {
@@ -72,9 +69,9 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	h := &harness{&env.Harness{Cluster: o.cluster, W: w}}
+	h := &env.Harness{Cluster: o.cluster, W: w}
 	if o.mode == modeRecheck {
-		return faults.Recheck(h.Harness, o.drills)
+		return faults.Recheck(h, o.drills)
 	}
 	if h.Out, err = filepath.Abs(o.out); err != nil {
 		return err
@@ -112,19 +109,19 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	}
 	switch o.mode {
 	case modeCompare:
-		return sale.Compare(ctx, h.Harness, o.sale)
+		return sale.Compare(ctx, h, o.sale)
 	case modeThroughput:
-		return h.throughput(ctx, o.throughput)
+		return benchmarks.Throughput(ctx, h, o.throughput)
 	case modeCache:
-		return h.cache(ctx, o.cache)
+		return benchmarks.Cache(ctx, h, o.cache)
 	case modeFlood:
-		return h.floodBench(ctx, o.flood)
+		return benchmarks.Flood(ctx, h, o.flood)
 	case modeReplays:
-		return h.replayBench(ctx, o.replays)
+		return benchmarks.Replays(ctx, h, o.replays)
 	case modeDrills:
-		return faults.Drills(ctx, h.Harness, o.drills)
+		return faults.Drills(ctx, h, o.drills)
 	case modeAsync:
-		return faults.Async(ctx, h.Harness, o.async)
+		return faults.Async(ctx, h, o.async)
 	}
-	return sale.Sale(ctx, h.Harness, o.sale)
+	return sale.Sale(ctx, h, o.sale)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stocksvc/stocksvc/loadtest/benchmarks"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/faults"
@@ -88,7 +89,7 @@ func TestParseOptionsCutsFlagsByMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantThroughput := throughputOptions{duration: 5 * time.Second, clients: 64, closedOnly: true, pgbenchClients: 8}
+	wantThroughput := benchmarks.ThroughputOptions{Duration: 5 * time.Second, Clients: 64, ClosedOnly: true, PGBenchClients: 8}
 	if o.mode != modeThroughput || o.throughput != wantThroughput {
 		t.Errorf("-throughput: mode %v, options %+v; want %+v", o.mode, o.throughput, wantThroughput)
 	}
@@ -99,5 +100,52 @@ func TestParseOptionsCutsFlagsByMode(t *testing.T) {
 	}
 	if o.mode != modeRecheck || o.drills.Recheck != "history.json" || !o.drills.LooseSoldOut {
 		t.Errorf("-recheck: mode %v, options %+v", o.mode, o.drills)
+	}
+}
+
+func TestParseOptionsCache(t *testing.T) {
+	t.Parallel()
+	o, err := parseOptions([]string{"-cache"}, io.Discard)
+	if err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	want := benchmarks.CacheOptions{Duration: 30 * time.Second, Clients: 128, Rounds: 3, StampedeRounds: 10, StampedeReaders: 500}
+	if o.mode != modeCache || o.cache != want || o.cluster.Replicas != 3 {
+		t.Errorf("defaults = %+v", o)
+	}
+	for _, args := range [][]string{{"-cache", "-rounds", "0"}, {"-cache", "-stampede-readers", "0"}, {"-cache", "-stampede-rounds", "-1"}} {
+		if _, err := parseOptions(args, io.Discard); err == nil {
+			t.Errorf("parseOptions(%q) = nil error, want a refusal", args)
+		}
+	}
+}
+
+func TestFloodOptions(t *testing.T) {
+	t.Parallel()
+	o, err := parseOptions([]string{"-flood", "-flood-kinds", "audit,missing-ids"}, io.Discard)
+	if err != nil {
+		t.Fatalf("-flood: %v", err)
+	}
+	if o.mode != modeFlood || !o.flood.On || o.flood.Kinds != "audit,missing-ids" {
+		t.Errorf("-flood: mode %v, options %+v", o.mode, o.flood)
+	}
+	for _, args := range [][]string{
+		{"-flood", "-flood-kinds", "audit,tea"},
+		{"-flood", "-flood-round", "500ms"},
+		{"-flood", "-flood-rounds", "0"},
+		{"-flood", "-flood-orders", "-1"},
+		{"-flood", "-flood-rate", "-5"},
+		{"-flood", "-cache"},
+		{"-replays", "-flood"},
+		{"-replays", "-replay-clients", "1"},
+		{"-replays", "-fault", "burst"},
+	} {
+		if _, err := parseOptions(args, io.Discard); err == nil {
+			t.Errorf("parseOptions(%q) = nil error, want a refusal", args)
+		}
+	}
+	// Flags of a mode that is off are not judged.
+	if _, err := parseOptions([]string{"-flood-rounds", "0"}, io.Discard); err != nil {
+		t.Errorf("-flood-rounds 0 without -flood: %v", err)
 	}
 }

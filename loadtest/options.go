@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/stocksvc/stocksvc/loadtest/benchmarks"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/faults"
@@ -17,23 +18,6 @@ import (
 // The command line is parsed once, into flagValues, and then cut into what each part reads:
 // env.ClusterOptions, which every mode's deployment shares, and one options struct per mode. A
 // mode's code sees its own struct and the cluster's, nothing else.
-
-// throughputOptions configure -throughput.
-type throughputOptions struct {
-	duration       time.Duration
-	clients        int
-	closedOnly     bool
-	pgbenchClients int
-}
-
-// cacheOptions configure -cache.
-type cacheOptions struct {
-	duration        time.Duration
-	clients         int
-	rounds          int
-	stampedeRounds  int
-	stampedeReaders int
-}
 
 // mode is what one invocation runs.
 type mode int
@@ -59,12 +43,12 @@ type options struct {
 	cluster env.ClusterOptions
 
 	sale       sale.Options
-	throughput throughputOptions
-	cache      cacheOptions
+	throughput benchmarks.ThroughputOptions
+	cache      benchmarks.CacheOptions
 	async      faults.AsyncOptions
 	drills     faults.DrillOptions
-	flood      floodOptions
-	replays    replayOptions
+	flood      benchmarks.FloodOptions
+	replays    benchmarks.ReplayOptions
 }
 
 // flagValues holds every flag as parsed; parseOptions cuts it into options.
@@ -111,8 +95,8 @@ type flagValues struct {
 	looseSoldOut    bool
 	recheck         string
 	redlock         int
-	flood           floodOptions
-	replays         replayOptions
+	flood           benchmarks.FloodOptions
+	replays         benchmarks.ReplayOptions
 }
 
 func parseOptions(args []string, usage io.Writer) (options, error) {
@@ -161,18 +145,18 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.StringVar(&o.recheck, "recheck", "", "check a drill's saved history.json again (with -read-slack, -loose-sold-out, -check-timeout) and exit")
 	fs.IntVar(&o.redlock, "redlock", 0, "run the sale or drills with STOCKSVC_REDIS_MODE=redlock over this many redis-servers of the run's own, on free loopback ports (0: the one Redis of -redis-url)")
 	fs.BoolVar(&o.looseSoldOut, "loose-sold-out", false, "a sold-out answer's available need not equal the stock when it took effect (only be short)")
-	o.flood.register(fs)
-	o.replays.register(fs)
+	o.flood.Register(fs)
+	o.replays.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
-	if err := o.flood.validate(); err != nil {
+	if err := o.flood.Validate(); err != nil {
 		return options{}, err
 	}
-	if err := o.replays.validate(); err != nil {
+	if err := o.replays.Validate(); err != nil {
 		return options{}, err
 	}
-	if modes := countTrue(o.compare, o.throughput, o.cache, o.async, o.flood.on, o.replays.on, o.fault != ""); modes > 1 {
+	if modes := countTrue(o.compare, o.throughput, o.cache, o.async, o.flood.On, o.replays.On, o.fault != ""); modes > 1 {
 		return options{}, errors.New("-compare, -throughput, -cache, -async, -flood, -replays and -fault are modes: pick one")
 	}
 	switch {
@@ -197,7 +181,7 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	case o.fault != "" && o.replicas < 2:
 		return options{}, errors.New("fault drills need at least 2 replicas")
 	}
-	if o.redlock != 0 && (o.redlock < 3 || o.compare || o.throughput || o.cache || o.flood.on || o.replays.on) {
+	if o.redlock != 0 && (o.redlock < 3 || o.compare || o.throughput || o.cache || o.flood.On || o.replays.On) {
 		return options{}, errors.New("-redlock takes 3 nodes or more, for the sale and the fault drills")
 	}
 	if o.fault != "" {
@@ -228,9 +212,9 @@ func (f flagValues) options() options {
 		sale: sale.Options{Stock: f.stock, Rate: f.rate, Duration: f.duration, VUs: f.vus, RaceStock: f.raceStock,
 			Scenarios: f.scenarios, LockRetry: f.lockRetry, LockMaxRetries: f.lockMaxRetries, KillAfter: f.killAfter,
 			PGBenchClients: f.pgbenchClients},
-		throughput: throughputOptions{duration: f.duration, clients: f.clients, closedOnly: f.closedOnly, pgbenchClients: f.pgbenchClients},
-		cache: cacheOptions{duration: f.duration, clients: f.clients, rounds: f.rounds, stampedeRounds: f.stampedeRounds,
-			stampedeReaders: f.stampedeReaders},
+		throughput: benchmarks.ThroughputOptions{Duration: f.duration, Clients: f.clients, ClosedOnly: f.closedOnly, PGBenchClients: f.pgbenchClients},
+		cache: benchmarks.CacheOptions{Duration: f.duration, Clients: f.clients, Rounds: f.rounds, StampedeRounds: f.stampedeRounds,
+			StampedeReaders: f.stampedeReaders},
 		async: faults.AsyncOptions{Stock: f.stock, Rate: f.rate, Duration: f.duration, KillAfter: f.killAfter, Baseline: f.asyncBaseline,
 			PauseAfter: f.pauseAfter, PauseFor: f.pauseFor, Seed: f.seed},
 		drills: faults.DrillOptions{Fault: f.fault, Runs: f.runs, Seed: f.seed, Rate: f.drillRate, LockTTL: f.lockTTL,
@@ -248,9 +232,9 @@ func (f flagValues) options() options {
 		o.mode = modeThroughput
 	case f.cache:
 		o.mode = modeCache
-	case f.flood.on:
+	case f.flood.On:
 		o.mode = modeFlood
-	case f.replays.on:
+	case f.replays.On:
 		o.mode = modeReplays
 	case f.fault != "":
 		o.mode = modeDrills

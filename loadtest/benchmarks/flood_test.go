@@ -1,9 +1,8 @@
-package main
+package benchmarks
 
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -18,13 +17,12 @@ import (
 	"time"
 )
 
-func TestFloodOptions(t *testing.T) {
+func TestPickFloodKinds(t *testing.T) {
 	t.Parallel()
-	o, err := parseOptions([]string{"-flood", "-flood-kinds", "audit,missing-ids"}, io.Discard)
+	kinds, err := pickFloodKinds("audit,missing-ids")
 	if err != nil {
-		t.Fatalf("-flood: %v", err)
+		t.Fatal(err)
 	}
-	kinds, _ := pickFloodKinds(o.flood.kinds)
 	var names []string
 	for _, k := range kinds {
 		names = append(names, k.name)
@@ -32,24 +30,8 @@ func TestFloodOptions(t *testing.T) {
 	if got := strings.Join(names, ","); got != "healthz,audit,missing-ids" {
 		t.Errorf("kinds = %s, want the healthz baseline first, then the ones named", got)
 	}
-	for _, args := range [][]string{
-		{"-flood", "-flood-kinds", "audit,tea"},
-		{"-flood", "-flood-round", "500ms"},
-		{"-flood", "-flood-rounds", "0"},
-		{"-flood", "-flood-orders", "-1"},
-		{"-flood", "-flood-rate", "-5"},
-		{"-flood", "-cache"},
-		{"-replays", "-flood"},
-		{"-replays", "-replay-clients", "1"},
-		{"-replays", "-fault", "burst"},
-	} {
-		if _, err := parseOptions(args, io.Discard); err == nil {
-			t.Errorf("parseOptions(%q) = nil error, want a refusal", args)
-		}
-	}
-	// Flags of a mode that is off are not judged.
-	if _, err := parseOptions([]string{"-flood-rounds", "0"}, io.Discard); err != nil {
-		t.Errorf("-flood-rounds 0 without -flood: %v", err)
+	if _, err := pickFloodKinds("audit,tea"); err == nil {
+		t.Error("an unknown flood was accepted")
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package benchmarks
 
 import (
 	"context"
@@ -27,40 +27,40 @@ import (
 // the rounds of one run. The hot product is first given many past orders, written straight
 // into the run's database, so that a recount of its sales costs what it would in production.
 
-// floodOptions configure -flood. The zero value is off.
-type floodOptions struct {
-	on     bool
-	round  time.Duration // length of each round (whole seconds)
-	rounds int           // measured rounds of each kind
-	orders int           // past orders of the hot product seeded before the rounds
-	buyers int           // wrk connections buying the hot product, in every round
-	conns  int           // wrk connections flooding
-	// rate, when positive, paces every flood to at most this many requests per second in all
-	// (each connection waits conns/rate s before its next request); 0 floods in a closed loop.
-	rate  float64
-	kinds string // the floods, comma-separated; healthz is the baseline and always runs
+// FloodOptions configure -flood. The zero value is off.
+type FloodOptions struct {
+	On     bool
+	Round  time.Duration // length of each round (whole seconds)
+	Rounds int           // measured rounds of each kind
+	Orders int           // past orders of the hot product seeded before the rounds
+	Buyers int           // wrk connections buying the hot product, in every round
+	Conns  int           // wrk connections flooding
+	// Rate, when positive, paces every flood to at most this many requests per second in all
+	// (each connection waits conns/Rate s before its next request); 0 floods in a closed loop.
+	Rate  float64
+	Kinds string // the floods, comma-separated; healthz is the baseline and always runs
 }
 
-func (o *floodOptions) register(fs *flag.FlagSet) {
-	fs.BoolVar(&o.on, "flood", false, "benchmark: confirmed orders/s of a sale beside floods of GET /healthz, the public audit, the admin audit and orders for missing ids, in alternating rounds (docs/loadtest.md)")
-	fs.DurationVar(&o.round, "flood-round", 5*time.Second, "in -flood, the length of each round (whole seconds)")
-	fs.IntVar(&o.rounds, "flood-rounds", 3, "in -flood, measured rounds of each flood (medians are compared)")
-	fs.IntVar(&o.orders, "flood-orders", 300_000, "in -flood, past orders of the hot product written into the run's database before the rounds")
-	fs.IntVar(&o.buyers, "flood-buyers", 64, "in -flood, wrk connections buying the hot product")
-	fs.IntVar(&o.conns, "flood-conns", 32, "in -flood, wrk connections flooding")
-	fs.Float64Var(&o.rate, "flood-rate", 0, "in -flood, pace every flood to at most this many requests/s, so that kinds are compared at one rate (0: closed loop, as fast as answers come)")
-	fs.StringVar(&o.kinds, "flood-kinds", "healthz,audit,audit-admin,missing-ids", "in -flood, the floods to run (healthz, the baseline, always runs)")
+func (o *FloodOptions) Register(fs *flag.FlagSet) {
+	fs.BoolVar(&o.On, "flood", false, "benchmark: confirmed orders/s of a sale beside floods of GET /healthz, the public audit, the admin audit and orders for missing ids, in alternating rounds (docs/loadtest.md)")
+	fs.DurationVar(&o.Round, "flood-round", 5*time.Second, "in -flood, the length of each round (whole seconds)")
+	fs.IntVar(&o.Rounds, "flood-rounds", 3, "in -flood, measured rounds of each flood (medians are compared)")
+	fs.IntVar(&o.Orders, "flood-orders", 300_000, "in -flood, past orders of the hot product written into the run's database before the rounds")
+	fs.IntVar(&o.Buyers, "flood-buyers", 64, "in -flood, wrk connections buying the hot product")
+	fs.IntVar(&o.Conns, "flood-conns", 32, "in -flood, wrk connections flooding")
+	fs.Float64Var(&o.Rate, "flood-rate", 0, "in -flood, pace every flood to at most this many requests/s, so that kinds are compared at one rate (0: closed loop, as fast as answers come)")
+	fs.StringVar(&o.Kinds, "flood-kinds", "healthz,audit,audit-admin,missing-ids", "in -flood, the floods to run (healthz, the baseline, always runs)")
 }
 
-func (o floodOptions) validate() error {
-	if !o.on {
+func (o FloodOptions) Validate() error {
+	if !o.On {
 		return nil
 	}
 	switch {
-	case o.round < time.Second || o.rounds < 1 || o.orders < 0 || o.buyers < 1 || o.conns < 1 || o.rate < 0:
+	case o.Round < time.Second || o.Rounds < 1 || o.Orders < 0 || o.Buyers < 1 || o.Conns < 1 || o.Rate < 0:
 		return errors.New("-flood-round must be at least 1s, -flood-rounds, -flood-buyers and -flood-conns positive, -flood-orders and -flood-rate not negative")
 	}
-	_, err := pickFloodKinds(o.kinds)
+	_, err := pickFloodKinds(o.Kinds)
 	return err
 }
 
@@ -164,8 +164,8 @@ type floodRound struct {
 func (r floodRound) confirmed() float64 { return r.buyers.perSecond(http.StatusCreated) }
 
 // floodBench runs the -flood benchmark and writes flood.md.
-func (h *harness) floodBench(ctx context.Context, o floodOptions) error {
-	kinds, err := pickFloodKinds(o.kinds)
+func (h *harness) floodBench(ctx context.Context, o FloodOptions) error {
+	kinds, err := pickFloodKinds(o.Kinds)
 	if err != nil {
 		return err
 	}
@@ -183,26 +183,26 @@ func (h *harness) floodBench(ctx context.Context, o floodOptions) error {
 		return err
 	}
 	dbURL := c.DatabaseURL
-	h.Printf("[flood] seeding product %d with %d past orders in %s\n", hot, o.orders, c.Database)
+	h.Printf("[flood] seeding product %d with %d past orders in %s\n", hot, o.Orders, c.Database)
 	began := time.Now()
-	if err := seedPastOrders(ctx, dbURL, hot, o.orders, func(done int) {
-		h.Printf("[flood]   %d of %d orders written (%v)\n", done, o.orders, time.Since(began).Round(time.Second))
+	if err := seedPastOrders(ctx, dbURL, hot, o.Orders, func(done int) {
+		h.Printf("[flood]   %d of %d orders written (%v)\n", done, o.Orders, time.Since(began).Round(time.Second))
 	}); err != nil {
 		return err
 	}
 	h.Printf("[flood] seeded in %v; %d replicas, %d buyers beside %d flooding connections, rounds of %v\n",
-		time.Since(began).Round(time.Second), h.Cluster.Replicas, o.buyers, o.conns, o.round)
+		time.Since(began).Round(time.Second), h.Cluster.Replicas, o.Buyers, o.Conns, o.Round)
 
 	runRound := func(k floodKind, n int, d time.Duration) (floodRound, error) {
 		label := fmt.Sprintf("round%d-%s", n, k.name)
 		if n == 0 {
 			label = "warm-up-" + k.name
 		}
-		buyers := wrkJob{name: "buyers", conns: o.buyers, threads: 2, script: script,
+		buyers := wrkJob{name: "buyers", conns: o.Buyers, threads: 2, script: script,
 			env: []string{"MODE=order", "PRODUCT=" + strconv.FormatInt(hot, 10), fmt.Sprintf("KEYPREFIX=b%d%s", n, k.name)}}
-		flood := floodJob(k, script, o.conns, hot, c.Token, n)
-		if o.rate > 0 {
-			flood.env = append(flood.env, "DELAY_MS="+strconv.Itoa(max(1, int(float64(o.conns)*1000/o.rate))))
+		flood := floodJob(k, script, o.Conns, hot, c.Token, n)
+		if o.Rate > 0 {
+			flood.env = append(flood.env, "DELAY_MS="+strconv.Itoa(max(1, int(float64(o.Conns)*1000/o.Rate))))
 		}
 		res, err := runWrkJobs(ctx, h.Wrk, c.Dir, label, c.Front, d, buyers, flood)
 		if err != nil {
@@ -227,13 +227,13 @@ func (h *harness) floodBench(ctx context.Context, o floodOptions) error {
 		h.Printf("[flood] warm-up, %s: buyers %.0f confirmed/s; flood %s\n", k.name, r.confirmed(), answersOf(r.flood.statuses))
 	}
 	var rounds []floodRound
-	for n := 1; n <= o.rounds; n++ {
+	for n := 1; n <= o.Rounds; n++ {
 		for _, k := range kinds {
-			r, err := runRound(k, n, o.round)
+			r, err := runRound(k, n, o.Round)
 			if err != nil {
 				return err
 			}
-			h.Printf("[flood] round %d/%d, %-11s buyers %6.0f confirmed/s (%s); flood %6.0f answers/s (%s)\n", n, o.rounds, k.name+":",
+			h.Printf("[flood] round %d/%d, %-11s buyers %6.0f confirmed/s (%s); flood %6.0f answers/s (%s)\n", n, o.Rounds, k.name+":",
 				r.confirmed(), answersOf(r.buyers.statuses), r.flood.perSecond(0), answersOf(r.flood.statuses))
 			rounds = append(rounds, r)
 		}
@@ -426,14 +426,14 @@ func floodChecks(lines []floodLine) []string {
 }
 
 // floodReport renders the benchmark as markdown (flood.md).
-func floodReport(replicas int, f floodOptions, hot int64, lines []floodLine, rounds []floodRound) string {
+func floodReport(replicas int, f FloodOptions, hot int64, lines []floodLine, rounds []floodRound) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy. In every round, %d wrk connections buy product %d (stock %d, %d past orders seeded) "+
 		"in a closed loop, each order a fresh Idempotency-Key, beside %d wrk connections flooding. Rounds of %v, %d of each flood, taking turns "+
 		"after a %v warm-up of each; rates are medians over the rounds; a ratio is the median over the turns of each round's rate to the healthz round of its turn.",
-		replicas, f.buyers, hot, throughputStock, f.orders, f.conns, f.round, f.rounds, floodWarmUp)
-	if f.rate > 0 {
-		fmt.Fprintf(&b, " Every flood was paced to at most %.0f requests/s (`-flood-rate`).", f.rate)
+		replicas, f.Buyers, hot, throughputStock, f.Orders, f.Conns, f.Round, f.Rounds, floodWarmUp)
+	if f.Rate > 0 {
+		fmt.Fprintf(&b, " Every flood was paced to at most %.0f requests/s (`-flood-rate`).", f.Rate)
 	}
 	b.WriteString("\n\n")
 	b.WriteString("| flood | buyers' confirmed/s | ÷ healthz flood | rounds | target | flood answers/s | the flood's answers | the buyers' answers |\n")

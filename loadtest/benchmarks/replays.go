@@ -1,4 +1,4 @@
-package main
+package benchmarks
 
 import (
 	"context"
@@ -31,23 +31,23 @@ import (
 // script also checks each pair of answers (the replay of a confirmed order must be that order,
 // marked Idempotent-Replayed), and afterwards SQL checks that no key bought twice.
 
-// replayOptions configure -replays. The zero value is off.
-type replayOptions struct {
-	on      bool
-	round   time.Duration // length of each round (whole seconds)
-	rounds  int           // measured rounds of each load
-	clients int           // wrk connections
+// ReplayOptions configure -replays. The zero value is off.
+type ReplayOptions struct {
+	On      bool
+	Round   time.Duration // length of each round (whole seconds)
+	Rounds  int           // measured rounds of each load
+	Clients int           // wrk connections
 }
 
-func (o *replayOptions) register(fs *flag.FlagSet) {
-	fs.BoolVar(&o.on, "replays", false, "benchmark: requests answered/s with fresh keys against every key sent twice, in a row and at once, in alternating rounds (docs/loadtest.md)")
-	fs.DurationVar(&o.round, "replay-round", 5*time.Second, "in -replays, the length of each round (whole seconds)")
-	fs.IntVar(&o.rounds, "replay-rounds", 3, "in -replays, measured rounds of each load (medians are compared)")
-	fs.IntVar(&o.clients, "replay-clients", 64, "in -replays, wrk connections")
+func (o *ReplayOptions) Register(fs *flag.FlagSet) {
+	fs.BoolVar(&o.On, "replays", false, "benchmark: requests answered/s with fresh keys against every key sent twice, in a row and at once, in alternating rounds (docs/loadtest.md)")
+	fs.DurationVar(&o.Round, "replay-round", 5*time.Second, "in -replays, the length of each round (whole seconds)")
+	fs.IntVar(&o.Rounds, "replay-rounds", 3, "in -replays, measured rounds of each load (medians are compared)")
+	fs.IntVar(&o.Clients, "replay-clients", 64, "in -replays, wrk connections")
 }
 
-func (o replayOptions) validate() error {
-	if o.on && (o.round < time.Second || o.rounds < 1 || o.clients < 2) {
+func (o ReplayOptions) Validate() error {
+	if o.On && (o.Round < time.Second || o.Rounds < 1 || o.Clients < 2) {
 		return errors.New("-replay-round must be at least 1s, -replay-rounds positive and -replay-clients at least 2")
 	}
 	return nil
@@ -182,7 +182,7 @@ type replayRound struct {
 }
 
 // replayBench runs the -replays benchmark and writes replays.md.
-func (h *harness) replayBench(ctx context.Context, o replayOptions) error {
+func (h *harness) replayBench(ctx context.Context, o ReplayOptions) error {
 	c, err := h.startCluster(ctx, "replays")
 	if err != nil {
 		return err
@@ -197,13 +197,13 @@ func (h *harness) replayBench(ctx context.Context, o replayOptions) error {
 		return err
 	}
 	h.Printf("[replays] %d replicas, %d connections ordering product %d; rounds of %v: %s\n",
-		h.Cluster.Replicas, o.clients, product, o.round, strings.Join(replayModes, ", "))
+		h.Cluster.Replicas, o.Clients, product, o.Round, strings.Join(replayModes, ", "))
 	runRound := func(mode string, n int, d time.Duration) (replayRound, error) {
 		label := fmt.Sprintf("round%d-%s", n, mode)
 		if n == 0 {
 			label = "warm-up-" + mode
 		}
-		job := wrkJob{name: mode, conns: o.clients, threads: 2, script: script,
+		job := wrkJob{name: mode, conns: o.Clients, threads: 2, script: script,
 			env: []string{"MODE=" + mode, "PRODUCT=" + strconv.FormatInt(product, 10), fmt.Sprintf("KEYPREFIX=%s%d", mode[:1], n)}}
 		res, err := runWrkJobs(ctx, h.Wrk, c.Dir, label, c.Front, d, job)
 		if err != nil {
@@ -219,13 +219,13 @@ func (h *harness) replayBench(ctx context.Context, o replayOptions) error {
 		h.Printf("[replays] warm-up, %s: %.0f answers/s\n", mode, r.perSecond(0))
 	}
 	var rounds []replayRound
-	for n := 1; n <= o.rounds; n++ {
+	for n := 1; n <= o.Rounds; n++ {
 		for _, mode := range replayModes {
-			r, err := runRound(mode, n, o.round)
+			r, err := runRound(mode, n, o.Round)
 			if err != nil {
 				return err
 			}
-			h.Printf("[replays] round %d/%d, %-11s %6.0f answers/s (%s)%s\n", n, o.rounds, mode+":", r.perSecond(0),
+			h.Printf("[replays] round %d/%d, %-11s %6.0f answers/s (%s)%s\n", n, o.Rounds, mode+":", r.perSecond(0),
 				answersOf(r.statuses), describePairs(r.counters))
 			rounds = append(rounds, r)
 		}
@@ -381,11 +381,11 @@ func refusedBy(c map[string]int) string {
 }
 
 // replayReport renders the benchmark as markdown (replays.md).
-func replayReport(replicas int, r replayOptions, product int64, lines []replayLine, rounds []replayRound, twice boughtTwice) string {
+func replayReport(replicas int, r ReplayOptions, product int64, lines []replayLine, rounds []replayRound, twice boughtTwice) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy; wrk, %d connections in a closed loop, orders one unit of product %d (stock %d) per request. "+
 		"Rounds of %v, %d of each load, taking turns after a %v warm-up of each; rates are medians over the rounds, ratios are taken between those medians.\n\n",
-		replicas, r.clients, product, throughputStock, r.round, r.rounds, floodWarmUp)
+		replicas, r.Clients, product, throughputStock, r.Round, r.Rounds, floodWarmUp)
 	b.WriteString("| load | answers/s | ÷ fresh | target | 201/s | answers | pairs of answers of one key |\n| --- | ---: | ---: | --- | ---: | --- | --- |\n")
 	for _, l := range lines {
 		target := "baseline"

@@ -1,4 +1,4 @@
-package main
+package benchmarks
 
 import (
 	"fmt"
@@ -12,12 +12,12 @@ import (
 )
 
 // cacheReport renders what the -cache mode measured as markdown (cache.md).
-func cacheReport(replicas int, o cacheOptions, so soldOutPhase, rd readsPhase, st []stampedeRound) string {
+func cacheReport(replicas int, o CacheOptions, so soldOutPhase, rd readsPhase, st []stampedeRound) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy, wrk closed loops of %d connections through the balancer. "+
 		"Each phase alternates rounds of %v of its load and of `GET /healthz` (%d of each, after unmeasured warm-ups: %v of the load, one replica profiled meanwhile, and %v of healthz); "+
 		"rates are medians over the rounds, and ratios are taken between those medians.\n\n",
-		replicas, o.clients, o.duration, o.rounds, profiledWarmUp, cacheWarmUp)
+		replicas, o.Clients, o.Duration, o.Rounds, profiledWarmUp, cacheWarmUp)
 
 	refusals, healthz1 := roundsOf(so.rounds, kindRefusals), roundsOf(so.rounds, kindHealthz)
 	reads, healthz2 := roundsOf(rd.rounds, kindReads), roundsOf(rd.rounds, kindHealthz)
@@ -52,7 +52,7 @@ func cacheReport(replicas int, o cacheOptions, so soldOutPhase, rd readsPhase, s
 		perThousand(view2.queries(), float64(readN), view2.has(queryMetrics...)))
 	if len(st) > 0 {
 		fmt.Fprintf(&b, "| stampede of %d reads: Postgres queries per round, median (min–max of %d rounds) | %s | 1 |\n",
-			o.stampedeReaders, len(st), spread(queries, stampedeView.has(queryMetrics...)))
+			o.StampedeReaders, len(st), spread(queries, stampedeView.has(queryMetrics...)))
 		all := stampedeLatencies(st)
 		fmt.Fprintf(&b, "| stampede: read latency p50 / p99, all rounds | %.1f / %.1f ms | |\n", report.Percentile(all, 50), report.Percentile(all, 99))
 	}
@@ -79,7 +79,7 @@ func cacheReport(replicas int, o cacheOptions, so soldOutPhase, rd readsPhase, s
 		fmt.Fprintf(&b, "\n## 3. Stampede\n\n")
 		fmt.Fprintf(&b, "Each round: %d connections opened (on healthz), the product read once, its view's Redis key deleted, "+
 			"%v waited (the lease of %v and a margin), then %d reads of the product released at once, from as many goroutines, "+
-			"through the balancer. Counters are summed over the replicas.\n\n", o.stampedeReaders, viewLease+leaseMargin, viewLease, o.stampedeReaders)
+			"through the balancer. Counters are summed over the replicas.\n\n", o.StampedeReaders, viewLease+leaseMargin, viewLease, o.StampedeReaders)
 		b.WriteString("| round | key was there | Postgres queries: all = rebuild + fallback + key sets | rebuilds | rebuild waits | give-ups | reads from process / redis / postgres | answers | of them read from Postgres (Cache-Status) | p50 / p99 | last answer |\n")
 		b.WriteString("| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n")
 		for i, r := range st {

@@ -1,4 +1,4 @@
-package main
+package benchmarks
 
 import (
 	"bytes"
@@ -104,7 +104,7 @@ func (r cacheRound) rate(status int) float64 {
 // cacheBench holds what the phases of the -cache mode share.
 type cacheBench struct {
 	h      *harness
-	o      cacheOptions
+	o      CacheOptions
 	c      *cluster.Cluster
 	script string // statusLua's path
 	// tables reads the statistics of the run's database: its own queries scan no table of it.
@@ -146,7 +146,7 @@ type readBurst struct {
 }
 
 // cache runs the three phases on one deployment and writes cache.md.
-func (h *harness) cache(ctx context.Context, o cacheOptions) error {
+func (h *harness) cache(ctx context.Context, o CacheOptions) error {
 	c, err := h.startCluster(ctx, "cache")
 	if err != nil {
 		return err
@@ -166,7 +166,7 @@ func (h *harness) cache(ctx context.Context, o cacheOptions) error {
 	}
 	b.rdb = redis.NewClient(redisOpts)
 	defer b.rdb.Close()
-	readers := o.stampedeReaders
+	readers := o.StampedeReaders
 	b.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		MaxIdleConns: readers, MaxIdleConnsPerHost: readers, IdleConnTimeout: time.Minute}}
 	defer b.client.CloseIdleConnections()
@@ -334,7 +334,7 @@ func (b *cacheBench) reads(ctx context.Context) (readsPhase, error) {
 	o := b.o
 	// The buyers run until stopped; the bound is only for a harness that died without
 	// stopping them (the supervisor kills them on every other way out).
-	bound := time.Duration(2*o.rounds+2)*(o.duration+10*time.Second) + time.Minute
+	bound := time.Duration(2*o.Rounds+2)*(o.Duration+10*time.Second) + time.Minute
 	b.h.Printf("[cache] 2. product reads during a sale: %d buyers ordering product %d throughout\n", saleBuyers, p.product)
 	buyers, err := b.c.Sup.Start("buyers", filepath.Join(b.c.Dir, "buyers.wrk.txt"),
 		[]string{"PRODUCT=" + strconv.FormatInt(p.product, 10)},
@@ -387,9 +387,9 @@ func (b *cacheBench) alternate(ctx context.Context, a, other cacheLoad, backgrou
 		return nil, err
 	}
 	var rounds []cacheRound
-	for i := range b.o.rounds {
+	for i := range b.o.Rounds {
 		for _, l := range []cacheLoad{a, other} {
-			r, err := b.round(ctx, l, fmt.Sprintf("round %d", i+1), b.o.duration, background)
+			r, err := b.round(ctx, l, fmt.Sprintf("round %d", i+1), b.o.Duration, background)
 			if err != nil {
 				return nil, err
 			}
@@ -441,7 +441,7 @@ func (b *cacheBench) round(ctx context.Context, l cacheLoad, name string, d time
 	if err != nil {
 		return cacheRound{}, err
 	}
-	cmd := exec.CommandContext(ctx, b.h.Wrk, "-t", "2", "-c", strconv.Itoa(b.o.clients),
+	cmd := exec.CommandContext(ctx, b.h.Wrk, "-t", "2", "-c", strconv.Itoa(b.o.Clients),
 		"-d", fmt.Sprintf("%ds", int(d.Seconds())), "--latency", "-s", b.script, b.url(l.path))
 	cmd.Env = os.Environ()
 	if l.product != 0 {
@@ -476,14 +476,14 @@ func (b *cacheBench) round(ctx context.Context, l cacheLoad, name string, d time
 // stampedes runs o.stampedeRounds stampedes on product.
 func (b *cacheBench) stampedes(ctx context.Context, product int64) ([]stampedeRound, error) {
 	o := b.o
-	if o.stampedeRounds == 0 {
+	if o.StampedeRounds == 0 {
 		return nil, nil
 	}
 	key := viewKey(b.c.Prefix, product)
 	b.h.Printf("[cache] 3. stampede: %d rounds of %d reads of product %d at once, its view (%s) deleted and the lease (%v) waited out before each\n",
-		o.stampedeRounds, o.stampedeReaders, product, key, viewLease)
+		o.StampedeRounds, o.StampedeReaders, product, key, viewLease)
 	var rounds []stampedeRound
-	for i := range o.stampedeRounds {
+	for i := range o.StampedeRounds {
 		r, err := b.stampede(ctx, product, key)
 		if err != nil {
 			return nil, err
@@ -504,7 +504,7 @@ func viewKey(prefix string, product int64) string {
 
 func (b *cacheBench) stampede(ctx context.Context, product int64, key string) (stampedeRound, error) {
 	var r stampedeRound
-	readers := b.o.stampedeReaders
+	readers := b.o.StampedeReaders
 	// The readers' connections are opened first, on healthz, so that the stampede measures
 	// reads and not TCP handshakes; and the view is read once, so that its key is there.
 	if opened := b.releaseReads(ctx, "/healthz", readers); opened.statuses[http.StatusOK] != readers {

@@ -1,7 +1,6 @@
-package main
+package benchmarks
 
 import (
-	"io"
 	"math"
 	"strings"
 	"testing"
@@ -169,11 +168,9 @@ func fakeRun(t *testing.T) (soldOutPhase, readsPhase, []stampedeRound) {
 func TestCacheReport(t *testing.T) {
 	t.Parallel()
 	so, rd, st := fakeRun(t)
-	o, err := parseOptions([]string{"-cache", "-duration", "10s"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	report := cacheReport(o.cluster.Replicas, o.cache, so, rd, st)
+	// -cache -duration 10s, the other flags at their defaults (main's TestParseOptionsCache).
+	o := CacheOptions{Duration: 10 * time.Second, Clients: 128, Rounds: 3, StampedeRounds: 10, StampedeReaders: 500}
+	report := cacheReport(3, o, so, rd, st)
 	for _, want := range []string{
 		"| sold-out refusals/s ÷ healthz/s | **0.90×** (9000 / 10000 per s; rounds 0.80–1.00×) | ≥ 0.7×: met |",
 		"| sold-out answers given from the view (refused-from-view ÷ sold-out outcomes, the replicas' counters) | 83.3% (240000 of 288000) | all |",
@@ -203,7 +200,7 @@ func TestCacheReportWithoutViewMetrics(t *testing.T) {
 	for i := range st {
 		st[i].view = viewStats{}
 	}
-	report := cacheReport(3, cacheOptions{clients: 128, rounds: 3, stampedeReaders: 500}, so, rd, st)
+	report := cacheReport(3, CacheOptions{Clients: 128, Rounds: 3, StampedeReaders: 500}, so, rd, st)
 	for _, want := range []string{
 		"| sold-out answers given from the view (refused-from-view ÷ sold-out outcomes, the replicas' counters) | n/a | all |",
 		"Postgres queries per round, median (min–max of 3 rounds) | n/a | 1 |",
@@ -233,21 +230,5 @@ func TestCacheChecks(t *testing.T) {
 	so.rounds[0].wrk.notSoldOut = 1
 	if got := cacheChecks(so, readsPhase{}, nil); len(got) != 2 {
 		t.Errorf("with a 409 that is not sold-out, cacheChecks = %q, want 2 failures", got)
-	}
-}
-
-func TestParseOptionsCache(t *testing.T) {
-	t.Parallel()
-	o, err := parseOptions([]string{"-cache"}, io.Discard)
-	if err != nil {
-		t.Fatalf("defaults: %v", err)
-	}
-	if o.mode != modeCache || o.cache.rounds != 3 || o.cache.stampedeRounds != 10 || o.cache.stampedeReaders != 500 {
-		t.Errorf("defaults = %+v", o)
-	}
-	for _, args := range [][]string{{"-cache", "-rounds", "0"}, {"-cache", "-stampede-readers", "0"}, {"-cache", "-stampede-rounds", "-1"}} {
-		if _, err := parseOptions(args, io.Discard); err == nil {
-			t.Errorf("parseOptions(%q) = nil error, want a refusal", args)
-		}
 	}
 }

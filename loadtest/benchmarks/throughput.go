@@ -1,4 +1,4 @@
-package main
+package benchmarks
 
 import (
 	"bytes"
@@ -198,8 +198,8 @@ func (h *harness) probe(ctx context.Context, c *cluster.Cluster, name string, pr
 }
 
 // throughput runs the benchmark and writes throughput.md.
-func (h *harness) throughput(ctx context.Context, o throughputOptions) error {
-	before, err := sale.PGBenchAnchor(ctx, h.Harness, o.pgbenchClients, 0)
+func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
+	before, err := sale.PGBenchAnchor(ctx, h.Harness, o.PGBenchClients, 0)
 	if err != nil {
 		return err
 	}
@@ -212,7 +212,7 @@ func (h *harness) throughput(ctx context.Context, o throughputOptions) error {
 	if err != nil {
 		return err
 	}
-	clients, d := o.clients, o.duration
+	clients, d := o.Clients, o.Duration
 	h.Printf("[throughput] warm-up: %d clients for 3s\n", clients)
 	if _, err := h.wrkLoop(ctx, c, "warm-up", product, clients, 0, 3*time.Second); err != nil {
 		return err
@@ -232,7 +232,7 @@ func (h *harness) throughput(ctx context.Context, o throughputOptions) error {
 	}
 	// pgbench again, right after: its rate varies from run to run on a shared machine, and the
 	// ratio is taken against the better of the two.
-	after, err := sale.PGBenchAnchor(ctx, h.Harness, o.pgbenchClients, 0)
+	after, err := sale.PGBenchAnchor(ctx, h.Harness, o.PGBenchClients, 0)
 	if err != nil {
 		return err
 	}
@@ -241,7 +241,7 @@ func (h *harness) throughput(ctx context.Context, o throughputOptions) error {
 	h.Printf("[throughput]   %.0f confirmed/s (%.2f× pgbench's better run)\n", peak.confirmedPerS(), peak.confirmedPerS()/best)
 	phases := []phase{peak}
 	for _, f := range []float64{0.8, 2} {
-		if o.closedOnly {
+		if o.ClosedOnly {
 			break
 		}
 		rate := f * peak.confirmedPerS()
@@ -262,7 +262,7 @@ func (h *harness) throughput(ctx context.Context, o throughputOptions) error {
 	return nil
 }
 
-func throughputReport(replicas int, o throughputOptions, anchors []sale.Comparison, phases []phase) string {
+func throughputReport(replicas int, o ThroughputOptions, anchors []sale.Comparison, phases []phase) string {
 	var b strings.Builder
 	peak := phases[0]
 	best := 0.0
@@ -275,10 +275,10 @@ func throughputReport(replicas int, o throughputOptions, anchors []sale.Comparis
 	for i, a := range anchors {
 		when := []string{"before", "after"}[min(i, 1)]
 		fmt.Fprintf(&b, "| pgbench %s: %d clients, bare `UPDATE ... WHERE stock > 0` | pgbench | closed | | %.0f tx/s | %.2f× | – / %.1f ms | | | |\n",
-			when, o.pgbenchClients, a.PurchasesPerS, a.PurchasesPerS/best, a.P99Confirmed)
+			when, o.PGBenchClients, a.PurchasesPerS, a.PurchasesPerS/best, a.P99Confirmed)
 	}
 	for _, p := range phases {
-		offered := fmt.Sprintf("%d clients", o.clients)
+		offered := fmt.Sprintf("%d clients", o.Clients)
 		if p.offered > 0 {
 			offered = fmt.Sprintf("%.0f/s", p.offered)
 		}
