@@ -41,6 +41,7 @@ type FloodOptions struct {
 	Kinds string // the floods, comma-separated; healthz is the baseline and always runs
 }
 
+// Register defines the -flood flags on fs.
 func (o *FloodOptions) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.On, "flood", false, "benchmark: confirmed orders/s of a sale beside floods of GET /healthz, the public audit, the admin audit and orders for missing ids, in alternating rounds (docs/loadtest.md)")
 	fs.DurationVar(&o.Round, "flood-round", 5*time.Second, "in -flood, the length of each round (whole seconds)")
@@ -52,6 +53,7 @@ func (o *FloodOptions) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.Kinds, "flood-kinds", "healthz,audit,audit-admin,missing-ids", "in -flood, the floods to run (healthz, the baseline, always runs)")
 }
 
+// Validate refuses flags -flood cannot run with; a mode that is off is not judged.
 func (o FloodOptions) Validate() error {
 	if !o.On {
 		return nil

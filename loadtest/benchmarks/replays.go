@@ -39,6 +39,7 @@ type ReplayOptions struct {
 	Clients int           // wrk connections
 }
 
+// Register defines the -replays flags on fs.
 func (o *ReplayOptions) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.On, "replays", false, "benchmark: requests answered/s with fresh keys against every key sent twice, in a row and at once, in alternating rounds (docs/loadtest.md)")
 	fs.DurationVar(&o.Round, "replay-round", 5*time.Second, "in -replays, the length of each round (whole seconds)")
@@ -46,6 +47,7 @@ func (o *ReplayOptions) Register(fs *flag.FlagSet) {
 	fs.IntVar(&o.Clients, "replay-clients", 64, "in -replays, wrk connections")
 }
 
+// Validate refuses flags -replays cannot run with; a mode that is off is not judged.
 func (o ReplayOptions) Validate() error {
 	if o.On && (o.Round < time.Second || o.Rounds < 1 || o.Clients < 2) {
 		return errors.New("-replay-round must be at least 1s, -replay-rounds positive and -replay-clients at least 2")

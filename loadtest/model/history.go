@@ -52,6 +52,7 @@ const (
 	Happened
 )
 
+// String names the outcome as the history and the reports show it.
 func (o Outcome) String() string {
 	switch o {
 	case Confirmed:
@@ -248,10 +249,10 @@ type Op struct {
 	// belongs to the writes-only history too, as the state all the writes add up to.
 	Final bool
 	// NotBefore, when positive, is the earliest the operation can have taken effect, as the
-	// database recorded it (see reconcileOrders).
+	// database recorded it (see verdict.Orders).
 	NotBefore time.Duration
 	// RefusedButSold marks an order refused to its client (429) that the database holds: a
-	// violation, checked by the model as an order that happened (see reconcileOrders).
+	// violation, checked by the model as an order that happened (see verdict.Orders).
 	RefusedButSold bool
 }
 
