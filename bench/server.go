@@ -5,107 +5,42 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stocksvc/stocksvc/internal/testenv/redisserver"
 )
 
 // Server is a redis-server process of the benchmark's own, on a free loopback port, without
-// persistence. Its statistics are reset and read by the benchmarks, which is why it must not be
-// anybody else's server.
+// persistence (package redisserver, which the tests and the load harness use too). Its
+// statistics are reset and read by the benchmarks, which is why it must not be anybody else's
+// server.
 type Server struct {
-	addr  string
-	dir   string
-	cmd   *exec.Cmd
-	done  chan struct{} // closed when the process has exited
+	srv   *redisserver.Server
 	admin *redis.Client // for FLUSHALL, CONFIG RESETSTAT and INFO, outside the measurements
 }
 
 // StartServer starts redis-server (found on PATH) in a temporary directory and waits until it
 // answers. The caller must Close it.
 func StartServer(ctx context.Context) (*Server, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, fmt.Errorf("find redis-server: %w", err)
-	}
 	dir, err := os.MkdirTemp("", "lockbench-redis-")
 	if err != nil {
 		return nil, fmt.Errorf("temp dir: %w", err)
 	}
-	var last error
-	for range 3 { // the free port can be taken between finding and binding it
-		port, err := freePort()
-		if err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
-		}
-		s, err := startOn(ctx, bin, dir, port)
-		if err == nil {
-			return s, nil
-		}
-		last = err
-	}
-	_ = os.RemoveAll(dir)
-	return nil, last
-}
-
-func startOn(ctx context.Context, bin, dir string, port int) (*Server, error) {
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cmd := exec.Command(bin,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no")
-	// Should the benchmark die without closing the server, the kernel ends it too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start redis-server: %w", err)
-	}
-	s := &Server{addr: addr, dir: dir, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(s.done)
-	}()
-	s.admin = redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		err := s.admin.Ping(pctx).Err()
-		cancel()
-		if err == nil {
-			return s, nil
-		}
-		select {
-		case <-s.done:
-			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			_ = s.admin.Close()
-			return nil, fmt.Errorf("redis-server on %s exited at start: %s", addr, log)
-		default:
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			s.kill()
-			return nil, fmt.Errorf("redis-server on %s not answering: %w", addr, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := redisserver.Start(ctx, redisserver.Options{Dir: dir})
 	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+		_ = os.RemoveAll(dir)
+		return nil, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return &Server{srv: srv, admin: redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})}, nil
 }
 
 // Addr is the server's host:port.
-func (s *Server) Addr() string { return s.addr }
+func (s *Server) Addr() string { return s.srv.Addr() }
 
 // Version returns the server's redis_version.
 func (s *Server) Version(ctx context.Context) (string, error) {
@@ -204,17 +139,7 @@ func parseCommandStats(info string, skip map[string]bool) (map[string]CommandSta
 
 // Close shuts the server down and removes its directory.
 func (s *Server) Close() error {
-	s.kill()
-	return os.RemoveAll(s.dir)
-}
-
-func (s *Server) kill() {
 	_ = s.admin.Close()
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(5 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
+	stopErr := s.srv.Stop(5 * time.Second)
+	return errors.Join(stopErr, os.RemoveAll(s.srv.Dir()))
 }

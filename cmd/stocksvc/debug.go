@@ -11,7 +11,7 @@ import (
 )
 
 // serveDebug serves the Go profiler on addr until ctx ends: what a CPU profile of a replica
-// under load is taken from (go run ./loadtest -throughput does). It has its own mux, so nothing
+// under load is taken from (go run -C loadtest . -throughput does). It has its own mux, so nothing
 // is registered on http.DefaultServeMux, and its own listener, bound to loopback (the
 // configuration refuses any other address): profiles show the service's internals.
 //

@@ -25,7 +25,7 @@ import (
 //
 //	go test -run '^$' -bench . -benchmem ./internal/http/
 //
-// The network, the balancer, Postgres and Redis are measured by go run ./loadtest -throughput.
+// The network, the balancer, Postgres and Redis are measured by go run -C loadtest . -throughput.
 
 func benchServer(b *testing.B) (*stockhttp.Server, int64) {
 	b.Helper()

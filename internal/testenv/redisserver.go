@@ -2,32 +2,27 @@ package testenv
 
 import (
 	"context"
-	"net"
+	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stocksvc/stocksvc/internal/lock"
+	"github.com/stocksvc/stocksvc/internal/testenv/redisserver"
 )
 
 // RedisServer is a redis-server process of a test's own, on a loopback port, for tests that
 // stop, pause, restart or cluster Redis — which a shared server must never be put through. It
-// keeps nothing on disk unless told to, and is killed when the test ends.
+// keeps nothing on disk unless told to, and is killed when the test ends. The process itself
+// is package redisserver's, which the load harness and the benchmarks use too.
 type RedisServer struct {
 	t    testing.TB
 	Port int
-	dir  string
-	conf string // config file given before the arguments, for Sentinel
-	args []string
-	cmd  *exec.Cmd
-	done chan struct{}
+	srv  *redisserver.Server
 }
 
 // StartRedis starts redis-server on a free loopback port with extra arguments (for example
@@ -35,10 +30,7 @@ type RedisServer struct {
 // under STOCKSVC_REQUIRE_INTEGRATION=1.
 func StartRedis(t testing.TB, args ...string) *RedisServer {
 	t.Helper()
-	s := newRedisServer(t, args)
-	s.start()
-	t.Cleanup(s.Kill)
-	return s
+	return startRedisServer(t, redisserver.Options{Dir: t.TempDir(), Args: args})
 }
 
 // StartSentinel starts a Redis Sentinel on a free loopback port, its config file made of
@@ -46,30 +38,33 @@ func StartRedis(t testing.TB, args ...string) *RedisServer {
 // rewrites that file as it learns the topology; it lives in Dir.
 func StartSentinel(t testing.TB, directives ...string) *RedisServer {
 	t.Helper()
-	s := newRedisServer(t, []string{"--sentinel"})
-	s.conf = filepath.Join(s.dir, "sentinel.conf")
-	if err := os.WriteFile(s.conf, []byte(strings.Join(directives, "\n")+"\n"), 0o600); err != nil {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(conf, []byte(strings.Join(directives, "\n")+"\n"), 0o600); err != nil {
 		t.Fatalf("write sentinel config: %v", err)
 	}
-	s.start()
-	t.Cleanup(s.Kill)
-	return s
+	return startRedisServer(t, redisserver.Options{Dir: dir, ConfigFile: conf, Args: []string{"--sentinel"}})
 }
 
-func newRedisServer(t testing.TB, args []string) *RedisServer {
+func startRedisServer(t testing.TB, opts redisserver.Options) *RedisServer {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
+	srv, err := redisserver.Start(context.Background(), opts)
+	if errors.Is(err, redisserver.ErrNotInstalled) {
 		if required() {
 			t.Fatalf("%s is set but redis-server is not installed: %v", EnvRequire, err)
 		}
 		skips.add("redis-server is not installed")
-		t.Skipf("skipping: redis-server is not installed: %v", err)
+		t.Skipf("skipping: %v", err)
 	}
-	return &RedisServer{t: t, Port: FreePort(t), dir: t.TempDir(), args: args}
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(srv.Kill)
+	return &RedisServer{t: t, Port: srv.Port(), srv: srv}
 }
 
 // Addr is the server's host:port.
-func (s *RedisServer) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
+func (s *RedisServer) Addr() string { return s.srv.Addr() }
 
 // Client returns a new client of the server, closed when the test ends. Its commands end with
 // their contexts, as the service's do, so that a paused server cannot hold a test past them.
@@ -105,98 +100,42 @@ func Redlock(t testing.TB, servers []*RedisServer) *lock.Redlock {
 	return r
 }
 
-func (s *RedisServer) start() {
-	s.t.Helper()
-	var argv []string
-	if s.conf != "" {
-		argv = append(argv, s.conf) // redis-server wants its config file first
-	}
-	argv = append(argv,
-		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"), "--daemonize", "no")
-	argv = append(argv, s.args...)
-	cmd := exec.Command("redis-server", argv...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
-	}
-	s.cmd, s.done = cmd, make(chan struct{})
-	go func(done chan struct{}) {
-		_ = cmd.Wait()
-		close(done)
-	}(s.done)
-	s.waitUp()
-}
-
-// waitUp waits until the server answers PING.
-func (s *RedisServer) waitUp() {
-	s.t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := rdb.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return
-		}
-		select {
-		case <-s.done:
-			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			s.t.Fatalf("redis-server on %s exited at start: %s", s.Addr(), log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server on %s not answering: %v", s.Addr(), err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // Kill ends the server at once (SIGKILL), losing everything in memory.
-func (s *RedisServer) Kill() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused process must be able to die
-	_ = s.cmd.Process.Kill()
-	<-s.done
-}
+func (s *RedisServer) Kill() { s.srv.Kill() }
 
 // Restart kills the server and starts a new, empty one on the same port: what a Redis without
 // persistence looks like after a crash.
 func (s *RedisServer) Restart() {
 	s.t.Helper()
-	s.Kill()
-	s.start()
+	if err := s.srv.Restart(context.Background()); err != nil {
+		s.t.Fatalf("restart: %v", err)
+	}
 }
 
 // Pause stops the process (SIGSTOP): it keeps its connections but answers nothing, and its
 // keys' TTLs run on by the wall clock.
 func (s *RedisServer) Pause() {
-	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		s.t.Fatalf("pause redis-server: %v", err)
+	if err := s.srv.Pause(); err != nil {
+		s.t.Fatalf("%v", err)
 	}
 }
 
 // Resume continues a paused server (SIGCONT).
 func (s *RedisServer) Resume() {
-	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		s.t.Fatalf("resume redis-server: %v", err)
+	if err := s.srv.Resume(); err != nil {
+		s.t.Fatalf("%v", err)
 	}
 }
 
 // Dir is the server's working directory (its log is redis.log there).
-func (s *RedisServer) Dir() string { return s.dir }
+func (s *RedisServer) Dir() string { return s.srv.Dir() }
 
 // FreePort returns a loopback port that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := redisserver.FreePort()
 	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+		t.Fatalf("%v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }

@@ -1,0 +1,416 @@
+package faults
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stocksvc/stocksvc/loadtest/model"
+)
+
+// drillClient makes the operations of a drill and records each one: every attempt's
+// invocation and answer times and what it was told. It retries an order with the same
+// Idempotency-Key until an answer says what happened, within a budget; so does it a restock.
+type drillClient struct {
+	bases   []string // where requests go, in turn: the balancer, or the replicas themselves
+	token   string
+	http    *http.Client
+	rec     *model.Recorder
+	tag     string // starts every customer id, unique to the run
+	retries retryPolicy
+
+	mu       sync.Mutex
+	next     int // round robin over bases
+	seq      int
+	lanes    []bool // lanes[i]: client id i is busy or retired
+	retired  int
+	inflight sync.WaitGroup
+}
+
+// retryPolicy bounds how long an operation keeps asking.
+type retryPolicy struct {
+	attempts int           // most attempts per operation
+	budget   time.Duration // no new attempt once this long has passed since the first
+	pause    time.Duration // first pause between attempts, doubled each time, at most 1s
+}
+
+func newDrillClient(bases []string, token, tag string, timeout time.Duration, rec *model.Recorder, retries retryPolicy) *drillClient {
+	transport := &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0, IdleConnTimeout: 30 * time.Second}
+	return &drillClient{bases: bases, token: token, tag: tag, rec: rec, retries: retries,
+		http: &http.Client{Timeout: timeout, Transport: transport}}
+}
+
+func (c *drillClient) close() { c.http.CloseIdleConnections() }
+
+func (c *drillClient) base() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.bases[c.next%len(c.bases)]
+	c.next++
+	return b
+}
+
+// lane takes the lowest free client id, for the visualisation's rows.
+func (c *drillClient) lane() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, busy := range c.lanes {
+		if !busy {
+			c.lanes[i] = true
+			return i
+		}
+	}
+	c.lanes = append(c.lanes, true)
+	return len(c.lanes) - 1
+}
+
+// freeLane gives a lane back, unless its operation's outcome is unknown: that one may still
+// take effect, so its row stays open to the end.
+func (c *drillClient) freeLane(id int, o model.Outcome) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if o == model.Unknown {
+		c.retired++
+		return
+	}
+	c.lanes[id] = false
+}
+
+func (c *drillClient) customer() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	return c.tag + "-" + strconv.Itoa(c.seq)
+}
+
+// answer is one HTTP exchange as the client saw it.
+type answer struct {
+	status      int
+	contentType string
+	body        []byte
+	retryAfter  time.Duration
+	err         error
+	resent      bool // Go's transport sent the request a second time, on a new connection
+}
+
+func (c *drillClient) do(ctx context.Context, method, url string, body []byte, header map[string]string) answer {
+	return c.send(ctx, method, url, body, header, false)
+}
+
+// send makes one request. Go's transport silently sends a request again on a new connection
+// when a reused one breaks before the answer begins and the request looks replayable — which a
+// request with an Idempotency-Key does. Unless resend, that is turned off: every request the
+// service sees is then an attempt the history records. With resend, it is left on, as an
+// ordinary Go client has it, and the answer says whether it happened.
+func (c *drillClient) send(ctx context.Context, method, url string, body []byte, header map[string]string, resend bool) answer {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	var conns atomic.Int32
+	if resend {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { conns.Add(1) }})
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return answer{err: err}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+		if !resend {
+			req.GetBody = nil // without it, the transport cannot send the body again
+		}
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		return answer{err: err, resent: conns.Load() > 1}
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return answer{err: fmt.Errorf("read answer: %w", err), resent: conns.Load() > 1}
+	}
+	a := answer{status: res.StatusCode, contentType: res.Header.Get("Content-Type"), body: b, resent: conns.Load() > 1}
+	if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil && s > 0 {
+		a.retryAfter = time.Duration(s) * time.Second
+	}
+	return a
+}
+
+// fromReplica tells a replica's answer (JSON, problem+json) from the balancer's own (HTML).
+func (a answer) fromReplica() bool { return strings.Contains(a.contentType, "json") }
+
+// problemCode is the "code" of a problem+json answer.
+func (a answer) problemCode() string {
+	var p struct {
+		Code string `json:"code"`
+	}
+	if strings.Contains(a.contentType, "problem+json") {
+		_ = json.Unmarshal(a.body, &p)
+	}
+	return p.Code
+}
+
+// attemptKind is what one attempt says about its operation.
+type attemptKind uint8
+
+const (
+	attemptDone       attemptKind = iota + 1 // the answer says what happened (201, sold-out, 200)
+	attemptNoEffect                          // nothing happened (429, 409 in flight, the balancer had no replica)
+	attemptUnknown                           // may have happened (503 from a replica, 502, 504, no answer)
+	attemptUnexpected                        // an answer the contract does not allow here
+)
+
+// classify reads an answer to a write. A 503 from the balancer itself means no replica was
+// there to take the request, so nothing happened; a 503 from a replica may follow a commit
+// whose answer was lost (Postgres went away mid-commit), so its outcome is unknown.
+func classify(a answer, okStatus int) attemptKind {
+	switch {
+	case a.err != nil || a.status == 0:
+		return attemptUnknown
+	case a.status == okStatus:
+		return attemptDone
+	case a.status == http.StatusConflict && a.problemCode() == "sold-out":
+		return attemptDone
+	case a.status == http.StatusTooManyRequests, a.status == http.StatusConflict && a.problemCode() == "idempotency-key-in-flight":
+		return attemptNoEffect
+	case a.status == http.StatusServiceUnavailable && !a.fromReplica():
+		return attemptNoEffect
+	case a.status >= 500:
+		return attemptUnknown
+	}
+	return attemptUnexpected
+}
+
+// write runs one logical write: attempts until one says what happened, or the budget ends;
+// with refusalEnds, also when a replica refused it (429), as a buyer who believes "nothing
+// was sold" walks away. It returns the last answer, its kind, and whether some attempt's
+// outcome was unknown.
+func (c *drillClient) write(ctx context.Context, p *model.Op, send func(ctx context.Context) answer, okStatus int, refusalEnds bool) (answer, attemptKind, bool) {
+	pause := c.retries.pause
+	var last answer
+	unknown := false
+	for n := 1; ; n++ {
+		start := c.rec.Now()
+		a := send(ctx)
+		end := c.rec.Now()
+		kind := classify(a, okStatus)
+		at := model.Attempt{Start: start, End: end, Status: a.status, Code: a.problemCode(), Replica: a.fromReplica(), Resent: a.resent}
+		if a.err != nil {
+			at.Err = shortErr(a.err)
+		}
+		p.Attempts = append(p.Attempts, at)
+		last = a
+		if kind == attemptUnknown {
+			unknown = true
+		}
+		if kind == attemptDone || kind == attemptUnexpected || n >= c.retries.attempts || refusalEnds && kind == attemptNoEffect && a.fromReplica() ||
+			c.rec.Now()-p.Invoke+pause > c.retries.budget || ctx.Err() != nil {
+			return last, kind, unknown
+		}
+		wait := pause
+		if a.retryAfter > 0 {
+			wait = min(a.retryAfter, time.Second)
+		}
+		// Jitter keeps retries of a crowd from arriving together.
+		wait = wait/2 + rand.N(wait/2+1)
+		select {
+		case <-ctx.Done():
+			return last, kind, unknown
+		case <-time.After(wait):
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+func shortErr(err error) string {
+	var s string
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "Client.Timeout"):
+		s = "timeout"
+	case strings.Contains(err.Error(), "connection refused"):
+		s = "connection refused"
+	case strings.Contains(err.Error(), "connection reset"):
+		s = "connection reset"
+	case strings.Contains(err.Error(), "EOF"):
+		s = "EOF"
+	default:
+		s = err.Error()
+	}
+	return s
+}
+
+// order buys qty units of product and records the operation. Its customer id is unique, so
+// that the run can later find the order in the database whatever the client was told.
+func (c *drillClient) order(ctx context.Context, product, qty int64) *model.Op {
+	return c.orderVia(ctx, "", product, qty)
+}
+
+// orderVia is order with the first attempt sent to base (a replica, say) rather than in turn;
+// retries go the usual way.
+func (c *drillClient) orderVia(ctx context.Context, base string, product, qty int64) *model.Op {
+	return c.place(ctx, product, qty, orderStyle{base: base})
+}
+
+// buy is the order of a buyer in a closed loop (kill-replica-rush), as issue #18 found the
+// refusals for sold keys: one unit; a 429 ends it (the buyer believes nothing was sold and
+// moves on); a lost answer is asked again with the same key; and Go's transport may send a
+// request again by itself when its connection breaks, as it does for any Go client.
+func (c *drillClient) buy(ctx context.Context, product int64) *model.Op {
+	return c.place(ctx, product, 1, orderStyle{resend: true, refusalEnds: true})
+}
+
+// orderStyle is how a client places an order.
+type orderStyle struct {
+	base        string // where the first attempt goes; "" takes the next base in turn
+	resend      bool   // leave Go's own resends on (see send)
+	refusalEnds bool   // a 429 ends the operation (see write)
+}
+
+// place makes an order of qty units of product and records the operation.
+func (c *drillClient) place(ctx context.Context, product, qty int64, style orderStyle) *model.Op {
+	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindOrder, Product: product, Quantity: qty}, Customer: c.customer(), Key: uuid.NewString()}
+	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
+	body, _ := json.Marshal(map[string]any{"customer_id": p.Customer, "items": []map[string]int64{{"product_id": product, "quantity": qty}}})
+	header := map[string]string{"Idempotency-Key": p.Key}
+	p.Invoke = c.rec.Now()
+	base := style.base
+	last, kind, unknown := c.write(ctx, p, func(ctx context.Context) answer {
+		to := base
+		if to == "" {
+			to = c.base()
+		}
+		base = ""
+		return c.send(ctx, http.MethodPost, to+"/v1/orders", body, header, style.resend)
+	}, http.StatusCreated, style.refusalEnds)
+	p.Return = c.rec.Now()
+	switch {
+	case kind == attemptDone && last.status == http.StatusCreated:
+		var o struct {
+			ID string `json:"id"`
+		}
+		_ = json.Unmarshal(last.body, &o)
+		p.Out, p.OrderID = model.Output{Outcome: model.Confirmed}, o.ID
+	case kind == attemptDone:
+		var so struct {
+			Available *int64 `json:"available"`
+		}
+		_ = json.Unmarshal(last.body, &so)
+		p.Out = model.Output{Outcome: model.SoldOut}
+		if so.Available != nil {
+			p.Out.Available, p.Out.HasAvailable = *so.Available, true
+		}
+	case unknown:
+		p.Out = model.Output{Outcome: model.Unknown}
+	default:
+		p.Out = model.Output{Outcome: model.Refused}
+	}
+	c.rec.Add(p)
+	return p
+}
+
+// restock adds qty units, with an Idempotency-Key kept across its retries: a restock is one
+// operation however often it is sent. (A service that ignores the key and adds the stock once
+// per attempt fails the check whenever an attempt it took was answered ambiguously.)
+func (c *drillClient) restock(ctx context.Context, product, qty int64) *model.Op {
+	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindRestock, Product: product, Quantity: qty}}
+	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
+	body, _ := json.Marshal(map[string]int64{"quantity": qty})
+	header := map[string]string{"Idempotency-Key": uuid.NewString(), "Authorization": "Bearer " + c.token}
+	p.Invoke = c.rec.Now()
+	last, kind, unknown := c.write(ctx, p, func(ctx context.Context) answer {
+		return c.do(ctx, http.MethodPost, fmt.Sprintf("%s/v1/products/%d/restock", c.base(), product), body, header)
+	}, http.StatusOK, false)
+	p.Return = c.rec.Now()
+	switch {
+	case kind == attemptDone && last.status == http.StatusOK:
+		var prod struct {
+			Stock int64 `json:"stock"`
+		}
+		_ = json.Unmarshal(last.body, &prod)
+		p.Out = model.Output{Outcome: model.Confirmed, Stock: prod.Stock}
+	case unknown:
+		p.Out = model.Output{Outcome: model.Unknown}
+	default:
+		p.Out = model.Output{Outcome: model.Refused}
+	}
+	c.rec.Add(p)
+	return p
+}
+
+// read asks once for product's stock. A read that fails observed nothing: it is recorded
+// (for availability) but left out of the checked history.
+func (c *drillClient) read(ctx context.Context, product int64) *model.Op {
+	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindRead, Product: product}}
+	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
+	// A read that waits long observes little (its answer may come from any moment of the
+	// wait) and makes the checker's search wide: reads give up after a second.
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	p.Invoke = c.rec.Now()
+	a := c.do(ctx, http.MethodGet, fmt.Sprintf("%s/v1/products/%d", c.base(), product), nil, nil)
+	p.Return = c.rec.Now()
+	at := model.Attempt{Start: p.Invoke, End: p.Return, Status: a.status, Code: a.problemCode(), Replica: a.fromReplica()}
+	if a.err != nil {
+		at.Err = shortErr(a.err)
+	}
+	p.Attempts = []model.Attempt{at}
+	var prod struct {
+		Stock *int64 `json:"stock"`
+	}
+	if a.status == http.StatusOK && json.Unmarshal(a.body, &prod) == nil && prod.Stock != nil {
+		p.Out = model.Output{Outcome: model.Confirmed, Stock: *prod.Stock}
+	} else {
+		p.Out = model.Output{Outcome: model.Refused}
+	}
+	c.rec.Add(p)
+	return p
+}
+
+// createProduct creates a product through the API and records its creation, the state the
+// model starts from.
+func (c *drillClient) createProduct(ctx context.Context, sku string, stock int64) (int64, error) {
+	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindCreate}}
+	defer func() { c.freeLane(p.Client, model.Confirmed) }()
+	body, _ := json.Marshal(map[string]any{"sku": sku, "name": "drill " + sku, "stock": stock})
+	p.Invoke = c.rec.Now()
+	a := c.do(ctx, http.MethodPost, c.base()+"/v1/products", body, map[string]string{"Authorization": "Bearer " + c.token})
+	p.Return = c.rec.Now()
+	if a.err != nil || a.status != http.StatusCreated {
+		return 0, fmt.Errorf("create product %s: %d %s %v", sku, a.status, a.body, a.err)
+	}
+	var prod struct {
+		ID    int64 `json:"id"`
+		Stock int64 `json:"stock"`
+	}
+	if err := json.Unmarshal(a.body, &prod); err != nil {
+		return 0, fmt.Errorf("create product %s: %w", sku, err)
+	}
+	p.In.Product = prod.ID
+	p.Out = model.Output{Outcome: model.Confirmed, Stock: prod.Stock}
+	p.Attempts = []model.Attempt{{Start: p.Invoke, End: p.Return, Status: a.status, Replica: true}}
+	c.rec.Add(p)
+	return prod.ID, nil
+}
+
+// go runs f as one of the client's operations; wait waits for all of them.
+func (c *drillClient) goOp(f func()) {
+	c.inflight.Go(f)
+}
+
+func (c *drillClient) wait() { c.inflight.Wait() }

@@ -1,0 +1,601 @@
+package faults
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	mrand "math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/model"
+	"github.com/stocksvc/stocksvc/loadtest/verdict"
+)
+
+// A drill runs a sale through the balancer over the replicas, injects one fault while it
+// sells, lets it heal, and then judges everything the clients were told: Porcupine checks the
+// history against the model of each product's stock, and the SQL verdict checks the tables.
+
+// drillPlan is what every run of every scenario shares.
+type drillPlan struct {
+	rate          float64       // operations per second at the base rate
+	lockTTL       time.Duration // the replicas' STOCKSVC_LOCK_TTL: short, so pauses outlast it
+	clientTimeout time.Duration
+	checkTimeout  time.Duration
+	readSlack     time.Duration
+	model         model.Options
+	direct        bool          // clients talk to the replicas in turn, no balancer (tests)
+	warmup, tail  time.Duration // selling before the fault, and after it healed
+}
+
+// drillEnv is one run's world: its deployment (database, Redis, replicas, balancer) and the
+// proxies a fault puts between the victim and the servers.
+type drillEnv struct {
+	h       *harness
+	plan    drillPlan
+	sc      scenario
+	dir     string
+	c       *cluster.Cluster
+	rng     *lockedRand
+	rec     *model.Recorder
+	client  *drillClient
+	load    *load
+	victim  int
+	catches map[string]float64
+	pgProxy *tcpProxy // between the victim and Postgres
+	rdProxy *tcpProxy // between the victim and Redis
+	hot     int64
+	scarce  int64
+
+	mu     sync.Mutex
+	events []event // what the fault did, when
+	faults []window
+	notes  []string // scenario findings (e.g. failed requests during a rolling restart)
+	failed []string // scenario checks that failed
+	abuse  *abuseTally
+	hang   *hangProbe // reads sent while Redis was stopped (pause-redis)
+}
+
+type event struct {
+	at   time.Duration
+	what string
+}
+
+// window is when a fault was in force.
+type window struct{ start, end time.Duration }
+
+// lockedRand is the run's seeded randomness, shared by its goroutines.
+type lockedRand struct {
+	mu sync.Mutex
+	r  *mrand.Rand
+}
+
+// newLockedRand seeds the run's choices (victim, timings, quantities) with seed alone, so that
+// -seed S -runs 1 makes the choices of the run that printed seed S.
+func newLockedRand(seed uint64, stream uint64) *lockedRand {
+	return &lockedRand{r: mrand.New(mrand.NewPCG(seed, stream))}
+}
+
+func (l *lockedRand) intN(n int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.IntN(n)
+}
+
+func (l *lockedRand) float() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Float64()
+}
+
+// between returns a duration in [lo, hi).
+func (l *lockedRand) between(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return lo + time.Duration(l.r.Int64N(int64(hi-lo)))
+}
+
+func (d *drillEnv) event(format string, args ...any) {
+	e := event{at: d.rec.Now(), what: fmt.Sprintf(format, args...)}
+	d.mu.Lock()
+	d.events = append(d.events, e)
+	d.mu.Unlock()
+	d.h.Printf("[%s] %6.2fs  %s\n", filepath.Base(d.dir), e.at.Seconds(), e.what)
+}
+
+// faultWindow records that a fault was in force from start until now.
+func (d *drillEnv) faultWindow(start time.Duration) {
+	d.mu.Lock()
+	d.faults = append(d.faults, window{start, d.rec.Now()})
+	d.mu.Unlock()
+}
+
+func (d *drillEnv) fail(format string, args ...any) {
+	d.mu.Lock()
+	d.failed = append(d.failed, fmt.Sprintf(format, args...))
+	d.mu.Unlock()
+}
+
+func (d *drillEnv) note(format string, args ...any) {
+	d.mu.Lock()
+	d.notes = append(d.notes, fmt.Sprintf(format, args...))
+	d.mu.Unlock()
+}
+
+// setup starts the run's world (cluster.Start). Everything it starts is stopped, and its
+// database dropped, by d.teardown, deferred by the caller.
+func (d *drillEnv) setup(ctx context.Context) error {
+	d.victim = d.rng.intN(d.h.Cluster.Replicas)
+	var victimEnv []string
+	c, err := cluster.Start(ctx, cluster.Config{
+		Dir: d.dir, Binary: d.h.Binary, HAProxy: d.h.HAProxy, Replicas: d.h.Cluster.Replicas,
+		ServerURL: d.h.Cluster.DatabaseURL, OwnPostgres: d.sc.ownPostgres,
+		Database: fmt.Sprintf("stocksvc_drill_%d_%s", time.Now().UnixNano(), strings.ReplaceAll(d.sc.name, "-", "_")),
+		RedisURL: d.h.Cluster.RedisURL, OwnRedis: d.sc.ownRedis, Redlock: max(d.h.Cluster.Redlock, d.sc.redlock),
+		Prefix: "stocksvc-drill:" + rand.Text()[:10] + ":", Token: rand.Text(),
+		Direct: d.plan.direct, Keep: d.h.Cluster.Keep, Warnings: d.h.W,
+		BeforeReplicas: func(c *cluster.Cluster) error {
+			if d.sc.proxyPostgres {
+				u, _ := url.Parse(c.DatabaseURL)
+				p, err := newTCPProxy("pg", u.Host, true)
+				if err != nil {
+					return err
+				}
+				d.pgProxy = p
+				victimEnv = append(victimEnv, "DATABASE_URL="+cluster.WithHost(c.DatabaseURL, p.addr()))
+			}
+			if d.sc.proxyRedis {
+				u, _ := url.Parse(c.RedisURL)
+				p, err := newTCPProxy("redis", u.Host, false)
+				if err != nil {
+					return err
+				}
+				d.rdProxy = p
+				victimEnv = append(victimEnv, "REDIS_URL="+cluster.WithHost(c.RedisURL, p.addr()))
+			}
+			return nil
+		},
+		Env: func(i int) []string {
+			settings := []string{
+				"STOCKSVC_DEFENSE=" + d.h.Cluster.Defense,
+				"STOCKSVC_LOCK_WAIT=" + d.lockWait().String(),
+				"STOCKSVC_LOCK_TTL=" + d.plan.lockTTL.String(),
+				// Three replicas of every drill share the machine's Postgres (100 connections)
+				// with the rest of the machine.
+				"STOCKSVC_DB_MAX_CONNS=8",
+			}
+			if d.h.Cluster.Defense != env.DefaultDefense {
+				settings = append(settings, "STOCKSVC_DEMO_UNSAFE=1")
+			}
+			if i == d.victim {
+				settings = append(settings, victimEnv...) // through the proxies, when the scenario has them
+			}
+			return settings
+		},
+	})
+	d.c = c
+	return err
+}
+
+// lockWait is the replicas' STOCKSVC_LOCK_WAIT: the scenario's, or -lock-wait.
+func (d *drillEnv) lockWait() time.Duration {
+	if d.sc.lockWait > 0 {
+		return d.sc.lockWait
+	}
+	return d.h.Cluster.LockWait
+}
+
+// firstRedisURL is the Redis a fault looks at the locks on: the run's Redis, or the first of
+// its Redlock nodes (which also keeps the views).
+func (d *drillEnv) firstRedisURL() string {
+	if d.c.Redlock != nil {
+		return d.c.Redlock[0].URL()
+	}
+	return d.c.RedisURL
+}
+
+// teardown stops the run's processes, then the proxies (which the victim used until it
+// stopped), and removes the run's database and keys.
+func (d *drillEnv) teardown() {
+	if d.c != nil {
+		if err := d.c.Stop(); err != nil {
+			d.h.Printf("  warning: %v\n", err)
+		}
+	}
+	if d.pgProxy != nil {
+		d.pgProxy.stop()
+	}
+	if d.rdProxy != nil {
+		d.rdProxy.stop()
+	}
+	if d.c != nil {
+		d.c.Close()
+	}
+}
+
+// load is the drill's traffic: operations arrive at a rate (open loop: a slow service does
+// not slow the arrivals), on two products — a hot one whose stock outlasts the fault, and a
+// scarce one that sells out again and again and is restocked all along, so that "sold out"
+// must be un-said in time.
+type load struct {
+	d       *drillEnv
+	factor  atomic.Int64 // the arrival rate's multiplier, in thousandths (burst)
+	dropped atomic.Int64 // arrivals not sent because too many operations were open
+	open    atomic.Int64
+	maxOpen int64
+}
+
+func (l *load) setFactor(f float64) { l.factor.Store(int64(f * 1000)) }
+
+// run makes arrivals until ctx ends.
+func (l *load) run(ctx context.Context) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	last := time.Now()
+	credit := 0.0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			credit += now.Sub(last).Seconds() * l.d.plan.rate * float64(l.factor.Load()) / 1000
+			last = now
+			for ; credit >= 1; credit-- {
+				if l.open.Load() >= l.maxOpen {
+					l.dropped.Add(1)
+					continue
+				}
+				l.one(ctx)
+			}
+		}
+	}
+}
+
+// one sends one operation: 45% orders for the hot product, 30% for the scarce one, 25% reads.
+// Beside closed-loop buyers, the reads are all of the scarce product: the hot one's stock then
+// moves by dozens of concurrent orders at a time, and placing each read of it among them makes
+// Porcupine's search explode (it took longer than five minutes on one such history).
+func (l *load) one(ctx context.Context) {
+	d := l.d
+	roll := d.rng.intN(100)
+	if roll >= 75 && roll < 88 && d.sc.buyers > 0 {
+		roll = 88
+	}
+	l.open.Add(1)
+	d.client.goOp(func() {
+		defer l.open.Add(-1)
+		// The operation outlives the load's context: it runs to its answer (or its budget).
+		ctx := context.WithoutCancel(ctx)
+		switch {
+		case roll < 45:
+			d.client.order(ctx, d.hot, int64(1+d.rng.intN(3)))
+		case roll < 75:
+			d.client.order(ctx, d.scarce, int64(1+d.rng.intN(2)))
+		case roll < 88:
+			d.client.read(ctx, d.hot)
+		default:
+			d.client.read(ctx, d.scarce)
+		}
+	})
+}
+
+// restock restocks the scarce product every 400–800 ms and the hot one every 4 s, one
+// restock at a time, until ctx ends.
+func (l *load) restock(ctx context.Context) {
+	d := l.d
+	nextHot := time.Now().Add(4 * time.Second)
+	for {
+		if env.Sleep(ctx, d.rng.between(400*time.Millisecond, 800*time.Millisecond)) != nil {
+			return
+		}
+		bg := context.WithoutCancel(ctx)
+		d.client.restock(bg, d.scarce, int64(1+d.rng.intN(3)))
+		if time.Now().After(nextHot) {
+			d.client.restock(bg, d.hot, 10)
+			nextHot = time.Now().Add(4 * time.Second)
+		}
+	}
+}
+
+// hotStock sizes the hot product so that it outlasts the fault at the rate the scenario
+// drives: the orders it gets at 2 units on average, over the whole run, doubled.
+func (d *drillEnv) hotStock() int64 {
+	if d.sc.buyers > 0 {
+		return rushStock
+	}
+	seconds := (d.plan.warmup + d.sc.expected + d.plan.tail).Seconds() + d.sc.extraLoad
+	return int64(2 * d.plan.rate * 0.45 * 2 * seconds)
+}
+
+// rushStock is the hot product's stock in a scenario with closed-loop buyers: more than they
+// can buy in a drill, so that every order of theirs can be confirmed.
+const rushStock = 1_000_000
+
+// rush runs n closed-loop buyers of the hot product until ctx ends, each an operation of the
+// client (so that d.client.wait waits for the last orders).
+func (d *drillEnv) rush(ctx context.Context, n int) {
+	for range n {
+		d.client.goOp(func() {
+			for ctx.Err() == nil {
+				// An order runs to its answer (or its budget) even when the load stops.
+				d.client.buy(context.WithoutCancel(ctx), d.hot)
+			}
+		})
+	}
+}
+
+// drillOutcome is one run's verdict and figures.
+type drillOutcome struct {
+	scenario   string
+	run        int
+	seed       uint64
+	dir        string
+	ops        int
+	writes     model.CheckResult
+	reads      model.CheckResult
+	invariants []verdict.Invariant
+	reconcile  []verdict.Invariant
+	avail      availability
+	invalid    []string // why the run proves nothing (the fault came after the sell-out...)
+	failed     []string // scenario checks that failed
+	notes      []string
+	unknown    int // operations whose outcome stayed unknown to the client
+	resolved   int // of which the database showed to have happened
+	concurrent int
+	catches    map[string]float64 // defense catches by layer, from the replicas' metrics
+	err        error
+}
+
+func (o drillOutcome) violations() int {
+	n := 0
+	if o.writes.Result == porcupine.Illegal {
+		n++
+	}
+	if o.reads.Result == porcupine.Illegal {
+		n++
+	}
+	for _, inv := range slices.Concat(o.invariants, o.reconcile) {
+		if !inv.OK {
+			n++
+		}
+	}
+	return n + len(o.failed)
+}
+
+func (o drillOutcome) verdict() string {
+	switch {
+	case o.err != nil:
+		return "ERROR"
+	case o.violations() > 0:
+		return "FAIL"
+	case len(o.invalid) > 0 || o.writes.Result == porcupine.Unknown || o.reads.Result == porcupine.Unknown:
+		return "INVALID"
+	}
+	return "PASS"
+}
+
+// runDrill runs scenario sc once and judges it.
+func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run int, seed uint64) (out drillOutcome) {
+	out = drillOutcome{scenario: sc.name, run: run, seed: seed}
+	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(seed, 0), rec: model.NewRecorder(),
+		dir: filepath.Join(h.Out, fmt.Sprintf("%s-%d", sc.name, run))}
+	out.dir = d.dir
+	if err := os.MkdirAll(d.dir, 0o755); err != nil {
+		out.err = err
+		return out
+	}
+	defer d.teardown()
+	h.Printf("\n[%s] %s, run %d, seed %d\n", filepath.Base(d.dir), sc.about, run, seed)
+	if err := d.setup(ctx); err != nil {
+		out.err = err
+		return out
+	}
+	bases := []string{fmt.Sprintf("http://127.0.0.1:%d", d.c.Front)}
+	if plan.direct {
+		bases = nil
+		for _, r := range d.c.Replicas {
+			bases = append(bases, fmt.Sprintf("http://127.0.0.1:%d", r.Port))
+		}
+	}
+	d.client = newDrillClient(bases, d.c.Token, "drill"+strconv.Itoa(run), plan.clientTimeout, d.rec,
+		retryPolicy{attempts: 6, budget: 12 * time.Second, pause: 100 * time.Millisecond})
+	defer d.client.close()
+	var err error
+	if d.hot, err = d.client.createProduct(ctx, "HOT-"+rand.Text()[:6], d.hotStock()); err != nil {
+		out.err = err
+		return out
+	}
+	if d.scarce, err = d.client.createProduct(ctx, "SCARCE-"+rand.Text()[:6], 4); err != nil {
+		out.err = err
+		return out
+	}
+	d.load = &load{d: d, maxOpen: 400}
+	d.load.setFactor(1)
+
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { d.load.run(loadCtx) })
+	wg.Go(func() { d.load.restock(loadCtx) })
+	d.rush(loadCtx, sc.buyers)
+	h.Printf("[%s] selling: %.0f operations/s, hot product %d units, scarce product 4 units; victim %s\n",
+		filepath.Base(d.dir), plan.rate, d.hotStock(), d.c.Replicas[d.victim].Name)
+	if sc.buyers > 0 {
+		h.Printf("[%s] and %d closed-loop buyers of the hot product; replicas' lock wait %v\n", filepath.Base(d.dir), sc.buyers, d.lockWait())
+	}
+	faultErr := env.Sleep(ctx, plan.warmup)
+	var faultStart, faultEnd time.Duration
+	if faultErr == nil {
+		faultStart = d.rec.Now()
+		faultErr = sc.inject(ctx, d)
+		faultEnd = d.rec.Now()
+		if len(d.faults) == 0 {
+			d.faultWindow(faultStart)
+		}
+	}
+	if faultErr == nil {
+		faultErr = env.Sleep(ctx, plan.tail)
+	}
+	stopLoad()
+	wg.Wait()
+	d.client.wait() // every operation runs to its answer or its retry budget
+	d.event("load stopped; %d arrivals dropped (too many open operations)", d.load.dropped.Load())
+	if faultErr != nil && ctx.Err() == nil {
+		out.err = fmt.Errorf("inject %s: %w", sc.name, faultErr)
+		return out
+	}
+
+	// What the defense layers caught, by the live replicas' own counters (a killed
+	// replica's are lost with it): whether the fault made the fence, say, earn its keep.
+	out.catches = map[string]float64{}
+	for _, r := range d.c.Replicas {
+		if m, err := cluster.ScrapeReplica(ctx, r.Port); err == nil {
+			for layer, n := range m.Catches {
+				out.catches[layer] += n
+			}
+		}
+	}
+	d.catches = out.catches
+
+	// Nothing may take effect once every replica has stopped: that is the end of the history.
+	var stopping sync.WaitGroup
+	for _, r := range d.c.Replicas {
+		stopping.Go(func() { _ = r.Proc.Stop(20 * time.Second) })
+	}
+	stopping.Wait()
+	end := d.rec.Now()
+
+	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(checkCtx, d.c.DatabaseURL)
+	if err != nil {
+		out.err = fmt.Errorf("connect to %s: %w", d.c.Database, err)
+		return out
+	}
+	defer pool.Close()
+	if out.invariants, _, err = verdict.Ledgers(checkCtx, pool); err != nil {
+		out.err = err
+		return out
+	}
+	ops := d.rec.Snapshot()
+	keys, err := verdict.Keys(checkCtx, pool, ops, d.rec.Start)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	if out.reconcile, err = verdict.Orders(checkCtx, pool, ops, d.rec.Start); err != nil {
+		out.err = err
+		return out
+	}
+	out.reconcile = append(out.reconcile, keys...)
+	for _, p := range ops {
+		if p.RefusedButSold {
+			continue // a violation, not an unknown outcome
+		}
+		if p.In.Kind == model.KindOrder && len(p.Attempts) > 0 && p.Out.Outcome == model.Happened {
+			out.resolved++
+		}
+		if p.Out.Outcome == model.Unknown || p.Out.Outcome == model.Happened {
+			out.unknown++
+		}
+	}
+	final, err := verdict.FinalStock(checkCtx, pool, []int64{d.hot, d.scarce}, end)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	ops = append(ops, final...)
+	if err := model.WriteText(filepath.Join(d.dir, "history.txt"), ops); err != nil {
+		out.err = err
+		return out
+	}
+	if err := model.Save(filepath.Join(d.dir, "history.json"), ops, end); err != nil {
+		out.err = err
+		return out
+	}
+
+	h.Printf("[%s] checking the history with Porcupine\n", filepath.Base(d.dir))
+	if out.writes, out.reads, err = checkBoth(plan, ops, end, d.annotations(), d.dir); err != nil {
+		out.err = err
+		return out
+	}
+	out.ops, out.concurrent = out.reads.Ops, out.reads.Concurrent
+
+	out.avail = measureAvailability(ops, d.faults)
+	out.invalid = d.validity(ops, faultStart, faultEnd)
+	if ctx.Err() != nil {
+		out.invalid = append([]string{"stopped by a signal: the checks cover what ran"}, out.invalid...)
+	}
+	out.failed, out.notes = d.failed, d.notes
+	if sc.check != nil {
+		f, n := sc.check(d, ops, out.avail)
+		out.failed = append(out.failed, f...)
+		out.notes = append(out.notes, n...)
+	}
+	return out
+}
+
+// checkBoth checks the writes-only history and the one with reads.
+func checkBoth(plan drillPlan, ops []*model.Op, end time.Duration, annotations []porcupine.Annotation, dir string) (writes, reads model.CheckResult, err error) {
+	m := model.New(plan.model)
+	w := model.History(ops, model.HistoryOptions{End: end})
+	all := model.History(ops, model.HistoryOptions{Reads: true, ReadSlack: plan.readSlack, End: end})
+	if writes, err = model.Check("orders+restocks", m, w, plan.checkTimeout, annotations, dir, "violation-writes.html"); err != nil {
+		return writes, reads, err
+	}
+	reads, err = model.Check("with reads", m, all, plan.checkTimeout, annotations, dir, "violation-reads.html")
+	return writes, reads, err
+}
+
+// validity says why a run proves nothing, if it does not: the fault must have hit a sale in
+// progress, and stock must have remained when it ended — orders for the hot product were
+// confirmed after it.
+func (d *drillEnv) validity(ops []*model.Op, faultStart, faultEnd time.Duration) []string {
+	var before, after bool
+	for _, p := range ops {
+		if p.In.Product != d.hot || p.In.Kind != model.KindOrder || p.Out.Outcome != model.Confirmed {
+			continue
+		}
+		if p.Return <= faultStart {
+			before = true
+		}
+		if p.Invoke >= faultEnd {
+			after = true
+		}
+	}
+	var why []string
+	if !before {
+		why = append(why, "no order was confirmed before the fault: it did not hit a sale in progress")
+	}
+	if !after {
+		why = append(why, "no hot order was confirmed after the fault ended: stock may have run out, so the fault proves nothing")
+	}
+	return why
+}
+
+func (d *drillEnv) annotations() []porcupine.Annotation {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []porcupine.Annotation
+	for _, w := range d.faults {
+		out = append(out, porcupine.Annotation{Tag: "fault", Start: int64(w.start), End: int64(w.end),
+			Description: d.sc.name, BackgroundColor: "#f8d7da"})
+	}
+	for _, e := range d.events {
+		out = append(out, porcupine.Annotation{Tag: "events", Start: int64(e.at), Description: e.what})
+	}
+	return out
+}

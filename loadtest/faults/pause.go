@@ -1,0 +1,97 @@
+package faults
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stocksvc/stocksvc/internal/async"
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
+	"github.com/stocksvc/stocksvc/loadtest/env"
+)
+
+// pauseLineHolder finds the replica whose Postgres session holds product's line lock — the one
+// draining the asynchronous orders — and SIGSTOPs it for pause, then SIGCONTs it. A paused
+// process keeps its connections up (the kernel answers for it), so only the lock's lease
+// (idle_session_timeout) can hand the line to another replica; the run then shows how long
+// that took. It returns the paused replica's name.
+func pauseLineHolder(ctx context.Context, d *drillEnv, pool *pgxpool.Pool, product int64, pause time.Duration) (string, error) {
+	classID, objID, objSubID := async.LineLockKeys(product)
+	var victim *cluster.Replica
+	deadline := time.Now().Add(5 * time.Second)
+	for victim == nil {
+		var port int
+		err := pool.QueryRow(ctx, `
+			SELECT a.client_port FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			 WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1 AND l.objid = $2 AND l.objsubid = $3`,
+			classID, objID, objSubID).Scan(&port)
+		if err == nil {
+			for _, r := range d.c.Replicas {
+				if r.Proc != nil && ownsLocalPort(r.Proc.Pid(), port) {
+					victim = r
+					break
+				}
+			}
+		}
+		if victim == nil {
+			if time.Now().After(deadline) {
+				return "", fmt.Errorf("no replica held product %d's line for 5 s (last: %v)", product, err)
+			}
+			if err := env.Sleep(ctx, 20*time.Millisecond); err != nil {
+				return "", err
+			}
+		}
+	}
+	d.event("SIGSTOP %s, which drains the line, for %v", victim.Name, pause)
+	victim.Proc.Signal(syscall.SIGSTOP)
+	err := env.Sleep(ctx, pause)
+	victim.Proc.Signal(syscall.SIGCONT)
+	d.event("SIGCONT %s", victim.Name)
+	return victim.Name, err
+}
+
+// ownsLocalPort reports whether process pid has a TCP socket whose local port is port: the
+// socket inodes among its file descriptors, looked up in the kernel's TCP tables.
+func ownsLocalPort(pid, port int) bool {
+	inodes := map[string]bool{}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join(fmt.Sprintf("/proc/%d/fd", pid), fd.Name()))
+		if err == nil && strings.HasPrefix(target, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(target, "socket:["), "]")] = true
+		}
+	}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		f, err := os.Open(table)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 10 {
+				continue
+			}
+			_, hexPort, ok := strings.Cut(fields[1], ":")
+			p, err := strconv.ParseInt(hexPort, 16, 32)
+			if ok && err == nil && int(p) == port && inodes[fields[9]] {
+				f.Close()
+				return true
+			}
+		}
+		f.Close()
+	}
+	return false
+}

@@ -1,0 +1,58 @@
+// Package sale is the k6 flash sale (the default mode) and -compare, which runs it in several
+// configurations side by side: a deployment (package cluster) under k6's scenarios
+// (flashsale.js), what the replicas and the balancer counted, the invariants checked in
+// Postgres (invariants.go, package verdict), and the one-screen summary (report.go).
+package sale
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/stocksvc/stocksvc/loadtest/env"
+)
+
+// harness is the invocation's shared state, which the sale extends with methods of its own.
+type harness struct{ *env.Harness }
+
+// Sale runs the one configured sale and reports it; env.ErrFailed when an invariant or a k6
+// threshold failed, env.ErrStopped when a signal cut it short.
+func Sale(ctx context.Context, h *env.Harness, o Options) error { return (&harness{h}).sale(ctx, o) }
+
+// Compare runs -compare and writes compare.md.
+func Compare(ctx context.Context, h *env.Harness, o Options) error {
+	return (&harness{h}).compare(ctx, o)
+}
+
+// PGBenchAnchor measures the physical floor the benchmarks compare with: pgbench running the
+// bare single-row conditional decrement on the run's Postgres server with clients clients.
+// stock is what the row's time to sell out is computed for.
+func PGBenchAnchor(ctx context.Context, h *env.Harness, clients, stock int) (Comparison, error) {
+	return (&harness{h}).pgbenchAnchor(ctx, clients, stock)
+}
+
+// sale runs the one configured sale and reports it.
+func (h *harness) sale(ctx context.Context, o Options) error {
+	spec := saleSpec{label: "sale", defense: h.Cluster.Defense, lockRetry: o.LockRetry,
+		lockMaxRetries: o.LockMaxRetries, scenarios: o.Scenarios}
+	run, err := h.runSale(ctx, spec, o)
+	if err != nil {
+		return err
+	}
+	defer h.closeRun(run)
+	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	raceStock := int64(0)
+	if strings.Contains(o.Scenarios, "race") {
+		raceStock = int64(o.RaceStock)
+	}
+	invariants, ledgers, err := checkInvariants(checkCtx, run, raceStock, run.killed >= 0)
+	if err != nil {
+		return err
+	}
+	timing, err := saleTiming(checkCtx, run)
+	if err != nil {
+		return err
+	}
+	return h.report(run, o, invariants, ledgers, timing)
+}
