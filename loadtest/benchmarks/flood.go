@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/stocksvc/stocksvc/loadtest/env"
-	"github.com/stocksvc/stocksvc/loadtest/report"
 )
 
 // The flood benchmark (-flood, issue #18 items 2 and 7): what a flood of one kind of request
@@ -452,7 +452,13 @@ func floodReport(replicas int, f FloodOptions, hot int64, lines []floodLine, rou
 		if l.low >= 0 && l.kind.name != floodBaseline {
 			span = fmt.Sprintf("%.2f–%.2f×", l.low, l.high)
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %.0f | %s | %s |\n", l.kind.about, l.confirmed, report.Ratio(l.confirmed, lines[0].confirmed),
+		// The ratio shown is the one judged: the median of each turn's ratio, not the ratio of
+		// the medians, which pairs rounds that did not run side by side.
+		shown := "**1.00×**"
+		if l.kind.name != floodBaseline {
+			shown = fmt.Sprintf("**%.2f×**", l.ratio)
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %.0f | %s | %s |\n", l.kind.about, l.confirmed, shown,
 			span, target, l.floodRate, answersOf(l.flood), answersOf(l.buyers))
 	}
 	b.WriteString("\nRounds, in the order they ran:\n\n| round | flood | buyers' confirmed/s | buyers p50 / p99 | flood answers/s | flood p50 / p99 |\n| --- | --- | ---: | --- | ---: | --- |\n")
