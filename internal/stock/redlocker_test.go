@@ -13,16 +13,6 @@ import (
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
-// startNodes starts n independent redis-servers of the test's own, for a Redlock.
-func startNodes(t *testing.T, n int) []*testenv.RedisServer {
-	t.Helper()
-	nodes := make([]*testenv.RedisServer, n)
-	for i := range nodes {
-		nodes[i] = testenv.StartRedis(t)
-	}
-	return nodes
-}
-
 // TestRedlockLockerNeedsQuorum places an order through a stocklock.Redlock over five nodes with
 // some of them down: with two down the order is sold; with three down it is refused as
 // unavailable (503), not busy, and nothing is sold. With every node up but the product's lock
@@ -44,7 +34,7 @@ func TestRedlockLockerNeedsQuorum(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t)
-			nodes := startNodes(t, 5)
+			nodes := testenv.StartRedisNodes(t, 5)
 			r := w.replica(t, stock.DefaultDefense(), replicaOptions{redlock: nodes, lockWait: 500 * time.Millisecond})
 			id := createProduct(t, r, "quorum", 5)
 			for _, i := range tt.down {
@@ -92,7 +82,7 @@ func TestRedlockLockerNeedsQuorum(t *testing.T) {
 func TestRedlockLockerNodeRestartedEmptyMidSale(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
-	nodes := startNodes(t, 5)
+	nodes := testenv.StartRedisNodes(t, 5)
 	o := replicaOptions{redlock: nodes}
 	replicas := []*replica{w.replica(t, stock.DefaultDefense(), o), w.replica(t, stock.DefaultDefense(), o), w.replica(t, stock.DefaultDefense(), o)}
 	const initial = 400

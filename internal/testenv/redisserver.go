@@ -88,6 +88,16 @@ func NodeClients(t testing.TB, servers []*RedisServer) []*redis.Client {
 	return clients
 }
 
+// StartRedisNodes starts n independent redis-servers of the test's own: a Redlock's nodes.
+func StartRedisNodes(t testing.TB, n int) []*RedisServer {
+	t.Helper()
+	nodes := make([]*RedisServer, n)
+	for i := range nodes {
+		nodes[i] = StartRedis(t)
+	}
+	return nodes
+}
+
 // Redlock returns a Redlock over servers with clients of its own (NodeClients), as a replica
 // has. The node timeout leaves live nodes room under the race detector on a busy machine: one
 // that missed the default 50ms would count as down.

@@ -125,7 +125,7 @@ func TestLockLostIsErrLockLost(t *testing.T) {
 			}
 		}},
 		{name: "redlock", start: func(t *testing.T) (stock.Locker, func(int64)) {
-			nodes := startNodes(t, 3)
+			nodes := testenv.StartRedisNodes(t, 3)
 			return stocklock.NewRedlock(testenv.Redlock(t, nodes), "", stocklock.Config{TTL: ttl}), func(id int64) {
 				for _, n := range nodes {
 					if err := n.Client().Del(context.Background(), lockName("", id)).Err(); err != nil {
@@ -160,16 +160,6 @@ func TestLockLostIsErrLockLost(t *testing.T) {
 	}
 }
 
-// startNodes starts n independent redis-servers of the test's own, for a Redlock.
-func startNodes(t *testing.T, n int) []*testenv.RedisServer {
-	t.Helper()
-	nodes := make([]*testenv.RedisServer, n)
-	for i := range nodes {
-		nodes[i] = testenv.StartRedis(t)
-	}
-	return nodes
-}
-
 // TestRedlockBusyOrUnavailable takes a product's lock on a Redlock over five nodes: with two
 // nodes down the work runs under a fencing token; with three down the locker reports
 // stock.ErrUnavailable, never ErrBusy; with the lock held elsewhere on every node it reports
@@ -190,7 +180,7 @@ func TestRedlockBusyOrUnavailable(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			nodes := startNodes(t, 5)
+			nodes := testenv.StartRedisNodes(t, 5)
 			locker := stocklock.NewRedlock(testenv.Redlock(t, nodes), "", stocklock.Config{Wait: 500 * time.Millisecond})
 			for _, i := range tt.down {
 				nodes[i].Kill()
