@@ -20,6 +20,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/report"
@@ -295,7 +296,7 @@ func (b *cacheBench) waitStock(ctx context.Context, product, want int64, within 
 		if time.Now().After(deadline) {
 			return fmt.Errorf("product %d: reads still say stock %d, not %d, %v after the last sale", product, stock, want, within)
 		}
-		if err := env.Sleep(ctx, 5*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, 5*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -522,7 +523,7 @@ func (b *cacheBench) stampede(ctx context.Context, product int64, key string) (s
 		return r, fmt.Errorf("delete %s: %w", key, err)
 	}
 	r.deleted = n == 1
-	if err := env.Sleep(ctx, viewLease+leaseMargin); err != nil {
+	if err := clock.Sleep(ctx, viewLease+leaseMargin); err != nil {
 		return r, err
 	}
 	r.readBurst = b.releaseReads(ctx, fmt.Sprintf("/v1/products/%d", product), readers)

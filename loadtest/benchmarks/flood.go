@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 )
 
@@ -287,7 +288,7 @@ func waitStatementsDone(ctx context.Context, dbURL string, since time.Time, with
 		if time.Since(began) > within {
 			return 0, fmt.Errorf("%d statements of the last round still run after %v", left, within)
 		}
-		if err := env.Sleep(ctx, 50*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return 0, err
 		}
 	}

@@ -4,7 +4,6 @@
 package env
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -47,15 +46,3 @@ type Harness struct {
 
 // Printf writes progress and reports to the harness's output.
 func (h *Harness) Printf(format string, args ...any) { fmt.Fprintf(h.W, format, args...) }
-
-// Sleep waits d or until ctx ends, and returns ctx's error in the second case.
-func Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
@@ -125,7 +126,7 @@ func (h *harness) asyncSale(ctx context.Context, o AsyncOptions) error {
 	orders, retried := h.openLoop(ctx, o, d, httpc, front, product, true, func(loadCtx context.Context, start time.Time, wg *sync.WaitGroup) {
 		if o.PauseAfter > 0 {
 			wg.Go(func() {
-				if env.Sleep(loadCtx, o.PauseAfter) != nil {
+				if clock.Sleep(loadCtx, o.PauseAfter) != nil {
 					return
 				}
 				fig.pausedAt = time.Since(start)
@@ -140,7 +141,7 @@ func (h *harness) asyncSale(ctx context.Context, o AsyncOptions) error {
 			return
 		}
 		wg.Go(func() {
-			if env.Sleep(loadCtx, o.KillAfter) != nil {
+			if clock.Sleep(loadCtx, o.KillAfter) != nil {
 				return
 			}
 			r := d.c.Replicas[d.victim]
@@ -148,7 +149,7 @@ func (h *harness) asyncSale(ctx context.Context, o AsyncOptions) error {
 			d.event("SIGKILL %s", r.Name)
 			r.Proc.Signal(syscall.SIGKILL)
 			<-r.Proc.Done()
-			if env.Sleep(ctx, time.Second) != nil {
+			if clock.Sleep(ctx, time.Second) != nil {
 				return
 			}
 			if err := d.c.StartReplica(r); err != nil {
@@ -180,7 +181,7 @@ func (h *harness) asyncSale(ctx context.Context, o AsyncOptions) error {
 		if fig.pending == 0 || time.Now().After(deadline) {
 			break
 		}
-		if err := env.Sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -305,7 +306,7 @@ func sendOrder(ctx context.Context, c *http.Client, front string, product int64,
 				return o.attempts > 1
 			}
 		}
-		if env.Sleep(ctx, pause) != nil {
+		if clock.Sleep(ctx, pause) != nil {
 			break
 		}
 	}

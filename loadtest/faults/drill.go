@@ -17,6 +17,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
@@ -299,7 +300,7 @@ func (l *load) restock(ctx context.Context) {
 	d := l.d
 	nextHot := time.Now().Add(4 * time.Second)
 	for {
-		if env.Sleep(ctx, d.rng.between(400*time.Millisecond, 800*time.Millisecond)) != nil {
+		if clock.Sleep(ctx, d.rng.between(400*time.Millisecond, 800*time.Millisecond)) != nil {
 			return
 		}
 		bg := context.WithoutCancel(ctx)
@@ -436,7 +437,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 	if sc.buyers > 0 {
 		h.Printf("[%s] and %d closed-loop buyers of the hot product; replicas' lock wait %v\n", filepath.Base(d.dir), sc.buyers, d.lockWait())
 	}
-	faultErr := env.Sleep(ctx, plan.warmup)
+	faultErr := clock.Sleep(ctx, plan.warmup)
 	var faultStart, faultEnd time.Duration
 	if faultErr == nil {
 		faultStart = d.rec.Now()
@@ -447,7 +448,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		}
 	}
 	if faultErr == nil {
-		faultErr = env.Sleep(ctx, plan.tail)
+		faultErr = clock.Sleep(ctx, plan.tail)
 	}
 	stopLoad()
 	wg.Wait()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
@@ -158,7 +159,7 @@ func TestDrillCatchesUnsafeDefense(t *testing.T) {
 				for range 8 {
 					d.client.goOp(func() { d.client.order(context.WithoutCancel(ctx), d.hot, 1) })
 				}
-				if err := env.Sleep(ctx, 100*time.Millisecond); err != nil {
+				if err := clock.Sleep(ctx, 100*time.Millisecond); err != nil {
 					return err
 				}
 			}

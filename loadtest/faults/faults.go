@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
-	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
@@ -109,7 +109,7 @@ func pauseReplica(ctx context.Context, d *drillEnv) error {
 	defer func() { d.note("%d of 3 pauses caught %s holding a product lock", caught, r.Name) }()
 	for i := range 3 {
 		if i > 0 {
-			if err := env.Sleep(ctx, time.Second); err != nil {
+			if err := clock.Sleep(ctx, time.Second); err != nil {
 				return err
 			}
 		}
@@ -123,7 +123,7 @@ func pauseReplica(ctx context.Context, d *drillEnv) error {
 			d.event("%s was holding a product lock: its lease runs out while it sleeps", r.Name)
 		}
 		if err == nil {
-			err = env.Sleep(ctx, pause-d.plan.lockTTL/2)
+			err = clock.Sleep(ctx, pause-d.plan.lockTTL/2)
 		}
 		r.Proc.Signal(syscall.SIGCONT)
 		d.event("SIGCONT %s", r.Name)
@@ -141,7 +141,7 @@ func killReplica(ctx context.Context, d *drillEnv) error {
 	d.event("SIGKILL %s", r.Name)
 	r.Proc.Signal(syscall.SIGKILL)
 	<-r.Proc.Done()
-	if err := env.Sleep(ctx, time.Second); err != nil {
+	if err := clock.Sleep(ctx, time.Second); err != nil {
 		return err
 	}
 	if err := d.c.StartReplica(r); err != nil {
@@ -184,7 +184,7 @@ func killAtCommit(ctx context.Context, d *drillEnv) error {
 		return ctx.Err()
 	}
 	<-r.Proc.Done()
-	if err := env.Sleep(ctx, time.Second); err != nil {
+	if err := clock.Sleep(ctx, time.Second); err != nil {
 		return err
 	}
 	if err := d.c.StartReplica(r); err != nil {
@@ -221,7 +221,7 @@ func (d *drillEnv) heldByPaused(ctx context.Context, rdb *redis.Client) (bool, e
 		return out
 	}
 	before := look()
-	if err := env.Sleep(ctx, d.plan.lockTTL/2); err != nil {
+	if err := clock.Sleep(ctx, d.plan.lockTTL/2); err != nil {
 		return false, err
 	}
 	after := look()
@@ -258,7 +258,7 @@ func (d *drillEnv) primeVictim(ctx context.Context, r *cluster.Replica) {
 			}
 		}
 	})
-	_ = env.Sleep(ctx, d.rng.between(50*time.Millisecond, 90*time.Millisecond))
+	_ = clock.Sleep(ctx, d.rng.between(50*time.Millisecond, 90*time.Millisecond))
 }
 
 func rollingRestart(ctx context.Context, d *drillEnv) error {
@@ -295,7 +295,7 @@ func pauseRedis(ctx context.Context, d *drillEnv) error {
 	}
 	probed := make(chan []hangRead, 1)
 	go func() { probed <- d.probeReads(ctx) }()
-	err := env.Sleep(ctx, pause)
+	err := clock.Sleep(ctx, pause)
 	if rerr := d.c.Redis.Resume(); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
@@ -311,7 +311,7 @@ func pauseRedis(ctx context.Context, d *drillEnv) error {
 func restartRedis(ctx context.Context, d *drillEnv) error {
 	d.event("SIGKILL redis")
 	d.c.Redis.Kill()
-	if err := env.Sleep(ctx, time.Second); err != nil {
+	if err := clock.Sleep(ctx, time.Second); err != nil {
 		return err
 	}
 	if err := d.c.Redis.Start(ctx); err != nil {
@@ -339,7 +339,7 @@ func expireLocks(ctx context.Context, d *drillEnv) error {
 		if err == nil {
 			deleted += n
 		}
-		if err := env.Sleep(ctx, d.rng.between(20*time.Millisecond, 80*time.Millisecond)); err != nil {
+		if err := clock.Sleep(ctx, d.rng.between(20*time.Millisecond, 80*time.Millisecond)); err != nil {
 			return err
 		}
 	}
@@ -354,7 +354,7 @@ func expireLocks(ctx context.Context, d *drillEnv) error {
 func restartPostgres(ctx context.Context, d *drillEnv) error {
 	d.event("postgres: immediate stop")
 	d.c.Postgres.Crash()
-	if err := env.Sleep(ctx, time.Second); err != nil {
+	if err := clock.Sleep(ctx, time.Second); err != nil {
 		return err
 	}
 	if err := d.c.Postgres.Start(ctx); err != nil {
@@ -368,7 +368,7 @@ func pgResetAtCommit(ctx context.Context, d *drillEnv) error {
 	cut := d.pgProxy.cut
 	d.event("cutting %s's Postgres connections at 30%% of its commits for 6s", d.c.Replicas[d.victim].Name)
 	cut.arm(0.3)
-	err := env.Sleep(ctx, 6*time.Second)
+	err := clock.Sleep(ctx, 6*time.Second)
 	cut.disarm()
 	d.event("stopped cutting: %d of %d commits cut", cut.cuts.Load(), cut.commits.Load())
 	d.note("%d of %d commits on %s cut after the server committed", cut.cuts.Load(), cut.commits.Load(), d.c.Replicas[d.victim].Name)
@@ -383,7 +383,7 @@ func redisLatency(ctx context.Context, d *drillEnv) error {
 	if err := d.rdProxy.add(`{"name":"latency","type":"latency","stream":"downstream","attributes":{"latency":400,"jitter":200}}`); err != nil {
 		return err
 	}
-	err := env.Sleep(ctx, 6*time.Second)
+	err := clock.Sleep(ctx, 6*time.Second)
 	d.rdProxy.clear(context.WithoutCancel(ctx))
 	d.event("latency removed")
 	return err
@@ -396,7 +396,7 @@ func redisPartition(ctx context.Context, d *drillEnv) error {
 			return err
 		}
 	}
-	err := env.Sleep(ctx, 5*time.Second)
+	err := clock.Sleep(ctx, 5*time.Second)
 	d.rdProxy.clear(context.WithoutCancel(ctx))
 	d.event("partition healed")
 	return err
@@ -405,7 +405,7 @@ func redisPartition(ctx context.Context, d *drillEnv) error {
 func burst(ctx context.Context, d *drillEnv) error {
 	d.event("arrivals at 10× for 2s")
 	d.load.setFactor(10)
-	err := env.Sleep(ctx, 2*time.Second)
+	err := clock.Sleep(ctx, 2*time.Second)
 	d.load.setFactor(1)
 	d.event("arrivals back to 1×")
 	return err
@@ -430,7 +430,7 @@ func waitBalancerUp(ctx context.Context, statsPort int, server string, timeout t
 		if time.Now().After(deadline) {
 			return fmt.Errorf("haproxy did not put %s back within %v", server, timeout)
 		}
-		if err := env.Sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stocksvc/stocksvc/internal/async"
+	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
-	"github.com/stocksvc/stocksvc/loadtest/env"
 )
 
 // pauseLineHolder finds the replica whose Postgres session holds product's line lock — the one
@@ -45,14 +45,14 @@ func pauseLineHolder(ctx context.Context, d *drillEnv, pool *pgxpool.Pool, produ
 			if time.Now().After(deadline) {
 				return "", fmt.Errorf("no replica held product %d's line for 5 s (last: %v)", product, err)
 			}
-			if err := env.Sleep(ctx, 20*time.Millisecond); err != nil {
+			if err := clock.Sleep(ctx, 20*time.Millisecond); err != nil {
 				return "", err
 			}
 		}
 	}
 	d.event("SIGSTOP %s, which drains the line, for %v", victim.Name, pause)
 	victim.Proc.Signal(syscall.SIGSTOP)
-	err := env.Sleep(ctx, pause)
+	err := clock.Sleep(ctx, pause)
 	victim.Proc.Signal(syscall.SIGCONT)
 	d.event("SIGCONT %s", victim.Name)
 	return victim.Name, err

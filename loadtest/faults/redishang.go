@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
@@ -47,7 +47,7 @@ func (d *drillEnv) probeReads(ctx context.Context) []hangRead {
 	reads := make([]hangRead, hangProbes)
 	var wg sync.WaitGroup
 	for i := range hangProbes {
-		if env.Sleep(ctx, hangProbeEvery) != nil {
+		if clock.Sleep(ctx, hangProbeEvery) != nil {
 			reads = reads[:i]
 			break
 		}

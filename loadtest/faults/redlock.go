@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
@@ -23,7 +23,7 @@ func restartRedlockNode(ctx context.Context, d *drillEnv) error {
 	d.primeVictim(ctx, d.c.Replicas[d.victim])
 	d.event("SIGKILL redlock node %d of %d (%s)", i+1, len(d.c.Redlock), node.Addr())
 	node.Kill()
-	if err := env.Sleep(ctx, time.Second); err != nil {
+	if err := clock.Sleep(ctx, time.Second); err != nil {
 		return err
 	}
 	if err := node.Start(ctx); err != nil {
