@@ -108,8 +108,8 @@ func (w *sweepWorker) Work(ctx context.Context, _ *river.Job[sweepArgs]) error {
 //   - A line's lock (a session lock, held while the line is drained; lineLockKey) has one
 //     bigint key, the product id's bitwise complement: negative for every product. The other
 //     bigint keys taken on the service's database are all non-negative: golang-migrate's lock
-//     (a uint32 from the database's name), River's migration lock (migrations.riverLockID)
-//     and River's own (riverLockPrefix).
+//     (a uint32 from the database's name), River's migration lock (migrations.riverLockID),
+//     River's own (riverLockPrefix) and the audit's recount (stockpg's auditLockKey).
 //   - A product's accept lock (a transaction lock, ordering the groups that accept its orders;
 //     acceptLockSQL) has two int4 keys, the id's high and low halves, a space of its own:
 //     Postgres never takes a lock with two int4 keys as one with a bigint key, nor the other way

@@ -3,6 +3,7 @@ package stock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
@@ -53,5 +54,24 @@ func TestAuditsRunOneAtATime(t *testing.T) {
 	}
 	if a, err := svc.Audit(context.Background(), p.ID); err != nil || a.Stock != 5 {
 		t.Errorf("audit after = %+v, %v", a, err)
+	}
+}
+
+// busyAudits refuses every recount, as the store does while another replica recounts.
+type busyAudits struct{ *stocktest.MemStore }
+
+func (busyAudits) Audit(context.Context, int64) (stock.Audit, error) {
+	return stock.Audit{}, fmt.Errorf("%w: another recount is running", stock.ErrBusy)
+}
+
+// TestAuditRefusedElsewhereSaysWhenToRetry: a recount refused because another replica runs
+// one is answered as this replica's own refusal is, with when to try again.
+func TestAuditRefusedElsewhereSaysWhenToRetry(t *testing.T) {
+	t.Parallel()
+	svc := newMemService(t, busyAudits{stocktest.NewMemStore()}, &stocktest.LocalLocker{})
+	_, err := svc.Audit(context.Background(), 1)
+	busy, ok := errors.AsType[*stock.BusyError](err)
+	if !ok || busy.RetryAfter <= 0 {
+		t.Fatalf("audit while another replica recounts = %v, want a *BusyError with a Retry-After", err)
 	}
 }

@@ -198,17 +198,22 @@ const maxAudits = 1
 // auditRetry is what a refused audit is told to wait: about what a large recount takes.
 const auditRetry = 5 * time.Second
 
-// Audit accounts for product id's stock by recounting what was received and sold. A replica
-// runs one audit at a time and refuses another while it runs, rather than queueing it: a queue
+// Audit accounts for product id's stock by recounting what was received and sold. One audit
+// runs at a time, on this replica (refused here without a query) and across the replicas (the
+// store refuses a recount while another runs); another is refused rather than queued: a queue
 // would start recounts for callers long gone, and a crowd of them would keep Postgres scanning
 // after the crowd had left. Errors: *ProductNotFoundError, ErrUnavailable, a *BusyError when
-// another audit is running on this replica.
+// another audit is running.
 func (s *Service) Audit(ctx context.Context, id int64) (Audit, error) {
 	if !s.audits.TryAcquire(1) {
 		return Audit{}, &BusyError{RetryAfter: auditRetry, Reason: "another audit is running on this replica"}
 	}
 	defer s.audits.Release(1)
-	return s.store.Audit(ctx, id)
+	a, err := s.store.Audit(ctx, id)
+	if errors.Is(err, ErrBusy) {
+		return Audit{}, &BusyError{RetryAfter: auditRetry, Reason: err.Error()}
+	}
+	return a, err
 }
 
 // Order returns the order with id. Errors: ErrOrderNotFound, ErrUnavailable.

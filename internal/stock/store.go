@@ -30,7 +30,8 @@ type Store interface {
 	// another request), ErrConflict (another request stored the key meanwhile: nothing was
 	// written; trying again replays it), ErrUnavailable.
 	Restock(ctx context.Context, r Restocking) (RestockResult, error)
-	// Audit accounts for product id's stock. Errors: *ProductNotFoundError, ErrUnavailable.
+	// Audit accounts for product id's stock. Errors: *ProductNotFoundError, ErrUnavailable,
+	// ErrBusy (another recount is running, on any replica: nothing waits for it).
 	Audit(ctx context.Context, id int64) (Audit, error)
 	// Order returns the order with id. Errors: ErrOrderNotFound, ErrUnavailable.
 	Order(ctx context.Context, id uuid.UUID) (Order, error)

@@ -70,3 +70,40 @@ func TestDemoDefaultIsProduction(t *testing.T) {
 		t.Errorf("naive decrement = %s, want a write-back of the read stock with no condition", naive)
 	}
 }
+
+// TestOneRecountAcrossReplicas: while a recount holds the audit lock (here, a session of the
+// test's own, as another replica's recount would), an audit is refused busy at once, on any
+// store over the database; once it is released, the audit runs.
+func TestOneRecountAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	s := New(pool)
+	p, err := s.CreateProduct(ctx, stock.NewProduct{SKU: "recount", Name: "recount", Stock: 3})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	other, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, auditLockKey); err != nil {
+		t.Fatalf("hold the audit lock: %v", err)
+	}
+	if a, err := s.Audit(ctx, p.ID); !errors.Is(err, stock.ErrBusy) {
+		t.Errorf("audit while another recount runs = %+v, %v; want ErrBusy", a, err)
+	}
+	if err := other.Rollback(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if a, err := s.Audit(ctx, p.ID); err != nil || a.Received != 3 || a.Stock != 3 || !a.Consistent() {
+		t.Errorf("audit after the other recount = %+v, %v; want 3 received, 3 in stock, consistent", a, err)
+	}
+	if _, err := s.Audit(ctx, p.ID+1000); !errors.Is(err, stock.ErrProductNotFound) {
+		t.Errorf("audit of a missing product = %v, want ErrProductNotFound", err)
+	}
+}
