@@ -221,6 +221,18 @@ func TestWaitGivingUpPassesGrantOn(t *testing.T) {
 			next := newWaitingClient(t, rdb, prefix, nil)
 			name := lockName(prefix, "give-up")
 			holder := obtain(t, lock.New(rdb), name, time.Hour, nil)
+			// The first waiter must be listening (deaf, in another namespace) before it joins
+			// the line: a client that is not yet subscribes after its first look and looks
+			// again, and a release that came in between would then be found by that second
+			// look instead of being missed, as this test needs. A short wait for another held
+			// lock subscribes it.
+			busy := obtain(t, lock.New(rdb), lockName(prefix, "give-up-warm"), time.Hour, nil)
+			warm, cancelWarm := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			if l, err := deaf.Obtain(warm, busy.Name(), time.Minute, &lock.Options{Wait: true}); !errors.Is(err, lock.ErrNotObtained) {
+				t.Fatalf("warm-up wait = %v, %v; want ErrNotObtained", l, err)
+			}
+			cancelWarm()
+			release(t, busy)
 
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
