@@ -42,9 +42,8 @@ type Rejection struct {
 
 // Reason is why an accepted order was rejected. Its values are what async_orders.reason holds,
 // as they have since the table was made (so that rows written before the type existed read the
-// same), and the SQL that rejects orders (package stockpg) writes two of them literally:
-// copyDecisionsSQL 'sold-out' (stockpg.ReasonSoldOut), failSQL 'internal'. The transport
-// chooses what each means to a client.
+// same); the store writes the two it decides itself as it is told (stockpg.Reasons). The
+// transport chooses what each means to a client.
 type Reason string
 
 // The reasons an accepted order is rejected for.

@@ -105,7 +105,7 @@ type Queue struct {
 // started still accepts them (another replica decides them).
 func New(pool *pgxpool.Pool, svc *stock.Service, cfg Config) (*Queue, error) {
 	cfg = cfg.withDefaults()
-	q := &Queue{pool: pool, accepted: stockpg.NewAccepted(pool), svc: svc, cfg: cfg}
+	q := &Queue{pool: pool, accepted: stockpg.NewAccepted(pool, stockpg.Reasons{SoldOut: string(ReasonSoldOut), Internal: string(ReasonInternal)}), svc: svc, cfg: cfg}
 	q.acceptor.q, q.acceptor.limit = q, cfg.AcceptQueue
 	q.metrics = newMetrics(cfg.Registerer, q.pendingCount, q.oldestPending)
 	workers := river.NewWorkers()

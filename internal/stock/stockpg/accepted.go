@@ -68,11 +68,11 @@ ON CONFLICT (key) DO NOTHING`
 
 // copyDecisionsSQL copies each order's decision — its key's record — into the order, once, and
 // returns the orders it decided with how long each waited (on Postgres's clock, the same one
-// that stamped its acceptance).
+// that stamped its acceptance). A refusal's reason is $3 (Reasons.SoldOut).
 const copyDecisionsSQL = `
 UPDATE async_orders a
    SET status = CASE k.outcome WHEN 'confirmed' THEN 'confirmed' ELSE 'rejected' END,
-       reason = CASE k.outcome WHEN 'confirmed' THEN NULL ELSE 'sold-out' END,
+       reason = CASE k.outcome WHEN 'confirmed' THEN NULL ELSE $3::text END,
        rejected_product = k.product_id, requested = k.requested, available = k.available,
        decided_at = greatest(k.created_at, a.accepted_at)
   FROM idempotency_keys k
@@ -87,15 +87,15 @@ UPDATE async_orders
  WHERE id = $1 AND status = 'pending'
 RETURNING extract(epoch FROM decided_at - accepted_at)::float8`
 
-// failSQL counts a failed attempt to decide an order, and rejects it (reason internal) at the
-// attempt that reaches the cap ($2). An order whose decision is a record after all is left to
+// failSQL counts a failed attempt to decide an order, and rejects it (reason $5,
+// Reasons.Internal) at the attempt that reaches the cap ($2). An order whose decision is a record after all is left to
 // be copied: the record is the truth. The error is kept for operators.
 const failSQL = `
 UPDATE async_orders a
    SET attempts = a.attempts + 1,
        last_error = left($3, 2000),
        status = CASE WHEN a.attempts + 1 >= $2 THEN 'rejected' ELSE 'pending' END,
-       reason = CASE WHEN a.attempts + 1 >= $2 THEN 'internal' END,
+       reason = CASE WHEN a.attempts + 1 >= $2 THEN $5::text END,
        decided_at = CASE WHEN a.attempts + 1 >= $2 THEN greatest(now(), a.accepted_at) END
  WHERE a.id = $1 AND a.status = 'pending'
    AND NOT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.key = $4)
@@ -176,11 +176,22 @@ const unlockLineSQL = `SELECT pg_advisory_unlock($1::bigint), set_config('idle_s
 
 // Accepted is the store of orders accepted for later.
 type Accepted struct {
-	pool *pgxpool.Pool
+	pool    *pgxpool.Pool
+	reasons Reasons
 }
 
-// NewAccepted returns the store of orders accepted for later over pool.
-func NewAccepted(pool *pgxpool.Pool) *Accepted { return &Accepted{pool: pool} }
+// Reasons are the values async_orders.reason takes for the two rejections this store decides
+// itself: the caller's vocabulary (package async's Reason), which the store writes and reads
+// back without knowing what they mean.
+type Reasons struct {
+	SoldOut  string // not enough stock when the order's turn came (its record is a refusal)
+	Internal string // deciding the order failed too many times (Fail)
+}
+
+// NewAccepted returns the store of orders accepted for later over pool, rejecting with reasons.
+func NewAccepted(pool *pgxpool.Pool, reasons Reasons) *Accepted {
+	return &Accepted{pool: pool, reasons: reasons}
+}
 
 // queueError classifies a failure of the queue's statements: any but the caller's own
 // cancellation leaves the orders pending, to be tried again, so it is ErrUnavailable.
@@ -403,8 +414,6 @@ const (
 	StatusPending   = "pending"
 	StatusConfirmed = stock.OrderStatusConfirmed
 	StatusRejected  = "rejected"
-	// ReasonSoldOut is the reason of a rejection for want of stock (copyDecisionsSQL writes it).
-	ReasonSoldOut = "sold-out"
 )
 
 // AcceptedOrder is an order accepted for later, as its row and, while the row says pending,
@@ -458,7 +467,7 @@ func (s *Accepted) Order(ctx context.Context, id uuid.UUID) (AcceptedOrder, erro
 			o.Status = StatusConfirmed
 		} else {
 			o.Status = StatusRejected
-			o.Reason, o.ProductID, o.Requested, o.Available = ReasonSoldOut, deref(kProduct), deref(kRequested), deref(kAvailable)
+			o.Reason, o.ProductID, o.Requested, o.Available = s.reasons.SoldOut, deref(kProduct), deref(kRequested), deref(kAvailable)
 		}
 	}
 	return o, nil
@@ -501,7 +510,7 @@ func (s *Accepted) Record(ctx context.Context, orders []PendingOrder, decisions 
 		if len(keys) > 0 {
 			b.Queue(storeRefusalsSQL, keys, fingerprints, outcomes, products, requested, available)
 		}
-		b.Queue(copyDecisionsSQL, ids, stock.AcceptedKeyPrefix).
+		b.Queue(copyDecisionsSQL, ids, stock.AcceptedKeyPrefix, s.reasons.SoldOut).
 			Query(func(rows pgx.Rows) error {
 				var d Decided
 				var secs float64
@@ -543,7 +552,7 @@ type Failure struct {
 func (s *Accepted) Fail(ctx context.Context, id uuid.UUID, maxAttempts int, cause string) (Failure, error) {
 	var f Failure
 	var secs float64
-	err := s.pool.QueryRow(ctx, failSQL, id, maxAttempts, cause, stock.AcceptedKey(id)).Scan(&f.Status, &f.Attempts, &secs)
+	err := s.pool.QueryRow(ctx, failSQL, id, maxAttempts, cause, stock.AcceptedKey(id), s.reasons.Internal).Scan(&f.Status, &f.Attempts, &secs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Failure{}, nil
 	}
