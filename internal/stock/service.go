@@ -403,10 +403,11 @@ func (s *Service) decideQueued(q *productQueue, tickets []*ticket) []outcome {
 
 // decide decides tickets, which all want the products ids (ascending), and returns an outcome
 // per ticket; an outcome that needsLookup is for the caller to settle with replayStored, once
-// the batch's lock is released (the batcher does it beside its next batch). When the hint says so (or there is none) it first reads the stock without the
-// lock: a batch that would sell nothing — products missing, too little stock, replays — is
-// answered from that read, which is true at the moment it was made, without locking.
-// Everything that sells is decided under the products' locks.
+// the batch's lock is released (the batcher does it beside its next batch). When the hint says
+// so (or there is none) it first reads the stock without the lock: a batch that would sell
+// nothing — products missing, too little stock, replays — is answered from that read, which is
+// true at the moment it was made, without locking. Everything that sells is decided under the
+// products' locks.
 func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h *hint) []outcome {
 	start := time.Now()
 	if h.worthLooking(tickets) {
@@ -495,10 +496,12 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 	var refusedWrite Write
 	noted, useNote := notedLevel(ids, g)
 	for conflicts := 0; ; {
-		snap := Snapshot{Levels: map[int64]Level{ids[0]: noted}}
+		var snap Snapshot
 		fromNote := useNote
 		useNote = false // any further pass reads
-		if !fromNote {
+		if fromNote {
+			snap = Snapshot{Levels: map[int64]Level{ids[0]: noted}}
+		} else {
 			var err error
 			if snap, err = s.store.Snapshot(ctx, ids, keys); err != nil {
 				return settled{}, err
@@ -527,7 +530,7 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 		}
 		c, werr := s.store.Commit(ctx, a.write)
 		if werr == nil {
-			return s.committed(ids, tickets, g, snap, a, c), nil
+			return settleCommitted(ids, tickets, g, snap, a, c), nil
 		}
 		if !errors.Is(werr, ErrConflict) {
 			return settled{}, werr
@@ -553,11 +556,11 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 	}
 }
 
-// committed settles a batch whose write committed: the orders left out because another request
-// stored their key first are answered from the records the write found (or read once the lock
-// is released), the rest carry the write's time, and the level the write left is noted for the
-// next holder.
-func (s *Service) committed(ids []int64, tickets []*ticket, g *Grant, snap Snapshot, a allocation, c Committed) settled {
+// settleCommitted settles a batch whose write committed: the orders left out because another
+// request stored their key first are answered from the records the write found (or read once
+// the lock is released), the rest carry the write's time, and the level the write left is
+// noted for the next holder.
+func settleCommitted(ids []int64, tickets []*ticket, g *Grant, snap Snapshot, a allocation, c Committed) settled {
 	w := a.write
 	if len(c.Skipped) > 0 {
 		w = w.Without(c.Skipped)
@@ -574,7 +577,7 @@ func (s *Service) committed(ids []int64, tickets []*ticket, g *Grant, snap Snaps
 
 // notedLevel returns the level the last holder noted for a batch of one product. The store's
 // version check refuses a write decided from a stale one (a demonstration store without that
-// check is given no notes: demo.WithoutNotes).
+// check comes with a locker that gives no notes: demo.Parts).
 func notedLevel(ids []int64, g *Grant) (Level, bool) {
 	if len(ids) != 1 {
 		return Level{}, false
@@ -602,7 +605,7 @@ func leaveLevel(g *Grant, ids []int64, snap Snapshot, w Write) {
 // tellViews keeps the views current with a committed write. The store's version check means
 // the write applied to exactly the row it was decided from, so the level it left is known
 // without a read. (A demonstration store without that check comes with views that ignore this
-// and learn of the purchase when their TTL makes them read again: demo.Views.)
+// and learn of the purchase when their TTL makes them read again: demo.Parts.)
 func (s *Service) tellViews(w Write, at time.Time) {
 	if s.cfg.Views == nil {
 		return
