@@ -109,7 +109,7 @@ func (q *fakeQueue) Place(ctx context.Context, req stock.OrderRequest) (async.Ac
 	if err != nil {
 		return async.Acceptance{}, err
 	}
-	if err := q.svc.SoldOutNow(ctx, p); err != nil {
+	if err := q.svc.RefusedNow(ctx, p); err != nil {
 		return async.Acceptance{}, err
 	}
 	for _, it := range p.Items {
