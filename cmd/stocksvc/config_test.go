@@ -203,6 +203,7 @@ func TestLoadConfigEnvironmentOverrides(t *testing.T) {
 		IdempotencyTTL: 48 * time.Hour,
 		Defense:        "version,guard",
 		DemoUnsafe:     true,
+		RuleChecks:     "on",
 		LogFormat:      "text",
 		LogLevel:       "warn",
 		defense:        stock.Defense{Version: true, Guard: true, Check: true},
