@@ -60,6 +60,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		IdempotencyTTL: 24 * time.Hour,
 		Defense:        "lock,version,guard",
 		DemoUnsafe:     false,
+		RuleChecks:     "on",
 		LogFormat:      "json",
 		LogLevel:       "info",
 		defense:        stock.DefaultDefense(),

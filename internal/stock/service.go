@@ -118,7 +118,7 @@ type Service struct {
 	// customers remembers what customers bought of products with a limit (limits.go).
 	customers customerMemory
 	listings  listings
-	audits  *semaphore.Weighted
+	audits    *semaphore.Weighted
 	// afterRead, when set, runs between a batch's read and its write, with the number of
 	// orders in the batch. Tests use it to open the race window at will.
 	afterRead func(ctx context.Context, orders int)
