@@ -22,19 +22,19 @@ UPDATE products
  WHERE id = $1
 RETURNING ` + productColumns
 
-// recountLimitSQL counts again, from the orders, what each customer bought of product $1, whose
+// forgetCountsSQL and recountLimitSQL count again, from the orders, what each customer bought of product $1, whose
 // limit is now $2: customer_purchases is kept only while a product has a limit, so a limit set
 // (or changed) starts from the truth. A customer already above the new limit keeps what they
 // have (max_units is their count) and can buy no more.
-const recountLimitSQL = `
-WITH gone AS (
-  DELETE FROM customer_purchases WHERE product_id = $1
-)
+const (
+	forgetCountsSQL = `DELETE FROM customer_purchases WHERE product_id = $1`
+	recountLimitSQL = `
 INSERT INTO customer_purchases (product_id, customer_id, bought, max_units)
 SELECT $1, o.customer_id, sum(i.quantity), greatest($2::bigint, sum(i.quantity))
   FROM order_items i JOIN orders o ON o.id = i.order_id
  WHERE i.product_id = $1
  GROUP BY o.customer_id`
+)
 
 // UpdateSale implements Store, in one transaction: the rules and, when a limit is set, the
 // counts it is checked against.
@@ -55,6 +55,9 @@ func (s *Store) UpdateSale(ctx context.Context, id int64, c stock.SaleChange) (s
 		}
 		if c.MaxPerCustomer == nil {
 			return nil
+		}
+		if _, err := tx.Exec(ctx, forgetCountsSQL, id); err != nil {
+			return dbError("forget what customers bought", err)
 		}
 		if _, err := tx.Exec(ctx, recountLimitSQL, id, p.MaxPerCustomer); err != nil {
 			return dbError("count what customers bought", err)
