@@ -74,6 +74,9 @@ var (
 	ErrWrongIssuer = fmt.Errorf("%w: wrong issuer", ErrInvalidToken)
 	// ErrWrongAudience: the configured audience is not among the token's aud.
 	ErrWrongAudience = fmt.Errorf("%w: wrong audience", ErrInvalidToken)
+	// ErrKeysUnavailable: the keys could not be had (a JWKS URL never fetched): the
+	// credential was not judged, and the request may be retried. Not ErrUnauthenticated.
+	ErrKeysUnavailable = errors.New("identity: keys unavailable")
 	// ErrInvalidCustomer: the customer named (a token's sub, a gateway's header) is empty or
 	// breaks the rules of a customer id (stock.ValidateCustomerID).
 	ErrInvalidCustomer = fmt.Errorf("%w: invalid customer", ErrInvalidToken)

@@ -150,7 +150,8 @@ func (v *Verifier) Close() error { return v.keys.close() }
 // Verify returns the customer a token names: its subject, once everything Verifier's doc lists
 // holds. Errors (each also ErrInvalidToken and ErrUnauthenticated): ErrMalformed,
 // ErrUnknownKey, ErrBadSignature, ErrExpired, ErrNotYetValid, ErrWrongIssuer,
-// ErrWrongAudience, ErrInvalidCustomer; ErrNoCredential for an empty token.
+// ErrWrongAudience, ErrInvalidCustomer; ErrNoCredential for an empty token;
+// ErrKeysUnavailable when the keys could not be had (not a judgement of the token).
 func (v *Verifier) Verify(ctx context.Context, token string) (string, error) {
 	switch {
 	case token == "":
@@ -171,13 +172,13 @@ func (v *Verifier) Verify(ctx context.Context, token string) (string, error) {
 	}
 	set, err := v.keys.current(ctx)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w: %w", ErrKeysUnavailable, err)
 	}
 	if _, ok := set.LookupKeyID(kid); !ok {
 		// A key the issuer has just started signing with: look again (rate-limited) before
 		// turning the customer away.
 		if set, err = v.keys.lookAgain(ctx); err != nil {
-			return "", err
+			return "", fmt.Errorf("%w: %w", ErrKeysUnavailable, err)
 		}
 		if _, ok := set.LookupKeyID(kid); !ok {
 			return "", fmt.Errorf("%w: kid %q", ErrUnknownKey, kid)
