@@ -5,14 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stocksvc/stocksvc/internal/testenv"
+	"github.com/stocksvc/stocksvc/migrations"
 )
 
 // migrateCmd runs "stocksvc migrate args..." against databaseURL, as a script would (no
@@ -73,11 +76,40 @@ func hasSchema(t *testing.T, databaseURL string) bool {
 	return hasTable(t, databaseURL, "products")
 }
 
-const (
+// The service's migration versions, ascending, as embedded: the tests count steps and name
+// versions from them, so that a new migration changes none of them.
+var (
+	versions    = migrationVersions()
+	applied     = len(versions)
 	noneApplied = "no migrations applied\n"
 	atVersion1  = "version 1 (dirty: false)\n"
-	atLatest    = "version 5 (dirty: false)\n"
+	atLatest    = fmt.Sprintf("version %d (dirty: false)\n", versions[applied-1])
+	upDone      = "migrate up: done, " + atLatest
 )
+
+// migrationVersions reads the versions of migrations.Files' up migrations.
+func migrationVersions() []uint {
+	entries, err := fs.Glob(migrations.Files, "*.up.sql")
+	if err != nil || len(entries) == 0 {
+		panic(fmt.Sprintf("no embedded migrations: %v", err))
+	}
+	var vs []uint
+	for _, name := range entries {
+		v, err := strconv.ParseUint(name[:strings.IndexByte(name, '_')], 10, 64)
+		if err != nil {
+			panic(fmt.Sprintf("migration %s: %v", name, err))
+		}
+		vs = append(vs, uint(v))
+	}
+	slices.Sort(vs)
+	return vs
+}
+
+// downTo is what migrate down prints when it leaves the schema at version v.
+func downTo(v uint) string { return fmt.Sprintf("migrate down: done, version %d (dirty: false)\n", v) }
+
+// stepsTo is how many migrations down N must roll back for version v to be the last undone.
+func stepsTo(v uint) int { return applied - slices.Index(versions, v) }
 
 func TestMigrateUpVersionDown(t *testing.T) {
 	t.Parallel()
@@ -89,23 +121,22 @@ func TestMigrateUpVersionDown(t *testing.T) {
 		t.Fatalf("a new empty database already has the schema")
 	}
 
-	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, upDone, "up")
 	if !hasSchema(t, db.URL) {
 		t.Fatalf("no products table after migrate up")
 	}
 	mustMigrate(t, db.URL, atLatest, "version")
 	// Nothing left to apply is success, not an error.
-	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, upDone, "up")
 
 	if !hasTable(t, db.URL, "river_job") {
 		t.Errorf("no river_job table after migrate up: River's migrations were not applied")
 	}
 
 	// One step back at a time.
-	mustMigrate(t, db.URL, "migrate down: done, version 4 (dirty: false)\n", "down", "1")
-	mustMigrate(t, db.URL, "migrate down: done, version 3 (dirty: false)\n", "down", "1")
-	mustMigrate(t, db.URL, "migrate down: done, version 2 (dirty: false)\n", "down", "1")
-	mustMigrate(t, db.URL, "migrate down: done, version 1 (dirty: false)\n", "down", "1")
+	for i := applied - 2; i >= 0; i-- {
+		mustMigrate(t, db.URL, downTo(versions[i]), "down", "1")
+	}
 	mustMigrate(t, db.URL, atVersion1, "version")
 	if !hasSchema(t, db.URL) {
 		t.Errorf("products table gone after migrate down 1 from version 2")
@@ -122,8 +153,8 @@ func TestMigrateUpVersionDown(t *testing.T) {
 
 	// down N and down all. More steps than were applied rolls back what there is, and asks
 	// for the same confirmation as down all (TestMigrateDownEverythingConfirmation).
-	for _, down := range [][]string{{"down", "5", "-force"}, {"down", "all", "-force"}, {"down", "-force", "all"}, {"down", "-force", "6"}} {
-		mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+	for _, down := range [][]string{{"down", strconv.Itoa(applied), "-force"}, {"down", "all", "-force"}, {"down", "-force", "all"}, {"down", "-force", strconv.Itoa(applied + 1)}} {
+		mustMigrate(t, db.URL, upDone, "up")
 		mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", down...)
 		mustMigrate(t, db.URL, noneApplied, "version")
 		if hasSchema(t, db.URL) {
@@ -143,7 +174,7 @@ func TestMigrateUpVersionDown(t *testing.T) {
 func TestMigrateCreatesMissingDatabase(t *testing.T) {
 	t.Parallel()
 	db := newScratchDatabase(t)
-	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, upDone, "up")
 	if !db.exists(t) {
 		t.Fatalf("database %s not created", db.Name)
 	}
@@ -223,7 +254,7 @@ func TestMigrateKeywordValueSettings(t *testing.T) {
 	}
 	password, _ := u.User.Password()
 	kv := fmt.Sprintf("host=%s port=%s user=%s password='%s' dbname=%s sslmode=disable", u.Hostname(), u.Port(), u.User.Username(), password, db.Name)
-	mustMigrate(t, kv, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, kv, upDone, "up")
 	if !hasSchema(t, db.URL) {
 		t.Fatalf("no products table after migrate up with key=value settings")
 	}
@@ -236,7 +267,7 @@ func TestMigrateDownAllConfirmation(t *testing.T) {
 	t.Parallel()
 	db := newScratchDatabase(t)
 	db.create(t)
-	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, upDone, "up")
 
 	tests := []struct {
 		name     string
@@ -289,13 +320,14 @@ func TestMigrateDownEverythingConfirmation(t *testing.T) {
 	t.Parallel()
 	db := newScratchDatabase(t)
 	db.create(t)
-	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, upDone, "up")
 
-	for _, n := range []string{"5", "9"} {
+	all := strconv.Itoa(applied)
+	for _, n := range []string{all, strconv.Itoa(applied + 4)} {
 		var stdout, stderr bytes.Buffer
 		err := migrateWith(t, db.URL, stdio{stdout: &stdout, stderr: &stderr}, "down", n)
-		if !errors.Is(err, errNotConfirmed) || !strings.Contains(err.Error(), "rolls back all 5 applied migrations") {
-			t.Errorf("migrate down %s from a script = %v, want it refused as not confirmed, saying it rolls back all 5", n, err)
+		if !errors.Is(err, errNotConfirmed) || !strings.Contains(err.Error(), "rolls back all "+all+" applied migrations") {
+			t.Errorf("migrate down %s from a script = %v, want it refused as not confirmed, saying it rolls back all %s", n, err, all)
 		}
 		err = migrateWith(t, db.URL, stdio{stdin: strings.NewReader("yes\n"), stdout: &stdout, stderr: &stderr, terminal: true}, "down", n)
 		if !errors.Is(err, errNotConfirmed) {
@@ -306,11 +338,11 @@ func TestMigrateDownEverythingConfirmation(t *testing.T) {
 		}
 	}
 	// Fewer than all: no question.
-	mustMigrate(t, db.URL, "migrate down: done, version 4 (dirty: false)\n", "down", "1")
-	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, downTo(versions[applied-2]), "down", "1")
+	mustMigrate(t, db.URL, upDone, "up")
 
 	var stdout, stderr bytes.Buffer
-	err := migrateWith(t, db.URL, stdio{stdin: strings.NewReader(db.Name + "\n"), stdout: &stdout, stderr: &stderr, terminal: true}, "down", "5")
+	err := migrateWith(t, db.URL, stdio{stdin: strings.NewReader(db.Name + "\n"), stdout: &stdout, stderr: &stderr, terminal: true}, "down", all)
 	if err != nil {
 		t.Fatalf("migrate down 5 confirmed at a terminal: %v", err)
 	}
@@ -320,8 +352,8 @@ func TestMigrateDownEverythingConfirmation(t *testing.T) {
 	if hasSchema(t, db.URL) {
 		t.Errorf("products table still there after a confirmed migrate down 5")
 	}
-	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
-	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down", "5", "-force")
+	mustMigrate(t, db.URL, upDone, "up")
+	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down", all, "-force")
 }
 
 // TestMigrateDownRefusesPendingOrders: rolling back the migration that holds the orders
@@ -343,7 +375,8 @@ func TestMigrateDownRefusesPendingOrders(t *testing.T) {
 	if err != nil {
 		t.Fatalf("accept an order: %v", err)
 	}
-	for _, args := range [][]string{{"down", "2"}, {"down", "4"}, {"down", "all", "-force"}, {"down", "9", "-force"}} {
+	reach := stepsTo(asyncOrdersMigration) // down this many rolls back the migration of async_orders
+	for _, args := range [][]string{{"down", strconv.Itoa(reach)}, {"down", strconv.Itoa(reach + 2)}, {"down", "all", "-force"}, {"down", strconv.Itoa(applied + 4), "-force"}} {
 		out, err := migrateCmd(t, url, args...)
 		if !errors.Is(err, errPendingOrders) || !strings.Contains(err.Error(), "with 1 pending orders") {
 			t.Errorf("migrate %q with a pending order = %v, want errPendingOrders naming one order", args, err)
@@ -356,13 +389,13 @@ func TestMigrateDownRefusesPendingOrders(t *testing.T) {
 		}
 	}
 	// Rollbacks that leave the table are not concerned.
-	mustMigrate(t, url, "migrate down: done, version 4 (dirty: false)\n", "down", "1")
-	mustMigrate(t, url, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, url, downTo(versions[applied-2]), "down", "1")
+	mustMigrate(t, url, upDone, "up")
 
 	if _, err := conn.Exec(t.Context(), `UPDATE async_orders SET status = 'rejected', reason = 'sold_out', decided_at = now() WHERE id = $1`, order); err != nil {
 		t.Fatalf("decide the order: %v", err)
 	}
-	mustMigrate(t, url, "migrate down: done, version 3 (dirty: false)\n", "down", "2")
+	mustMigrate(t, url, downTo(versions[slices.Index(versions, asyncOrdersMigration)-1]), "down", strconv.Itoa(reach))
 }
 
 // TestMigrateUpConcurrently: replicas started together migrate the same empty database at
