@@ -92,7 +92,9 @@ func badRequest(code, detail string) error { return &requestError{code: code, de
 // problemFor maps an error to the problem the client sees. It is the only place where errors
 // become statuses and codes, and it reads an error in this order, the first match winning:
 //
-//  1. what the transport found before the service was called (malformed JSON, ...);
+//  1. what the transport found before the service was called (a customer credential missing
+//     or refused: 401 unauthenticated; malformed JSON, a customer_id that is not the
+//     verified customer's, ...);
 //  2. the request's own outcome: invalid input, sold out, product or order not found,
 //     duplicate SKU, idempotency key reused;
 //  3. unavailable (503) — a dependency down or slow, a deadline, or a write whose outcome is
