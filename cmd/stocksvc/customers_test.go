@@ -39,11 +39,11 @@ func TestCheckCustomerAuth(t *testing.T) {
 		want []string // nothing: accepted
 	}{
 		{"token with a file", full, nil},
-		{"token with a URL", with(map[string]string{"STOCKSVC_JWKS_FILE": "", "STOCKSVC_JWKS_URL": "https://id.test/jwks"}), nil},
+		{"token with a URL", with(map[string]string{"STOCKSVC_JWKS_FILE": "", "STOCKSVC_JWKS_URL": "http://127.0.0.1:1/jwks"}), nil},
 		{"token without anything", nil, []string{"STOCKSVC_JWT_ISSUER", "STOCKSVC_JWT_AUDIENCE", "STOCKSVC_JWKS_FILE or STOCKSVC_JWKS_URL"}},
 		{"token without an issuer", with(map[string]string{"STOCKSVC_JWT_ISSUER": ""}), []string{"STOCKSVC_JWT_ISSUER: required"}},
 		{"token without an audience", with(map[string]string{"STOCKSVC_JWT_AUDIENCE": ""}), []string{"STOCKSVC_JWT_AUDIENCE: required"}},
-		{"token with a file and a URL", with(map[string]string{"STOCKSVC_JWKS_URL": "https://id.test/jwks"}), []string{"both are set"}},
+		{"token with a file and a URL", with(map[string]string{"STOCKSVC_JWKS_URL": "http://127.0.0.1:1/jwks"}), []string{"both are set"}},
 		{"gateway needs no keys", map[string]string{"STOCKSVC_CUSTOMER_AUTH": "gateway"}, nil},
 		{"body needs no keys", map[string]string{"STOCKSVC_CUSTOMER_AUTH": "body"}, nil},
 	}
