@@ -781,18 +781,14 @@ func failAll(n int, err error) []outcome {
 // validateOrder checks req against the rules and returns its items sorted by product id: the
 // order in which rows are written, so that concurrent carts never deadlock in Postgres.
 func (s *Service) validateOrder(req OrderRequest) ([]Item, error) {
+	if err := ValidateCustomerID(req.CustomerID); err != nil {
+		return nil, err
+	}
 	switch {
-	case strings.TrimSpace(req.CustomerID) == "":
-		return nil, &ValidationError{Field: "customer_id", Reason: "must not be empty"}
-	case utf8.RuneCountInString(req.CustomerID) > MaxCustomerIDLen:
-		return nil, &ValidationError{Field: "customer_id", Reason: fmt.Sprintf("must be at most %d characters", MaxCustomerIDLen)}
 	case len(req.Items) == 0:
 		return nil, &ValidationError{Field: "items", Reason: "must not be empty"}
 	case len(req.Items) > MaxItems:
 		return nil, &ValidationError{Field: "items", Reason: fmt.Sprintf("must have at most %d entries", MaxItems)}
-	}
-	if err := plainText("customer_id", req.CustomerID); err != nil {
-		return nil, err
 	}
 	if err := validKey(req.IdempotencyKey); err != nil {
 		return nil, err
