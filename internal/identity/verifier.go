@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
+	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/lestrrat-go/jwx/v3/jws"
 	"github.com/lestrrat-go/jwx/v3/jwt"
 )
@@ -119,7 +121,25 @@ var ErrConfig = errors.New("identity: bad verifier configuration")
 type Verifier struct {
 	cfg  Config
 	keys keySource
+
+	// verified remembers the tokens already verified, so that a customer who sends the same
+	// token again — the crowd before an opening, retrying — costs a map lookup rather than a
+	// signature check. An entry holds while its token has not expired and the keys are the
+	// ones it was verified with (a rotation that drops a key drops its tokens at once).
+	mu       sync.RWMutex
+	verified map[string]verifiedToken
 }
+
+// verifiedToken is what Verify found of a token: its subject and expiry, and the key set that
+// verified it.
+type verifiedToken struct {
+	sub  string
+	exp  time.Time
+	keys jwk.Set
+}
+
+// maxVerified bounds the tokens remembered; past it the memory starts again, empty.
+const maxVerified = 100_000
 
 // NewVerifier reads the keys (the file, or a first fetch of the URL bounded by ctx) and
 // returns a Verifier over them. Errors: ErrConfig; a failure to read, fetch or parse the keys.
@@ -158,6 +178,9 @@ func (v *Verifier) Verify(ctx context.Context, token string) (string, error) {
 		return "", ErrNoCredential
 	case len(token) > MaxTokenLen:
 		return "", fmt.Errorf("%w: longer than %d bytes", ErrMalformed, MaxTokenLen)
+	}
+	if sub, ok := v.remembered(ctx, token); ok {
+		return sub, nil
 	}
 	msg, err := jws.Parse([]byte(token), jws.WithCompact())
 	if err != nil {
@@ -202,7 +225,33 @@ func (v *Verifier) Verify(ctx context.Context, token string) (string, error) {
 	if err := CheckCustomer(sub); err != nil {
 		return "", fmt.Errorf("token subject: %w", err)
 	}
+	exp, _ := tok.Expiration() // required, and checked above
+	v.remember(token, verifiedToken{sub: sub, exp: exp, keys: set})
 	return sub, nil
+}
+
+// remembered returns the subject of token when it was verified before, with the keys still
+// current, and has not expired since (with the leeway, as when it was verified).
+func (v *Verifier) remembered(ctx context.Context, token string) (string, bool) {
+	v.mu.RLock()
+	e, ok := v.verified[token]
+	v.mu.RUnlock()
+	if !ok || !v.cfg.Now().Before(e.exp.Add(v.cfg.Leeway)) {
+		return "", false
+	}
+	if set, err := v.keys.current(ctx); err != nil || set != e.keys {
+		return "", false
+	}
+	return e.sub, true
+}
+
+func (v *Verifier) remember(token string, e verifiedToken) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.verified == nil || len(v.verified) >= maxVerified {
+		v.verified = make(map[string]verifiedToken)
+	}
+	v.verified[token] = e
 }
 
 // refusal turns jwx's reason for refusing a token into this package's sentinel for it.

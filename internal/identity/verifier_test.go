@@ -204,6 +204,32 @@ func TestRotationThroughTheFile(t *testing.T) {
 	}
 }
 
+// TestVerifiedTokenStillExpires: a token verified once is answered again without a signature
+// check, but never past its expiry.
+func TestVerifiedTokenStillExpires(t *testing.T) {
+	t.Parallel()
+	is := newIssuer(t)
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	v, _ := fileVerifier(t, is, func(c *identity.Config) {
+		c.Now = func() time.Time { return time.Unix(0, now.Load()) }
+		c.Leeway = 0
+	})
+	tok, err := is.Token("dana", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if got, err := v.Verify(context.Background(), tok); err != nil || got != "dana" {
+			t.Fatalf("verify: %q, %v; want dana", got, err)
+		}
+	}
+	now.Add(int64(2 * time.Minute))
+	if _, err := v.Verify(context.Background(), tok); !errors.Is(err, identity.ErrExpired) {
+		t.Errorf("a verified token after its expiry: %v, want ErrExpired", err)
+	}
+}
+
 // TestBrokenFileKeepsTheKeys: a JWKS file rewritten with garbage leaves the keys as they were,
 // and the failure is reported.
 func TestBrokenFileKeepsTheKeys(t *testing.T) {
