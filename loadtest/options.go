@@ -93,6 +93,7 @@ type flagValues struct {
 	checkTimeout    time.Duration
 	readSlack       time.Duration
 	looseSoldOut    bool
+	rules           bool
 	recheck         string
 	redlock         int
 	flood           benchmarks.FloodOptions
@@ -145,6 +146,7 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.StringVar(&o.recheck, "recheck", "", "check a drill's saved history.json again (with -read-slack, -loose-sold-out, -check-timeout) and exit")
 	fs.IntVar(&o.redlock, "redlock", 0, "run the sale or drills with STOCKSVC_REDIS_MODE=redlock over this many redis-servers of the run's own, on free loopback ports (0: the one Redis of -redis-url)")
 	fs.BoolVar(&o.looseSoldOut, "loose-sold-out", false, "a sold-out answer's available need not equal the stock when it took effect (only be short)")
+	fs.BoolVar(&o.rules, "rules", true, "in drills, a third product has a sale window and a limit per customer (issue #20); false: the same product and orders without them, for comparison")
 	o.flood.Register(fs)
 	o.replays.Register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -219,7 +221,7 @@ func (f flagValues) options() options {
 			PauseAfter: f.pauseAfter, PauseFor: f.pauseFor, Seed: f.seed},
 		drills: faults.DrillOptions{Fault: f.fault, Runs: f.runs, Seed: f.seed, Rate: f.drillRate, LockTTL: f.lockTTL,
 			ClientTimeout: f.clientTimeout, CheckTimeout: f.checkTimeout, ReadSlack: f.readSlack, LooseSoldOut: f.looseSoldOut,
-			Recheck: f.recheck},
+			Recheck: f.recheck, NoRules: !f.rules},
 		flood:   f.flood,
 		replays: f.replays,
 	}

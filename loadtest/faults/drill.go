@@ -38,6 +38,11 @@ type drillPlan struct {
 	model         model.Options
 	direct        bool          // clients talk to the replicas in turn, no balancer (tests)
 	warmup, tail  time.Duration // selling before the fault, and after it healed
+	// rules adds a third product with a sale window and a limit per customer (issue #20),
+	// ordered by customers who come back; off, the same product and orders have no rules.
+	rules bool
+	// windowSlack widens the window's moments in the model (model.HistoryOptions).
+	windowSlack time.Duration
 }
 
 // drillEnv is one run's world: its deployment (database, Redis, replicas, balancer) and the
@@ -58,6 +63,8 @@ type drillEnv struct {
 	rdProxy *tcpProxy // between the victim and Redis
 	hot     int64
 	scarce  int64
+	limited int64        // the product with sale rules
+	regular atomic.Int64 // orders of the limited product so far: its customers grow with them
 
 	mu     sync.Mutex
 	events []event // what the fault did, when
@@ -272,7 +279,11 @@ func (l *load) run(ctx context.Context) {
 // Porcupine's search explode (it took longer than five minutes on one such history).
 func (l *load) one(ctx context.Context) {
 	d := l.d
-	roll := d.rng.intN(100)
+	rolls := 100
+	if d.limited != 0 {
+		rolls = 120 // a fifth more: orders of the limited product
+	}
+	roll := d.rng.intN(rolls)
 	if roll >= 75 && roll < 88 && d.sc.buyers > 0 {
 		roll = 88
 	}
@@ -288,11 +299,42 @@ func (l *load) one(ctx context.Context) {
 			d.client.order(ctx, d.scarce, int64(1+d.rng.intN(2)))
 		case roll < 88:
 			d.client.read(ctx, d.hot)
-		default:
+		case roll < 100:
 			d.client.read(ctx, d.scarce)
+		default:
+			d.client.orderAs(ctx, d.regularCustomer(), d.limited, int64(1+d.rng.intN(limitedLimit)))
 		}
 	})
 }
+
+// limitedLimit is the limited product's max_per_customer; orders are of 1 to limitedLimit
+// units, so that a customer's second order often exceeds it.
+const limitedLimit = 2
+
+// regularCustomer picks who orders the limited product: one of a set of customers that grows
+// by one every fourth order, so that some come back (and meet the limit) and new ones keep
+// arriving.
+func (d *drillEnv) regularCustomer() string {
+	n := 3 + int(d.regular.Add(1))/4
+	return fmt.Sprintf("%s-regular-%d", d.client.tag, d.rng.intN(n))
+}
+
+// createLimited creates the product with sale rules: it opens half the warm-up after its
+// creation (by the harness's clock, which Postgres shares: the service stores the moment,
+// Postgres's clock judges it), ends a second before the load would, and sells at most
+// limitedLimit units to a customer. With -rules=false it has none.
+func (d *drillEnv) createLimited(ctx context.Context) (int64, error) {
+	var rules saleRules
+	if d.plan.rules {
+		now := time.Now()
+		rules = saleRules{opens: now.Add(d.plan.warmup / 2), limit: limitedLimit,
+			ends: now.Add(d.plan.warmup + d.sc.expected + d.plan.tail - time.Second)}
+	}
+	return d.client.createSale(ctx, "LIMITED-"+rand.Text()[:6], limitedStock, rules)
+}
+
+// limitedStock outlasts what the limited product's customers may buy in any drill.
+const limitedStock = 100_000
 
 // restock restocks the scarce product every 400–800 ms and the hot one every 4 s, one
 // restock at a time, until ctx ends.
@@ -424,6 +466,10 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		out.err = err
 		return out
 	}
+	if d.limited, err = d.createLimited(ctx); err != nil {
+		out.err = err
+		return out
+	}
 	d.load = &load{d: d, maxOpen: 400}
 	d.load.setFactor(1)
 
@@ -434,6 +480,12 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 	d.rush(loadCtx, sc.buyers)
 	h.Printf("[%s] selling: %.0f operations/s, hot product %d units, scarce product 4 units; victim %s\n",
 		filepath.Base(d.dir), plan.rate, d.hotStock(), d.c.Replicas[d.victim].Name)
+	if plan.rules {
+		h.Printf("[%s] and %.0f orders/s of a product whose sale opens in %v, at most %d units a customer, by customers who come back\n",
+			filepath.Base(d.dir), plan.rate/5, plan.warmup/2, limitedLimit)
+	} else {
+		h.Printf("[%s] and %.0f orders/s of a product without rules (-rules=false), by customers who come back\n", filepath.Base(d.dir), plan.rate/5)
+	}
 	if sc.buyers > 0 {
 		h.Printf("[%s] and %d closed-loop buyers of the hot product; replicas' lock wait %v\n", filepath.Base(d.dir), sc.buyers, d.lockWait())
 	}
@@ -491,6 +543,12 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		out.err = err
 		return out
 	}
+	rules, err := verdict.Rules(checkCtx, pool)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	out.invariants = append(out.invariants, rules...)
 	ops := d.rec.Snapshot()
 	keys, err := verdict.Keys(checkCtx, pool, ops, d.rec.Start)
 	if err != nil {
@@ -513,7 +571,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 			out.unknown++
 		}
 	}
-	final, err := verdict.FinalStock(checkCtx, pool, []int64{d.hot, d.scarce}, end)
+	final, err := verdict.FinalStock(checkCtx, pool, []int64{d.hot, d.scarce, d.limited}, end)
 	if err != nil {
 		out.err = err
 		return out
@@ -552,8 +610,8 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 // checkBoth checks the writes-only history and the one with reads.
 func checkBoth(plan drillPlan, ops []*model.Op, end time.Duration, annotations []porcupine.Annotation, dir string) (writes, reads model.CheckResult, err error) {
 	m := model.New(plan.model)
-	w := model.History(ops, model.HistoryOptions{End: end})
-	all := model.History(ops, model.HistoryOptions{Reads: true, ReadSlack: plan.readSlack, End: end})
+	w := model.History(ops, model.HistoryOptions{End: end, WindowSlack: plan.windowSlack})
+	all := model.History(ops, model.HistoryOptions{Reads: true, ReadSlack: plan.readSlack, End: end, WindowSlack: plan.windowSlack})
 	if writes, err = model.Check("orders+restocks", m, w, plan.checkTimeout, annotations, dir, "violation-writes.html"); err != nil {
 		return writes, reads, err
 	}
