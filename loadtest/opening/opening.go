@@ -228,6 +228,7 @@ type figures struct {
 	opens      time.Time
 	firstSale  time.Duration // from the opening to the first confirmed order's created_at; <0: none
 	perSecond  [5]int64      // confirmed orders whose created_at falls in each of the first five seconds
+	perTenth   [10]int64     // and in each tenth of the first second
 	sold       int64
 	stock      int64
 	soldOutAt  time.Duration // from the opening to the last unit's order; 0: not sold out
@@ -259,20 +260,23 @@ func measure(ctx context.Context, pool *pgxpool.Pool, product int64) (figures, e
 		f.soldOutAt = last.Sub(f.opens)
 	}
 	rows, _ := pool.Query(ctx, `
-		SELECT floor(extract(epoch FROM o.created_at - $2::timestamptz))::int AS s, count(*)
+		SELECT floor(10 * extract(epoch FROM o.created_at - $2::timestamptz))::int AS tenth, count(*)
 		  FROM orders o JOIN order_items i ON i.order_id = o.id
 		 WHERE i.product_id = $1 AND o.created_at >= $2 AND o.created_at < $2::timestamptz + interval '5 seconds'
-		 GROUP BY s`, product, f.opens)
-	var s int
+		 GROUP BY tenth`, product, f.opens)
+	var tenth int
 	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&s, &n}, func() error {
-		if s >= 0 && s < len(f.perSecond) {
-			f.perSecond[s] = n
+	_, err = pgx.ForEachRow(rows, []any{&tenth, &n}, func() error {
+		if tenth >= 0 && tenth < 10*len(f.perSecond) {
+			f.perSecond[tenth/10] += n
+		}
+		if tenth >= 0 && tenth < len(f.perTenth) {
+			f.perTenth[tenth] = n
 		}
 		return nil
 	})
 	if err != nil {
-		return f, fmt.Errorf("count orders by second: %w", err)
+		return f, fmt.Errorf("count orders by tenth of a second: %w", err)
 	}
 	return f, nil
 }
@@ -354,6 +358,11 @@ func (r result) String() string {
 		series = append(series, strconv.FormatInt(n, 10))
 	}
 	fmt.Fprintf(&b, "| confirmed orders in seconds 1–5 after the opening | %s |\n", strings.Join(series, ", "))
+	series = series[:0]
+	for _, n := range f.perTenth {
+		series = append(series, strconv.FormatInt(n, 10))
+	}
+	fmt.Fprintf(&b, "| confirmed orders in each 100 ms of the first second | %s |\n", strings.Join(series, ", "))
 	sold := fmt.Sprintf("not sold out (%d of %d)", f.sold, f.stock)
 	if f.soldOutAt > 0 {
 		sold = "+" + f.soldOutAt.Round(time.Millisecond).String()
