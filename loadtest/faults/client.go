@@ -487,6 +487,29 @@ func (c *drillClient) createSale(ctx context.Context, sku string, stock int64, r
 	return prod.ID, nil
 }
 
+// endSale ends product's sale now (an admin route; Postgres's clock dates the end) and records
+// it: the model's end of the window, somewhere within the request.
+func (c *drillClient) endSale(ctx context.Context, product int64) *model.Op {
+	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindClose, Product: product}}
+	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
+	header := map[string]string{"Idempotency-Key": uuid.NewString(), "Authorization": "Bearer " + c.token}
+	p.Invoke = c.rec.Now()
+	_, kind, unknown := c.write(ctx, p, func(ctx context.Context) answer {
+		return c.do(ctx, http.MethodPost, fmt.Sprintf("%s/v1/products/%d/sale/end", c.base(), product), nil, header)
+	}, http.StatusOK, false)
+	p.Return = c.rec.Now()
+	switch {
+	case kind == attemptDone:
+		p.Out = model.Output{Outcome: model.Confirmed}
+	case unknown:
+		p.Out = model.Output{Outcome: model.Unknown}
+	default:
+		p.Out = model.Output{Outcome: model.Refused}
+	}
+	c.rec.Add(p)
+	return p
+}
+
 // go runs f as one of the client's operations; wait waits for all of them.
 func (c *drillClient) goOp(f func()) {
 	c.inflight.Go(f)

@@ -321,14 +321,12 @@ func (d *drillEnv) regularCustomer() string {
 
 // createLimited creates the product with sale rules: it opens half the warm-up after its
 // creation (by the harness's clock, which Postgres shares: the service stores the moment,
-// Postgres's clock judges it), ends a second before the load would, and sells at most
-// limitedLimit units to a customer. With -rules=false it has none.
+// Postgres's clock judges it) and sells at most limitedLimit units to a customer; the drill
+// ends its sale halfway through the tail (endLimited). With -rules=false it has none.
 func (d *drillEnv) createLimited(ctx context.Context) (int64, error) {
 	var rules saleRules
 	if d.plan.rules {
-		now := time.Now()
-		rules = saleRules{opens: now.Add(d.plan.warmup / 2), limit: limitedLimit,
-			ends: now.Add(d.plan.warmup + d.sc.expected + d.plan.tail - time.Second)}
+		rules = saleRules{opens: time.Now().Add(d.plan.warmup / 2), limit: limitedLimit}
 	}
 	return d.client.createSale(ctx, "LIMITED-"+rand.Text()[:6], limitedStock, rules)
 }
@@ -481,8 +479,8 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 	h.Printf("[%s] selling: %.0f operations/s, hot product %d units, scarce product 4 units; victim %s\n",
 		filepath.Base(d.dir), plan.rate, d.hotStock(), d.c.Replicas[d.victim].Name)
 	if plan.rules {
-		h.Printf("[%s] and %.0f orders/s of a product whose sale opens in %v, at most %d units a customer, by customers who come back\n",
-			filepath.Base(d.dir), plan.rate/5, plan.warmup/2, limitedLimit)
+		h.Printf("[%s] and %.0f orders/s of a product whose sale opens in %v and is ended %v after the fault, at most %d units a customer, by customers who come back\n",
+			filepath.Base(d.dir), plan.rate/5, plan.warmup/2, plan.tail/2, limitedLimit)
 	} else {
 		h.Printf("[%s] and %.0f orders/s of a product without rules (-rules=false), by customers who come back\n", filepath.Base(d.dir), plan.rate/5)
 	}
@@ -499,7 +497,16 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 			d.faultWindow(faultStart)
 		}
 	}
-	if faultErr == nil {
+	if faultErr == nil && plan.rules {
+		// The limited product's sale ends early, by an admin, halfway through the tail: orders
+		// after it must be refused sale-ended, whichever replica answers.
+		if faultErr = clock.Sleep(ctx, plan.tail/2); faultErr == nil {
+			if end := d.client.endSale(context.WithoutCancel(ctx), d.limited); end.Out.Outcome != model.Confirmed {
+				d.fail("ending the limited product's sale: %s", end.DescribeAttempts())
+			}
+			faultErr = clock.Sleep(ctx, plan.tail-plan.tail/2)
+		}
+	} else if faultErr == nil {
 		faultErr = clock.Sleep(ctx, plan.tail)
 	}
 	stopLoad()

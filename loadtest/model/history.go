@@ -31,7 +31,8 @@ const (
 	KindRead
 	// KindOpen and KindClose are the moments a product's sale window opens and ends, by
 	// Postgres's clock: History adds them, as operations of their own, from the product's
-	// creation; no client makes them.
+	// creation. A client also makes a KindClose when it ends a sale early (POST
+	// /v1/products/{id}/sale/end), which Postgres's now() dates within the request.
 	KindOpen
 	KindClose
 )
@@ -244,9 +245,13 @@ func stepStock(o Options, s state, in Input, out Output) []any {
 			return []any{s}
 		}
 	case KindClose:
-		if s.phase != phaseEnded {
-			s.phase = phaseEnded
-			return []any{s}
+		ended := s
+		ended.phase = phaseEnded
+		switch out.Outcome {
+		case Confirmed:
+			return []any{ended}
+		case Unknown:
+			return []any{ended, s}
 		}
 	case KindOrder:
 		switch out.Outcome {
@@ -586,7 +591,7 @@ func (p *Op) DescribeAttempts() string {
 type CheckResult struct {
 	Name       string // "orders+restocks" or "with reads"
 	Ops        int
-	Partitions int
+	Partitions int // products, and customers of products with a limit
 	Concurrent int // the most operations open at once
 	Result     porcupine.CheckResult
 	Elapsed    time.Duration
@@ -600,7 +605,7 @@ type CheckResult struct {
 func (c CheckResult) String() string {
 	verdict := map[porcupine.CheckResult]string{porcupine.Ok: "linearizable", porcupine.Illegal: "NOT LINEARIZABLE",
 		porcupine.Unknown: "UNDECIDED (checker timed out)"}[c.Result]
-	s := fmt.Sprintf("%-16s %5d ops in %d products, at most %d open at once: %s (%.1fs)", c.Name, c.Ops, c.Partitions, c.Concurrent, verdict, c.Elapsed.Seconds())
+	s := fmt.Sprintf("%-16s %5d ops in %d partitions (products; customers of a limited one), at most %d open at once: %s (%.1fs)", c.Name, c.Ops, c.Partitions, c.Concurrent, verdict, c.Elapsed.Seconds())
 	if c.Visual != "" {
 		s += "; see " + c.Visual
 	}

@@ -143,6 +143,12 @@ func TestSaleRules(t *testing.T) {
 		{"sale-ended before the end", new(h).sale(1, 5, -1, 100, 0, 0, 1).by(1, "a", 1, Ended, 10, 20), 0, porcupine.Illegal},
 		{"sale-ended after the end", new(h).sale(1, 5, 50, 100, 0, 0, 1).by(1, "a", 1, NotOpen, 10, 20).by(1, "b", 2, Confirmed, 60, 70).
 			by(1, "c", 1, Ended, 110, 120).read(1, 3, 130, 140), 0, porcupine.Ok},
+		{"a sale ended early: sale-ended after the end, not before", new(h).sale(1, 5, -1, -1, 0, 0, 1).by(1, "a", 1, Confirmed, 10, 20).
+			add(1, KindClose, 0, Output{Outcome: Confirmed}, 30, 40).by(1, "b", 1, Ended, 50, 60).read(1, 4, 70, 80), 0, porcupine.Ok},
+		{"a sale ended early: confirmed after the end", new(h).sale(1, 5, -1, -1, 0, 0, 1).add(1, KindClose, 0, Output{Outcome: Confirmed}, 30, 40).
+			by(1, "b", 1, Confirmed, 50, 60), 0, porcupine.Illegal},
+		{"a sale ended early: sale-ended before the end", new(h).sale(1, 5, -1, -1, 0, 0, 1).by(1, "b", 1, Ended, 10, 20).
+			add(1, KindClose, 0, Output{Outcome: Confirmed}, 30, 40), 0, porcupine.Illegal},
 		{"two for a customer with a limit of one", new(h).sale(1, 5, -1, -1, 1, 0, 1).by(1, "a", 1, Confirmed, 10, 20).by(1, "a", 1, Confirmed, 15, 30),
 			0, porcupine.Illegal},
 		{"one each for two customers with a limit of one", new(h).sale(1, 5, -1, -1, 1, 0, 1).by(1, "a", 1, Confirmed, 10, 20).by(1, "b", 1, Confirmed, 15, 30),

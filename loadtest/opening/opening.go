@@ -41,6 +41,9 @@ type Options struct {
 	Lead      time.Duration // from the product's creation to the opening
 	Crowd     time.Duration // how long the crowd keeps buying after the opening
 	Greedy    int           // every Greedy-th customer sends Limit+2 orders at once (0: none)
+	// Skew, when not zero, runs the first replica's clock this far ahead (negative: behind)
+	// with STOCKSVC_CLOCK_SKEW (a demonstration setting): Postgres's clock must still decide.
+	Skew time.Duration
 }
 
 // Script is opening.js's file name, beside flashsale.js.
@@ -57,6 +60,7 @@ func (o *Options) Register(fs *flag.FlagSet, on *bool) {
 	fs.DurationVar(&o.Lead, "opening-lead", 12*time.Second, "in -opening, from the product's creation to the opening (the phases before it take 6 s, k6 needs some to start)")
 	fs.DurationVar(&o.Crowd, "opening-crowd", 10*time.Second, "in -opening, how long the crowd buys after the opening (whole seconds)")
 	fs.IntVar(&o.Greedy, "opening-greedy", 5, "in -opening, every n-th customer sends limit+2 orders at once (0: none)")
+	fs.DurationVar(&o.Skew, "opening-skew", 0, "in -opening, run the first replica's clock this far ahead (negative: behind), STOCKSVC_CLOCK_SKEW with STOCKSVC_DEMO_UNSAFE=1: nothing may sell before the opening all the same")
 }
 
 // Validate refuses -opening flags it cannot run with.
@@ -81,15 +85,21 @@ func Run(ctx context.Context, h *env.Harness, o Options) error {
 	}
 	database := fmt.Sprintf("stocksvc_load_%d_opening", time.Now().Unix())
 	h.Printf("[opening] starting %d replicas\n", h.Cluster.Replicas)
+	if o.Skew != 0 {
+		h.Printf("[opening] replica r1's clock runs %v off (STOCKSVC_CLOCK_SKEW)\n", o.Skew)
+	}
 	c, err := cluster.Start(ctx, cluster.Config{
 		Dir: dir, Binary: h.Binary, HAProxy: h.HAProxy, Replicas: h.Cluster.Replicas,
 		ServerURL: h.Cluster.DatabaseURL, Database: database,
 		RedisURL: h.Cluster.RedisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
 		Redlock: h.Cluster.Redlock, Keep: h.Cluster.Keep, Warnings: h.W,
-		Env: func(int) []string {
+		Env: func(i int) []string {
 			s := []string{"STOCKSVC_DEFENSE=" + h.Cluster.Defense, "STOCKSVC_LOCK_WAIT=" + h.Cluster.LockWait.String()}
 			if h.Cluster.Defense != env.DefaultDefense {
 				s = append(s, "STOCKSVC_DEMO_UNSAFE=1")
+			}
+			if i == 0 && o.Skew != 0 {
+				s = append(s, "STOCKSVC_CLOCK_SKEW="+o.Skew.String(), "STOCKSVC_DEMO_UNSAFE=1")
 			}
 			return s
 		},
@@ -336,6 +346,9 @@ func (r result) String() string {
 	var b strings.Builder
 	s, f := r.summary, r.fig
 	refusals, healthz := s.value("refusal_answers", "count")/phaseSeconds, s.value("healthz_answers", "count")/phaseSeconds
+	if r.o.Skew != 0 {
+		fmt.Fprintf(&b, "Replica r1's clock ran %v off (STOCKSVC_CLOCK_SKEW): Postgres's clock decides.\n\n", r.o.Skew)
+	}
 	fmt.Fprintf(&b, "The opening: %d replicas behind HAProxy; %d units, at most %d a customer; %d customers (every %d-th sends %d orders at once), %d buying at once from 1.5 s before the opening to %v after it; %d closed-loop clients in the refusal and healthz phases (%.0f s each).\n\n",
 		r.replicas, r.o.Stock, r.o.Limit, r.o.Customers, r.o.Greedy, r.o.Limit+2, r.o.CrowdVUs, r.o.Crowd, r.o.Closed, phaseSeconds)
 	b.WriteString("| figure | value |\n| --- | ---: |\n")
