@@ -47,6 +47,8 @@ type config struct {
 	IdempotencyTTL time.Duration
 	Defense        string
 	DemoUnsafe     bool
+	RuleChecks     string
+	ClockSkew      time.Duration
 	LogFormat      string
 	LogLevel       string
 	DebugAddr      string
@@ -118,6 +120,8 @@ func settings() []setting {
 			c.DemoUnsafe = v == "1" || strings.EqualFold(v, "true")
 			return nil
 		}, false},
+		{"STOCKSVC_RULE_CHECKS", "rule-checks", "on", "where the sale rules (window, limit per customer) are checked: on (this replica refuses at once and in each batch, Postgres behind it) or postgres-only (Postgres alone; needs STOCKSVC_DEMO_UNSAFE=1, demonstrations only)", str(func(c *config) *string { return &c.RuleChecks }), false},
+		{"STOCKSVC_CLOCK_SKEW", "clock-skew", "0s", "drills only (needs STOCKSVC_DEMO_UNSAFE=1): run this replica's clock this far ahead (negative: behind), to show that Postgres's clock decides when a sale opens", dur(func(c *config) *time.Duration { return &c.ClockSkew }), false},
 		{"STOCKSVC_LOG_FORMAT", "log-format", "json", "log format: json or text", str(func(c *config) *string { return &c.LogFormat }), false},
 		{"STOCKSVC_LOG_LEVEL", "log-level", "info", "log level: debug, info, warn or error", str(func(c *config) *string { return &c.LogLevel }), false},
 		{"STOCKSVC_DEBUG_ADDR", "debug-addr", "", "address of the Go profiler (net/http/pprof), on loopback only, e.g. 127.0.0.1:6060; empty turns it off", str(func(c *config) *string { return &c.DebugAddr }), false},
@@ -189,6 +193,18 @@ func (c *config) validate() error {
 		errs = append(errs, fmt.Errorf("STOCKSVC_DEFENSE: %w", err))
 	} else if c.defense != stock.DefaultDefense() && !c.DemoUnsafe {
 		errs = append(errs, fmt.Errorf("STOCKSVC_DEFENSE=%s can oversell or weaken the service; set STOCKSVC_DEMO_UNSAFE=1 to run it anyway", c.Defense))
+	}
+	switch c.RuleChecks {
+	case "on":
+	case "postgres-only":
+		if !c.DemoUnsafe {
+			errs = append(errs, errors.New("STOCKSVC_RULE_CHECKS=postgres-only refuses nothing before Postgres; set STOCKSVC_DEMO_UNSAFE=1 to run it anyway"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("STOCKSVC_RULE_CHECKS: %q is neither on nor postgres-only", c.RuleChecks))
+	}
+	if c.ClockSkew != 0 && !c.DemoUnsafe {
+		errs = append(errs, errors.New("STOCKSVC_CLOCK_SKEW makes this replica's clock wrong on purpose; set STOCKSVC_DEMO_UNSAFE=1 to run it anyway"))
 	}
 	if c.retry, err = parseRetry(c.LockRetry, c.LockMaxRetries); err != nil {
 		errs = append(errs, fmt.Errorf("STOCKSVC_LOCK_RETRY: %w", err))

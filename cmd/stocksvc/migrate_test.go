@@ -5,14 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stocksvc/stocksvc/internal/testenv"
+	"github.com/stocksvc/stocksvc/migrations"
 )
 
 // migrateCmd runs "stocksvc migrate args..." against databaseURL, as a script would (no
@@ -76,8 +79,9 @@ func hasSchema(t *testing.T, databaseURL string) bool {
 const (
 	noneApplied = "no migrations applied\n"
 	atVersion1  = "version 1 (dirty: false)\n"
-	atLatest    = "version 5 (dirty: false)\n"
 )
+
+var atLatest = "version " + latest + " (dirty: false)\n"
 
 func TestMigrateUpVersionDown(t *testing.T) {
 	t.Parallel()
@@ -89,23 +93,22 @@ func TestMigrateUpVersionDown(t *testing.T) {
 		t.Fatalf("a new empty database already has the schema")
 	}
 
-	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, upDone, "up")
 	if !hasSchema(t, db.URL) {
 		t.Fatalf("no products table after migrate up")
 	}
 	mustMigrate(t, db.URL, atLatest, "version")
 	// Nothing left to apply is success, not an error.
-	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, upDone, "up")
 
 	if !hasTable(t, db.URL, "river_job") {
 		t.Errorf("no river_job table after migrate up: River's migrations were not applied")
 	}
 
 	// One step back at a time.
-	mustMigrate(t, db.URL, "migrate down: done, version 4 (dirty: false)\n", "down", "1")
-	mustMigrate(t, db.URL, "migrate down: done, version 3 (dirty: false)\n", "down", "1")
-	mustMigrate(t, db.URL, "migrate down: done, version 2 (dirty: false)\n", "down", "1")
-	mustMigrate(t, db.URL, "migrate down: done, version 1 (dirty: false)\n", "down", "1")
+	for v := latestN() - 1; v >= 1; v-- {
+		mustMigrate(t, db.URL, downDone(v), "down", "1")
+	}
 	mustMigrate(t, db.URL, atVersion1, "version")
 	if !hasSchema(t, db.URL) {
 		t.Errorf("products table gone after migrate down 1 from version 2")
@@ -122,8 +125,8 @@ func TestMigrateUpVersionDown(t *testing.T) {
 
 	// down N and down all. More steps than were applied rolls back what there is, and asks
 	// for the same confirmation as down all (TestMigrateDownEverythingConfirmation).
-	for _, down := range [][]string{{"down", "5", "-force"}, {"down", "all", "-force"}, {"down", "-force", "all"}, {"down", "-force", "6"}} {
-		mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+	for _, down := range [][]string{{"down", latest, "-force"}, {"down", "all", "-force"}, {"down", "-force", "all"}, {"down", "-force", beyond}} {
+		mustMigrate(t, db.URL, upDone, "up")
 		mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", down...)
 		mustMigrate(t, db.URL, noneApplied, "version")
 		if hasSchema(t, db.URL) {
@@ -143,7 +146,7 @@ func TestMigrateUpVersionDown(t *testing.T) {
 func TestMigrateCreatesMissingDatabase(t *testing.T) {
 	t.Parallel()
 	db := newScratchDatabase(t)
-	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, upDone, "up")
 	if !db.exists(t) {
 		t.Fatalf("database %s not created", db.Name)
 	}
@@ -223,7 +226,7 @@ func TestMigrateKeywordValueSettings(t *testing.T) {
 	}
 	password, _ := u.User.Password()
 	kv := fmt.Sprintf("host=%s port=%s user=%s password='%s' dbname=%s sslmode=disable", u.Hostname(), u.Port(), u.User.Username(), password, db.Name)
-	mustMigrate(t, kv, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, kv, upDone, "up")
 	if !hasSchema(t, db.URL) {
 		t.Fatalf("no products table after migrate up with key=value settings")
 	}
@@ -236,7 +239,7 @@ func TestMigrateDownAllConfirmation(t *testing.T) {
 	t.Parallel()
 	db := newScratchDatabase(t)
 	db.create(t)
-	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, upDone, "up")
 
 	tests := []struct {
 		name     string
@@ -289,13 +292,13 @@ func TestMigrateDownEverythingConfirmation(t *testing.T) {
 	t.Parallel()
 	db := newScratchDatabase(t)
 	db.create(t)
-	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, upDone, "up")
 
-	for _, n := range []string{"5", "9"} {
+	for _, n := range []string{latest, beyond} {
 		var stdout, stderr bytes.Buffer
 		err := migrateWith(t, db.URL, stdio{stdout: &stdout, stderr: &stderr}, "down", n)
-		if !errors.Is(err, errNotConfirmed) || !strings.Contains(err.Error(), "rolls back all 5 applied migrations") {
-			t.Errorf("migrate down %s from a script = %v, want it refused as not confirmed, saying it rolls back all 5", n, err)
+		if !errors.Is(err, errNotConfirmed) || !strings.Contains(err.Error(), "rolls back all "+latest+" applied migrations") {
+			t.Errorf("migrate down %s from a script = %v, want it refused as not confirmed, saying it rolls back all %s", n, err, latest)
 		}
 		err = migrateWith(t, db.URL, stdio{stdin: strings.NewReader("yes\n"), stdout: &stdout, stderr: &stderr, terminal: true}, "down", n)
 		if !errors.Is(err, errNotConfirmed) {
@@ -306,22 +309,22 @@ func TestMigrateDownEverythingConfirmation(t *testing.T) {
 		}
 	}
 	// Fewer than all: no question.
-	mustMigrate(t, db.URL, "migrate down: done, version 4 (dirty: false)\n", "down", "1")
-	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, db.URL, downDone(latestN()-1), "down", "1")
+	mustMigrate(t, db.URL, upDone, "up")
 
 	var stdout, stderr bytes.Buffer
-	err := migrateWith(t, db.URL, stdio{stdin: strings.NewReader(db.Name + "\n"), stdout: &stdout, stderr: &stderr, terminal: true}, "down", "5")
+	err := migrateWith(t, db.URL, stdio{stdin: strings.NewReader(db.Name + "\n"), stdout: &stdout, stderr: &stderr, terminal: true}, "down", latest)
 	if err != nil {
-		t.Fatalf("migrate down 5 confirmed at a terminal: %v", err)
+		t.Fatalf("migrate down latest confirmed at a terminal: %v", err)
 	}
 	if !strings.Contains(stderr.String(), "Type the database name to go on") {
-		t.Errorf("migrate down 5 did not ask; stderr:\n%s", stderr.String())
+		t.Errorf("migrate down latest did not ask; stderr:\n%s", stderr.String())
 	}
 	if hasSchema(t, db.URL) {
-		t.Errorf("products table still there after a confirmed migrate down 5")
+		t.Errorf("products table still there after a confirmed migrate down latest")
 	}
-	mustMigrate(t, db.URL, "migrate up: done, version 5 (dirty: false)\n", "up")
-	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down", "5", "-force")
+	mustMigrate(t, db.URL, upDone, "up")
+	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down", latest, "-force")
 }
 
 // TestMigrateDownRefusesPendingOrders: rolling back the migration that holds the orders
@@ -343,7 +346,9 @@ func TestMigrateDownRefusesPendingOrders(t *testing.T) {
 	if err != nil {
 		t.Fatalf("accept an order: %v", err)
 	}
-	for _, args := range [][]string{{"down", "2"}, {"down", "4"}, {"down", "all", "-force"}, {"down", "9", "-force"}} {
+	// Migration 4 made async_orders: rolling back to 3 drops it.
+	toThree, toOne := strconv.Itoa(latestN()-3), strconv.Itoa(latestN()-1)
+	for _, args := range [][]string{{"down", toThree}, {"down", toOne}, {"down", "all", "-force"}, {"down", beyond, "-force"}} {
 		out, err := migrateCmd(t, url, args...)
 		if !errors.Is(err, errPendingOrders) || !strings.Contains(err.Error(), "with 1 pending orders") {
 			t.Errorf("migrate %q with a pending order = %v, want errPendingOrders naming one order", args, err)
@@ -356,13 +361,13 @@ func TestMigrateDownRefusesPendingOrders(t *testing.T) {
 		}
 	}
 	// Rollbacks that leave the table are not concerned.
-	mustMigrate(t, url, "migrate down: done, version 4 (dirty: false)\n", "down", "1")
-	mustMigrate(t, url, "migrate up: done, version 5 (dirty: false)\n", "up")
+	mustMigrate(t, url, downDone(latestN()-1), "down", "1")
+	mustMigrate(t, url, upDone, "up")
 
 	if _, err := conn.Exec(t.Context(), `UPDATE async_orders SET status = 'rejected', reason = 'sold_out', decided_at = now() WHERE id = $1`, order); err != nil {
 		t.Fatalf("decide the order: %v", err)
 	}
-	mustMigrate(t, url, "migrate down: done, version 3 (dirty: false)\n", "down", "2")
+	mustMigrate(t, url, downDone(3), "down", toThree)
 }
 
 // TestMigrateUpConcurrently: replicas started together migrate the same empty database at
@@ -383,4 +388,34 @@ func TestMigrateUpConcurrently(t *testing.T) {
 		}
 	}
 	mustMigrate(t, db.URL, atLatest, "version")
+}
+
+// latest is the newest migration's version, as the migrate command prints it; beyond is a
+// count of migrations to roll back larger than there are; upDone is what `migrate up` prints.
+var (
+	latest = func() string {
+		ups, err := fs.Glob(migrations.Files, "*.up.sql")
+		if err != nil || len(ups) == 0 {
+			panic(fmt.Sprintf("no embedded migrations: %v", err))
+		}
+		slices.Sort(ups)
+		v, _, _ := strings.Cut(ups[len(ups)-1], "_")
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			panic(fmt.Sprintf("migration %s: %v", ups[len(ups)-1], err))
+		}
+		return strconv.Itoa(n)
+	}()
+	beyond = func() string { n, _ := strconv.Atoi(latest); return strconv.Itoa(n + 4) }()
+	upDone = "migrate up: done, version " + latest + " (dirty: false)\n"
+)
+
+func latestN() int {
+	n, _ := strconv.Atoi(latest)
+	return n
+}
+
+// downDone is what `migrate down` prints when it leaves version v.
+func downDone(v int) string {
+	return fmt.Sprintf("migrate down: done, version %d (dirty: false)\n", v)
 }

@@ -38,6 +38,13 @@ import (
 // serves what Postgres alone can, as it does when Redis fails later (see openDependencies).
 func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger) error {
 	log.InfoContext(ctx, "starting", cfg.logAttrs()...)
+	if cfg.RuleChecks != "on" {
+		log.WarnContext(ctx, "DEMONSTRATION SETTING: the sale rules are checked by Postgres alone; orders a rule refuses reach the purchase path",
+			slog.String("rule_checks", cfg.RuleChecks))
+	}
+	if cfg.ClockSkew != 0 {
+		log.WarnContext(ctx, "DEMONSTRATION SETTING: this replica's clock is skewed on purpose", slog.Duration("clock_skew", cfg.ClockSkew))
+	}
 	if cfg.defense != stock.DefaultDefense() {
 		log.WarnContext(ctx, "UNSAFE DEFENSE SETTING: this replica may oversell; use it only to demonstrate the layers",
 			slog.String("defense", cfg.defense.String()))
@@ -138,6 +145,8 @@ func wire(ctx context.Context, cfg config, deps dependencies, log *slog.Logger) 
 		QueueWait:      min(cfg.QueueWait, cfg.LockWait),
 		MaxBatchOrders: cfg.MaxBatch,
 		Views:          views,
+		SkipRuleChecks: cfg.RuleChecks == "postgres-only",
+		Now:            skewedClock(cfg.ClockSkew),
 	}, stock.NewMetrics(reg))
 	fail := func(err error) (*app, error) {
 		a.svc.Close()
@@ -427,4 +436,13 @@ func (h *handlerSwitch) set(next http.Handler) { h.current.Store(&next) }
 
 func (h *handlerSwitch) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	(*h.current.Load()).ServeHTTP(w, r)
+}
+
+// skewedClock is time.Now moved by skew (STOCKSVC_CLOCK_SKEW), or nil — the Service's default —
+// for none.
+func skewedClock(skew time.Duration) func() time.Time {
+	if skew == 0 {
+		return nil
+	}
+	return func() time.Time { return time.Now().Add(skew) }
 }

@@ -56,6 +56,12 @@ const (
 	ReasonInvalid Reason = "invalid-request"
 	// ReasonInternal: deciding the order failed unexpectedly Config.MaxAttempts times.
 	ReasonInternal Reason = "internal"
+	// ReasonSaleNotOpen: the product's sale had not opened when the order's turn came.
+	ReasonSaleNotOpen Reason = "sale-not-open"
+	// ReasonSaleEnded: the product's sale had ended when the order's turn came.
+	ReasonSaleEnded Reason = "sale-ended"
+	// ReasonCustomerLimit: the order would have taken its customer above the product's limit.
+	ReasonCustomerLimit Reason = "customer-limit"
 )
 
 // Acceptance is what Accept and Place answer.

@@ -279,16 +279,18 @@ func deref(p *int64) int64 {
 }
 
 // Place accepts req to be decided later, or refuses it now. It is validated as the purchase
-// path validates an order, and an order the service already knows it would refuse for want of
-// stock — its product known sold out, with no query and no lock (stock.Service.SoldOutNow) — is
-// refused at once: there is nothing to wait for. Otherwise it is accepted (Accept), or answered
-// with its key's outcome. Errors: *stock.ValidationError, *stock.SoldOutError, and Accept's.
+// path validates an order, and an order the service already knows it would refuse — its product
+// missing, not on sale, sold out, or its customer at the limit, with no query and no lock
+// (stock.Service.RefusedNow) — is refused at once: there is nothing to wait for. Otherwise it is
+// accepted (Accept), or answered with its key's outcome. Errors: *stock.ValidationError,
+// *stock.ProductNotFoundError, *stock.SaleNotOpenError, *stock.SaleEndedError,
+// *stock.CustomerLimitError, *stock.SoldOutError, and Accept's.
 func (q *Queue) Place(ctx context.Context, req stock.OrderRequest) (Acceptance, error) {
 	p, err := q.svc.Prepare(req)
 	if err != nil {
 		return Acceptance{}, err
 	}
-	if err := q.svc.SoldOutNow(ctx, p); err != nil {
+	if err := q.svc.RefusedNow(ctx, p); err != nil {
 		return Acceptance{}, err
 	}
 	return q.Accept(ctx, p)

@@ -205,6 +205,12 @@ func (q *Queue) decide(ctx context.Context, orders []stockpg.PendingOrder) error
 			rejects[orders[i].ID] = string(ReasonProductNotFound)
 		case errors.Is(d.Err, stock.ErrInvalid):
 			rejects[orders[i].ID] = string(ReasonInvalid)
+		case errors.Is(d.Err, stock.ErrSaleNotOpen):
+			rejects[orders[i].ID] = string(ReasonSaleNotOpen)
+		case errors.Is(d.Err, stock.ErrSaleEnded):
+			rejects[orders[i].ID] = string(ReasonSaleEnded)
+		case errors.Is(d.Err, stock.ErrCustomerLimit):
+			rejects[orders[i].ID] = string(ReasonCustomerLimit)
 		case errors.As(d.Err, &busy), errors.Is(d.Err, stock.ErrBusy), errors.Is(d.Err, stock.ErrLockLost):
 			if busy == nil {
 				busy = &stock.BusyError{RetryAfter: 100 * time.Millisecond}

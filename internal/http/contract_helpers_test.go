@@ -61,6 +61,10 @@ type productBody struct {
 	Version   int64     `json:"version"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// The sale rules; nil when the product has none.
+	SaleStartsAt   *time.Time `json:"sale_starts_at"`
+	SaleEndsAt     *time.Time `json:"sale_ends_at"`
+	MaxPerCustomer *int64     `json:"max_per_customer"`
 }
 
 // problemBody is an RFC 9457 problem with the service's extension members.
@@ -77,6 +81,11 @@ type problemBody struct {
 	Requested int64  `json:"requested"`
 	Available *int64 `json:"available"`
 	Prefer    string `json:"prefer"`
+	// The sale rules' refusals.
+	SaleStartsAt   *time.Time `json:"sale_starts_at"`
+	SaleEndsAt     *time.Time `json:"sale_ends_at"`
+	MaxPerCustomer int64      `json:"max_per_customer"`
+	Bought         *int64     `json:"bought"`
 }
 
 // contractStatus is the status the contract gives each problem code.
@@ -93,6 +102,9 @@ var contractStatus = map[string]int{
 	"method-not-allowed":     http.StatusMethodNotAllowed,
 	"duplicate-sku":          http.StatusConflict,
 	"sold-out":               http.StatusConflict,
+	"sale-not-open":          http.StatusConflict,
+	"sale-ended":             http.StatusConflict,
+	"customer-limit":         http.StatusConflict,
 	"idempotency-key-reused": http.StatusUnprocessableEntity,
 	"busy":                   http.StatusTooManyRequests,
 	"unavailable":            http.StatusServiceUnavailable,

@@ -1,6 +1,7 @@
 package stockhttp
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/stocksvc/stocksvc/internal/async"
@@ -8,9 +9,12 @@ import (
 )
 
 type createProductRequest struct {
-	SKU   string `json:"sku"`
-	Name  string `json:"name"`
-	Stock *int64 `json:"stock"`
+	SKU            string     `json:"sku"`
+	Name           string     `json:"name"`
+	Stock          *int64     `json:"stock"`
+	SaleStartsAt   *time.Time `json:"sale_starts_at"`
+	SaleEndsAt     *time.Time `json:"sale_ends_at"`
+	MaxPerCustomer *int64     `json:"max_per_customer"`
 }
 
 // toNewProduct converts the request; the rules themselves are the service's.
@@ -18,7 +22,60 @@ func (r createProductRequest) toNewProduct() (stock.NewProduct, error) {
 	if r.Stock == nil {
 		return stock.NewProduct{}, &stock.ValidationError{Field: "stock", Reason: "is required"}
 	}
-	return stock.NewProduct{SKU: r.SKU, Name: r.Name, Stock: *r.Stock}, nil
+	p := stock.NewProduct{SKU: r.SKU, Name: r.Name, Stock: *r.Stock,
+		Sale: stock.SaleRules{StartsAt: r.SaleStartsAt, EndsAt: r.SaleEndsAt}}
+	if r.MaxPerCustomer != nil {
+		if *r.MaxPerCustomer < 1 {
+			return stock.NewProduct{}, &stock.ValidationError{Field: "max_per_customer", Reason: "must be at least 1 (or null for no limit)"}
+		}
+		p.Sale.MaxPerCustomer = *r.MaxPerCustomer
+	}
+	return p, nil
+}
+
+// updateSaleRequest is PATCH /v1/products/{id}/sale: a field present replaces the rule, null
+// removes it, and a field absent keeps it (JSON merge patch, RFC 7396, on the three rules).
+type updateSaleRequest struct {
+	SaleStartsAt   optional[time.Time] `json:"sale_starts_at"`
+	SaleEndsAt     optional[time.Time] `json:"sale_ends_at"`
+	MaxPerCustomer optional[int64]     `json:"max_per_customer"`
+}
+
+// optional is a JSON field that may be absent (set false), null (set, value nil) or a value.
+type optional[T any] struct {
+	set   bool
+	value *T
+}
+
+// UnmarshalJSON is called only for a field that is present.
+func (o *optional[T]) UnmarshalJSON(b []byte) error {
+	o.set = true
+	if string(b) == "null" {
+		o.value = nil
+		return nil
+	}
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	o.value = &v
+	return nil
+}
+
+func (r updateSaleRequest) toSaleChange() (stock.SaleChange, error) {
+	var c stock.SaleChange
+	if !r.SaleStartsAt.set && !r.SaleEndsAt.set && !r.MaxPerCustomer.set {
+		return c, &stock.ValidationError{Field: "sale", Reason: "must change at least one of sale_starts_at, sale_ends_at, max_per_customer"}
+	}
+	c.StartsAt, c.ClearStartsAt = r.SaleStartsAt.value, r.SaleStartsAt.set && r.SaleStartsAt.value == nil
+	c.EndsAt, c.ClearEndsAt = r.SaleEndsAt.value, r.SaleEndsAt.set && r.SaleEndsAt.value == nil
+	c.MaxPerCustomer, c.ClearMaxPerCustomer = r.MaxPerCustomer.value, r.MaxPerCustomer.set && r.MaxPerCustomer.value == nil
+	return c, nil
+}
+
+type productsResponse struct {
+	Items      []productResponse `json:"items"`
+	NextCursor *string           `json:"next_cursor"`
 }
 
 type restockRequest struct {
@@ -26,20 +83,37 @@ type restockRequest struct {
 }
 
 type productResponse struct {
-	ID        int64     `json:"id"`
-	SKU       string    `json:"sku"`
-	Name      string    `json:"name"`
-	Stock     int64     `json:"stock"`
-	Version   int64     `json:"version"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	ID             int64      `json:"id"`
+	SKU            string     `json:"sku"`
+	Name           string     `json:"name"`
+	Stock          int64      `json:"stock"`
+	Version        int64      `json:"version"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	SaleStartsAt   *time.Time `json:"sale_starts_at"`
+	SaleEndsAt     *time.Time `json:"sale_ends_at"`
+	MaxPerCustomer *int64     `json:"max_per_customer"`
 }
 
 func toProductResponse(p stock.Product) productResponse {
-	return productResponse{
+	r := productResponse{
 		ID: p.ID, SKU: p.SKU, Name: p.Name, Stock: p.Stock, Version: p.Version,
 		CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(),
+		SaleStartsAt: utc(p.SaleStartsAt), SaleEndsAt: utc(p.SaleEndsAt),
 	}
+	if p.MaxPerCustomer > 0 {
+		limit := p.MaxPerCustomer
+		r.MaxPerCustomer = &limit
+	}
+	return r
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }
 
 type auditResponse struct {

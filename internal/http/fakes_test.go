@@ -81,6 +81,20 @@ func (f *fakeService) Order(ctx context.Context, id uuid.UUID) (stock.Order, err
 	return f.svc.Order(ctx, id)
 }
 
+func (f *fakeService) UpdateSale(ctx context.Context, id int64, c stock.SaleChange) (stock.Product, error) {
+	if f.err != nil {
+		return stock.Product{}, f.err
+	}
+	return f.svc.UpdateSale(ctx, id, c)
+}
+
+func (f *fakeService) Products(ctx context.Context, after int64, limit int, onSale bool) (stock.ProductsPage, error) {
+	if f.err != nil {
+		return stock.ProductsPage{}, f.err
+	}
+	return f.svc.Products(ctx, after, limit, onSale)
+}
+
 // fakeQueue is a stockhttp.Queue over memory: it accepts an order as async.Queue.Place does —
 // validated and checked by the service first, refused when a product does not exist, one order
 // per Idempotency-Key — and decides nothing; a test puts the decided orders it needs (add).
@@ -109,7 +123,7 @@ func (q *fakeQueue) Place(ctx context.Context, req stock.OrderRequest) (async.Ac
 	if err != nil {
 		return async.Acceptance{}, err
 	}
-	if err := q.svc.SoldOutNow(ctx, p); err != nil {
+	if err := q.svc.RefusedNow(ctx, p); err != nil {
 		return async.Acceptance{}, err
 	}
 	for _, it := range p.Items {

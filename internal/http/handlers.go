@@ -35,6 +35,87 @@ func (s *Server) handleCreateProduct(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, "application/json", toProductResponse(p))
 }
 
+func (s *Server) handleUpdateSale(w http.ResponseWriter, r *http.Request) {
+	id, err := productID(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req updateSaleRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	c, err := req.toSaleChange()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.updateSale(w, r, id, c)
+}
+
+func (s *Server) handleEndSale(w http.ResponseWriter, r *http.Request) {
+	id, err := productID(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.updateSale(w, r, id, stock.SaleChange{EndNow: true})
+}
+
+func (s *Server) updateSale(w http.ResponseWriter, r *http.Request, id int64, c stock.SaleChange) {
+	p, err := s.svc.UpdateSale(r.Context(), id, c)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, "application/json", toProductResponse(p))
+}
+
+// handleListProducts lists products, a page at a time: `limit` (1–100, default 20), `cursor`
+// (the next_cursor of the page before), and `on_sale=true` for those a customer can still buy.
+func (s *Server) handleListProducts(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var (
+		limit int
+		after int64
+		err   error
+	)
+	if v := q.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 {
+			s.writeError(w, r, &stock.ValidationError{Field: "limit", Reason: fmt.Sprintf("must be an integer between 1 and %d", stock.MaxProductsPage)})
+			return
+		}
+	}
+	if v := q.Get("cursor"); v != "" {
+		if after, err = strconv.ParseInt(v, 10, 64); err != nil || after < 1 {
+			s.writeError(w, r, &stock.ValidationError{Field: "cursor", Reason: "is not a cursor this service gave"})
+			return
+		}
+	}
+	onSale := false
+	if v := q.Get("on_sale"); v != "" {
+		if onSale, err = strconv.ParseBool(v); err != nil {
+			s.writeError(w, r, &stock.ValidationError{Field: "on_sale", Reason: "must be true or false"})
+			return
+		}
+	}
+	page, err := s.svc.Products(r.Context(), after, limit, onSale)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	resp := productsResponse{Items: make([]productResponse, len(page.Products))}
+	for i, p := range page.Products {
+		resp.Items[i] = toProductResponse(p)
+	}
+	if page.Next > 0 {
+		next := strconv.FormatInt(page.Next, 10)
+		resp.NextCursor = &next
+	}
+	writeJSON(w, http.StatusOK, "application/json", resp)
+}
+
 func (s *Server) handleGetProduct(w http.ResponseWriter, r *http.Request) {
 	id, err := productID(r)
 	if err != nil {

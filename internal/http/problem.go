@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/stocksvc/stocksvc/internal/async"
 	"github.com/stocksvc/stocksvc/internal/stock"
@@ -31,6 +32,12 @@ type problem struct {
 	// Prefer, on a busy order turned away because its product's queue was full, names the
 	// preference that would have had it accepted and decided in turn instead.
 	Prefer string `json:"prefer,omitempty"`
+	// The sale rules that refused an order: when the sale opens (sale-not-open) or ended
+	// (sale-ended); the limit per customer and what the customer has (customer-limit).
+	SaleStartsAt   *time.Time `json:"sale_starts_at,omitempty"`
+	SaleEndsAt     *time.Time `json:"sale_ends_at,omitempty"`
+	MaxPerCustomer int64      `json:"max_per_customer,omitempty"`
+	Bought         *int64     `json:"bought,omitempty"`
 
 	retryAfter int  // seconds; sent as the Retry-After header when positive
 	replayed   bool // a stored idempotent outcome; sent as Idempotent-Replayed: true
@@ -57,6 +64,9 @@ var problemTypes = map[string]problemType{
 	"method-not-allowed":     {405, "Method not allowed", "The route exists but not for this method; see the Allow header."},
 	"duplicate-sku":          {409, "Duplicate SKU", "Another product already uses this SKU."},
 	"sold-out":               {409, "Sold out", "Not enough stock for the order; nothing was sold. `product_id` names the product that is short."},
+	"sale-not-open":          {409, "Sale not open", "The product's sale has not opened yet; nothing was sold and nothing is stored under the Idempotency-Key. `sale_starts_at` says when it opens, and Retry-After how many seconds that is away."},
+	"sale-ended":             {409, "Sale ended", "The product's sale has ended; nothing was sold. `sale_ends_at` says when it ended."},
+	"customer-limit":         {409, "Customer limit reached", "The order would take the customer above the product's limit per customer; nothing was sold and nothing is stored under the Idempotency-Key. `max_per_customer` is the limit, `bought` what the customer already has and `requested` what the order asked for."},
 	"idempotency-key-reused": {422, "Idempotency key reused", "This Idempotency-Key was first used with a different request body."},
 	"busy":                   {429, "Busy", "The product is contended and the order could not be attempted in time; nothing was sold (and an order sent with an Idempotency-Key has no stored outcome under it). Retry after Retry-After seconds."},
 	"unavailable":            {503, "Unavailable", "Postgres or Redis could not be reached, the request timed out, the replica is still starting, or the order's outcome is unknown. Nothing is promised either way: retry after Retry-After seconds, with the same Idempotency-Key."},
@@ -89,8 +99,8 @@ func badRequest(code, detail string) error { return &requestError{code: code, de
 // become statuses and codes, and it reads an error in this order, the first match winning:
 //
 //  1. what the transport found before the service was called (malformed JSON, ...);
-//  2. the request's own outcome: invalid input, sold out, product or order not found,
-//     duplicate SKU, idempotency key reused;
+//  2. the request's own outcome: invalid input, sold out, a sale rule (not open, ended, the
+//     customer's limit), product or order not found, duplicate SKU, idempotency key reused;
 //  3. unavailable (503) — a dependency down or slow, a deadline, or a write whose outcome is
 //     unknown — whatever else the error holds: a lease lost while a commit's reply was lost
 //     is still unknown, and "busy" would tell the buyer that nothing was sold;
@@ -117,6 +127,26 @@ func problemFor(err error) *problem {
 		available := soldOut.Available
 		p.ProductID, p.Requested, p.Available = soldOut.ProductID, soldOut.Requested, &available
 		p.replayed = soldOut.Replayed
+		return p
+	}
+	if notOpen, ok := errors.AsType[*stock.SaleNotOpenError](err); ok {
+		starts := notOpen.StartsAt.UTC()
+		p := newProblem("sale-not-open", fmt.Sprintf("product %d is on sale from %s", notOpen.ProductID, starts.Format(time.RFC3339)))
+		p.ProductID, p.SaleStartsAt = notOpen.ProductID, &starts
+		p.retryAfter = max(1, int(math.Ceil(notOpen.Opens().Seconds())))
+		return p
+	}
+	if ended, ok := errors.AsType[*stock.SaleEndedError](err); ok {
+		ends := ended.EndsAt.UTC()
+		p := newProblem("sale-ended", fmt.Sprintf("the sale of product %d ended at %s", ended.ProductID, ends.Format(time.RFC3339)))
+		p.ProductID, p.SaleEndsAt = ended.ProductID, &ends
+		return p
+	}
+	if limit, ok := errors.AsType[*stock.CustomerLimitError](err); ok {
+		p := newProblem("customer-limit", fmt.Sprintf("a customer may buy at most %d of product %d and this one has %d; %d requested",
+			limit.Limit, limit.ProductID, limit.Bought, limit.Requested))
+		bought := limit.Bought
+		p.ProductID, p.MaxPerCustomer, p.Bought, p.Requested = limit.ProductID, limit.Limit, &bought, limit.Requested
 		return p
 	}
 	if noProduct, ok := errors.AsType[*stock.ProductNotFoundError](err); ok {
@@ -168,6 +198,8 @@ func rejectionCode(r async.Reason) string {
 		return "product-not-found"
 	case async.ReasonInvalid:
 		return "invalid-request"
+	case async.ReasonSaleNotOpen, async.ReasonSaleEnded, async.ReasonCustomerLimit:
+		return string(r) // named as the problem codes are
 	}
 	return "internal"
 }

@@ -21,6 +21,8 @@ func TestPublicLeavesOutAdminAndMetrics(t *testing.T) {
 		{http.MethodPost, "/v1/products"},
 		{http.MethodPost, product + "/restock"},
 		{http.MethodGet, product + "/audit"},
+		{http.MethodPatch, product + "/sale"},
+		{http.MethodPost, product + "/sale/end"},
 		{http.MethodGet, "/metrics"},
 		{http.MethodHead, "/metrics"},
 	} {

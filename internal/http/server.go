@@ -27,6 +27,8 @@ type Service interface {
 	CreateProduct(ctx context.Context, p stock.NewProduct) (stock.Product, error)
 	Product(ctx context.Context, id int64) (stock.ProductView, error)
 	Restock(ctx context.Context, req stock.RestockRequest) (stock.RestockResult, error)
+	UpdateSale(ctx context.Context, id int64, c stock.SaleChange) (stock.Product, error)
+	Products(ctx context.Context, after int64, limit int, onSale bool) (stock.ProductsPage, error)
 	Audit(ctx context.Context, id int64) (stock.Audit, error)
 	// PlaceOrder decides an order at once. A result with Accepted set names the order its key
 	// was accepted as for later, which Queue.Order then reads.
@@ -156,9 +158,10 @@ func (s *Server) routes(metricsHandler http.Handler, admin bool) *chi.Mux {
 	r := chi.NewRouter()
 	// GetHead answers HEAD on every GET route, as HTTP requires.
 	r.Use(s.withRequestID, s.withAccessLog, s.withRecover, middleware.GetHead)
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+	notFound := func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, badRequest("not-found", "no route for "+r.URL.Path))
-	})
+	}
+	r.NotFound(notFound)
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		var allow []string
 		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
@@ -189,7 +192,14 @@ func (s *Server) routes(metricsHandler http.Handler, admin bool) *chi.Mux {
 			// The audit recounts every order of the product: an operator's check, not a
 			// public read that a crowd could turn against the purchase path's pool.
 			r.With(s.requireAdmin).Get("/products/{id}/audit", s.handleAudit)
+			r.With(s.requireAdmin).Patch("/products/{id}/sale", s.handleUpdateSale)
+			r.With(s.requireAdmin).Post("/products/{id}/sale/end", s.handleEndSale)
+		} else {
+			// The listing shares its path with the creation: without this, the public API
+			// would answer 405 and name an admin route in Allow.
+			r.Post("/products", notFound)
 		}
+		r.Get("/products", s.handleListProducts)
 		r.Get("/products/{id}", s.handleGetProduct)
 		r.Post("/orders", s.handlePlaceOrder)
 		r.Get("/orders/{id}", s.handleGetOrder)

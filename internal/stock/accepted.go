@@ -9,7 +9,7 @@ import (
 
 // Orders accepted now and decided later (the asynchronous route) are decided by the same
 // purchase path as every other order, through this file's three calls: Prepare checks and
-// canonicalises a request before it is accepted, SoldOutNow refuses one the views already know
+// canonicalises a request before it is accepted, RefusedNow refuses one the views already know
 // cannot be served, and DecideAccepted decides accepted orders — under the products' locks, in
 // one batch per round, with their decision stored under AcceptedKey so that deciding an order
 // twice (a worker that crashed after the commit, say) replays the first decision.
@@ -50,14 +50,15 @@ func Fingerprint(customerID string, items []Item) []byte {
 	return requestFingerprint(customerID, items)
 }
 
-// SoldOutNow returns the *SoldOutError PlaceOrder would answer at once, without a query or a
-// lock, for an order of one product that the views know is sold out; nil otherwise (including
-// for a key with a stored outcome for the product, which must be replayed instead).
-func (s *Service) SoldOutNow(ctx context.Context, p Prepared) error {
+// RefusedNow returns the refusal PlaceOrder would answer at once, without a query or a lock,
+// for an order of one product: *ProductNotFoundError, *SaleNotOpenError, *SaleEndedError,
+// *CustomerLimitError or *SoldOutError; nil otherwise (including for a key with a stored
+// outcome, which must be replayed instead).
+func (s *Service) RefusedNow(ctx context.Context, p Prepared) error {
 	if len(p.Items) != 1 {
 		return nil
 	}
-	err := s.soldOutFromView(ctx, p.Items[0], p.Key)
+	err := s.refuseFromView(ctx, p.Items[0], p.Key, p.CustomerID)
 	if err != nil {
 		s.countOutcome(OrderResult{}, err)
 	}

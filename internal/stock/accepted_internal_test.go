@@ -22,7 +22,7 @@ func TestKeyOfAnAcceptedOrderIsAResult(t *testing.T) {
 	same := &ticket{id: uuid.New(), customerID: "c", items: items, key: "k", fingerprint: requestFingerprint("c", items)}
 	other := &ticket{id: uuid.New(), customerID: "d", items: items, key: "k", fingerprint: requestFingerprint("d", items)}
 
-	a := allocate(snap, []*ticket{same, other}, nil)
+	a := allocate(snap, []*ticket{same, other}, nil, true)
 
 	if got := a.outcomes[0]; got.err != nil {
 		t.Fatalf("same request: err = %v, want a result", got.err)

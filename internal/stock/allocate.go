@@ -45,6 +45,8 @@ func (o outcome) result() OrderResult {
 type allocation struct {
 	outcomes []outcome
 	write    Write
+	// units is what each customer has of each product with a limit, once the write commits.
+	units customerUnits
 }
 
 // allocate decides a batch from snap: first fit in arrival order. Each ticket in turn is
@@ -54,14 +56,19 @@ type allocation struct {
 // fits. A key with a stored record is answered from it; a key seen earlier in the same batch is
 // answered with that earlier ticket's outcome. fences holds the batch's fencing token per
 // product (nil without the lock). It needs no I/O, so the rules are tested without servers.
-func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64) allocation {
-	a := allocation{outcomes: make([]outcome, len(tickets))}
+//
+// With rules, the sale rules are applied from snap: the window at snap.Now, and each product's
+// limit per customer from what snap says its customers bought. Without (a demonstration of
+// Postgres holding them alone), they are not looked at.
+func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, rules bool) allocation {
+	a := allocation{outcomes: make([]outcome, len(tickets)), units: customerUnits{}}
 	left := make(map[int64]int64, len(snap.Levels))
 	for id, l := range snap.Levels {
 		left[id] = l.Stock
 	}
 	taken := map[int64]int64{}
-	refused := false          // some ticket was refused for want of stock
+	refused := false          // some ticket was refused for want of stock, or for its limit
+	bought := a.units         // per limited product, what each customer has with this batch
 	first := map[string]int{} // key → the ticket of this batch whose outcome it stores
 	for i, t := range tickets {
 		if t.gone.Load() {
@@ -83,6 +90,21 @@ func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64) allocati
 			a.outcomes[i] = outcome{err: &ProductNotFoundError{ProductID: missing}}
 			continue
 		}
+		// The sale rules refuse before the stock is looked at, and store nothing either: a
+		// sale not open yet opens, and a retry is decided again. They are decided before the
+		// key is taken as this batch's, so that a later ticket with the same key is decided on
+		// its own rather than replaying a refusal no record holds.
+		if err := closedSale(t.items, snap); rules && err != nil {
+			a.outcomes[i] = outcome{err: err}
+			continue
+		}
+		if over := bought.over(t, snap.Levels); rules && over != nil {
+			// Counted like a refusal for want of stock: leaving a stored order out of the
+			// write could make this refusal untrue (SkipStored).
+			refused = true
+			a.outcomes[i] = outcome{err: over}
+			continue
+		}
 		if t.key != "" {
 			first[t.key] = i
 		}
@@ -98,6 +120,7 @@ func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64) allocati
 			left[it.ProductID] -= it.Quantity
 			taken[it.ProductID] += it.Quantity
 		}
+		bought.take(t, snap.Levels)
 		order := Order{ID: t.id, CustomerID: t.customerID, Status: OrderStatusConfirmed, Items: t.items}
 		a.outcomes[i] = outcome{order: order}
 		a.write.Orders = append(a.write.Orders, order)
@@ -178,6 +201,63 @@ func leaveOut(tickets []*ticket, outcomes []outcome, skipped []uuid.UUID, stored
 		}
 		outcomes[i] = replay(rec, t.fingerprint)
 	}
+}
+
+// closedSale returns the refusal of the first item whose product's sale is not open at
+// snap.Now, or nil.
+func closedSale(items []Item, snap Snapshot) error {
+	for _, it := range items {
+		if err := snap.Levels[it.ProductID].Sale.closed(it.ProductID, snap.Now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// customerUnits counts, per product with a limit per customer, the units each customer of a
+// batch has: what the read says they bought, plus what the batch confirmed for them so far.
+type customerUnits map[int64]map[string]int64
+
+// over returns the refusal of the first item of t that would take t's customer above its
+// product's limit, or nil.
+func (c customerUnits) over(t *ticket, levels map[int64]Level) *CustomerLimitError {
+	for _, it := range t.items {
+		l := levels[it.ProductID]
+		if !l.Sale.Limited() {
+			continue
+		}
+		if has := c.units(it.ProductID, t.customerID, l); has+it.Quantity > l.Sale.MaxPerCustomer {
+			return &CustomerLimitError{ProductID: it.ProductID, CustomerID: t.customerID,
+				Limit: l.Sale.MaxPerCustomer, Bought: has, Requested: it.Quantity}
+		}
+	}
+	return nil
+}
+
+// take counts t's items, confirmed, against its customer.
+func (c customerUnits) take(t *ticket, levels map[int64]Level) {
+	for _, it := range t.items {
+		l := levels[it.ProductID]
+		if !l.Sale.Limited() {
+			continue
+		}
+		has := c.units(it.ProductID, t.customerID, l)
+		c[it.ProductID][t.customerID] = has + it.Quantity
+	}
+}
+
+func (c customerUnits) units(id int64, customer string, l Level) int64 {
+	m, ok := c[id]
+	if !ok {
+		m = map[string]int64{}
+		c[id] = m
+	}
+	has, ok := m[customer]
+	if !ok {
+		has = l.Bought[customer]
+		m[customer] = has
+	}
+	return has
 }
 
 // firstMissing returns the first item's product that snap does not have.

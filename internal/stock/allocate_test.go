@@ -2,6 +2,7 @@ package stock
 
 import (
 	"errors"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -81,14 +82,14 @@ func TestAllocateFirstFitInArrivalOrder(t *testing.T) {
 			for _, q := range tc.qtys {
 				tickets = append(tickets, tk("c", item(1, q)))
 			}
-			a := allocate(levels(map[int64]int64{1: tc.stock}), tickets, map[int64]int64{1: 42})
+			a := allocate(levels(map[int64]int64{1: tc.stock}), tickets, map[int64]int64{1: 42}, true)
 			if diff := cmp.Diff(tc.want, summary(a)); diff != "" {
 				t.Errorf("outcomes (-want +got):\n%s", diff)
 			}
 			var taken int64
 			for _, d := range a.write.Decrements {
 				taken += d.Quantity
-				if d.ProductID != 1 || d.Fence != 42 || d.Read != (Level{Stock: tc.stock, Version: 7, Fence: 3}) {
+				if d.ProductID != 1 || d.Fence != 42 || !reflect.DeepEqual(d.Read, Level{Stock: tc.stock, Version: 7, Fence: 3}) {
 					t.Errorf("decrement %+v, want product 1 with fence 42 and the read level", d)
 				}
 			}
@@ -121,7 +122,7 @@ func TestAllocateCartIsAllOrNothing(t *testing.T) {
 		tk("c", item(1, 1), item(3, 1)), // product 3 does not exist: named, whatever else is short
 		tk("d", item(2, 1), item(9, 1)),
 	}
-	a := allocate(snap, tickets, nil)
+	a := allocate(snap, tickets, nil, true)
 	want := []string{"sold-out 1", "ok", "missing 3", "missing 9"}
 	if diff := cmp.Diff(want, summary(a)); diff != "" {
 		t.Errorf("outcomes (-want +got):\n%s", diff)
@@ -155,7 +156,7 @@ func TestAllocateIdempotencyKeys(t *testing.T) {
 		keyed(tk("z", item(1, 2)), "short"),   // 7: same key: the stored refusal, replayed
 		keyed(tk("w", item(1, 1)), "last"),    // 8: the last unit
 	}
-	a := allocate(snap, tickets, nil)
+	a := allocate(snap, tickets, nil, true)
 	want := []string{"replay", "reused", "sold-out 2 replayed", "ok", "replay", "reused", "sold-out 1", "sold-out 1 replayed", "ok"}
 	if diff := cmp.Diff(want, summary(a)); diff != "" {
 		t.Errorf("outcomes (-want +got):\n%s", diff)
@@ -192,18 +193,18 @@ func TestAllocateIdempotencyKeys(t *testing.T) {
 func TestAllocateLeavesGoneTicketsOut(t *testing.T) {
 	gone := tk("g", item(1, 1))
 	gone.gone.Store(true)
-	a := allocate(levels(map[int64]int64{1: 1}), []*ticket{gone, tk("h", item(1, 1))}, nil)
+	a := allocate(levels(map[int64]int64{1: 1}), []*ticket{gone, tk("h", item(1, 1))}, nil, true)
 	if diff := cmp.Diff([]string{"gone", "ok"}, summary(a)); diff != "" {
 		t.Errorf("outcomes (-want +got):\n%s", diff)
 	}
 }
 
 func TestAllocateNothingToWrite(t *testing.T) {
-	a := allocate(levels(map[int64]int64{}), []*ticket{tk("a", item(1, 1))}, nil)
+	a := allocate(levels(map[int64]int64{}), []*ticket{tk("a", item(1, 1))}, nil, true)
 	if !a.write.empty() {
 		t.Errorf("write for a missing product = %+v, want nothing", a.write)
 	}
-	a = allocate(levels(map[int64]int64{1: 0}), []*ticket{tk("a", item(1, 1))}, nil)
+	a = allocate(levels(map[int64]int64{1: 0}), []*ticket{tk("a", item(1, 1))}, nil, true)
 	if !a.write.empty() {
 		t.Errorf("write for an unkeyed refusal = %+v, want nothing", a.write)
 	}
@@ -227,7 +228,7 @@ func TestAllocateSkipsStoredKeysOnlyWhenNothingIsRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := allocate(levels(map[int64]int64{1: tt.stock}), tt.tickets, nil)
+			a := allocate(levels(map[int64]int64{1: tt.stock}), tt.tickets, nil, true)
 			if a.write.SkipStored != tt.want {
 				t.Errorf("SkipStored = %v, want %v (outcomes %v)", a.write.SkipStored, tt.want, summary(a))
 			}
@@ -240,7 +241,7 @@ func TestAllocateSkipsStoredKeysOnlyWhenNothingIsRefused(t *testing.T) {
 func TestWriteWithout(t *testing.T) {
 	a := tk("a", item(1, 2), item(2, 1))
 	b := tk("b", item(1, 3))
-	w := allocate(levels(map[int64]int64{1: 10, 2: 10}), []*ticket{keyed(a, "ka"), keyed(b, "kb")}, nil).write
+	w := allocate(levels(map[int64]int64{1: 10, 2: 10}), []*ticket{keyed(a, "ka"), keyed(b, "kb")}, nil, true).write
 	got := w.Without([]uuid.UUID{a.id})
 	if len(got.Orders) != 1 || got.Orders[0].ID != b.id || len(got.Records) != 1 || got.Records[0].Key != "kb" {
 		t.Errorf("orders %v, records %v; want b's alone", got.Orders, got.Records)

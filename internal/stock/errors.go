@@ -42,7 +42,65 @@ var (
 	// request stored an outcome under one of its idempotency keys first. Nothing was written;
 	// the batch is decided again from a fresh read.
 	ErrConflict = errors.New("stock: write conflict")
+	// ErrSaleNotOpen means the product's sale has not opened yet, by Postgres's clock (or, for
+	// a refusal from the views, by this replica's); nothing was sold and nothing is stored
+	// under the request's key. The error is a *SaleNotOpenError.
+	ErrSaleNotOpen = errors.New("stock: sale not open")
+	// ErrSaleEnded means the product's sale has ended; the error is a *SaleEndedError.
+	ErrSaleEnded = errors.New("stock: sale ended")
+	// ErrCustomerLimit means the order would take the customer above the product's limit per
+	// customer; the error is a *CustomerLimitError. Nothing is stored under the key.
+	ErrCustomerLimit = errors.New("stock: customer limit reached")
 )
+
+// SaleNotOpenError says when the product's sale opens.
+type SaleNotOpenError struct {
+	ProductID int64
+	StartsAt  time.Time
+	// Now is the time the refusal was decided at, on the clock that decided it.
+	Now time.Time
+}
+
+func (e *SaleNotOpenError) Error() string {
+	return fmt.Sprintf("stock: product %d is not on sale until %s", e.ProductID, e.StartsAt.UTC().Format(time.RFC3339Nano))
+}
+
+// Is makes errors.Is(err, ErrSaleNotOpen) hold.
+func (e *SaleNotOpenError) Is(target error) bool { return target == ErrSaleNotOpen }
+
+// Opens is how long after the refusal the sale opens.
+func (e *SaleNotOpenError) Opens() time.Duration { return e.StartsAt.Sub(e.Now) }
+
+// SaleEndedError says when the product's sale ended.
+type SaleEndedError struct {
+	ProductID int64
+	EndsAt    time.Time
+}
+
+func (e *SaleEndedError) Error() string {
+	return fmt.Sprintf("stock: the sale of product %d ended at %s", e.ProductID, e.EndsAt.UTC().Format(time.RFC3339Nano))
+}
+
+// Is makes errors.Is(err, ErrSaleEnded) hold.
+func (e *SaleEndedError) Is(target error) bool { return target == ErrSaleEnded }
+
+// CustomerLimitError says what the customer already has of the product, and the limit.
+type CustomerLimitError struct {
+	ProductID  int64
+	CustomerID string
+	Limit      int64
+	// Bought is what the customer had of the product when the order was refused.
+	Bought    int64
+	Requested int64
+}
+
+func (e *CustomerLimitError) Error() string {
+	return fmt.Sprintf("stock: customer %q may buy at most %d of product %d and has %d; requested %d",
+		e.CustomerID, e.Limit, e.ProductID, e.Bought, e.Requested)
+}
+
+// Is makes errors.Is(err, ErrCustomerLimit) hold.
+func (e *CustomerLimitError) Is(target error) bool { return target == ErrCustomerLimit }
 
 // BusyError is ErrBusy with a hint of when trying again is worth it.
 type BusyError struct {
@@ -114,6 +172,10 @@ const (
 	LayerGuard   Layer = "guard"
 	LayerFence   Layer = "fence"
 	LayerCheck   Layer = "check"
+	// LayerWindow is the sale window in the purchase statement, on Postgres's clock.
+	LayerWindow Layer = "window"
+	// LayerLimit is the per-customer limit in Postgres (customer_purchases_within_limit).
+	LayerLimit Layer = "limit"
 )
 
 // CaughtError reports that a defense layer refused a write that an earlier layer let through.

@@ -60,6 +60,10 @@ type replicaOptions struct {
 	// redlock, when set, puts the product locks on a Redlock over these nodes (a
 	// stocklock.Redlock) instead of the world's Redis, which keeps the views.
 	redlock []*testenv.RedisServer
+	// now is the replica's clock (Config.Now); nil for time.Now.
+	now func() time.Time
+	// skipRules leaves the sale rules to Postgres alone (Config.SkipRuleChecks).
+	skipRules bool
 }
 
 func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replica {
@@ -113,7 +117,7 @@ func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replic
 	}
 	locker, views = demo.Parts(d, locker, views)
 	svc := stock.NewService(store, locker,
-		stock.Config{ConflictRetries: 50, QueueWait: wait, MaxBatchOrders: o.maxBatch, Views: views},
+		stock.Config{ConflictRetries: 50, QueueWait: wait, MaxBatchOrders: o.maxBatch, Views: views, Now: o.now, SkipRuleChecks: o.skipRules},
 		stock.NewMetrics(reg))
 	t.Cleanup(svc.Close)
 	return &replica{svc: svc, store: store, registry: reg, redis: rdb, pool: pool, cache: cache}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Locker gives a holder exclusive access to products across every replica. The service takes
@@ -31,20 +32,46 @@ type Grant struct {
 	Leave map[int64]string
 }
 
-// levelNote writes a product's level as a lock note; parseLevelNote reads one back.
+// levelNote writes a product's level as a lock note; parseLevelNote reads one back. A product
+// with a limit per customer leaves no note (noteFor): its batches must read what each customer
+// has bought. The window rides along, in microseconds since the epoch (0 for none), so that a
+// batch decided from the note refuses what the sale does not allow yet; a note from before the
+// window existed reads as none, and the purchase statement, on Postgres's clock, refuses then.
 func levelNote(l Level) string {
-	return strconv.FormatInt(l.Stock, 10) + " " + strconv.FormatInt(l.Version, 10)
+	return strconv.FormatInt(l.Stock, 10) + " " + strconv.FormatInt(l.Version, 10) + " " +
+		strconv.FormatInt(micros(l.Sale.StartsAt), 10) + " " + strconv.FormatInt(micros(l.Sale.EndsAt), 10)
 }
 
 func parseLevelNote(note string) (Level, bool) {
-	stock, version, ok := strings.Cut(note, " ")
-	if !ok {
+	fields := strings.Fields(note)
+	if len(fields) != 2 && len(fields) != 4 {
 		return Level{}, false
 	}
-	s, err1 := strconv.ParseInt(stock, 10, 64)
-	v, err2 := strconv.ParseInt(version, 10, 64)
-	if err1 != nil || err2 != nil || s < 0 {
+	var n [4]int64
+	for i, f := range fields {
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return Level{}, false
+		}
+		n[i] = v
+	}
+	if n[0] < 0 {
 		return Level{}, false
 	}
-	return Level{Stock: s, Version: v}, true
+	return Level{Stock: n[0], Version: n[1], Sale: SaleRules{StartsAt: fromMicros(n[2]), EndsAt: fromMicros(n[3])}}, true
+}
+
+func micros(t *time.Time) int64 {
+	if t == nil {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+func fromMicros(us int64) *time.Time {
+	if us == 0 {
+		return nil
+	}
+	t := time.UnixMicro(us)
+	return &t
 }

@@ -1,6 +1,7 @@
 package stock
 
 import (
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ type Metrics struct {
 	queued        prometheus.Gauge
 
 	refusedByView prometheus.Counter
+	refusedByRule *prometheus.CounterVec
 	keySetLoads   prometheus.Counter
 }
 
@@ -72,19 +74,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "stocksvc_orders_refused_from_view_total",
 			Help: "Orders answered sold-out from the product's view, with no Postgres query and no lock.",
 		}),
+		refusedByRule: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stocksvc_orders_refused_fast_total",
+			Help: "Orders refused by a sale rule before they were queued, with no Postgres query and no lock: from the product's view (the window) or from what this replica knows a customer has bought (the limit).",
+		}, []string{"rule"}),
 		keySetLoads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stocksvc_view_keysets_loaded_total",
 			Help: "Postgres queries loading the idempotency keys with a stored outcome for a sold-out product (one per replica and sell-out), so that other keyed orders can be refused from the view.",
 		}),
 	}
 	// Create every series up front so dashboards show zeros rather than gaps.
-	for _, l := range []Layer{LayerVersion, LayerGuard, LayerFence, LayerCheck} {
+	for _, l := range []Layer{LayerVersion, LayerGuard, LayerFence, LayerCheck, LayerWindow, LayerLimit} {
 		m.catches.WithLabelValues(string(l))
+	}
+	for _, o := range []string{outcomeSaleNotOpen, outcomeSaleEnded, outcomeCustomerLimit} {
+		m.refusedByRule.WithLabelValues(o)
 	}
 	for _, o := range allOutcomes {
 		m.outcomes.WithLabelValues(o)
 	}
-	reg.MustRegister(m.catches, m.outcomes, m.conflicts, m.units, m.batchOrders, m.batchDuration, m.ordersPerLock, m.shedOrders, m.queued, m.refusedByView, m.keySetLoads)
+	reg.MustRegister(m.catches, m.outcomes, m.conflicts, m.units, m.batchOrders, m.batchDuration, m.ordersPerLock, m.shedOrders, m.queued, m.refusedByView, m.refusedByRule, m.keySetLoads)
 	return m
 }
 
@@ -97,9 +106,27 @@ const (
 	outcomeCancelled   = "cancelled"
 	outcomeUnavailable = "unavailable"
 	outcomeError       = "error"
+	// The sale rules' refusals.
+	outcomeSaleNotOpen   = "sale_not_open"
+	outcomeSaleEnded     = "sale_ended"
+	outcomeCustomerLimit = "customer_limit"
 )
 
-var allOutcomes = []string{outcomeConfirmed, outcomeReplayed, outcomeSoldOut, outcomeBusy, outcomeRejected, outcomeCancelled, outcomeUnavailable, outcomeError}
+var allOutcomes = []string{outcomeConfirmed, outcomeReplayed, outcomeSoldOut, outcomeBusy, outcomeRejected, outcomeCancelled,
+	outcomeUnavailable, outcomeError, outcomeSaleNotOpen, outcomeSaleEnded, outcomeCustomerLimit}
+
+// ruleOutcome names the outcome of a refusal by a sale rule; "" for any other error.
+func ruleOutcome(err error) string {
+	switch {
+	case errors.Is(err, ErrSaleNotOpen):
+		return outcomeSaleNotOpen
+	case errors.Is(err, ErrSaleEnded):
+		return outcomeSaleEnded
+	case errors.Is(err, ErrCustomerLimit):
+		return outcomeCustomerLimit
+	}
+	return ""
+}
 
 func (m *Metrics) caught(l Layer) {
 	if m != nil {
@@ -152,6 +179,13 @@ func (m *Metrics) queue(n int) {
 func (m *Metrics) refusedFromView() {
 	if m != nil {
 		m.refusedByView.Inc()
+	}
+}
+
+// refusedFast counts an order refused by a sale rule before it was queued.
+func (m *Metrics) refusedFast(err error) {
+	if m != nil {
+		m.refusedByRule.WithLabelValues(ruleOutcome(err)).Inc()
 	}
 }
 

@@ -25,7 +25,15 @@ var errStoredMeanwhile = errors.New("stock: the idempotency key was stored by an
 // hide.
 func needsLookup(err error) bool {
 	return errors.Is(err, errStoredMeanwhile) || errors.Is(err, ErrBusy) || errors.Is(err, ErrLockLost) ||
-		errors.Is(err, ErrUnavailable)
+		errors.Is(err, ErrUnavailable) || refusedByRule(err)
+}
+
+// refusedByRule reports whether err is a refusal by a sale rule. Such a refusal stores nothing
+// under the order's key, and is decided without reading the key's record; an earlier attempt
+// with the key may have been confirmed while the rule allowed it (before an admin ended the
+// sale, say), so the key is looked up before the refusal is answered.
+func refusedByRule(err error) bool {
+	return errors.Is(err, ErrSaleNotOpen) || errors.Is(err, ErrSaleEnded) || errors.Is(err, ErrCustomerLimit)
 }
 
 // unsettled reports whether t's outcome o waits for replayStored.

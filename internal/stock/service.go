@@ -62,6 +62,16 @@ type Config struct {
 	// bounded whatever MaxQuantity allows. Default MaxBatchOrders × MaxQuantity: at the default
 	// settings the order cap binds first.
 	MaxBatchUnits int64
+	// SkipRuleChecks turns off every check of the sale rules this replica makes — the
+	// refusals before the queue and the batch's — leaving them to Postgres alone: the
+	// purchase statement's window and the per-customer CHECK. A demonstration that those
+	// hold by themselves; never for production, where the checks are what answer a refusal
+	// without a write.
+	SkipRuleChecks bool
+	// Now is this replica's clock, which decides the refusals from the views (a sale not open
+	// yet, or ended) and a batch decided from a lock note; Postgres's decides every sale.
+	// Default time.Now. Tests set it to a skewed clock.
+	Now func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -83,6 +93,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxBatchUnits <= 0 {
 		c.MaxBatchUnits = int64(c.MaxBatchOrders) * c.MaxQuantity
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c
 }
 
@@ -102,7 +115,10 @@ type Service struct {
 	batches *batcher
 	keys    storedKeys
 	lookups *recordLookups
-	audits  *semaphore.Weighted
+	// customers remembers what customers bought of products with a limit (limits.go).
+	customers customerMemory
+	listings  listings
+	audits    *semaphore.Weighted
 	// afterRead, when set, runs between a batch's read and its write, with the number of
 	// orders in the batch. Tests use it to open the race window at will.
 	afterRead func(ctx context.Context, orders int)
@@ -144,6 +160,9 @@ func (s *Service) CreateProduct(ctx context.Context, p NewProduct) (Product, err
 		return Product{}, &ValidationError{Field: "name", Reason: fmt.Sprintf("must be at most %d characters", MaxNameLen)}
 	case p.Stock < 0 || p.Stock > MaxStock:
 		return Product{}, &ValidationError{Field: "stock", Reason: fmt.Sprintf("must be between 0 and %d", MaxStock)}
+	}
+	if err := validSale(p.Sale); err != nil {
+		return Product{}, err
 	}
 	if err := plainText("sku", p.SKU); err != nil {
 		return Product{}, err
@@ -250,7 +269,7 @@ func (s *Service) Restock(ctx context.Context, req RestockRequest) (RestockResul
 	}
 	// A product that does not exist needs no lock (nor a view's epoch) to say so, and taking
 	// one would leave its fencing counter behind in Redis for good.
-	snap, err := s.store.Snapshot(ctx, []int64{r.ProductID}, nil)
+	snap, err := s.store.Snapshot(ctx, []int64{r.ProductID}, nil, nil)
 	if err != nil {
 		return RestockResult{}, err
 	}
@@ -324,8 +343,9 @@ func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderRe
 		return OrderResult{}, err
 	}
 	if len(items) == 1 {
-		// Before anything else is made for the order: after a sell-out, this is most of them.
-		if err := s.soldOutFromView(ctx, items[0], req.IdempotencyKey); err != nil {
+		// Before anything else is made for the order: before a sale opens, and after a
+		// sell-out, this is most of them.
+		if err := s.refuseFromView(ctx, items[0], req.IdempotencyKey, req.CustomerID); err != nil {
 			return OrderResult{}, err
 		}
 	}
@@ -358,8 +378,9 @@ func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderRe
 	return o.result(), nil
 }
 
-// soldOutFromView refuses an order for one product that the views know does not exist, or is
-// sold out, with no query and no lock, and returns nil when they know neither.
+// refuseFromView refuses an order for one product that the views know does not exist, is not
+// on sale (ruleRefusal), or is sold out, with no query and no lock, and returns nil when they
+// know none of these.
 //
 // "Does not exist" comes from a Postgres read that began at most one lease before the order,
 // and a creation is answered only once every such read from before it is older than that
@@ -375,13 +396,16 @@ func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderRe
 // refused so only when the key has no stored outcome for the product to replay (storedKeys); a
 // key used before for some other request is then answered sold-out, not
 // idempotency-key-reused: both sell nothing.
-func (s *Service) soldOutFromView(ctx context.Context, it Item, key string) error {
+func (s *Service) refuseFromView(ctx context.Context, it Item, key, customer string) error {
 	if s.cfg.Views == nil {
 		return nil
 	}
 	r := s.cfg.Views.Refusal(ctx, it.ProductID)
 	if r.Missing {
 		return &ProductNotFoundError{ProductID: it.ProductID}
+	}
+	if err := s.ruleRefusal(ctx, it, key, customer, r.Sale); err != nil {
+		return err
 	}
 	if !r.SoldOut {
 		return nil
@@ -393,6 +417,38 @@ func (s *Service) soldOutFromView(ctx context.Context, it Item, key string) erro
 	}
 	s.metrics.refusedFromView()
 	return &SoldOutError{ProductID: it.ProductID, Requested: it.Quantity, Available: 0}
+}
+
+// ruleRefusal refuses an order for one product, of customer, that the sale rules of its view
+// (nil when unknown) refuse: a sale not open yet or ended, on this replica's clock (Config.Now),
+// or a customer this replica knows has no room left under the limit (customerMemory). Postgres's
+// clock decides every sale, so a replica whose clock runs ahead lets orders through that the
+// purchase statement then refuses; one that runs behind refuses for as long as it lags, saying
+// when to come back. A refusal by a rule stores nothing, so an order with a key is refused only
+// once the key is known to have no stored outcome (looked up with the other keys of the moment,
+// one query for the crowd): an order confirmed before an admin ended the sale is replayed, not
+// refused.
+func (s *Service) ruleRefusal(ctx context.Context, it Item, key, customer string, sale *SaleRules) error {
+	if sale == nil || s.cfg.SkipRuleChecks {
+		return nil
+	}
+	err := sale.closed(it.ProductID, s.cfg.Now())
+	if err == nil && sale.Limited() {
+		if over := s.customers.refusal(it.ProductID, sale.MaxPerCustomer, customer, it.Quantity); over != nil {
+			err = over
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if key != "" {
+		records, lookupErr := s.lookups.get(ctx, []string{key})
+		if _, stored := records[key]; stored || lookupErr != nil {
+			return nil // the purchase path answers it, from the record
+		}
+	}
+	s.metrics.refusedFast(err)
+	return err
 }
 
 // decideQueued decides one batch of a product's queue. It runs detached from every caller: a
@@ -436,6 +492,8 @@ func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h 
 	}
 	if err != nil {
 		res.outcomes = failAll(len(tickets), err)
+	} else {
+		s.customers.learn(res.units)
 	}
 	s.metrics.batch(len(tickets), time.Since(start), locked)
 	return res.outcomes
@@ -447,6 +505,8 @@ type settled struct {
 	outcomes []outcome
 	write    *Write
 	at       time.Time
+	// units is what the batch knows each customer has of each product with a limit.
+	units customerUnits
 }
 
 // decideWithoutLock answers tickets from a read made without the lock, if that read sells
@@ -454,15 +514,16 @@ type settled struct {
 func (s *Service) decideWithoutLock(ctx context.Context, ids []int64, tickets []*ticket, h *hint) (outcomes []outcome, ok bool) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PurchaseTimeout)
 	defer cancel()
-	snap, err := s.store.Snapshot(ctx, ids, ticketKeys(tickets))
+	snap, err := s.store.Snapshot(ctx, ids, ticketKeys(tickets), ticketCustomers(tickets))
 	if err != nil {
 		return failAll(len(tickets), err), true
 	}
-	a := allocate(snap, tickets, nil)
+	a := allocate(snap, tickets, nil, !s.cfg.SkipRuleChecks)
 	h.saw(ids[0], snap, a.write)
 	if len(a.write.Decrements) > 0 {
 		return nil, false
 	}
+	s.customers.learn(a.units)
 	if len(a.write.Records) > 0 {
 		// The refusals are true whether or not their records are stored: a retry whose record
 		// is missing is decided afresh, which is also a true answer. But a key that another
@@ -494,29 +555,35 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 	var keys []string
 	var refused *RefusedError // the last refusal, explained by the next read
 	var refusedWrite Write
+	// ruleCaught: Postgres refused a write for a sale rule. From then on the batch applies the
+	// rules itself, even when its checks are off (Config.SkipRuleChecks), so that the orders
+	// are answered with the rule that refused them rather than retried until busy.
+	var ruleCaught bool
 	noted, useNote := notedLevel(ids, g)
 	for conflicts := 0; ; {
 		var snap Snapshot
 		fromNote := useNote
 		useNote = false // any further pass reads
 		if fromNote {
-			snap = Snapshot{Levels: map[int64]Level{ids[0]: noted}}
+			snap = Snapshot{Now: s.cfg.Now(), Levels: map[int64]Level{ids[0]: noted}}
 		} else {
 			var err error
-			if snap, err = s.store.Snapshot(ctx, ids, keys); err != nil {
+			if snap, err = s.store.Snapshot(ctx, ids, keys, ticketCustomers(tickets)); err != nil {
 				return settled{}, err
 			}
 		}
 		if refused != nil {
-			if err := s.explainRefusal(refusedWrite, refused.Conditions, snap); err != nil {
+			window, err := s.explainRefusal(refusedWrite, refused.Conditions, snap)
+			if err != nil {
 				return settled{}, err
 			}
+			ruleCaught = ruleCaught || window
 			refused = nil
 		}
 		if s.afterRead != nil {
 			s.afterRead(ctx, len(tickets))
 		}
-		a := allocate(snap, tickets, g.Fences)
+		a := allocate(snap, tickets, g.Fences, !s.cfg.SkipRuleChecks || ruleCaught)
 		if fromNote && len(a.write.Decrements) == 0 && refuses(a.outcomes) {
 			// A refusal must be true when it is decided, and only a write's version check
 			// tells a stale note from a true one: a batch that sells nothing has no such
@@ -526,7 +593,7 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 		h.saw(ids[0], snap, a.write)
 		if a.write.empty() {
 			leaveLevel(g, ids, snap, a.write)
-			return settled{outcomes: a.outcomes}, nil
+			return settled{outcomes: a.outcomes, units: a.units}, nil
 		}
 		c, werr := s.store.Commit(ctx, a.write)
 		if werr == nil {
@@ -536,7 +603,9 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 			return settled{}, werr
 		}
 		if layer, ok := caughtBy(werr); ok {
-			s.metrics.caught(layer) // the CHECK constraint: the read shows what is left
+			// A CHECK constraint: the read shows what is left, and what each customer has.
+			s.metrics.caught(layer)
+			ruleCaught = ruleCaught || layer == LayerLimit
 		} else if errors.As(werr, &refused) {
 			refusedWrite = a.write
 		}
@@ -572,7 +641,12 @@ func settleCommitted(ids []int64, tickets []*ticket, g *Grant, snap Snapshot, a 
 			a.outcomes[i].order.CreatedAt = c.At
 		}
 	}
-	return settled{outcomes: a.outcomes, write: &w, at: c.At}
+	units := a.units
+	if len(c.Skipped) > 0 {
+		// The counts included orders the write left out: not something to remember.
+		units = nil
+	}
+	return settled{outcomes: a.outcomes, write: &w, at: c.At, units: units}
 }
 
 // notedLevel returns the level the last holder noted for a batch of one product. The store's
@@ -592,7 +666,8 @@ func leaveLevel(g *Grant, ids []int64, snap Snapshot, w Write) {
 		return
 	}
 	l, ok := snap.Levels[ids[0]]
-	if !ok {
+	if !ok || l.Sale.Limited() {
+		// A product with a limit is decided from a read of what its customers bought.
 		return
 	}
 	for _, d := range w.Decrements {
@@ -616,37 +691,56 @@ func (s *Service) tellViews(w Write, at time.Time) {
 }
 
 // explainRefusal names, from a fresh read, the layer among the write's conditions that refused
-// w's decrement and counts it.
+// w's decrement and counts it; window reports that the sale window did (then the batch applies
+// the rules from this read, whatever its checks: see settle).
 // A fencing token newer than the batch's means its lease ran out and another holder wrote: the
 // batch must not go on, and the error says so. A version that moved, or stock now short, was a
-// conflict: the batch is decided again from this read. (A key stored meanwhile by another
-// request refuses the write too; no layer is named for it, and the new read replays it.)
-func (s *Service) explainRefusal(w Write, d Defense, snap Snapshot) error {
+// conflict: the batch is decided again from this read. A sale not open at the read's time (the
+// store's clock) refused a write decided by a clock that ran ahead (a lock note's, this
+// replica's). (A key stored meanwhile by another request refuses the write too; no layer is
+// named for it, and the new read replays it.)
+func (s *Service) explainRefusal(w Write, d Defense, snap Snapshot) (window bool, err error) {
 	for _, dec := range w.Decrements {
 		now, ok := snap.Levels[dec.ProductID]
 		switch {
 		case !ok:
 		case d.Lock && now.Fence > dec.Fence:
-			return &CaughtError{Layer: LayerFence, ProductID: dec.ProductID,
+			return false, &CaughtError{Layer: LayerFence, ProductID: dec.ProductID,
 				Err: fmt.Errorf("%w: fence %d is older than %d", ErrLockLost, dec.Fence, now.Fence)}
 		case d.Version && now.Version != dec.Read.Version:
 			s.metrics.caught(LayerVersion)
 			s.metrics.conflict()
+		case now.Sale.closed(dec.ProductID, snap.Now) != nil:
+			s.metrics.caught(LayerWindow)
+			window = true
 		case d.Guard && now.Stock < dec.Quantity:
 			s.metrics.caught(LayerGuard)
 		}
 	}
-	return nil
+	return window, nil
 }
 
-// refuses reports whether some outcome is a refusal for want of stock.
+// refuses reports whether some outcome is a refusal for want of stock or by a sale rule.
 func refuses(outcomes []outcome) bool {
 	for _, o := range outcomes {
-		if errors.Is(o.err, ErrSoldOut) {
+		if errors.Is(o.err, ErrSoldOut) || refusedByRule(o.err) {
 			return true
 		}
 	}
 	return false
+}
+
+// ticketCustomers lists the tickets' customers, each once.
+func ticketCustomers(tickets []*ticket) []string {
+	customers := make([]string, 0, len(tickets))
+	seen := make(map[string]bool, len(tickets))
+	for _, t := range tickets {
+		if !seen[t.customerID] {
+			seen[t.customerID] = true
+			customers = append(customers, t.customerID)
+		}
+	}
+	return customers
 }
 
 func ticketKeys(tickets []*ticket) []string {
@@ -759,6 +853,8 @@ func (s *Service) countOutcome(res OrderResult, err error) {
 		}
 	case errors.Is(err, ErrSoldOut):
 		s.metrics.outcome(outcomeSoldOut)
+	case refusedByRule(err):
+		s.metrics.outcome(ruleOutcome(err))
 	case errors.Is(err, ErrInvalid), errors.Is(err, ErrProductNotFound), errors.Is(err, ErrIdempotencyKeyReused):
 		s.metrics.outcome(outcomeRejected)
 	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded):

@@ -494,9 +494,9 @@ type countingStore struct {
 	snapshots atomic.Int64
 }
 
-func (c *countingStore) Snapshot(ctx context.Context, ids []int64, keys []string) (stock.Snapshot, error) {
+func (c *countingStore) Snapshot(ctx context.Context, ids []int64, keys, customers []string) (stock.Snapshot, error) {
 	c.snapshots.Add(1)
-	return c.Store.Snapshot(ctx, ids, keys)
+	return c.Store.Snapshot(ctx, ids, keys, customers)
 }
 
 // TestBatchDecidedFromTheLastHoldersNote: a batch given the product's lock with the level the

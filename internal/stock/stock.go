@@ -6,7 +6,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// Product is something for sale and the stock left of it.
+// Product is something for sale and the stock left of it, with the rules of its sale.
 type Product struct {
 	ID        int64
 	SKU       string
@@ -15,6 +15,44 @@ type Product struct {
 	Version   int64
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// SaleStartsAt, when set, is when the sale opens: no order is confirmed before it, by
+	// Postgres's clock. Nil: on sale from creation.
+	SaleStartsAt *time.Time
+	// SaleEndsAt, when set, is when the sale ends: no order is confirmed from then on.
+	SaleEndsAt *time.Time
+	// MaxPerCustomer is the most units one customer may buy of the product; 0 means no limit.
+	MaxPerCustomer int64
+}
+
+// Sale returns the rules of p's sale.
+func (p Product) Sale() SaleRules {
+	return SaleRules{StartsAt: p.SaleStartsAt, EndsAt: p.SaleEndsAt, MaxPerCustomer: p.MaxPerCustomer}
+}
+
+// SaleRules are the rules of a product's sale: when it is open, and how much one customer may
+// buy. The zero value is a sale open from the product's creation, without end or limit.
+type SaleRules struct {
+	StartsAt       *time.Time
+	EndsAt         *time.Time
+	MaxPerCustomer int64
+}
+
+// Limited reports whether the rules limit what one customer may buy.
+func (r SaleRules) Limited() bool { return r.MaxPerCustomer > 0 }
+
+// Windowed reports whether the sale opens or ends at a set time.
+func (r SaleRules) Windowed() bool { return r.StartsAt != nil || r.EndsAt != nil }
+
+// closed returns the refusal of an order for product id at now when the sale is not open
+// then — *SaleNotOpenError or *SaleEndedError — and nil when it is.
+func (r SaleRules) closed(id int64, now time.Time) error {
+	switch {
+	case r.StartsAt != nil && now.Before(*r.StartsAt):
+		return &SaleNotOpenError{ProductID: id, StartsAt: *r.StartsAt, Now: now}
+	case r.EndsAt != nil && !now.Before(*r.EndsAt):
+		return &SaleEndedError{ProductID: id, EndsAt: *r.EndsAt}
+	}
+	return nil
 }
 
 // NewProduct describes a product to create.
@@ -22,6 +60,17 @@ type NewProduct struct {
 	SKU   string
 	Name  string
 	Stock int64
+	Sale  SaleRules
+}
+
+// SaleChange changes a product's sale rules: each field set replaces the rule, and a Clear
+// field removes it; a field neither set nor cleared is kept. EndNow ends the sale at once, by
+// Postgres's clock (it replaces EndsAt).
+type SaleChange struct {
+	StartsAt, EndsAt            *time.Time
+	MaxPerCustomer              *int64
+	ClearStartsAt, ClearEndsAt  bool
+	ClearMaxPerCustomer, EndNow bool
 }
 
 // Item is one line of an order: a product and how many units of it.

@@ -36,9 +36,23 @@ type Store interface {
 	// Order returns the order with id. Errors: ErrOrderNotFound, ErrUnavailable.
 	Order(ctx context.Context, id uuid.UUID) (Order, error)
 
-	// Snapshot reads the stock level of each product in ids that exists, and the records
-	// stored under each key in keys that has one. Errors: ErrBusy, ErrUnavailable.
-	Snapshot(ctx context.Context, ids []int64, keys []string) (Snapshot, error)
+	// UpdateSale changes product id's sale rules as c says, moving its version (so that a
+	// batch decided from the rules before is refused and decided again), and returns the
+	// product as it left it. Setting a limit counts what each customer already bought of the
+	// product; a customer already above a lowered limit keeps what they have and may buy no
+	// more. Errors: *ProductNotFoundError, *ValidationError (the window would end before it
+	// opens), ErrUnavailable.
+	UpdateSale(ctx context.Context, id int64, c SaleChange) (Product, error)
+	// Products lists products by ascending id after the id after, at most limit of them; with
+	// onSale, only those whose sale is open or not yet ended by the store's clock (and that
+	// have stock). Errors: ErrUnavailable.
+	Products(ctx context.Context, after int64, limit int, onSale bool) ([]Product, error)
+
+	// Snapshot reads the stock level and sale rules of each product in ids that exists, with —
+	// for a product with a limit per customer — the units each customer in customers bought of
+	// it, and the records stored under each key in keys that has one. Errors: ErrBusy,
+	// ErrUnavailable.
+	Snapshot(ctx context.Context, ids []int64, keys, customers []string) (Snapshot, error)
 	// Commit applies w in one transaction: every decrement under the store's conditions
 	// (all of the defense, but in a demonstration store), and the orders and records, all or
 	// nothing — except that, when w.SkipStored is set, an order whose key already has a
@@ -97,15 +111,22 @@ type Restocking struct {
 }
 
 // Level is a product's row as one read saw it: the stock, and the version and fence the
-// conditional decrement checks.
+// conditional decrement checks, with the rules of its sale.
 type Level struct {
 	Stock   int64
 	Version int64
 	Fence   int64
+	Sale    SaleRules
+	// Bought holds, for a product with a limit per customer, the units bought by each of the
+	// batch's customers that has bought any.
+	Bought map[string]int64
 }
 
 // Snapshot is what a batch of orders is decided from.
 type Snapshot struct {
+	// Now is when the read was made, on the store's clock: the one the purchase statement
+	// checks the sale window against. A batch decided from a lock note has this replica's.
+	Now time.Time
 	// Levels has an entry for each product that exists.
 	Levels map[int64]Level
 	// Records has an entry for each idempotency key that has a stored outcome.

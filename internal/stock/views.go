@@ -34,7 +34,8 @@ type Views interface {
 	// context's error.
 	Product(ctx context.Context, id int64) (ProductView, error)
 	// Refusal reports what the views know that refuses an order for product id before it is
-	// queued; the zero Refusal when they cannot tell.
+	// queued, and the product's sale rules when they know them; the zero Refusal when they
+	// cannot tell.
 	Refusal(ctx context.Context, id int64) Refusal
 	// Committed records that a purchase left product id at stock left and version version;
 	// it returns once the views have taken it, or have given up after a short wait.
@@ -61,6 +62,9 @@ type Refusal struct {
 	// view's.
 	SoldOut bool
 	Version int64
+	// Sale, when not nil, is the product's sale rules, from a view that is never from before
+	// a change of the rules that has returned (Service.UpdateSale raises the views).
+	Sale *SaleRules
 }
 
 // maxStoredKeys bounds the idempotency keys a replica holds for one sold-out product. A flash

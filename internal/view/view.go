@@ -212,10 +212,14 @@ func (c *Cache) Refusal(ctx context.Context, id int64) stock.Refusal {
 	// Only a view that may still be answered from: a lease that has not run out. (One that a
 	// slow flight brought after its lease ended may be older than a restock that has
 	// returned.)
-	if err != nil || l.view.Product.Stock > 0 || !time.Now().Before(l.expires) {
+	if err != nil || !time.Now().Before(l.expires) {
 		return stock.Refusal{}
 	}
-	return stock.Refusal{SoldOut: true, Version: l.view.Product.Version}
+	sale := l.view.Product.Sale()
+	if l.view.Product.Stock > 0 {
+		return stock.Refusal{Sale: &sale}
+	}
+	return stock.Refusal{SoldOut: true, Version: l.view.Product.Version, Sale: &sale}
 }
 
 // Created returns one lease and a margin after it is called: by then no replica answers "not
@@ -577,7 +581,25 @@ func viewArgs(epoch, next string, v View, ttl time.Duration) []any {
 	p := v.Product
 	return []any{epoch, next, p.Version, ttl.Milliseconds(),
 		"sku", p.SKU, "name", p.Name, "stock", p.Stock, "version", p.Version,
-		"created", micros(p.CreatedAt), "updated", micros(p.UpdatedAt), "read", micros(v.Read)}
+		"created", micros(p.CreatedAt), "updated", micros(p.UpdatedAt), "read", micros(v.Read),
+		"starts", optMicros(p.SaleStartsAt), "ends", optMicros(p.SaleEndsAt), "max", p.MaxPerCustomer}
+}
+
+// optMicros writes an optional time as microseconds since the epoch, 0 for none.
+func optMicros(t *time.Time) int64 {
+	if t == nil {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+// optTime reads what optMicros wrote.
+func optTime(us int64) *time.Time {
+	if us == 0 {
+		return nil
+	}
+	t := time.UnixMicro(us)
+	return &t
 }
 
 func parseView(id int64, f map[string]string) (View, error) {
@@ -594,6 +616,10 @@ func parseView(id int64, f map[string]string) (View, error) {
 	v.Product.Stock, v.Product.Version = num("stock"), num("version")
 	v.Product.CreatedAt, v.Product.UpdatedAt = time.UnixMicro(num("created")), time.UnixMicro(num("updated"))
 	v.Read = time.UnixMicro(num("read"))
+	// A view is written whole, with its sale rules, by a script: one without them was written
+	// by a replica from before the rules, and is rebuilt rather than read as having none.
+	v.Product.SaleStartsAt, v.Product.SaleEndsAt = optTime(num("starts")), optTime(num("ends"))
+	v.Product.MaxPerCustomer = num("max")
 	if _, ok := f["sku"]; !ok {
 		errs = append(errs, errors.New("no sku"))
 	}

@@ -25,8 +25,19 @@ import (
 // batch nothing. Only a write that cannot leave an order out — it also stores refusals — fails
 // on a stored key, and its batch then reads the records (recordsSQL) and is decided again.
 
-// levelsSQL reads the rows a batch decides from.
-const levelsSQL = `SELECT id, stock, version, fence FROM products WHERE id = ANY($1)`
+// levelsSQL reads the rows a batch decides from, with the sale rules, Postgres's clock (the one
+// the decrement checks the window against), and — for a product with a limit per customer — the
+// units each of the batch's customers ($2) bought of it.
+const levelsSQL = `
+SELECT p.id, p.stock, p.version, p.fence, p.sale_starts_at, p.sale_ends_at, coalesce(p.max_per_customer, 0), now(),
+       b.customers, b.bought
+  FROM products p
+  LEFT JOIN LATERAL (
+    SELECT array_agg(c.customer_id) AS customers, array_agg(c.bought) AS bought
+      FROM customer_purchases c
+     WHERE p.max_per_customer IS NOT NULL AND c.product_id = p.id AND c.customer_id = ANY($2)
+  ) b ON true
+ WHERE p.id = ANY($1)`
 
 // recordsSQL reads the stored outcomes of a batch's idempotency keys, with the orders they
 // confirmed, so that a replay needs no further query.
@@ -41,12 +52,35 @@ SELECT k.key, k.fingerprint, k.order_id, k.async_order_id, k.product_id, k.reque
 // read_stock, read_version, fence): one decrement per product, of the batch's summed quantity,
 // relative (stock = stock - qty, so that the CHECK (stock >= 0) backstop stays armed), under
 // every condition of the defense: the row is the one the batch read (version), the stock
-// suffices (guard), and no newer lock holder has written (fence). It is the only decrement the
-// production store runs; demo.go builds the demonstration modes' weaker ones.
+// suffices (guard), and no newer lock holder has written (fence); and the sale is open now, by
+// Postgres's clock (saleOpen). It is the only decrement the production store runs; demo.go
+// builds the demonstration modes' weaker ones.
 const productionDecrement = `UPDATE products p
      SET stock = p.stock - d.qty, version = p.version + 1, updated_at = now(), fence = d.fence
     FROM d
-   WHERE p.id = d.id AND p.version = d.read_version AND p.stock >= d.qty AND p.fence <= d.fence`
+   WHERE p.id = d.id AND p.version = d.read_version AND p.stock >= d.qty AND p.fence <= d.fence
+     AND ` + saleOpen
+
+// saleOpen is the sale window, checked against now() — the time of the transaction that sells,
+// which also stamps its orders' created_at — so that no replica's clock decides when a sale
+// opens or ends. Every store's decrement carries it, demonstration or not: it is a rule of the
+// product, not a layer a demonstration takes away.
+const saleOpen = `(p.sale_starts_at IS NULL OR p.sale_starts_at <= now()) AND (p.sale_ends_at IS NULL OR now() < p.sale_ends_at)`
+
+// limitedUnits is the step of a commit statement that counts, per product with a limit per
+// customer and per customer, the units its orders take, in customer_purchases (whose CHECK
+// refuses a count above the limit, failing the whole statement). The limit is the one the
+// decrement's row holds (u returns it), so that Postgres alone holds the limit the product has.
+// It reads the statement's orders as ord(id, customer_id) and their items as itm(order_id,
+// product_id, quantity).
+const limitedUnits = `
+  INSERT INTO customer_purchases AS c (product_id, customer_id, bought, max_units)
+  SELECT itm.product_id, ord.customer_id, sum(itm.quantity), u.max_per_customer
+    FROM itm JOIN ord ON ord.id = itm.order_id JOIN u ON u.id = itm.product_id, ok
+   WHERE ok.ok AND u.max_per_customer IS NOT NULL
+   GROUP BY itm.product_id, ord.customer_id, u.max_per_customer
+   ORDER BY 1, 2
+  ON CONFLICT (product_id, customer_id) DO UPDATE SET bought = c.bought + excluded.bought, max_units = excluded.max_units`
 
 // commitSQL writes a whole batch in one statement. The decrement (productionDecrement) runs first; the orders, their items and the
 // idempotency records are inserted only if every product's decrement matched its row, so a
@@ -66,13 +100,17 @@ WITH d AS (
 ), u AS (
   `
 	commitTail = `
-  RETURNING p.id
+  RETURNING p.id, p.max_per_customer
 ), ok AS (
   SELECT count(*) = cardinality($1::bigint[]) AS ok FROM u
+), itm AS (
+  SELECT * FROM unnest($8::uuid[], $9::bigint[], $10::bigint[]) AS x(order_id, product_id, quantity)
+), ord AS (
+  SELECT * FROM unnest($6::uuid[], $7::text[]) AS x(id, customer_id)
 ), i AS (
   INSERT INTO order_items (order_id, product_id, quantity)
-  SELECT x.order_id, x.product_id, x.quantity
-    FROM unnest($8::uuid[], $9::bigint[], $10::bigint[]) AS x(order_id, product_id, quantity), ok WHERE ok.ok
+  SELECT itm.order_id, itm.product_id, itm.quantity FROM itm, ok WHERE ok.ok
+), cp AS (` + limitedUnits + `
 ), k AS (
   INSERT INTO idempotency_keys (key, fingerprint, outcome, order_id, product_id, requested, available)
   SELECT x.key, x.fingerprint, x.outcome, x.order_id, x.product_id, x.requested, x.available
@@ -82,8 +120,7 @@ WITH d AS (
    ORDER BY x.key
 )
 INSERT INTO orders (id, customer_id, status, created_at)
-SELECT x.id, x.customer_id, 'confirmed', now()
-  FROM unnest($6::uuid[], $7::text[]) AS x(id, customer_id), ok WHERE ok.ok
+SELECT ord.id, ord.customer_id, 'confirmed', now() FROM ord, ok WHERE ok.ok
 RETURNING id, created_at`
 	commitSQL = commitHead + productionDecrement + commitTail
 )
@@ -131,12 +168,17 @@ WITH k AS (
 ), u AS (
   `
 	commitSkippingTail = `
-  RETURNING p.id
+  RETURNING p.id, p.max_per_customer
 ), ok AS (
   SELECT count(*) = (SELECT count(*) FROM d) AS ok FROM u
+), itm AS (
+  SELECT * FROM it
+), ord AS (
+  SELECT * FROM o
 ), i AS (
   INSERT INTO order_items (order_id, product_id, quantity)
   SELECT it.order_id, it.product_id, it.quantity FROM it, ok WHERE ok.ok
+), cp AS (` + limitedUnits + `
 )
 INSERT INTO orders (id, customer_id, status, created_at)
 SELECT o.id, o.customer_id, 'confirmed', now() FROM o, ok WHERE ok.ok
@@ -164,13 +206,30 @@ const lookupTimeout = 2 * time.Second
 
 // Snapshot implements Store. The levels are one cached statement; the records, when asked for,
 // are read as Records reads them.
-func (s *Store) Snapshot(ctx context.Context, ids []int64, keys []string) (stock.Snapshot, error) {
+func (s *Store) Snapshot(ctx context.Context, ids []int64, keys, customers []string) (stock.Snapshot, error) {
 	snap := stock.Snapshot{Levels: make(map[int64]stock.Level, len(ids))}
-	rows, _ := s.pool.Query(ctx, levelsSQL, ids)
-	var id int64
-	var l stock.Level
-	_, err := pgx.ForEachRow(rows, []any{&id, &l.Stock, &l.Version, &l.Fence}, func() error {
-		snap.Levels[id] = l
+	if customers == nil {
+		customers = []string{} // NULL would match nobody too, but an empty array is what is meant
+	}
+	rows, _ := s.pool.Query(ctx, levelsSQL, ids, customers)
+	var (
+		id               int64
+		l                stock.Level
+		startsAt, endsAt *time.Time
+		bought           []int64
+		boughtBy         []string
+	)
+	_, err := pgx.ForEachRow(rows, []any{&id, &l.Stock, &l.Version, &l.Fence, &startsAt, &endsAt, &l.Sale.MaxPerCustomer,
+		&snap.Now, &boughtBy, &bought}, func() error {
+		lv := l
+		lv.Sale.StartsAt, lv.Sale.EndsAt = startsAt, endsAt
+		if len(boughtBy) > 0 {
+			lv.Bought = make(map[string]int64, len(boughtBy))
+			for i, c := range boughtBy {
+				lv.Bought[c] = bought[i]
+			}
+		}
+		snap.Levels[id] = lv
 		return nil
 	})
 	if err != nil {
@@ -270,6 +329,9 @@ func (s *Store) Commit(ctx context.Context, w stock.Write) (stock.Committed, err
 		return s.committed(w, res)
 	case constraintViolated(err, "23514", "products_stock_nonnegative"):
 		return stock.Committed{}, &stock.CaughtError{Layer: stock.LayerCheck, ProductID: checkedProduct(w), Err: fmt.Errorf("%w: %w", stock.ErrConflict, err)}
+	case constraintViolated(err, "23514", "customer_purchases_within_limit"):
+		// Only a write decided without the limit (its check off, a demonstration) gets here.
+		return stock.Committed{}, &stock.CaughtError{Layer: stock.LayerLimit, ProductID: checkedProduct(w), Err: fmt.Errorf("%w: %w", stock.ErrConflict, err)}
 	case constraintViolated(err, "23505", "idempotency_keys_pkey"):
 		return stock.Committed{}, fmt.Errorf("%w: an idempotency key was stored meanwhile: %w", stock.ErrConflict, err)
 	case constraintViolated(err, "23503", "idempotency_keys_order_id_fkey"):

@@ -29,7 +29,7 @@ func TestFindCommit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	snap, err := s.Snapshot(context.Background(), []int64{p.ID}, nil)
+	snap, err := s.Snapshot(context.Background(), []int64{p.ID}, nil, nil)
 	if err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}

@@ -43,5 +43,6 @@ func demoDecrement(d stock.Defense) string {
 	if d.Lock {
 		where = append(where, "p.fence <= d.fence")
 	}
-	return "UPDATE products p\n     SET " + set + "\n    FROM d\n   WHERE " + strings.Join(where, " AND ")
+	// The window is a rule of the product, in every store.
+	return "UPDATE products p\n     SET " + set + "\n    FROM d\n   WHERE " + strings.Join(where, " AND ") + "\n     AND " + saleOpen
 }

@@ -37,13 +37,15 @@ func New(pool *pgxpool.Pool) *Store {
 	return &Store{pool: pool, commit: commitSQL, commitSkipping: commitSkippingSQL, conditions: stock.DefaultDefense()}
 }
 
-const productColumns = `id, sku, name, stock, version, created_at, updated_at`
+const productColumns = `id, sku, name, stock, version, created_at, updated_at, sale_starts_at, sale_ends_at,
+	coalesce(max_per_customer, 0) AS max_per_customer`
 
 // CreateProduct implements Store.
 func (s *Store) CreateProduct(ctx context.Context, p stock.NewProduct) (stock.Product, error) {
 	rows, _ := s.pool.Query(ctx, `
-		INSERT INTO products (sku, name, stock, initial_stock) VALUES ($1, $2, $3, $3)
-		RETURNING `+productColumns, p.SKU, p.Name, p.Stock)
+		INSERT INTO products (sku, name, stock, initial_stock, sale_starts_at, sale_ends_at, max_per_customer)
+		VALUES ($1, $2, $3, $3, $4, $5, nullif($6, 0))
+		RETURNING `+productColumns, p.SKU, p.Name, p.Stock, p.Sale.StartsAt, p.Sale.EndsAt, p.Sale.MaxPerCustomer)
 	prod, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[stock.Product])
 	if err != nil {
 		if constraintViolated(err, "23505", "products_sku_key") {

@@ -33,6 +33,8 @@ type product struct {
 	fence    int64
 	received int64
 	sold     int64
+	// bought counts units per customer while the product has a limit (customer_purchases).
+	bought map[string]int64
 }
 
 type restock struct {
@@ -65,7 +67,9 @@ func (m *MemStore) CreateProduct(_ context.Context, p stock.NewProduct) (stock.P
 	}
 	m.nextID++
 	now := m.now()
-	x := &product{p: stock.Product{ID: m.nextID, SKU: p.SKU, Name: p.Name, Stock: p.Stock, CreatedAt: now, UpdatedAt: now}, received: p.Stock}
+	x := &product{p: stock.Product{ID: m.nextID, SKU: p.SKU, Name: p.Name, Stock: p.Stock, CreatedAt: now, UpdatedAt: now,
+		SaleStartsAt: p.Sale.StartsAt, SaleEndsAt: p.Sale.EndsAt, MaxPerCustomer: p.Sale.MaxPerCustomer}, received: p.Stock,
+		bought: map[string]int64{}}
 	m.products[x.p.ID] = x
 	return x.p, nil
 }
@@ -146,13 +150,24 @@ func (m *MemStore) Order(_ context.Context, id uuid.UUID) (stock.Order, error) {
 }
 
 // Snapshot implements stock.Store.
-func (m *MemStore) Snapshot(_ context.Context, ids []int64, keys []string) (stock.Snapshot, error) {
+func (m *MemStore) Snapshot(_ context.Context, ids []int64, keys, customers []string) (stock.Snapshot, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := stock.Snapshot{Levels: make(map[int64]stock.Level, len(ids)), Records: map[string]stock.IdempotencyRecord{}}
+	s := stock.Snapshot{Now: m.now(), Levels: make(map[int64]stock.Level, len(ids)), Records: map[string]stock.IdempotencyRecord{}}
 	for _, id := range ids {
 		if x, ok := m.products[id]; ok {
-			s.Levels[id] = stock.Level{Stock: x.p.Stock, Version: x.p.Version, Fence: x.fence}
+			l := stock.Level{Stock: x.p.Stock, Version: x.p.Version, Fence: x.fence, Sale: x.p.Sale()}
+			if l.Sale.Limited() {
+				for _, c := range customers {
+					if n, ok := x.bought[c]; ok {
+						if l.Bought == nil {
+							l.Bought = map[string]int64{}
+						}
+						l.Bought[c] = n
+					}
+				}
+			}
+			s.Levels[id] = l
 		}
 	}
 	for _, k := range keys {
@@ -225,7 +240,8 @@ func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, e
 		}
 		refused := cond.Version && x.p.Version != dec.Read.Version ||
 			cond.Guard && x.p.Stock < dec.Quantity ||
-			cond.Lock && x.fence > dec.Fence
+			cond.Lock && x.fence > dec.Fence ||
+			!saleOpen(x.p, m.now())
 		if refused {
 			return stock.Committed{}, &stock.RefusedError{Conditions: cond, Reason: fmt.Sprintf("the decrement of product %d matched no row", dec.ProductID)}
 		}
@@ -243,7 +259,34 @@ func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, e
 			return stock.Committed{}, fmt.Errorf("%w: key %q has a record", stock.ErrConflict, r.Key)
 		}
 	}
+	bought := map[int64]map[string]int64{} // what the limited products' customers will have
+	for _, o := range w.Orders {
+		for _, it := range o.Items {
+			x := m.products[it.ProductID]
+			if x == nil || x.p.MaxPerCustomer == 0 {
+				continue
+			}
+			if bought[it.ProductID] == nil {
+				bought[it.ProductID] = map[string]int64{}
+			}
+			n, ok := bought[it.ProductID][o.CustomerID]
+			if !ok {
+				n = x.bought[o.CustomerID]
+			}
+			n += it.Quantity
+			if n > x.p.MaxPerCustomer {
+				return stock.Committed{}, &stock.CaughtError{Layer: stock.LayerLimit, ProductID: it.ProductID,
+					Err: fmt.Errorf("%w: customer %q would have %d", stock.ErrConflict, o.CustomerID, n)}
+			}
+			bought[it.ProductID][o.CustomerID] = n
+		}
+	}
 	now := m.now()
+	for id, customers := range bought {
+		for c, n := range customers {
+			m.products[id].bought[c] = n
+		}
+	}
 	for _, dec := range w.Decrements {
 		x := m.products[dec.ProductID]
 		if cond.Naive() {
@@ -361,4 +404,78 @@ func (l *LocalLocker) WithProducts(ctx context.Context, ids []int64, fn func(ctx
 		l.notes[id] = g.Leave[id]
 	}
 	return err
+}
+
+// saleOpen reports whether p's sale window holds at now, as the purchase statement checks it.
+func saleOpen(p stock.Product, now time.Time) bool {
+	return (p.SaleStartsAt == nil || !now.Before(*p.SaleStartsAt)) && (p.SaleEndsAt == nil || now.Before(*p.SaleEndsAt))
+}
+
+// UpdateSale implements stock.Store.
+func (m *MemStore) UpdateSale(_ context.Context, id int64, c stock.SaleChange) (stock.Product, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	x, ok := m.products[id]
+	if !ok {
+		return stock.Product{}, &stock.ProductNotFoundError{ProductID: id}
+	}
+	p := x.p
+	switch {
+	case c.ClearStartsAt:
+		p.SaleStartsAt = nil
+	case c.StartsAt != nil:
+		p.SaleStartsAt = c.StartsAt
+	}
+	switch {
+	case c.EndNow:
+		now := m.now()
+		p.SaleEndsAt = &now
+	case c.ClearEndsAt:
+		p.SaleEndsAt = nil
+	case c.EndsAt != nil:
+		p.SaleEndsAt = c.EndsAt
+	}
+	switch {
+	case c.ClearMaxPerCustomer:
+		p.MaxPerCustomer = 0
+	case c.MaxPerCustomer != nil:
+		p.MaxPerCustomer = *c.MaxPerCustomer
+	}
+	if p.SaleStartsAt != nil && p.SaleEndsAt != nil && !p.SaleEndsAt.After(*p.SaleStartsAt) {
+		return stock.Product{}, &stock.ValidationError{Field: "sale_ends_at", Reason: "must be after sale_starts_at"}
+	}
+	p.Version++
+	p.UpdatedAt = m.now()
+	if c.MaxPerCustomer != nil {
+		// Counted again from the orders, as the Postgres store does.
+		x.bought = map[string]int64{}
+		for _, o := range m.orders {
+			for _, it := range o.Items {
+				if it.ProductID == id {
+					x.bought[o.CustomerID] += it.Quantity
+				}
+			}
+		}
+	}
+	x.p = p
+	return p, nil
+}
+
+// Products implements stock.Store.
+func (m *MemStore) Products(_ context.Context, after int64, limit int, onSale bool) ([]stock.Product, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	var list []stock.Product
+	for _, x := range m.products {
+		if x.p.ID <= after || onSale && (x.p.Stock == 0 || x.p.SaleEndsAt != nil && !now.Before(*x.p.SaleEndsAt)) {
+			continue
+		}
+		list = append(list, x.p)
+	}
+	slices.SortFunc(list, func(a, b stock.Product) int { return int(a.ID - b.ID) })
+	if len(list) > limit {
+		list = list[:limit]
+	}
+	return list, nil
 }
