@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/stocksvc/stocksvc/internal/identity"
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
@@ -52,8 +53,17 @@ type config struct {
 	LogFormat      string
 	LogLevel       string
 	DebugAddr      string
+	CustomerAuth   string
+	JWKSFile       string
+	JWKSURL        string
+	JWKSRefresh    time.Duration
+	JWTIssuer      string
+	JWTAudience    string
+	JWTLeeway      time.Duration
+	CustomerHeader string
 
 	defense stock.Defense
+	mode    identity.Mode // CustomerAuth, parsed
 	retry   lock.RetryStrategy
 	gogc    string // the runtime's GOGC, read by the runtime itself; see tuneGC
 }
@@ -125,6 +135,14 @@ func settings() []setting {
 		{"STOCKSVC_LOG_FORMAT", "log-format", "json", "log format: json or text", str(func(c *config) *string { return &c.LogFormat }), false},
 		{"STOCKSVC_LOG_LEVEL", "log-level", "info", "log level: debug, info, warn or error", str(func(c *config) *string { return &c.LogLevel }), false},
 		{"STOCKSVC_DEBUG_ADDR", "debug-addr", "", "address of the Go profiler (net/http/pprof), on loopback only, e.g. 127.0.0.1:6060; empty turns it off", str(func(c *config) *string { return &c.DebugAddr }), false},
+		{"STOCKSVC_CUSTOMER_AUTH", "customer-auth", "token", "who the customer of an order is: token (the sub of a verified Authorization: Bearer JWT), gateway (a header a trusted gateway sets: STOCKSVC_CUSTOMER_HEADER) or body (the body's customer_id, unverified: demonstrations and tests only)", str(func(c *config) *string { return &c.CustomerAuth }), false},
+		{"STOCKSVC_JWKS_FILE", "jwks-file", "", "token mode: the JWKS file of the keys that sign customer tokens; read again when it changes (rename a new file over it); this or STOCKSVC_JWKS_URL", str(func(c *config) *string { return &c.JWKSFile }), false},
+		{"STOCKSVC_JWKS_URL", "jwks-url", "", "token mode: the http(s) URL of the JWKS of the keys that sign customer tokens, fetched at start and every STOCKSVC_JWKS_REFRESH; this or STOCKSVC_JWKS_FILE", str(func(c *config) *string { return &c.JWKSURL }), false},
+		{"STOCKSVC_JWKS_REFRESH", "jwks-refresh", "5m", "token mode: how often STOCKSVC_JWKS_URL is fetched again (a token signed by a key not yet seen fetches it at once, at most once a second)", dur(func(c *config) *time.Duration { return &c.JWKSRefresh }), false},
+		{"STOCKSVC_JWT_ISSUER", "jwt-issuer", "", "token mode: the iss every customer token must carry (required)", str(func(c *config) *string { return &c.JWTIssuer }), false},
+		{"STOCKSVC_JWT_AUDIENCE", "jwt-audience", "", "token mode: the audience that must be among every customer token's aud (required)", str(func(c *config) *string { return &c.JWTAudience }), false},
+		{"STOCKSVC_JWT_LEEWAY", "jwt-leeway", "30s", "token mode: clock skew allowed on a token's exp, nbf and iat", dur(func(c *config) *time.Duration { return &c.JWTLeeway }), false},
+		{"STOCKSVC_CUSTOMER_HEADER", "customer-header", "X-Customer-Id", "gateway mode: the header in which the trusted gateway names the customer", str(func(c *config) *string { return &c.CustomerHeader }), false},
 	}
 }
 
@@ -280,7 +298,73 @@ func (c *config) validate() error {
 	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("STOCKSVC_LOG_LEVEL: %w", err))
 	}
+	errs = append(errs, c.validateCustomerAuth()...)
 	return errors.Join(errs...)
+}
+
+// validateCustomerAuth checks the customer identity settings that are wrong whatever the
+// command: a mode or URL that cannot be read. What token mode needs in order to serve is
+// checkCustomerAuth's: migrate and healthcheck run without it.
+func (c *config) validateCustomerAuth() []error {
+	var errs []error
+	var err error
+	if c.mode, err = identity.ParseMode(c.CustomerAuth); err != nil {
+		errs = append(errs, fmt.Errorf("STOCKSVC_CUSTOMER_AUTH: %w", err))
+	}
+	if c.JWKSURL != "" {
+		if err := identity.CheckJWKSURL(c.JWKSURL); err != nil {
+			errs = append(errs, fmt.Errorf("STOCKSVC_JWKS_URL: %w", err))
+		}
+	}
+	if c.JWKSRefresh < time.Second {
+		errs = append(errs, fmt.Errorf("STOCKSVC_JWKS_REFRESH: %v is too short (at least 1s: the key server is asked by every replica)", c.JWKSRefresh))
+	}
+	if c.JWTLeeway > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("STOCKSVC_JWT_LEEWAY: %v is too long (at most 5m: an expired token stays good that long)", c.JWTLeeway))
+	}
+	if !validHeaderName(c.CustomerHeader) {
+		errs = append(errs, fmt.Errorf("STOCKSVC_CUSTOMER_HEADER: %q is not a header name", c.CustomerHeader))
+	}
+	return errs
+}
+
+// checkCustomerAuth says what the chosen mode lacks to serve: token mode needs the issuer,
+// the audience and exactly one source of keys.
+func (c config) checkCustomerAuth() error {
+	if c.mode != identity.ModeToken {
+		return nil
+	}
+	var errs []error
+	if c.JWTIssuer == "" {
+		errs = append(errs, errors.New("STOCKSVC_JWT_ISSUER: required in token mode"))
+	}
+	if c.JWTAudience == "" {
+		errs = append(errs, errors.New("STOCKSVC_JWT_AUDIENCE: required in token mode"))
+	}
+	switch {
+	case c.JWKSFile == "" && c.JWKSURL == "":
+		errs = append(errs, errors.New("STOCKSVC_JWKS_FILE or STOCKSVC_JWKS_URL: one is required in token mode"))
+	case c.JWKSFile != "" && c.JWKSURL != "":
+		errs = append(errs, errors.New("STOCKSVC_JWKS_FILE and STOCKSVC_JWKS_URL: both are set; choose one"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("STOCKSVC_CUSTOMER_AUTH=token (the default; body serves without verifying anyone, for demonstrations and tests): %w", err)
+	}
+	return nil
+}
+
+// validHeaderName reports whether name is an HTTP field name (RFC 9110 token).
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		ch := name[i]
+		if ch <= ' ' || ch >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, ch) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // checkDebugAddr refuses a profiler address that is not on loopback: profiles show the
@@ -375,6 +459,14 @@ func (c config) logAttrs() []any {
 		slog.String("idempotency_ttl", c.IdempotencyTTL.String()),
 		slog.String("defense", c.defense.String()),
 		slog.String("debug_addr", c.DebugAddr),
+		slog.String("customer_auth", string(c.mode)),
+		slog.String("jwks_file", c.JWKSFile),
+		slog.String("jwks_url", maskDSN(c.JWKSURL)),
+		slog.String("jwks_refresh", c.JWKSRefresh.String()),
+		slog.String("jwt_issuer", c.JWTIssuer),
+		slog.String("jwt_audience", c.JWTAudience),
+		slog.String("jwt_leeway", c.JWTLeeway.String()),
+		slog.String("customer_header", c.CustomerHeader),
 	}
 }
 

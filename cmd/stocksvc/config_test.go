@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stocksvc/stocksvc/internal/identity"
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
@@ -63,7 +64,12 @@ func TestLoadConfigDefaults(t *testing.T) {
 		RuleChecks:     "on",
 		LogFormat:      "json",
 		LogLevel:       "info",
+		CustomerAuth:   "token",
+		JWKSRefresh:    5 * time.Minute,
+		JWTLeeway:      30 * time.Second,
+		CustomerHeader: "X-Customer-Id",
 		defense:        stock.DefaultDefense(),
+		mode:           identity.ModeToken,
 	}
 	if g := withoutRetry(t, got); g != want {
 		t.Errorf("defaults:\n got %+v\nwant %+v", g, want)
@@ -169,6 +175,13 @@ func TestLoadConfigEnvironmentOverrides(t *testing.T) {
 		"STOCKSVC_DEMO_UNSAFE":      "1",
 		"STOCKSVC_LOG_FORMAT":       "text",
 		"STOCKSVC_LOG_LEVEL":        "warn",
+		"STOCKSVC_CUSTOMER_AUTH":    "gateway",
+		"STOCKSVC_CUSTOMER_HEADER":  "X-User",
+		"STOCKSVC_JWKS_URL":         "http://127.0.0.1:1/jwks.json",
+		"STOCKSVC_JWKS_REFRESH":     "1m",
+		"STOCKSVC_JWT_ISSUER":       "https://id.example",
+		"STOCKSVC_JWT_AUDIENCE":     "shop",
+		"STOCKSVC_JWT_LEEWAY":       "5s",
 	}
 	got, rest, err := loadConfig([]string{"migrate", "up"}, envOf(env), io.Discard)
 	if err != nil {
@@ -207,7 +220,15 @@ func TestLoadConfigEnvironmentOverrides(t *testing.T) {
 		RuleChecks:     "on",
 		LogFormat:      "text",
 		LogLevel:       "warn",
+		CustomerAuth:   "gateway",
+		CustomerHeader: "X-User",
+		JWKSURL:        "http://127.0.0.1:1/jwks.json",
+		JWKSRefresh:    time.Minute,
+		JWTIssuer:      "https://id.example",
+		JWTAudience:    "shop",
+		JWTLeeway:      5 * time.Second,
 		defense:        stock.Defense{Version: true, Guard: true, Check: true},
+		mode:           identity.ModeGateway,
 	}
 	if g := withoutRetry(t, got); g != want {
 		t.Errorf("env overrides:\n got %+v\nwant %+v", g, want)
@@ -345,6 +366,12 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"profiler on an unspecified address (an IP, but not loopback)", map[string]string{"STOCKSVC_DEBUG_ADDR": "[::]:6060"}, nil, []string{"STOCKSVC_DEBUG_ADDR", "not a loopback address"}},
 		{"profiler on a host name", map[string]string{"STOCKSVC_DEBUG_ADDR": "stocksvc:6060"}, nil, []string{"STOCKSVC_DEBUG_ADDR", "not a loopback address"}},
 		{"profiler without a port", map[string]string{"STOCKSVC_DEBUG_ADDR": "127.0.0.1"}, nil, []string{"STOCKSVC_DEBUG_ADDR", "not host:port"}},
+		{"unknown customer auth", map[string]string{"STOCKSVC_CUSTOMER_AUTH": "jwt"}, nil, []string{"STOCKSVC_CUSTOMER_AUTH", `"jwt"`}},
+		{"JWKS URL not http", map[string]string{"STOCKSVC_JWKS_URL": "file:///etc/jwks.json"}, nil, []string{"STOCKSVC_JWKS_URL", "http or https"}},
+		{"JWKS URL without a host", map[string]string{"STOCKSVC_JWKS_URL": "https:///jwks.json"}, nil, []string{"STOCKSVC_JWKS_URL", "no host"}},
+		{"JWKS refresh too short", map[string]string{"STOCKSVC_JWKS_REFRESH": "100ms"}, nil, []string{"STOCKSVC_JWKS_REFRESH", "at least 1s"}},
+		{"leeway too long", map[string]string{"STOCKSVC_JWT_LEEWAY": "1h"}, nil, []string{"STOCKSVC_JWT_LEEWAY", "at most 5m"}},
+		{"customer header not a header name", map[string]string{"STOCKSVC_CUSTOMER_HEADER": "X User"}, nil, []string{"STOCKSVC_CUSTOMER_HEADER", `"X User"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -121,6 +121,10 @@ func dispatch(ctx context.Context, stopSignals func(), cfg config, rest []string
 	default:
 		return fmt.Errorf("unknown command %q (want serve, migrate, version or healthcheck; see stocksvc -h)", command)
 	}
+	// Only serving verifies customers: migrate and healthcheck run without the token settings.
+	if err := cfg.checkCustomerAuth(); err != nil {
+		return err
+	}
 	gcPercent := tuneGC(cfg.gogc)
 	log.DebugContext(ctx, "garbage collector", slog.Int("gc_percent", gcPercent))
 	if err := serve(ctx, stopSignals, cfg, log); err != nil {

@@ -148,6 +148,8 @@ func serveEnv(t testing.TB, prefix string, extra map[string]string) map[string]s
 		"STOCKSVC_ADMIN_TOKEN":  "admin-secret-" + randomHex(t, 8),
 		"STOCKSVC_LOG_FORMAT":   "json",
 		"STOCKSVC_LOG_LEVEL":    "debug",
+		// The API's customers are named by the body here; TestRunTokenMode serves with tokens.
+		"STOCKSVC_CUSTOMER_AUTH": "body",
 	}
 	for k, v := range extra {
 		env[k] = v

@@ -76,12 +76,40 @@ func hasSchema(t *testing.T, databaseURL string) bool {
 	return hasTable(t, databaseURL, "products")
 }
 
-const (
+// The service's migration versions, ascending, as embedded: the tests count steps and name
+// versions from them, so that a new migration changes none of them.
+var (
+	versions    = migrationVersions()
+	applied     = len(versions)
 	noneApplied = "no migrations applied\n"
 	atVersion1  = "version 1 (dirty: false)\n"
+	atLatest    = fmt.Sprintf("version %d (dirty: false)\n", versions[applied-1])
+	upDone      = "migrate up: done, " + atLatest
 )
 
-var atLatest = "version " + latest + " (dirty: false)\n"
+// migrationVersions reads the versions of migrations.Files' up migrations.
+func migrationVersions() []uint {
+	entries, err := fs.Glob(migrations.Files, "*.up.sql")
+	if err != nil || len(entries) == 0 {
+		panic(fmt.Sprintf("no embedded migrations: %v", err))
+	}
+	var vs []uint
+	for _, name := range entries {
+		v, err := strconv.ParseUint(name[:strings.IndexByte(name, '_')], 10, 64)
+		if err != nil {
+			panic(fmt.Sprintf("migration %s: %v", name, err))
+		}
+		vs = append(vs, uint(v))
+	}
+	slices.Sort(vs)
+	return vs
+}
+
+// downTo is what migrate down prints when it leaves the schema at version v.
+func downTo(v uint) string { return fmt.Sprintf("migrate down: done, version %d (dirty: false)\n", v) }
+
+// stepsTo is how many migrations down N must roll back for version v to be the last undone.
+func stepsTo(v uint) int { return applied - slices.Index(versions, v) }
 
 func TestMigrateUpVersionDown(t *testing.T) {
 	t.Parallel()
@@ -106,8 +134,8 @@ func TestMigrateUpVersionDown(t *testing.T) {
 	}
 
 	// One step back at a time.
-	for v := latestN() - 1; v >= 1; v-- {
-		mustMigrate(t, db.URL, downDone(v), "down", "1")
+	for i := applied - 2; i >= 0; i-- {
+		mustMigrate(t, db.URL, downTo(versions[i]), "down", "1")
 	}
 	mustMigrate(t, db.URL, atVersion1, "version")
 	if !hasSchema(t, db.URL) {
@@ -125,7 +153,7 @@ func TestMigrateUpVersionDown(t *testing.T) {
 
 	// down N and down all. More steps than were applied rolls back what there is, and asks
 	// for the same confirmation as down all (TestMigrateDownEverythingConfirmation).
-	for _, down := range [][]string{{"down", latest, "-force"}, {"down", "all", "-force"}, {"down", "-force", "all"}, {"down", "-force", beyond}} {
+	for _, down := range [][]string{{"down", strconv.Itoa(applied), "-force"}, {"down", "all", "-force"}, {"down", "-force", "all"}, {"down", "-force", strconv.Itoa(applied + 1)}} {
 		mustMigrate(t, db.URL, upDone, "up")
 		mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", down...)
 		mustMigrate(t, db.URL, noneApplied, "version")
@@ -294,11 +322,12 @@ func TestMigrateDownEverythingConfirmation(t *testing.T) {
 	db.create(t)
 	mustMigrate(t, db.URL, upDone, "up")
 
-	for _, n := range []string{latest, beyond} {
+	all := strconv.Itoa(applied)
+	for _, n := range []string{all, strconv.Itoa(applied + 4)} {
 		var stdout, stderr bytes.Buffer
 		err := migrateWith(t, db.URL, stdio{stdout: &stdout, stderr: &stderr}, "down", n)
-		if !errors.Is(err, errNotConfirmed) || !strings.Contains(err.Error(), "rolls back all "+latest+" applied migrations") {
-			t.Errorf("migrate down %s from a script = %v, want it refused as not confirmed, saying it rolls back all %s", n, err, latest)
+		if !errors.Is(err, errNotConfirmed) || !strings.Contains(err.Error(), "rolls back all "+all+" applied migrations") {
+			t.Errorf("migrate down %s from a script = %v, want it refused as not confirmed, saying it rolls back all %s", n, err, all)
 		}
 		err = migrateWith(t, db.URL, stdio{stdin: strings.NewReader("yes\n"), stdout: &stdout, stderr: &stderr, terminal: true}, "down", n)
 		if !errors.Is(err, errNotConfirmed) {
@@ -309,22 +338,22 @@ func TestMigrateDownEverythingConfirmation(t *testing.T) {
 		}
 	}
 	// Fewer than all: no question.
-	mustMigrate(t, db.URL, downDone(latestN()-1), "down", "1")
+	mustMigrate(t, db.URL, downTo(versions[applied-2]), "down", "1")
 	mustMigrate(t, db.URL, upDone, "up")
 
 	var stdout, stderr bytes.Buffer
-	err := migrateWith(t, db.URL, stdio{stdin: strings.NewReader(db.Name + "\n"), stdout: &stdout, stderr: &stderr, terminal: true}, "down", latest)
+	err := migrateWith(t, db.URL, stdio{stdin: strings.NewReader(db.Name + "\n"), stdout: &stdout, stderr: &stderr, terminal: true}, "down", all)
 	if err != nil {
-		t.Fatalf("migrate down latest confirmed at a terminal: %v", err)
+		t.Fatalf("migrate down 5 confirmed at a terminal: %v", err)
 	}
 	if !strings.Contains(stderr.String(), "Type the database name to go on") {
-		t.Errorf("migrate down latest did not ask; stderr:\n%s", stderr.String())
+		t.Errorf("migrate down 5 did not ask; stderr:\n%s", stderr.String())
 	}
 	if hasSchema(t, db.URL) {
-		t.Errorf("products table still there after a confirmed migrate down latest")
+		t.Errorf("products table still there after a confirmed migrate down 5")
 	}
 	mustMigrate(t, db.URL, upDone, "up")
-	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down", latest, "-force")
+	mustMigrate(t, db.URL, "migrate down: done, no migrations applied\n", "down", all, "-force")
 }
 
 // TestMigrateDownRefusesPendingOrders: rolling back the migration that holds the orders
@@ -346,9 +375,8 @@ func TestMigrateDownRefusesPendingOrders(t *testing.T) {
 	if err != nil {
 		t.Fatalf("accept an order: %v", err)
 	}
-	// Migration 4 made async_orders: rolling back to 3 drops it.
-	toThree, toOne := strconv.Itoa(latestN()-3), strconv.Itoa(latestN()-1)
-	for _, args := range [][]string{{"down", toThree}, {"down", toOne}, {"down", "all", "-force"}, {"down", beyond, "-force"}} {
+	reach := stepsTo(asyncOrdersMigration) // down this many rolls back the migration of async_orders
+	for _, args := range [][]string{{"down", strconv.Itoa(reach)}, {"down", strconv.Itoa(reach + 2)}, {"down", "all", "-force"}, {"down", strconv.Itoa(applied + 4), "-force"}} {
 		out, err := migrateCmd(t, url, args...)
 		if !errors.Is(err, errPendingOrders) || !strings.Contains(err.Error(), "with 1 pending orders") {
 			t.Errorf("migrate %q with a pending order = %v, want errPendingOrders naming one order", args, err)
@@ -361,13 +389,13 @@ func TestMigrateDownRefusesPendingOrders(t *testing.T) {
 		}
 	}
 	// Rollbacks that leave the table are not concerned.
-	mustMigrate(t, url, downDone(latestN()-1), "down", "1")
+	mustMigrate(t, url, downTo(versions[applied-2]), "down", "1")
 	mustMigrate(t, url, upDone, "up")
 
 	if _, err := conn.Exec(t.Context(), `UPDATE async_orders SET status = 'rejected', reason = 'sold_out', decided_at = now() WHERE id = $1`, order); err != nil {
 		t.Fatalf("decide the order: %v", err)
 	}
-	mustMigrate(t, url, downDone(3), "down", toThree)
+	mustMigrate(t, url, downTo(versions[slices.Index(versions, asyncOrdersMigration)-1]), "down", strconv.Itoa(reach))
 }
 
 // TestMigrateUpConcurrently: replicas started together migrate the same empty database at
@@ -388,34 +416,4 @@ func TestMigrateUpConcurrently(t *testing.T) {
 		}
 	}
 	mustMigrate(t, db.URL, atLatest, "version")
-}
-
-// latest is the newest migration's version, as the migrate command prints it; beyond is a
-// count of migrations to roll back larger than there are; upDone is what `migrate up` prints.
-var (
-	latest = func() string {
-		ups, err := fs.Glob(migrations.Files, "*.up.sql")
-		if err != nil || len(ups) == 0 {
-			panic(fmt.Sprintf("no embedded migrations: %v", err))
-		}
-		slices.Sort(ups)
-		v, _, _ := strings.Cut(ups[len(ups)-1], "_")
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			panic(fmt.Sprintf("migration %s: %v", ups[len(ups)-1], err))
-		}
-		return strconv.Itoa(n)
-	}()
-	beyond = func() string { n, _ := strconv.Atoi(latest); return strconv.Itoa(n + 4) }()
-	upDone = "migrate up: done, version " + latest + " (dirty: false)\n"
-)
-
-func latestN() int {
-	n, _ := strconv.Atoi(latest)
-	return n
-}
-
-// downDone is what `migrate down` prints when it leaves version v.
-func downDone(v int) string {
-	return fmt.Sprintf("migrate down: done, version %d (dirty: false)\n", v)
 }

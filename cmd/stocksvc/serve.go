@@ -49,6 +49,7 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 		log.WarnContext(ctx, "UNSAFE DEFENSE SETTING: this replica may oversell; use it only to demonstrate the layers",
 			slog.String("defense", cfg.defense.String()))
 	}
+	logCustomerAuth(ctx, cfg, log)
 	lis, err := openListeners(cfg, log)
 	if err != nil {
 		return err
@@ -64,11 +65,17 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 		g.Go(func() error { return serveDebug(gctx, cfg.DebugAddr) })
 	}
 
+	customers, closeCustomers, err := customerAuth(gctx, cfg, log)
+	if err != nil {
+		return startFailed(ctx, stopSignals, lis, g, stopGroup, err, log)
+	}
+	// The verifier's refresh outlives the requests: closed after shutdown has drained them.
+	defer closeCustomers()
 	deps, err := openDependencies(gctx, cfg, log)
 	if err != nil {
 		return startFailed(ctx, stopSignals, lis, g, stopGroup, err, log)
 	}
-	a, err := wire(ctx, cfg, deps, log)
+	a, err := wire(ctx, cfg, deps, customers, log)
 	if err != nil {
 		deps.close()
 		return startFailed(ctx, stopSignals, lis, g, stopGroup, err, log)
@@ -116,7 +123,7 @@ type app struct {
 
 // wire builds the service, the queue of orders accepted for later and the API over deps, and
 // starts the queue's workers. On error, what it built is closed again (deps are not).
-func wire(ctx context.Context, cfg config, deps dependencies, log *slog.Logger) (*app, error) {
+func wire(ctx context.Context, cfg config, deps dependencies, customers stockhttp.CustomerAuth, log *slog.Logger) (*app, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	store := stockpg.New(deps.pool)
@@ -170,6 +177,7 @@ func wire(ctx context.Context, cfg config, deps dependencies, log *slog.Logger) 
 		Service:    a.svc,
 		Queue:      a.queue,
 		AdminToken: cfg.AdminToken,
+		Customers:  customers,
 		// Ready asks Postgres only. A replica without Redis still serves product reads (from
 		// Postgres, a few at a time) and answers orders 503 itself; taking every replica out
 		// of the balancer when the one Redis they share fails would turn that into 503 for

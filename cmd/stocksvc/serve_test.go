@@ -159,7 +159,7 @@ func TestRunAdminListenerBusy(t *testing.T) {
 	}
 	t.Cleanup(func() { busy.Close() })
 	public := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	err = run(context.Background(), func() {}, nil, envOf(map[string]string{"STOCKSVC_ADDR": public, "STOCKSVC_ADMIN_ADDR": busy.Addr().String()}),
+	err = run(context.Background(), func() {}, nil, envOf(map[string]string{"STOCKSVC_ADDR": public, "STOCKSVC_ADMIN_ADDR": busy.Addr().String(), "STOCKSVC_CUSTOMER_AUTH": "body"}),
 		stdio{stdout: io.Discard, stderr: io.Discard})
 	if err == nil || !strings.Contains(err.Error(), "listen on "+busy.Addr().String()) {
 		t.Fatalf("run = %v, want the busy admin address named", err)

@@ -147,6 +147,7 @@ func TestBinaryShutdownWithinBudget(t *testing.T) {
 				"STOCKSVC_LOCK_WAIT=60s",
 				"STOCKSVC_REQUEST_TIMEOUT=60s",
 				"STOCKSVC_ASYNC_WORKERS=1",
+				"STOCKSVC_CUSTOMER_AUTH=body",
 			}
 			cmd.Stderr = &stderr
 			if err := cmd.Start(); err != nil {

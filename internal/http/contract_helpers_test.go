@@ -96,6 +96,8 @@ var contractStatus = map[string]int{
 	"body-too-large":         http.StatusRequestEntityTooLarge,
 	"unauthorized":           http.StatusUnauthorized,
 	"admin-disabled":         http.StatusForbidden,
+	"unauthenticated":        http.StatusUnauthorized,
+	"customer-mismatch":      http.StatusForbidden,
 	"product-not-found":      http.StatusNotFound,
 	"order-not-found":        http.StatusNotFound,
 	"not-found":              http.StatusNotFound,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stocksvc/stocksvc/internal/async"
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
+	"github.com/stocksvc/stocksvc/internal/identity"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/stocktest"
 )
@@ -198,6 +199,8 @@ type fakeOptions struct {
 	queueErr   error
 	// placeOrder, when set, answers the service's PlaceOrder.
 	placeOrder func(context.Context, stock.OrderRequest) (stock.OrderResult, error)
+	// customers, when its mode is set, says who the customers are; else body mode.
+	customers stockhttp.CustomerAuth
 }
 
 // fakeInstance is a Server over fakes, served on a loopback listener of its own so that its
@@ -222,6 +225,10 @@ func newFakeInstance(t testing.TB, o fakeOptions) *fakeInstance {
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Registerer: reg,
 		Gatherer:   reg,
+		Customers:  stockhttp.CustomerAuth{Mode: identity.ModeBody},
+	}
+	if o.customers.Mode != "" {
+		cfg.Customers = o.customers
 	}
 	if o.adminToken == "-" {
 		cfg.AdminToken = ""

@@ -200,6 +200,10 @@ func (s *Server) handlePlaceOrder(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if req.CustomerID, err = orderCustomer(r.Context(), req.CustomerID); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	if s.queue != nil && prefersAsync(r.Header) {
 		// Decided later, or refused now when there is nothing to wait for (its product
 		// known sold out: 409, as the synchronous route would answer).
@@ -291,6 +295,14 @@ func (s *Server) handleGetOrder(w http.ResponseWriter, r *http.Request) {
 	found, err := s.findOrder(r.Context(), id)
 	if err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	owner := found.Order.CustomerID
+	if found.Confirmed != nil {
+		owner = found.Confirmed.CustomerID
+	}
+	if !mayRead(r.Context(), owner) {
+		s.writeError(w, r, stock.ErrOrderNotFound)
 		return
 	}
 	if found.Confirmed != nil {

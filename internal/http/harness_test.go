@@ -18,6 +18,7 @@ import (
 
 	"github.com/stocksvc/stocksvc/internal/async"
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
+	"github.com/stocksvc/stocksvc/internal/identity"
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/demo"
@@ -85,6 +86,9 @@ type instanceOptions struct {
 	// redlock, when set, puts the product locks on a Redlock over these nodes, as
 	// STOCKSVC_REDIS_MODE=redlock does; the views stay on the cluster's Redis.
 	redlock []*testenv.RedisServer
+	// customers, when its mode is set, says who the customers are; else body mode, the
+	// customer_id each request sends.
+	customers stockhttp.CustomerAuth
 }
 
 // instance is one replica: its own pools, service and HTTP server, as a separate process would
@@ -174,10 +178,15 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	if err != nil {
 		t.Fatalf("new queue: %v", err)
 	}
+	customers := stockhttp.CustomerAuth{Mode: identity.ModeBody}
+	if o.customers.Mode != "" {
+		customers = o.customers
+	}
 	api := stockhttp.New(stockhttp.Config{
 		Service:    svc,
 		Queue:      queue,
 		AdminToken: token,
+		Customers:  customers,
 		Ready:      ready,
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Registerer: reg,

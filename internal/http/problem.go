@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stocksvc/stocksvc/internal/async"
+	"github.com/stocksvc/stocksvc/internal/identity"
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
@@ -39,8 +40,9 @@ type problem struct {
 	MaxPerCustomer int64      `json:"max_per_customer,omitempty"`
 	Bought         *int64     `json:"bought,omitempty"`
 
-	retryAfter int  // seconds; sent as the Retry-After header when positive
-	replayed   bool // a stored idempotent outcome; sent as Idempotent-Replayed: true
+	retryAfter   int    // seconds; sent as the Retry-After header when positive
+	authenticate string // sent as the WWW-Authenticate header when set
+	replayed     bool   // a stored idempotent outcome; sent as Idempotent-Replayed: true
 }
 
 // problemType documents one problem code. The list is served at /problems/{code} and printed
@@ -58,6 +60,8 @@ var problemTypes = map[string]problemType{
 	"body-too-large":         {413, "Body too large", "Request bodies are limited to 1 MiB."},
 	"unauthorized":           {401, "Unauthorized", "Admin routes need Authorization: Bearer <STOCKSVC_ADMIN_TOKEN>."},
 	"admin-disabled":         {403, "Admin disabled", "No STOCKSVC_ADMIN_TOKEN is configured, so admin routes are off."},
+	"unauthenticated":        {401, "Unauthenticated", "An order route needs the customer's credential (STOCKSVC_CUSTOMER_AUTH token: Authorization: Bearer <JWT>; gateway: the gateway's header), and none was sent or the one sent is refused; `detail` says why. WWW-Authenticate says Bearer, with error=\"invalid_token\" when a credential was refused."},
+	"customer-mismatch":      {403, "Customer mismatch", "The request's customer_id (body or query) names another customer than the verified one; leave it out or send the verified customer's."},
 	"product-not-found":      {404, "Product not found", "No product has this id; `product_id` names it when known."},
 	"order-not-found":        {404, "Order not found", "No order has this id."},
 	"not-found":              {404, "Not found", "No route matches this path."},
@@ -98,7 +102,9 @@ func badRequest(code, detail string) error { return &requestError{code: code, de
 // problemFor maps an error to the problem the client sees. It is the only place where errors
 // become statuses and codes, and it reads an error in this order, the first match winning:
 //
-//  1. what the transport found before the service was called (malformed JSON, ...);
+//  1. what the transport found before the service was called (a customer credential missing
+//     or refused: 401 unauthenticated; malformed JSON, a customer_id that is not the
+//     verified customer's, ...);
 //  2. the request's own outcome: invalid input, sold out, a sale rule (not open, ended, the
 //     customer's limit), product or order not found, duplicate SKU, idempotency key reused;
 //  3. unavailable (503) — a dependency down or slow, a deadline, or a write whose outcome is
@@ -111,6 +117,14 @@ func badRequest(code, detail string) error { return &requestError{code: code, de
 func problemFor(err error) *problem {
 	// errors.AsType, unlike errors.As, needs no target that escapes: no allocations on the
 	// path every refusal takes.
+	if authErr, ok := errors.AsType[*authError](err); ok {
+		p := newProblem("unauthenticated", authErr.detail)
+		p.authenticate = `Bearer realm="stocksvc"`
+		if !errors.Is(err, identity.ErrNoCredential) {
+			p.authenticate += `, error="invalid_token"`
+		}
+		return p
+	}
 	if reqErr, ok := errors.AsType[*requestError](err); ok {
 		p := newProblem(reqErr.code, reqErr.detail)
 		p.Field = reqErr.field
@@ -168,7 +182,7 @@ func problemFor(err error) *problem {
 		p := newProblem("unavailable", "the order's outcome is unknown: Postgres did not answer whether it was written; try again")
 		p.retryAfter = 2
 		return p
-	case errors.Is(err, stock.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, stock.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, identity.ErrKeysUnavailable):
 		p := newProblem("unavailable", "Postgres or Redis could not be reached or did not answer in time; try again")
 		p.retryAfter = 2
 		return p
@@ -241,6 +255,9 @@ func writeProblem(w http.ResponseWriter, p *problem) {
 	}
 	if p.replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	if p.authenticate != "" {
+		w.Header().Set("WWW-Authenticate", p.authenticate)
 	}
 	writeJSON(w, p.Status, "application/problem+json", p)
 }

@@ -34,6 +34,8 @@ type Service interface {
 	// was accepted as for later, which Queue.Order then reads.
 	PlaceOrder(ctx context.Context, req stock.OrderRequest) (stock.OrderResult, error)
 	Order(ctx context.Context, id uuid.UUID) (stock.Order, error)
+	// CustomerOrders returns a page of a customer's confirmed orders, newest first.
+	CustomerOrders(ctx context.Context, q stock.OrdersQuery) (stock.OrdersPage, error)
 }
 
 // Queue is what the handlers ask of the asynchronous route: *async.Queue, or a fake in tests.
@@ -61,8 +63,13 @@ type Config struct {
 	// *async.Queue) the preference is ignored: every order is decided at once, as RFC 7240
 	// lets a server do.
 	Queue Queue
-	// AdminToken guards the admin routes; empty turns them off (403 admin-disabled).
+	// AdminToken guards the admin routes; empty turns them off (403 admin-disabled). On the
+	// order reads (GET /v1/orders, GET /v1/orders/{id}) of the listener that serves the admin
+	// routes, it is recognised before any customer credential: an admin reads every order.
 	AdminToken string
+	// Customers says who the customer of an order route is (customers.go). The zero value is
+	// body mode: whatever the request says.
+	Customers CustomerAuth
 	// Ready reports whether the backing services answer; /readyz calls it with a 1s deadline.
 	// Nil means always ready.
 	Ready func(ctx context.Context) error
@@ -87,6 +94,7 @@ type Server struct {
 	log         *slog.Logger
 	ready       func(ctx context.Context) error
 	adminDigest []byte // sha256 of the admin token; nil when admin routes are off
+	customers   CustomerAuth
 	timeout     time.Duration
 	maxBody     int64
 	metrics     *httpMetrics
@@ -115,13 +123,14 @@ func New(cfg Config) *Server {
 		cfg.Ready = func(context.Context) error { return nil }
 	}
 	s := &Server{
-		svc:     cfg.Service,
-		queue:   cfg.Queue,
-		log:     cfg.Logger,
-		ready:   cfg.Ready,
-		timeout: cfg.RequestTimeout,
-		maxBody: cfg.MaxBodyBytes,
-		metrics: newHTTPMetrics(cfg.Registerer),
+		svc:       cfg.Service,
+		queue:     cfg.Queue,
+		log:       cfg.Logger,
+		ready:     cfg.Ready,
+		timeout:   cfg.RequestTimeout,
+		maxBody:   cfg.MaxBodyBytes,
+		metrics:   newHTTPMetrics(cfg.Registerer),
+		customers: cfg.Customers.withDefaults(),
 	}
 	s.findOrder = s.findConfirmed
 	if cfg.Queue != nil {
@@ -201,8 +210,11 @@ func (s *Server) routes(metricsHandler http.Handler, admin bool) *chi.Mux {
 		}
 		r.Get("/products", s.handleListProducts)
 		r.Get("/products/{id}", s.handleGetProduct)
-		r.Post("/orders", s.handlePlaceOrder)
-		r.Get("/orders/{id}", s.handleGetOrder)
+		// The order routes are the customer's: withCustomer names the caller. An admin token
+		// counts only on the reads, and only where the admin routes are served.
+		r.With(s.withCustomer(false)).Post("/orders", s.handlePlaceOrder)
+		r.With(s.withCustomer(admin)).Get("/orders", s.handleListOrders)
+		r.With(s.withCustomer(admin)).Get("/orders/{id}", s.handleGetOrder)
 	})
 	return r
 }

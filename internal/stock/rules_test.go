@@ -202,6 +202,26 @@ func TestSaleNotOpenIsRefusedWithoutPostgres(t *testing.T) {
 	if n := queries.Load() - before; n != 0 {
 		t.Errorf("a refusal before the opening sent %d queries to Postgres, want none", n)
 	}
+	// Keyed orders too: the keys with an outcome for the product are loaded once (nothing can
+	// be confirmed while the sale is closed), and then nothing more is asked.
+	keyedOrder := func(n int) error {
+		o := order("early", one(id, 1))
+		o.IdempotencyKey = fmt.Sprintf("not-yet-%d-%d", id, n)
+		_, err := a.svc.PlaceOrder(ctx, o)
+		return err
+	}
+	if err := keyedOrder(0); !errors.Is(err, stock.ErrSaleNotOpen) {
+		t.Fatalf("keyed order before the opening = %v, want sale not open", err)
+	}
+	before = queries.Load()
+	for n := 1; n <= 5; n++ {
+		if err := keyedOrder(n); !errors.Is(err, stock.ErrSaleNotOpen) {
+			t.Fatalf("keyed order before the opening = %v, want sale not open", err)
+		}
+	}
+	if n := queries.Load() - before; n != 0 {
+		t.Errorf("keyed refusals before the opening sent %d queries to Postgres, want none once the key set is loaded", n)
+	}
 	if n := testenv.Metric(t, a.registry, "stocksvc_orders_refused_fast_total", "rule", "sale_not_open"); n < 1 {
 		t.Errorf("stocksvc_orders_refused_fast_total{rule=sale_not_open} = %v, want the refusals counted", n)
 	}

@@ -404,7 +404,7 @@ func (s *Service) refuseFromView(ctx context.Context, it Item, key, customer str
 	if r.Missing {
 		return &ProductNotFoundError{ProductID: it.ProductID}
 	}
-	if err := s.ruleRefusal(ctx, it, key, customer, r.Sale); err != nil {
+	if err := s.ruleRefusal(ctx, it, key, customer, r.Sale, r.Version); err != nil {
 		return err
 	}
 	if !r.SoldOut {
@@ -425,10 +425,9 @@ func (s *Service) refuseFromView(ctx context.Context, it Item, key, customer str
 // clock decides every sale, so a replica whose clock runs ahead lets orders through that the
 // purchase statement then refuses; one that runs behind refuses for as long as it lags, saying
 // when to come back. A refusal by a rule stores nothing, so an order with a key is refused only
-// once the key is known to have no stored outcome (looked up with the other keys of the moment,
-// one query for the crowd): an order confirmed before an admin ended the sale is replayed, not
-// refused.
-func (s *Service) ruleRefusal(ctx context.Context, it Item, key, customer string, sale *SaleRules) error {
+// once the key is known to have no stored outcome (keyUnclaimed): an order confirmed before an
+// admin ended the sale is replayed, not refused. version is the view's.
+func (s *Service) ruleRefusal(ctx context.Context, it Item, key, customer string, sale *SaleRules, version int64) error {
 	if sale == nil || s.cfg.SkipRuleChecks {
 		return nil
 	}
@@ -441,14 +440,32 @@ func (s *Service) ruleRefusal(ctx context.Context, it Item, key, customer string
 	if err == nil {
 		return nil
 	}
-	if key != "" {
-		records, lookupErr := s.lookups.get(ctx, []string{key})
-		if _, stored := records[key]; stored || lookupErr != nil {
-			return nil // the purchase path answers it, from the record
-		}
+	if key != "" && !s.keyUnclaimed(ctx, it.ProductID, key, version, err) {
+		return nil // the purchase path answers it, from the record
 	}
 	s.metrics.refusedFast(err)
 	return err
+}
+
+// windowMargin is how far from the opening a replica's clock must be for an order with a key to
+// be refused "not open" from the product's key set: nothing is confirmed before the opening,
+// by Postgres's clock, and the margin covers a replica's clock running that much behind it.
+const windowMargin = time.Second
+
+// keyUnclaimed reports whether key is known to have no stored outcome, so that an order refused
+// by a rule (err) may be answered so without the purchase path. While the sale is closed
+// nothing is confirmed for the product, so, as for a sold-out product, the keys with an outcome
+// for it at the view's version are loaded once per replica and version (storedKeys); an order
+// of a customer at the limit has its key looked up (one query for the crowd of the moment):
+// other customers' orders are confirmed meanwhile.
+func (s *Service) keyUnclaimed(ctx context.Context, id int64, key string, version int64, err error) bool {
+	if notOpen, ok := errors.AsType[*SaleNotOpenError](err); !errors.Is(err, ErrCustomerLimit) && (!ok || notOpen.Opens() > windowMargin) {
+		unclaimed, known := s.keys.unclaimed(ctx, id, version, key)
+		return known && unclaimed
+	}
+	records, lookupErr := s.lookups.get(ctx, []string{key})
+	_, stored := records[key]
+	return !stored && lookupErr == nil
 }
 
 // decideQueued decides one batch of a product's queue. It runs detached from every caller: a

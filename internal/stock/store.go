@@ -82,6 +82,9 @@ type Store interface {
 	// deletes in bounded batches, so that no statement or lock lasts long however many have
 	// piled up. Errors: ErrUnavailable, ErrBusy, the context's error.
 	PurgeIdempotencyKeys(ctx context.Context, retention time.Duration) (int64, error)
+
+	// OrderLister lists a customer's orders (orders_list.go).
+	OrderLister
 }
 
 // RefusedError is a write that a condition of its decrement refused, or — with SkipStored —

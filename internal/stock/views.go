@@ -58,8 +58,8 @@ type Refusal struct {
 	// (Views.Created).
 	Missing bool
 	// SoldOut says that the product has no stock left, from a view that is never above the
-	// stock in Postgres and never from before a raise that has returned; Version is that
-	// view's.
+	// stock in Postgres and never from before a raise that has returned. Version is the
+	// view's, whenever Sale is set or SoldOut is true.
 	SoldOut bool
 	Version int64
 	// Sale, when not nil, is the product's sale rules, from a view that is never from before
@@ -98,7 +98,7 @@ type keySet struct {
 const maxKeySets = 1024
 
 // unclaimed reports whether key has no stored outcome for product id, the product being sold
-// out at version. ok is false when that cannot be told without going to the purchase path (the
+// out — or its sale closed, which also confirms nothing — at version. ok is false when that cannot be told without going to the purchase path (the
 // keys could not be loaded, or there are too many).
 func (c *storedKeys) unclaimed(ctx context.Context, id, version int64, key string) (unclaimed, ok bool) {
 	set, err := c.set(ctx, id, version)

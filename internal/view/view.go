@@ -217,7 +217,7 @@ func (c *Cache) Refusal(ctx context.Context, id int64) stock.Refusal {
 	}
 	sale := l.view.Product.Sale()
 	if l.view.Product.Stock > 0 {
-		return stock.Refusal{Sale: &sale}
+		return stock.Refusal{Version: l.view.Product.Version, Sale: &sale}
 	}
 	return stock.Refusal{SoldOut: true, Version: l.view.Product.Version, Sale: &sale}
 }

@@ -144,6 +144,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			"STOCKSVC_REDIS_PREFIX=" + cfg.Prefix,
 			"STOCKSVC_ADMIN_TOKEN=" + cfg.Token,
 			"STOCKSVC_LOG_LEVEL=warn",
+			// The service now verifies customer tokens by default (issue #20); until the
+			// harness mints its own, its replicas take the customer from the body.
+			"STOCKSVC_CUSTOMER_AUTH=body",
 		}
 		if cfg.DebugPorts {
 			r.DebugPort = ports[n+i]
