@@ -65,6 +65,8 @@ type drillEnv struct {
 	scarce  int64
 	limited int64        // the product with sale rules
 	regular atomic.Int64 // orders of the limited product so far: its customers grow with them
+	// identity mints the customers' tokens, which the replicas verify.
+	identity *cluster.Identity
 
 	mu     sync.Mutex
 	events []event // what the fault did, when
@@ -149,13 +151,22 @@ func (d *drillEnv) note(format string, args ...any) {
 func (d *drillEnv) setup(ctx context.Context) error {
 	d.victim = d.rng.intN(d.h.Cluster.Replicas)
 	var victimEnv []string
+	// Customers prove who they are with tokens of the run's own issuer.
+	if err := os.MkdirAll(d.dir, 0o755); err != nil {
+		return err
+	}
+	identity, err := cluster.NewIdentity(d.dir)
+	if err != nil {
+		return err
+	}
+	d.identity = identity
 	c, err := cluster.Start(ctx, cluster.Config{
 		Dir: d.dir, Binary: d.h.Binary, HAProxy: d.h.HAProxy, Replicas: d.h.Cluster.Replicas,
 		ServerURL: d.h.Cluster.DatabaseURL, OwnPostgres: d.sc.ownPostgres,
 		Database: fmt.Sprintf("stocksvc_drill_%d_%s", time.Now().UnixNano(), strings.ReplaceAll(d.sc.name, "-", "_")),
 		RedisURL: d.h.Cluster.RedisURL, OwnRedis: d.sc.ownRedis, Redlock: max(d.h.Cluster.Redlock, d.sc.redlock),
 		Prefix: "stocksvc-drill:" + rand.Text()[:10] + ":", Token: rand.Text(),
-		Direct: d.plan.direct, Keep: d.h.Cluster.Keep, Warnings: d.h.W,
+		Direct: d.plan.direct, Keep: d.h.Cluster.Keep, Warnings: d.h.W, Identity: identity,
 		BeforeReplicas: func(c *cluster.Cluster) error {
 			if d.sc.proxyPostgres {
 				u, _ := url.Parse(c.DatabaseURL)
@@ -454,6 +465,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 	}
 	d.client = newDrillClient(bases, d.c.Token, "drill"+strconv.Itoa(run), plan.clientTimeout, d.rec,
 		retryPolicy{attempts: 6, budget: 12 * time.Second, pause: 100 * time.Millisecond})
+	d.client.bearer = d.identity.Token
 	defer d.client.close()
 	var err error
 	if d.hot, err = d.client.createProduct(ctx, "HOT-"+rand.Text()[:6], d.hotStock()); err != nil {

@@ -84,7 +84,21 @@ func Run(ctx context.Context, h *env.Harness, o Options) error {
 		return err
 	}
 	database := fmt.Sprintf("stocksvc_load_%d_opening", time.Now().Unix())
-	h.Printf("[opening] starting %d replicas\n", h.Cluster.Replicas)
+	// Every customer of the crowd has a token of its own, which the replicas verify; k6
+	// cannot sign ES256, so the harness mints them all beforehand.
+	identity, err := cluster.NewIdentity(dir)
+	if err != nil {
+		return err
+	}
+	customers := make([]string, o.Customers)
+	for i := range customers {
+		customers[i] = "c-" + strconv.Itoa(i)
+	}
+	tokens := filepath.Join(dir, "tokens.json")
+	if err := identity.WriteTokens(tokens, customers); err != nil {
+		return err
+	}
+	h.Printf("[opening] starting %d replicas, verifying the tokens of %d customers\n", h.Cluster.Replicas, o.Customers)
 	if o.Skew != 0 {
 		h.Printf("[opening] replica r1's clock runs %v off (STOCKSVC_CLOCK_SKEW)\n", o.Skew)
 	}
@@ -92,7 +106,7 @@ func Run(ctx context.Context, h *env.Harness, o Options) error {
 		Dir: dir, Binary: h.Binary, HAProxy: h.HAProxy, Replicas: h.Cluster.Replicas,
 		ServerURL: h.Cluster.DatabaseURL, Database: database,
 		RedisURL: h.Cluster.RedisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
-		Redlock: h.Cluster.Redlock, Keep: h.Cluster.Keep, Warnings: h.W,
+		Redlock: h.Cluster.Redlock, Keep: h.Cluster.Keep, Warnings: h.W, Identity: identity,
 		Env: func(i int) []string {
 			s := []string{"STOCKSVC_DEFENSE=" + h.Cluster.Defense, "STOCKSVC_LOCK_WAIT=" + h.Cluster.LockWait.String()}
 			if h.Cluster.Defense != env.DefaultDefense {
@@ -142,6 +156,7 @@ func Run(ctx context.Context, h *env.Harness, o Options) error {
 		"CLOSED_VUS=" + strconv.Itoa(o.Closed),
 		"CROWD_S=" + strconv.Itoa(int(o.Crowd.Seconds())),
 		"GREEDY=" + strconv.Itoa(o.Greedy),
+		"TOKENS_FILE=" + tokens,
 		"SUMMARY_JSON=" + summaryPath,
 		"SUMMARY_TXT=" + filepath.Join(dir, "summary.txt"),
 		"K6_NO_USAGE_REPORT=true",
