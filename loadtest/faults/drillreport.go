@@ -137,8 +137,12 @@ func (h *harness) printOutcome(o drillOutcome) {
 // worst availability figures over its runs.
 func drillTable(outcomes []drillOutcome, cl env.ClusterOptions, o DrillOptions, took time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "`go run -C loadtest . -fault %s -runs %d -seed %d` (%d replicas behind HAProxy, %.0f operations/s, lock TTL %v, lock wait %v, defense %s; %s in all)\n\n",
-		o.Fault, o.Runs, o.Seed, cl.Replicas, o.Rate, o.LockTTL, cl.LockWait, cl.Defense, took.Round(time.Second))
+	rules, flag := "sale rules on the third product, customer tokens", ""
+	if o.NoRules {
+		rules, flag = "no sale rules (-rules=false), customer tokens", " -rules=false"
+	}
+	fmt.Fprintf(&b, "`go run -C loadtest . -fault %s -runs %d -seed %d%s` (%d replicas behind HAProxy, %.0f operations/s, lock TTL %v, lock wait %v, defense %s, %s; %s in all)\n\n",
+		o.Fault, o.Runs, o.Seed, flag, cl.Replicas, o.Rate, o.LockTTL, cl.LockWait, cl.Defense, rules, took.Round(time.Second))
 	b.WriteString("| scenario | runs | operations | unknown (found in DB) | violations | invalid | 429 time | 503/failed time | longest stall | slowest answer | failed requests | stale in-flight |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	type row struct {
