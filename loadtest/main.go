@@ -11,6 +11,7 @@
 //	go run -C loadtest . -async -kill-after 3s   # every order Prefer: respond-async, a replica killed
 //	go run -C loadtest . -flood                  # buyers beside floods of audits, missing ids and healthz
 //	go run -C loadtest . -replays                # fresh keys against every key sent twice
+//	go run -C loadtest . -opening                # the opening: a crowd through a sale's opening, a limit per customer
 //
 // It is a module of its own (github.com/stocksvc/stocksvc/loadtest), so that its load
 // generators and checkers stay out of the service's go.mod. It builds the service from the
@@ -35,6 +36,7 @@ import (
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/faults"
+	"github.com/stocksvc/stocksvc/loadtest/opening"
 	"github.com/stocksvc/stocksvc/loadtest/sale"
 )
 
@@ -78,7 +80,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	}
 	// The sales drive k6. -throughput, which does not, has always looked for it too; that is
 	// kept here, as every other behaviour of the harness, while its code is reorganised.
-	needK6 := o.mode == modeSale || o.mode == modeCompare || o.mode == modeThroughput
+	needK6 := o.mode == modeSale || o.mode == modeCompare || o.mode == modeThroughput || o.mode == modeOpening
 	if needK6 {
 		if h.Script, err = filepath.Abs(o.script); err != nil {
 			return err
@@ -123,6 +125,8 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		return faults.Drills(ctx, h, o.drills)
 	case modeAsync:
 		return faults.Async(ctx, h, o.async)
+	case modeOpening:
+		return opening.Run(ctx, h, o.opening)
 	}
 	return sale.Sale(ctx, h, o.sale)
 }

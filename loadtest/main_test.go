@@ -23,6 +23,12 @@ func TestParseOptions(t *testing.T) {
 	if _, err := parseOptions([]string{"-redlock", "5", "-fault", "restart-redlock-node,kill-replica"}, io.Discard); err != nil {
 		t.Errorf("a Redlock drill: %v", err)
 	}
+	if op, err := parseOptions([]string{"-opening", "-opening-limit", "1"}, io.Discard); err != nil || op.mode != modeOpening || op.opening.Limit != 1 {
+		t.Errorf("-opening: mode %v, limit %d, %v", op.mode, op.opening.Limit, err)
+	}
+	if d, err := parseOptions([]string{"-fault", "burst", "-rules=false"}, io.Discard); err != nil || !d.drills.NoRules {
+		t.Errorf("-rules=false: no rules %v, %v", d.drills.NoRules, err)
+	}
 	root, err := cluster.RepositoryRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +56,9 @@ func TestParseOptions(t *testing.T) {
 		{"-redlock", "3", "-fault", "restart-redis"},   // no one Redis to restart
 		{"-redlock", "3", "-fault", "redis-partition"}, // nor to proxy
 		{"-redlock", "3", "-compare"},
+		{"-opening", "-opening-lead", "5s"}, // no room for the phases before the opening
+		{"-opening", "-opening-limit", "0"},
+		{"-opening", "-fault", "burst"},
 	}
 	for _, args := range bad {
 		if _, err := parseOptions(args, io.Discard); err == nil {

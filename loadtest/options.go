@@ -12,6 +12,7 @@ import (
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/faults"
+	"github.com/stocksvc/stocksvc/loadtest/opening"
 	"github.com/stocksvc/stocksvc/loadtest/sale"
 )
 
@@ -32,6 +33,7 @@ const (
 	modeReplays
 	modeDrills
 	modeRecheck
+	modeOpening
 )
 
 // options is the parsed command line.
@@ -49,6 +51,7 @@ type options struct {
 	drills     faults.DrillOptions
 	flood      benchmarks.FloodOptions
 	replays    benchmarks.ReplayOptions
+	opening    opening.Options
 }
 
 // flagValues holds every flag as parsed; parseOptions cuts it into options.
@@ -93,10 +96,13 @@ type flagValues struct {
 	checkTimeout    time.Duration
 	readSlack       time.Duration
 	looseSoldOut    bool
+	rules           bool
 	recheck         string
 	redlock         int
 	flood           benchmarks.FloodOptions
 	replays         benchmarks.ReplayOptions
+	openingOn       bool
+	opening         opening.Options
 }
 
 func parseOptions(args []string, usage io.Writer) (options, error) {
@@ -145,8 +151,10 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.StringVar(&o.recheck, "recheck", "", "check a drill's saved history.json again (with -read-slack, -loose-sold-out, -check-timeout) and exit")
 	fs.IntVar(&o.redlock, "redlock", 0, "run the sale or drills with STOCKSVC_REDIS_MODE=redlock over this many redis-servers of the run's own, on free loopback ports (0: the one Redis of -redis-url)")
 	fs.BoolVar(&o.looseSoldOut, "loose-sold-out", false, "a sold-out answer's available need not equal the stock when it took effect (only be short)")
+	fs.BoolVar(&o.rules, "rules", true, "in drills, a third product has a sale window and a limit per customer (issue #20); false: the same product and orders without them, for comparison")
 	o.flood.Register(fs)
 	o.replays.Register(fs)
+	o.opening.Register(fs, &o.openingOn)
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -156,8 +164,13 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	if err := o.replays.Validate(); err != nil {
 		return options{}, err
 	}
-	if modes := countTrue(o.compare, o.throughput, o.cache, o.async, o.flood.On, o.replays.On, o.fault != ""); modes > 1 {
-		return options{}, errors.New("-compare, -throughput, -cache, -async, -flood, -replays and -fault are modes: pick one")
+	if o.openingOn {
+		if err := o.opening.Validate(); err != nil {
+			return options{}, err
+		}
+	}
+	if modes := countTrue(o.compare, o.throughput, o.cache, o.async, o.flood.On, o.replays.On, o.fault != "", o.openingOn); modes > 1 {
+		return options{}, errors.New("-compare, -throughput, -cache, -async, -flood, -replays, -fault and -opening are modes: pick one")
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -219,9 +232,10 @@ func (f flagValues) options() options {
 			PauseAfter: f.pauseAfter, PauseFor: f.pauseFor, Seed: f.seed},
 		drills: faults.DrillOptions{Fault: f.fault, Runs: f.runs, Seed: f.seed, Rate: f.drillRate, LockTTL: f.lockTTL,
 			ClientTimeout: f.clientTimeout, CheckTimeout: f.checkTimeout, ReadSlack: f.readSlack, LooseSoldOut: f.looseSoldOut,
-			Recheck: f.recheck},
+			Recheck: f.recheck, NoRules: !f.rules},
 		flood:   f.flood,
 		replays: f.replays,
+		opening: f.opening,
 	}
 	switch {
 	case f.recheck != "":
@@ -238,6 +252,8 @@ func (f flagValues) options() options {
 		o.mode = modeReplays
 	case f.fault != "":
 		o.mode = modeDrills
+	case f.openingOn:
+		o.mode = modeOpening
 	case f.async:
 		o.mode = modeAsync
 	}

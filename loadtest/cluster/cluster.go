@@ -46,6 +46,10 @@ type Config struct {
 	DebugPorts  bool // each replica gets STOCKSVC_DEBUG_ADDR (pprof), on a port of its own
 	Direct      bool // no balancer: clients talk to the replicas (tests)
 	Keep        bool // Close keeps the run's database
+	// Identity, when set, makes the replicas verify customer tokens of its issuer
+	// (STOCKSVC_CUSTOMER_AUTH=token); nil has them take the body's customer_id (body), for the
+	// loads whose clients carry no token (wrk's).
+	Identity *Identity
 
 	// Env, when set, returns replica i's settings beyond the cluster's own (address, database,
 	// Redis, prefix, token, log level). An entry overrides one of the cluster's: the last
@@ -144,9 +148,12 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			"STOCKSVC_REDIS_PREFIX=" + cfg.Prefix,
 			"STOCKSVC_ADMIN_TOKEN=" + cfg.Token,
 			"STOCKSVC_LOG_LEVEL=warn",
-			// The service now verifies customer tokens by default (issue #20); until the
-			// harness mints its own, its replicas take the customer from the body.
+			// The service verifies customer tokens by default (issue #20); a deployment
+			// without an Identity serves clients that send none.
 			"STOCKSVC_CUSTOMER_AUTH=body",
+		}
+		if cfg.Identity != nil {
+			r.Env = append(r.Env, cfg.Identity.Env()...)
 		}
 		if cfg.DebugPorts {
 			r.DebugPort = ports[n+i]

@@ -81,7 +81,7 @@ func measureAvailability(ops []*model.Op, faults []window) availability {
 				busy[slice] = true
 			case failed:
 				down[slice] = true
-			case at.Status == http.StatusCreated || at.Status == http.StatusConflict && at.Code == "sold-out":
+			case at.Status == http.StatusCreated || at.Status == http.StatusConflict && ruleCodes[at.Code]:
 				decided = append(decided, at.End)
 			case at.Status == http.StatusConflict && at.Code == "idempotency-key-in-flight" && answeredByReplica:
 				a.staleInFlight++

@@ -30,6 +30,9 @@ type drillClient struct {
 	rec     *model.Recorder
 	tag     string // starts every customer id, unique to the run
 	retries retryPolicy
+	// bearer, when set, returns the token a customer's orders carry (the replicas verify
+	// tokens); nil sends the customer in the body only.
+	bearer func(customer string) (string, error)
 
 	mu       sync.Mutex
 	next     int // round robin over bases
@@ -185,7 +188,7 @@ func classify(a answer, okStatus int) attemptKind {
 		return attemptUnknown
 	case a.status == okStatus:
 		return attemptDone
-	case a.status == http.StatusConflict && a.problemCode() == "sold-out":
+	case a.status == http.StatusConflict && ruleCodes[a.problemCode()]:
 		return attemptDone
 	case a.status == http.StatusTooManyRequests, a.status == http.StatusConflict && a.problemCode() == "idempotency-key-in-flight":
 		return attemptNoEffect
@@ -195,6 +198,24 @@ func classify(a answer, okStatus int) attemptKind {
 		return attemptUnknown
 	}
 	return attemptUnexpected
+}
+
+// ruleCodes are the refusals that decide an order without selling it: sold out, and the sale
+// rules (issue #20). None is stored under the order's key (but sold-out), and each is final for
+// the request as it was sent.
+var ruleCodes = map[string]bool{"sold-out": true, "sale-not-open": true, "sale-ended": true, "customer-limit": true}
+
+// refusalOutcome is what a decisive refusal means for the model.
+func refusalOutcome(code string) model.Outcome {
+	switch code {
+	case "sale-not-open":
+		return model.NotOpen
+	case "sale-ended":
+		return model.Ended
+	case "customer-limit":
+		return model.OverLimit
+	}
+	return model.SoldOut
 }
 
 // write runs one logical write: attempts until one says what happened, or the budget ends;
@@ -267,6 +288,12 @@ func (c *drillClient) orderVia(ctx context.Context, base string, product, qty in
 	return c.place(ctx, product, qty, orderStyle{base: base})
 }
 
+// orderAs is order for a customer who may order again (a product's limit counts their
+// units): the run finds the order by its Idempotency-Key.
+func (c *drillClient) orderAs(ctx context.Context, customer string, product, qty int64) *model.Op {
+	return c.place(ctx, product, qty, orderStyle{customer: customer})
+}
+
 // buy is the order of a buyer in a closed loop (kill-replica-rush), as issue #18 found the
 // refusals for sold keys: one unit; a 429 ends it (the buyer believes nothing was sold and
 // moves on); a lost answer is asked again with the same key; and Go's transport may send a
@@ -280,14 +307,31 @@ type orderStyle struct {
 	base        string // where the first attempt goes; "" takes the next base in turn
 	resend      bool   // leave Go's own resends on (see send)
 	refusalEnds bool   // a 429 ends the operation (see write)
+	customer    string // who orders; "" makes a customer unique to the operation
 }
 
 // place makes an order of qty units of product and records the operation.
 func (c *drillClient) place(ctx context.Context, product, qty int64, style orderStyle) *model.Op {
-	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindOrder, Product: product, Quantity: qty}, Customer: c.customer(), Key: uuid.NewString()}
+	customer := style.customer
+	if customer == "" {
+		customer = c.customer()
+	}
+	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindOrder, Product: product, Quantity: qty}, Customer: customer, Key: uuid.NewString()}
 	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
 	body, _ := json.Marshal(map[string]any{"customer_id": p.Customer, "items": []map[string]int64{{"product_id": product, "quantity": qty}}})
 	header := map[string]string{"Idempotency-Key": p.Key}
+	if c.bearer != nil {
+		token, err := c.bearer(p.Customer)
+		if err != nil {
+			// No request was sent: the operation did nothing.
+			p.Invoke, p.Return = c.rec.Now(), c.rec.Now()
+			p.Attempts = []model.Attempt{{Start: p.Invoke, End: p.Return, Err: "mint token: " + err.Error()}}
+			p.Out = model.Output{Outcome: model.Refused}
+			c.rec.Add(p)
+			return p
+		}
+		header["Authorization"] = "Bearer " + token
+	}
 	p.Invoke = c.rec.Now()
 	base := style.base
 	last, kind, unknown := c.write(ctx, p, func(ctx context.Context) answer {
@@ -311,8 +355,8 @@ func (c *drillClient) place(ctx context.Context, product, qty int64, style order
 			Available *int64 `json:"available"`
 		}
 		_ = json.Unmarshal(last.body, &so)
-		p.Out = model.Output{Outcome: model.SoldOut}
-		if so.Available != nil {
+		p.Out = model.Output{Outcome: refusalOutcome(last.problemCode())}
+		if p.Out.Outcome == model.SoldOut && so.Available != nil {
 			p.Out.Available, p.Out.HasAvailable = *so.Available, true
 		}
 	case unknown:
@@ -382,12 +426,35 @@ func (c *drillClient) read(ctx context.Context, product int64) *model.Op {
 	return p
 }
 
+// saleRules are a product's sale rules as the API takes them; zero values are absent.
+type saleRules struct {
+	opens, ends time.Time
+	limit       int64
+}
+
 // createProduct creates a product through the API and records its creation, the state the
 // model starts from.
 func (c *drillClient) createProduct(ctx context.Context, sku string, stock int64) (int64, error) {
+	return c.createSale(ctx, sku, stock, saleRules{})
+}
+
+// createSale creates a product with sale rules and records its creation with the rules the
+// service answered: the window's bounds, Postgres's timestamps, moved onto the recorder's
+// clock (one machine, one wall clock).
+func (c *drillClient) createSale(ctx context.Context, sku string, stock int64, rules saleRules) (int64, error) {
 	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindCreate}}
 	defer func() { c.freeLane(p.Client, model.Confirmed) }()
-	body, _ := json.Marshal(map[string]any{"sku": sku, "name": "drill " + sku, "stock": stock})
+	fields := map[string]any{"sku": sku, "name": "drill " + sku, "stock": stock}
+	if !rules.opens.IsZero() {
+		fields["sale_starts_at"] = rules.opens.UTC().Format(time.RFC3339Nano)
+	}
+	if !rules.ends.IsZero() {
+		fields["sale_ends_at"] = rules.ends.UTC().Format(time.RFC3339Nano)
+	}
+	if rules.limit > 0 {
+		fields["max_per_customer"] = rules.limit
+	}
+	body, _ := json.Marshal(fields)
 	p.Invoke = c.rec.Now()
 	a := c.do(ctx, http.MethodPost, c.base()+"/v1/products", body, map[string]string{"Authorization": "Bearer " + c.token})
 	p.Return = c.rec.Now()
@@ -395,17 +462,52 @@ func (c *drillClient) createProduct(ctx context.Context, sku string, stock int64
 		return 0, fmt.Errorf("create product %s: %d %s %v", sku, a.status, a.body, a.err)
 	}
 	var prod struct {
-		ID    int64 `json:"id"`
-		Stock int64 `json:"stock"`
+		ID             int64      `json:"id"`
+		Stock          int64      `json:"stock"`
+		SaleStartsAt   *time.Time `json:"sale_starts_at"`
+		SaleEndsAt     *time.Time `json:"sale_ends_at"`
+		MaxPerCustomer *int64     `json:"max_per_customer"`
 	}
 	if err := json.Unmarshal(a.body, &prod); err != nil {
 		return 0, fmt.Errorf("create product %s: %w", sku, err)
 	}
 	p.In.Product = prod.ID
 	p.Out = model.Output{Outcome: model.Confirmed, Stock: prod.Stock}
+	if prod.SaleStartsAt != nil {
+		p.Out.Rules.Opens, p.Out.Rules.HasOpens = prod.SaleStartsAt.Sub(c.rec.Start), true
+	}
+	if prod.SaleEndsAt != nil {
+		p.Out.Rules.Ends, p.Out.Rules.HasEnds = prod.SaleEndsAt.Sub(c.rec.Start), true
+	}
+	if prod.MaxPerCustomer != nil {
+		p.Out.Rules.Limit = *prod.MaxPerCustomer
+	}
 	p.Attempts = []model.Attempt{{Start: p.Invoke, End: p.Return, Status: a.status, Replica: true}}
 	c.rec.Add(p)
 	return prod.ID, nil
+}
+
+// endSale ends product's sale now (an admin route; Postgres's clock dates the end) and records
+// it: the model's end of the window, somewhere within the request.
+func (c *drillClient) endSale(ctx context.Context, product int64) *model.Op {
+	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindClose, Product: product}}
+	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
+	header := map[string]string{"Idempotency-Key": uuid.NewString(), "Authorization": "Bearer " + c.token}
+	p.Invoke = c.rec.Now()
+	_, kind, unknown := c.write(ctx, p, func(ctx context.Context) answer {
+		return c.do(ctx, http.MethodPost, fmt.Sprintf("%s/v1/products/%d/sale/end", c.base(), product), nil, header)
+	}, http.StatusOK, false)
+	p.Return = c.rec.Now()
+	switch {
+	case kind == attemptDone:
+		p.Out = model.Output{Outcome: model.Confirmed}
+	case unknown:
+		p.Out = model.Output{Outcome: model.Unknown}
+	default:
+		p.Out = model.Output{Outcome: model.Refused}
+	}
+	c.rec.Add(p)
+	return p
 }
 
 // go runs f as one of the client's operations; wait waits for all of them.

@@ -38,6 +38,11 @@ type drillPlan struct {
 	model         model.Options
 	direct        bool          // clients talk to the replicas in turn, no balancer (tests)
 	warmup, tail  time.Duration // selling before the fault, and after it healed
+	// rules adds a third product with a sale window and a limit per customer (issue #20),
+	// ordered by customers who come back; off, the same product and orders have no rules.
+	rules bool
+	// windowSlack widens the window's moments in the model (model.HistoryOptions).
+	windowSlack time.Duration
 }
 
 // drillEnv is one run's world: its deployment (database, Redis, replicas, balancer) and the
@@ -58,6 +63,10 @@ type drillEnv struct {
 	rdProxy *tcpProxy // between the victim and Redis
 	hot     int64
 	scarce  int64
+	limited int64        // the product with sale rules
+	regular atomic.Int64 // orders of the limited product so far: its customers grow with them
+	// identity mints the customers' tokens, which the replicas verify.
+	identity *cluster.Identity
 
 	mu     sync.Mutex
 	events []event // what the fault did, when
@@ -142,13 +151,22 @@ func (d *drillEnv) note(format string, args ...any) {
 func (d *drillEnv) setup(ctx context.Context) error {
 	d.victim = d.rng.intN(d.h.Cluster.Replicas)
 	var victimEnv []string
+	// Customers prove who they are with tokens of the run's own issuer.
+	if err := os.MkdirAll(d.dir, 0o755); err != nil {
+		return err
+	}
+	identity, err := cluster.NewIdentity(d.dir)
+	if err != nil {
+		return err
+	}
+	d.identity = identity
 	c, err := cluster.Start(ctx, cluster.Config{
 		Dir: d.dir, Binary: d.h.Binary, HAProxy: d.h.HAProxy, Replicas: d.h.Cluster.Replicas,
 		ServerURL: d.h.Cluster.DatabaseURL, OwnPostgres: d.sc.ownPostgres,
 		Database: fmt.Sprintf("stocksvc_drill_%d_%s", time.Now().UnixNano(), strings.ReplaceAll(d.sc.name, "-", "_")),
 		RedisURL: d.h.Cluster.RedisURL, OwnRedis: d.sc.ownRedis, Redlock: max(d.h.Cluster.Redlock, d.sc.redlock),
 		Prefix: "stocksvc-drill:" + rand.Text()[:10] + ":", Token: rand.Text(),
-		Direct: d.plan.direct, Keep: d.h.Cluster.Keep, Warnings: d.h.W,
+		Direct: d.plan.direct, Keep: d.h.Cluster.Keep, Warnings: d.h.W, Identity: identity,
 		BeforeReplicas: func(c *cluster.Cluster) error {
 			if d.sc.proxyPostgres {
 				u, _ := url.Parse(c.DatabaseURL)
@@ -272,7 +290,11 @@ func (l *load) run(ctx context.Context) {
 // Porcupine's search explode (it took longer than five minutes on one such history).
 func (l *load) one(ctx context.Context) {
 	d := l.d
-	roll := d.rng.intN(100)
+	rolls := 100
+	if d.limited != 0 {
+		rolls = 120 // a fifth more: orders of the limited product
+	}
+	roll := d.rng.intN(rolls)
 	if roll >= 75 && roll < 88 && d.sc.buyers > 0 {
 		roll = 88
 	}
@@ -288,11 +310,40 @@ func (l *load) one(ctx context.Context) {
 			d.client.order(ctx, d.scarce, int64(1+d.rng.intN(2)))
 		case roll < 88:
 			d.client.read(ctx, d.hot)
-		default:
+		case roll < 100:
 			d.client.read(ctx, d.scarce)
+		default:
+			d.client.orderAs(ctx, d.regularCustomer(), d.limited, int64(1+d.rng.intN(limitedLimit)))
 		}
 	})
 }
+
+// limitedLimit is the limited product's max_per_customer; orders are of 1 to limitedLimit
+// units, so that a customer's second order often exceeds it.
+const limitedLimit = 2
+
+// regularCustomer picks who orders the limited product: one of a set of customers that grows
+// by one every fourth order, so that some come back (and meet the limit) and new ones keep
+// arriving.
+func (d *drillEnv) regularCustomer() string {
+	n := 3 + int(d.regular.Add(1))/4
+	return fmt.Sprintf("%s-regular-%d", d.client.tag, d.rng.intN(n))
+}
+
+// createLimited creates the product with sale rules: it opens half the warm-up after its
+// creation (by the harness's clock, which Postgres shares: the service stores the moment,
+// Postgres's clock judges it) and sells at most limitedLimit units to a customer; the drill
+// ends its sale halfway through the tail (endLimited). With -rules=false it has none.
+func (d *drillEnv) createLimited(ctx context.Context) (int64, error) {
+	var rules saleRules
+	if d.plan.rules {
+		rules = saleRules{opens: time.Now().Add(d.plan.warmup / 2), limit: limitedLimit}
+	}
+	return d.client.createSale(ctx, "LIMITED-"+rand.Text()[:6], limitedStock, rules)
+}
+
+// limitedStock outlasts what the limited product's customers may buy in any drill.
+const limitedStock = 100_000
 
 // restock restocks the scarce product every 400–800 ms and the hot one every 4 s, one
 // restock at a time, until ctx ends.
@@ -414,6 +465,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 	}
 	d.client = newDrillClient(bases, d.c.Token, "drill"+strconv.Itoa(run), plan.clientTimeout, d.rec,
 		retryPolicy{attempts: 6, budget: 12 * time.Second, pause: 100 * time.Millisecond})
+	d.client.bearer = d.identity.Token
 	defer d.client.close()
 	var err error
 	if d.hot, err = d.client.createProduct(ctx, "HOT-"+rand.Text()[:6], d.hotStock()); err != nil {
@@ -421,6 +473,10 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		return out
 	}
 	if d.scarce, err = d.client.createProduct(ctx, "SCARCE-"+rand.Text()[:6], 4); err != nil {
+		out.err = err
+		return out
+	}
+	if d.limited, err = d.createLimited(ctx); err != nil {
 		out.err = err
 		return out
 	}
@@ -434,6 +490,12 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 	d.rush(loadCtx, sc.buyers)
 	h.Printf("[%s] selling: %.0f operations/s, hot product %d units, scarce product 4 units; victim %s\n",
 		filepath.Base(d.dir), plan.rate, d.hotStock(), d.c.Replicas[d.victim].Name)
+	if plan.rules {
+		h.Printf("[%s] and %.0f orders/s of a product whose sale opens in %v and is ended %v after the fault, at most %d units a customer, by customers who come back\n",
+			filepath.Base(d.dir), plan.rate/5, plan.warmup/2, plan.tail/2, limitedLimit)
+	} else {
+		h.Printf("[%s] and %.0f orders/s of a product without rules (-rules=false), by customers who come back\n", filepath.Base(d.dir), plan.rate/5)
+	}
 	if sc.buyers > 0 {
 		h.Printf("[%s] and %d closed-loop buyers of the hot product; replicas' lock wait %v\n", filepath.Base(d.dir), sc.buyers, d.lockWait())
 	}
@@ -447,7 +509,16 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 			d.faultWindow(faultStart)
 		}
 	}
-	if faultErr == nil {
+	if faultErr == nil && plan.rules {
+		// The limited product's sale ends early, by an admin, halfway through the tail: orders
+		// after it must be refused sale-ended, whichever replica answers.
+		if faultErr = clock.Sleep(ctx, plan.tail/2); faultErr == nil {
+			if end := d.client.endSale(context.WithoutCancel(ctx), d.limited); end.Out.Outcome != model.Confirmed {
+				d.fail("ending the limited product's sale: %s", end.DescribeAttempts())
+			}
+			faultErr = clock.Sleep(ctx, plan.tail-plan.tail/2)
+		}
+	} else if faultErr == nil {
 		faultErr = clock.Sleep(ctx, plan.tail)
 	}
 	stopLoad()
@@ -491,6 +562,12 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		out.err = err
 		return out
 	}
+	rules, err := verdict.Rules(checkCtx, pool)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	out.invariants = append(out.invariants, rules...)
 	ops := d.rec.Snapshot()
 	keys, err := verdict.Keys(checkCtx, pool, ops, d.rec.Start)
 	if err != nil {
@@ -513,7 +590,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 			out.unknown++
 		}
 	}
-	final, err := verdict.FinalStock(checkCtx, pool, []int64{d.hot, d.scarce}, end)
+	final, err := verdict.FinalStock(checkCtx, pool, []int64{d.hot, d.scarce, d.limited}, end)
 	if err != nil {
 		out.err = err
 		return out
@@ -552,8 +629,8 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 // checkBoth checks the writes-only history and the one with reads.
 func checkBoth(plan drillPlan, ops []*model.Op, end time.Duration, annotations []porcupine.Annotation, dir string) (writes, reads model.CheckResult, err error) {
 	m := model.New(plan.model)
-	w := model.History(ops, model.HistoryOptions{End: end})
-	all := model.History(ops, model.HistoryOptions{Reads: true, ReadSlack: plan.readSlack, End: end})
+	w := model.History(ops, model.HistoryOptions{End: end, WindowSlack: plan.windowSlack})
+	all := model.History(ops, model.HistoryOptions{Reads: true, ReadSlack: plan.readSlack, End: end, WindowSlack: plan.windowSlack})
 	if writes, err = model.Check("orders+restocks", m, w, plan.checkTimeout, annotations, dir, "violation-writes.html"); err != nil {
 		return writes, reads, err
 	}

@@ -81,6 +81,10 @@ func (o DrillOptions) plan() drillPlan {
 		direct:        o.Direct,
 		warmup:        3 * time.Second,
 		tail:          5 * time.Second,
+		rules:         !o.NoRules,
+		// The window's moments are Postgres's, the answers' times the harness's: one wall
+		// clock read at different instants, and a replica refusing from its view reads its own.
+		windowSlack: 20 * time.Millisecond,
 	}
 }
 
@@ -93,8 +97,9 @@ func (h *harness) printOutcome(o drillOutcome) {
 	a := o.avail
 	h.Printf("[%s] %s: %d operations (at most %d open at once), %d outcomes unknown to their client (%d found in the database)\n",
 		name, o.verdict(), o.ops, o.concurrent, o.unknown, o.resolved)
-	h.Printf("  orders        confirmed %d, sold-out %d, refused %d, unknown %d\n",
-		a.orders[model.Confirmed], a.orders[model.SoldOut], a.orders[model.Refused], a.orders[model.Unknown])
+	h.Printf("  orders        confirmed %d, sold-out %d, refused %d, unknown %d; by the rules: not open %d, ended %d, over the limit %d\n",
+		a.orders[model.Confirmed], a.orders[model.SoldOut], a.orders[model.Refused], a.orders[model.Unknown],
+		a.orders[model.NotOpen], a.orders[model.Ended], a.orders[model.OverLimit])
 	h.Printf("  check         %s\n  check         %s\n", o.writes, o.reads)
 	h.Printf("  layers        catches: fence %.0f, version %.0f, guard %.0f, check %.0f (live replicas' counters)\n",
 		o.catches["fence"], o.catches["version"], o.catches["guard"], o.catches["check"])
@@ -132,8 +137,12 @@ func (h *harness) printOutcome(o drillOutcome) {
 // worst availability figures over its runs.
 func drillTable(outcomes []drillOutcome, cl env.ClusterOptions, o DrillOptions, took time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "`go run -C loadtest . -fault %s -runs %d -seed %d` (%d replicas behind HAProxy, %.0f operations/s, lock TTL %v, lock wait %v, defense %s; %s in all)\n\n",
-		o.Fault, o.Runs, o.Seed, cl.Replicas, o.Rate, o.LockTTL, cl.LockWait, cl.Defense, took.Round(time.Second))
+	rules, flag := "sale rules on the third product, customer tokens", ""
+	if o.NoRules {
+		rules, flag = "no sale rules (-rules=false), customer tokens", " -rules=false"
+	}
+	fmt.Fprintf(&b, "`go run -C loadtest . -fault %s -runs %d -seed %d%s` (%d replicas behind HAProxy, %.0f operations/s, lock TTL %v, lock wait %v, defense %s, %s; %s in all)\n\n",
+		o.Fault, o.Runs, o.Seed, flag, cl.Replicas, o.Rate, o.LockTTL, cl.LockWait, cl.Defense, rules, took.Round(time.Second))
 	b.WriteString("| scenario | runs | operations | unknown (found in DB) | violations | invalid | 429 time | 503/failed time | longest stall | slowest answer | failed requests | stale in-flight |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	type row struct {

@@ -26,5 +26,8 @@ type DrillOptions struct {
 	ReadSlack     time.Duration
 	LooseSoldOut  bool
 	Direct        bool // clients talk to the replicas in turn, no balancer (tests)
-	Recheck       string
+	// NoRules gives the drills' third product no sale window and no limit (-rules=false),
+	// for comparison; its orders are the same.
+	NoRules bool
+	Recheck string
 }

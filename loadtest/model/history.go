@@ -1,8 +1,8 @@
 // Package model is the drills' model of the stock and their history: every operation the
 // clients made (Op, collected by a Recorder), with the time it was invoked and the time its
 // answer came back, checked by Porcupine against a sequential specification of each product's
-// stock (New). A history is saved beside its run (Save, WriteText) and can be checked again
-// later (Load).
+// stock and sale rules (New). A history is saved beside its run (Save, WriteText) and can be
+// checked again later (Load).
 package model
 
 import (
@@ -29,6 +29,12 @@ const (
 	KindOrder
 	KindRestock
 	KindRead
+	// KindOpen and KindClose are the moments a product's sale window opens and ends, by
+	// Postgres's clock: History adds them, as operations of their own, from the product's
+	// creation. A client also makes a KindClose when it ends a sale early (POST
+	// /v1/products/{id}/sale/end), which Postgres's now() dates within the request.
+	KindOpen
+	KindClose
 )
 
 // Outcome is what a client was told, or what the run learnt afterwards.
@@ -50,6 +56,13 @@ const (
 	// (by its customer id, unique to the operation): it happened once, at some moment after
 	// it was invoked. An unknown order not found there never happened and is left out.
 	Happened
+	// NotOpen: a 409 sale-not-open; nothing was sold, and the product's sale had not opened.
+	NotOpen
+	// Ended: a 409 sale-ended; nothing was sold, and the product's sale had ended.
+	Ended
+	// OverLimit: a 409 customer-limit; nothing was sold, and the order would have taken its
+	// customer above the product's max_per_customer.
+	OverLimit
 )
 
 // String names the outcome as the history and the reports show it.
@@ -65,6 +78,12 @@ func (o Outcome) String() string {
 		return "unknown"
 	case Happened:
 		return "happened"
+	case NotOpen:
+		return "sale-not-open"
+	case Ended:
+		return "sale-ended"
+	case OverLimit:
+		return "customer-limit"
 	}
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }
@@ -74,6 +93,12 @@ type Input struct {
 	Kind     Kind
 	Product  int64
 	Quantity int64 // units ordered or restocked
+	// Customer is the order's customer (History copies Op.Customer): what a product's limit
+	// is counted by.
+	Customer string `json:",omitempty"`
+	// PerCustomer marks the copy of a creation that starts one customer's partition (see
+	// New); History and the partition set it, clients never do.
+	PerCustomer bool `json:",omitempty"`
 }
 
 // Output is what the operation returned, as far as the model is concerned.
@@ -86,6 +111,17 @@ type Output struct {
 	// refused. HasAvailable is false when the answer carried none.
 	Available    int64
 	HasAvailable bool
+	// Rules are the product's sale rules, as its creation answered them.
+	Rules Rules `json:",omitzero"`
+}
+
+// Rules are a product's sale rules, in the history's time (since the recorder's start): the
+// window's bounds are Postgres's timestamps the service answered, moved onto the harness's
+// clock (one machine, one wall clock).
+type Rules struct {
+	Opens, Ends       time.Duration // when the sale opens, and ends
+	HasOpens, HasEnds bool          // false: on sale from creation, no end
+	Limit             int64         // max_per_customer; 0: no limit
 }
 
 // Options tune what the model demands.
@@ -97,26 +133,36 @@ type Options struct {
 	ExactAvailable bool
 }
 
-// New returns the sequential specification of one product, one partition per product:
-// a confirmed order needs the stock and takes it, a sold-out answer needs it short, a restock
-// adds to it (and a confirmed restock answers the sum), a read returns it, and an operation
-// whose outcome is unknown may have happened or not. The state is the stock; stateUnset is
-// a product not created yet.
+// New returns the sequential specification of the products, in partitions Porcupine checks
+// one by one:
+//
+//   - one per product: a confirmed order needs the stock and takes it, a sold-out answer needs
+//     it short, a restock adds to it (and a confirmed restock answers the sum), a read returns
+//     it, and an operation whose outcome is unknown may have happened or not. With a sale
+//     window, the product's state also says whether the sale has opened or ended: the window's
+//     bounds are operations of their own (KindOpen, KindClose) placed at Postgres's moments,
+//     an order confirmed outside the window cannot be placed, and a sale-not-open (sale-ended)
+//     refusal must fall before the opening (after the end).
+//   - one per customer of a product with a limit: the units that customer holds. A confirmed
+//     order may not take them above the limit; a customer-limit refusal needs them high
+//     enough that the order would have.
+//
+// Checking the limit apart from the stock keeps the search small (a customer's orders are a
+// handful) at the price of completeness: a history each of whose partitions is linearizable
+// might have no single order satisfying both; a violation found is always one.
 func New(o Options) porcupine.Model {
 	nm := porcupine.NondeterministicModel{
-		Partition: partitionByProduct,
-		Init:      func() []any { return []any{stateUnset} },
-		Step: func(state, input, output any) []any {
-			return stepStock(o, state.(int64), input.(Input), output.(Output))
+		Partition: partition,
+		Init:      func() []any { return []any{state{stock: stateUnset}} },
+		Step: func(s, input, output any) []any {
+			return step(o, s.(state), input.(Input), output.(Output))
 		},
-		Hash:              func(state any) uint64 { return uint64(state.(int64)) },
+		Hash: func(s any) uint64 {
+			st := s.(state)
+			return uint64(st.stock)*31 + uint64(st.bought)*7 + uint64(st.phase)
+		},
 		DescribeOperation: describeOp,
-		DescribeState: func(state any) string {
-			if state.(int64) == stateUnset {
-				return "not created"
-			}
-			return "stock " + strconv.FormatInt(state.(int64), 10)
-		},
+		DescribeState:     describeState,
 		DescribeOperationMetadata: func(info any) string {
 			if info == nil {
 				return ""
@@ -129,53 +175,154 @@ func New(o Options) porcupine.Model {
 
 const stateUnset int64 = -1
 
-// stepStock returns every state the product can be in after the operation, none when the
+// phase is where a product's sale stands.
+type phase uint8
+
+const (
+	phaseOpen   phase = iota // on sale (a product without a window is, from its creation)
+	phaseBefore              // not open yet
+	phaseEnded               // ended
+)
+
+// state is one partition's state: a product's stock and phase, or, in a customer's partition
+// (perCustomer), the units the customer holds of a product with a limit.
+type state struct {
+	stock       int64 // stateUnset: the product is not created yet
+	phase       phase
+	perCustomer bool
+	limit       int64
+	bought      int64
+}
+
+func describeState(s any) string {
+	st := s.(state)
+	switch {
+	case st.stock == stateUnset:
+		return "not created"
+	case st.perCustomer:
+		return fmt.Sprintf("customer holds %d of at most %d", st.bought, st.limit)
+	case st.phase == phaseBefore:
+		return "stock " + strconv.FormatInt(st.stock, 10) + ", not open"
+	case st.phase == phaseEnded:
+		return "stock " + strconv.FormatInt(st.stock, 10) + ", ended"
+	}
+	return "stock " + strconv.FormatInt(st.stock, 10)
+}
+
+// step returns every state the partition can be in after the operation, none when the
 // operation could not have returned what it did.
-func stepStock(o Options, s int64, in Input, out Output) []any {
+func step(o Options, s state, in Input, out Output) []any {
 	if in.Kind == KindCreate {
-		if s != stateUnset {
+		if s.stock != stateUnset {
 			return nil
 		}
-		return []any{out.Stock}
+		if in.PerCustomer {
+			return []any{state{stock: 0, perCustomer: true, limit: out.Rules.Limit}}
+		}
+		ph := phaseOpen
+		if out.Rules.HasOpens {
+			ph = phaseBefore // History adds the opening after the creation only when it is later
+		}
+		return []any{state{stock: out.Stock, phase: ph}}
 	}
-	if s == stateUnset {
+	if s.stock == stateUnset {
 		return nil
 	}
+	if s.perCustomer {
+		return stepCustomer(s, in, out)
+	}
+	return stepStock(o, s, in, out)
+}
+
+// stepStock is a product's partition.
+func stepStock(o Options, s state, in Input, out Output) []any {
 	q := in.Quantity
+	with := func(stock int64) state { s2 := s; s2.stock = stock; return s2 }
 	switch in.Kind {
+	case KindOpen:
+		if s.phase == phaseBefore {
+			s.phase = phaseOpen
+			return []any{s}
+		}
+	case KindClose:
+		ended := s
+		ended.phase = phaseEnded
+		switch out.Outcome {
+		case Confirmed:
+			return []any{ended}
+		case Unknown:
+			return []any{ended, s}
+		}
 	case KindOrder:
 		switch out.Outcome {
 		case Confirmed, Happened:
-			if s >= q {
-				return []any{s - q}
+			if s.phase == phaseOpen && s.stock >= q {
+				return []any{with(s.stock - q)}
 			}
 		case SoldOut:
-			if s < q && (!o.ExactAvailable || !out.HasAvailable || out.Available == s) {
+			if s.stock < q && (!o.ExactAvailable || !out.HasAvailable || out.Available == s.stock) {
 				return []any{s}
 			}
-		case Refused:
+		case NotOpen:
+			if s.phase == phaseBefore {
+				return []any{s}
+			}
+		case Ended:
+			if s.phase == phaseEnded {
+				return []any{s}
+			}
+		case Refused, OverLimit:
+			// A limit is the customer partitions' business; a refusal constrains nothing.
 			return []any{s}
 		case Unknown:
-			if s >= q {
-				return []any{s - q, s}
+			if s.phase == phaseOpen && s.stock >= q {
+				return []any{with(s.stock - q), s}
 			}
 			return []any{s}
 		}
 	case KindRestock:
 		switch out.Outcome {
 		case Confirmed:
-			if s+q == out.Stock {
-				return []any{s + q}
+			if s.stock+q == out.Stock {
+				return []any{with(s.stock + q)}
 			}
 		case Refused:
 			return []any{s}
 		case Unknown:
-			return []any{s + q, s}
+			return []any{with(s.stock + q), s}
 		}
 	case KindRead:
-		if s == out.Stock {
+		if s.stock == out.Stock {
 			return []any{s}
 		}
+	}
+	return nil
+}
+
+// stepCustomer is one customer's partition of a product with a limit: only its orders.
+func stepCustomer(s state, in Input, out Output) []any {
+	if in.Kind != KindOrder {
+		return nil
+	}
+	q := in.Quantity
+	bought := func(b int64) state { s2 := s; s2.bought = b; return s2 }
+	switch out.Outcome {
+	case Confirmed, Happened:
+		if s.bought+q <= s.limit {
+			return []any{bought(s.bought + q)}
+		}
+	case OverLimit:
+		if s.bought+q > s.limit {
+			return []any{s}
+		}
+	case Unknown:
+		if s.bought+q <= s.limit {
+			return []any{bought(s.bought + q), s}
+		}
+		return []any{s}
+	default:
+		// Sold out, outside the window, busy: nothing bought, and nothing said about the limit.
+		return []any{s}
 	}
 	return nil
 }
@@ -184,10 +331,16 @@ func describeOp(input, output any) string {
 	in, out := input.(Input), output.(Output)
 	switch in.Kind {
 	case KindCreate:
+		if in.PerCustomer {
+			return fmt.Sprintf("create(limit %d) for %s", out.Rules.Limit, in.Customer)
+		}
 		return fmt.Sprintf("create(%d)", out.Stock)
 	case KindOrder:
 		if out.Outcome == SoldOut && out.HasAvailable {
 			return fmt.Sprintf("order(%d) → sold-out, %d available", in.Quantity, out.Available)
+		}
+		if in.Customer != "" && out.Outcome != SoldOut {
+			return fmt.Sprintf("order(%d) by %s → %s", in.Quantity, in.Customer, out.Outcome)
 		}
 		return fmt.Sprintf("order(%d) → %s", in.Quantity, out.Outcome)
 	case KindRestock:
@@ -197,24 +350,60 @@ func describeOp(input, output any) string {
 		return fmt.Sprintf("restock(%d) → %s", in.Quantity, out.Outcome)
 	case KindRead:
 		return fmt.Sprintf("read → %d", out.Stock)
+	case KindOpen:
+		return "sale opens"
+	case KindClose:
+		return "sale ends"
 	}
 	return "?"
 }
 
-func partitionByProduct(history []porcupine.Operation) [][]porcupine.Operation {
+// partition cuts a history into one partition per product and, for each product with a
+// limit, one per customer who ordered it, which starts with a copy of the product's creation
+// (marked PerCustomer). Partitions come in product order, each product's customers after it.
+func partition(history []porcupine.Operation) [][]porcupine.Operation {
 	byProduct := map[int64][]porcupine.Operation{}
+	created := map[int64]porcupine.Operation{}
 	var ids []int64
 	for _, op := range history {
-		id := op.Input.(Input).Product
-		if _, ok := byProduct[id]; !ok {
-			ids = append(ids, id)
+		in := op.Input.(Input)
+		if _, ok := byProduct[in.Product]; !ok {
+			ids = append(ids, in.Product)
 		}
-		byProduct[id] = append(byProduct[id], op)
+		byProduct[in.Product] = append(byProduct[in.Product], op)
+		if in.Kind == KindCreate && !in.PerCustomer {
+			created[in.Product] = op
+		}
 	}
 	slices.Sort(ids)
 	out := make([][]porcupine.Operation, 0, len(ids))
 	for _, id := range ids {
 		out = append(out, byProduct[id])
+		c, ok := created[id]
+		if !ok || c.Output.(Output).Rules.Limit <= 0 {
+			continue
+		}
+		byCustomer := map[string][]porcupine.Operation{}
+		var customers []string
+		for _, op := range byProduct[id] {
+			in := op.Input.(Input)
+			if in.Kind != KindOrder || in.Customer == "" {
+				continue
+			}
+			if _, ok := byCustomer[in.Customer]; !ok {
+				customers = append(customers, in.Customer)
+				start := c
+				cin := c.Input.(Input)
+				cin.PerCustomer, cin.Customer = true, in.Customer
+				start.Input = cin
+				byCustomer[in.Customer] = []porcupine.Operation{start}
+			}
+			byCustomer[in.Customer] = append(byCustomer[in.Customer], op)
+		}
+		slices.Sort(customers)
+		for _, cu := range customers {
+			out = append(out, byCustomer[cu])
+		}
 	}
 	return out
 }
@@ -295,12 +484,21 @@ type HistoryOptions struct {
 	// End is when nothing can take effect any more (every replica stopped): operations whose
 	// Outcome is unknown are open until then.
 	End time.Duration
+	// WindowSlack widens the moments a sale opens and ends into intervals this long on either
+	// side: the harness and Postgres read one wall clock, but not at the same instant, and a
+	// replica refusing from its view reads its own. Zero: the moments are exact.
+	WindowSlack time.Duration
 }
 
 // History turns operations into Porcupine's form. Operations that were refused, and
-// unknown orders the database shows never happened, change nothing and are left out.
+// unknown orders the database shows never happened, change nothing and are left out. A
+// product created with a sale window gets its opening and its end as operations of their own.
 func History(ops []*Op, o HistoryOptions) []porcupine.Operation {
 	var out []porcupine.Operation
+	lanes := 0
+	for _, p := range ops {
+		lanes = max(lanes, p.Client+1)
+	}
 	for _, p := range ops {
 		if p.Out.Outcome == Refused || (p.In.Kind == KindRead && !o.Reads && !p.Final) {
 			continue
@@ -315,16 +513,49 @@ func History(ops []*Op, o HistoryOptions) []porcupine.Operation {
 		case p.In.Kind == KindRead:
 			call = max(0, call-o.ReadSlack)
 		}
+		in, res := p.In, p.Out
+		if in.Kind == KindOrder {
+			in.Customer = p.Customer
+		}
+		var ticks []porcupine.Operation
+		if in.Kind == KindCreate {
+			ticks, res.Rules = windowTicks(p, o.WindowSlack, &lanes)
+		}
 		out = append(out, porcupine.Operation{
 			ClientId: p.Client,
-			Input:    p.In,
+			Input:    in,
 			Call:     int64(call),
-			Output:   p.Out,
+			Output:   res,
 			Return:   int64(ret),
 			Metadata: p.DescribeAttempts(),
 		})
+		out = append(out, ticks...)
 	}
 	return out
+}
+
+// windowTicks returns the operations that open and end the sale of the product p created,
+// and the rules its creation starts the model with: a sale that opened before the product
+// existed (by more than the slack) starts open, with no opening to place.
+func windowTicks(p *Op, slack time.Duration, lanes *int) ([]porcupine.Operation, Rules) {
+	r := p.Out.Rules
+	var ticks []porcupine.Operation
+	tick := func(kind Kind, at time.Duration) {
+		ticks = append(ticks, porcupine.Operation{ClientId: *lanes, Input: Input{Kind: kind, Product: p.In.Product},
+			Call: int64(at - slack), Output: Output{Outcome: Confirmed}, Return: int64(at + slack), Metadata: "by Postgres's clock"})
+		*lanes++
+	}
+	if r.HasOpens {
+		if r.Opens+slack > p.Invoke {
+			tick(KindOpen, r.Opens)
+		} else {
+			r.HasOpens = false
+		}
+	}
+	if r.HasEnds {
+		tick(KindClose, r.Ends)
+	}
+	return ticks, r
 }
 
 // DescribeAttempts says what each attempt got, and when, with the customer and key: the
@@ -360,7 +591,7 @@ func (p *Op) DescribeAttempts() string {
 type CheckResult struct {
 	Name       string // "orders+restocks" or "with reads"
 	Ops        int
-	Partitions int
+	Partitions int // products, and customers of products with a limit
 	Concurrent int // the most operations open at once
 	Result     porcupine.CheckResult
 	Elapsed    time.Duration
@@ -374,7 +605,7 @@ type CheckResult struct {
 func (c CheckResult) String() string {
 	verdict := map[porcupine.CheckResult]string{porcupine.Ok: "linearizable", porcupine.Illegal: "NOT LINEARIZABLE",
 		porcupine.Unknown: "UNDECIDED (checker timed out)"}[c.Result]
-	s := fmt.Sprintf("%-16s %5d ops in %d products, at most %d open at once: %s (%.1fs)", c.Name, c.Ops, c.Partitions, c.Concurrent, verdict, c.Elapsed.Seconds())
+	s := fmt.Sprintf("%-16s %5d ops in %d partitions (products; customers of a limited one), at most %d open at once: %s (%.1fs)", c.Name, c.Ops, c.Partitions, c.Concurrent, verdict, c.Elapsed.Seconds())
 	if c.Visual != "" {
 		s += "; see " + c.Visual
 	}
@@ -492,6 +723,7 @@ type savedOp struct {
 	Return    time.Duration `json:"return_ns"`
 	NotBefore time.Duration `json:"not_before_ns,omitempty"`
 	Final     bool          `json:"final,omitempty"`
+	Customer  string        `json:"customer,omitempty"`
 	Attempts  string        `json:"attempts"`
 }
 
@@ -503,7 +735,7 @@ func Save(path string, ops []*Op, end time.Duration) error {
 	}{End: end}
 	for _, p := range ops {
 		saved.Ops = append(saved.Ops, savedOp{ID: p.ID, Client: p.Client, In: p.In, Out: p.Out, Invoke: p.Invoke, Return: p.Return,
-			NotBefore: p.NotBefore, Final: p.Final, Attempts: p.DescribeAttempts()})
+			NotBefore: p.NotBefore, Final: p.Final, Customer: p.Customer, Attempts: p.DescribeAttempts()})
 	}
 	b, err := json.Marshal(saved)
 	if err != nil {
@@ -530,7 +762,7 @@ func Load(path string) ([]*Op, time.Duration, error) {
 	}
 	ops := make([]*Op, len(saved.Ops))
 	for i, s := range saved.Ops {
-		ops[i] = &Op{ID: s.ID, Client: s.Client, In: s.In, Out: s.Out, Invoke: s.Invoke, Return: s.Return, NotBefore: s.NotBefore, Final: s.Final}
+		ops[i] = &Op{ID: s.ID, Client: s.Client, In: s.In, Out: s.Out, Invoke: s.Invoke, Return: s.Return, NotBefore: s.NotBefore, Final: s.Final, Customer: s.Customer}
 	}
 	return ops, saved.End, nil
 }

@@ -3,6 +3,7 @@ package model
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,26 @@ func (b *h) restockUnknown(product, qty int64, start int) *h {
 }
 func (b *h) read(product, stock int64, start, end int) *h {
 	return b.add(product, KindRead, 0, Output{Outcome: Confirmed, Stock: stock}, start, end)
+}
+
+// sale creates a product with rules: opens and ends in milliseconds (-1: none), a limit
+// (0: none).
+func (b *h) sale(product, stock int64, opens, ends int, limit int64, start, end int) *h {
+	r := Rules{Limit: limit}
+	if opens >= 0 {
+		r.Opens, r.HasOpens = time.Duration(opens)*time.Millisecond, true
+	}
+	if ends >= 0 {
+		r.Ends, r.HasEnds = time.Duration(ends)*time.Millisecond, true
+	}
+	return b.add(product, KindCreate, 0, Output{Outcome: Confirmed, Stock: stock, Rules: r}, start, end)
+}
+
+// by orders qty units of product for customer.
+func (b *h) by(product int64, customer string, qty int64, oc Outcome, start, end int) *h {
+	b.add(product, KindOrder, qty, Output{Outcome: oc}, start, end)
+	b.ops[len(b.ops)-1].Customer = customer
+	return b
 }
 
 func TestStockModel(t *testing.T) {
@@ -92,6 +113,117 @@ func TestStockModel(t *testing.T) {
 				t.Errorf("check = %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// TestSaleRules: the window and the limit. Times in milliseconds; the window's moments are
+// widened by slack milliseconds.
+func TestSaleRules(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		b     *h
+		slack int
+		want  porcupine.CheckResult
+	}{
+		{"confirmed after the opening", new(h).sale(1, 5, 100, -1, 0, 0, 1).by(1, "a", 1, NotOpen, 10, 20).by(1, "b", 1, Confirmed, 110, 120).read(1, 4, 130, 140),
+			0, porcupine.Ok},
+		{"confirmed before the opening", new(h).sale(1, 5, 100, -1, 0, 0, 1).by(1, "a", 1, Confirmed, 10, 20), 0, porcupine.Illegal},
+		{"confirmed across the opening", new(h).sale(1, 5, 100, -1, 0, 0, 1).by(1, "a", 1, Confirmed, 90, 110), 0, porcupine.Ok},
+		{"confirmed just before the opening, within the slack", new(h).sale(1, 5, 100, -1, 0, 0, 1).by(1, "a", 1, Confirmed, 90, 97), 5, porcupine.Ok},
+		{"confirmed just before the opening, beyond the slack", new(h).sale(1, 5, 100, -1, 0, 0, 1).by(1, "a", 1, Confirmed, 90, 97), 2, porcupine.Illegal},
+		// Its row's created_at is what pins it down: the SQL verdict's check.
+		{"an unknown order that happened may have taken effect after the opening", new(h).sale(1, 2, 100, -1, 0, 0, 1).by(1, "a", 1, Happened, 10, 20).
+			by(1, "b", 1, Confirmed, 110, 120).read(1, 0, 130, 140), 0, porcupine.Ok},
+		{"sale-not-open after the opening", new(h).sale(1, 5, 100, -1, 0, 0, 1).by(1, "a", 1, NotOpen, 110, 120), 0, porcupine.Illegal},
+		{"sale-not-open across the opening", new(h).sale(1, 5, 100, -1, 0, 0, 1).by(1, "a", 1, NotOpen, 90, 110), 0, porcupine.Ok},
+		{"sale-not-open of a product without a window", new(h).create(1, 5, 0, 1).by(1, "a", 1, NotOpen, 10, 20), 0, porcupine.Illegal},
+		{"opened before its creation: on sale at once", new(h).sale(1, 5, 0, -1, 0, 50, 60).by(1, "a", 1, Confirmed, 70, 80), 0, porcupine.Ok},
+		{"confirmed after the end", new(h).sale(1, 5, -1, 100, 0, 0, 1).by(1, "a", 1, Confirmed, 10, 20).by(1, "b", 1, Confirmed, 110, 120), 0, porcupine.Illegal},
+		{"sale-ended before the end", new(h).sale(1, 5, -1, 100, 0, 0, 1).by(1, "a", 1, Ended, 10, 20), 0, porcupine.Illegal},
+		{"sale-ended after the end", new(h).sale(1, 5, 50, 100, 0, 0, 1).by(1, "a", 1, NotOpen, 10, 20).by(1, "b", 2, Confirmed, 60, 70).
+			by(1, "c", 1, Ended, 110, 120).read(1, 3, 130, 140), 0, porcupine.Ok},
+		{"a sale ended early: sale-ended after the end, not before", new(h).sale(1, 5, -1, -1, 0, 0, 1).by(1, "a", 1, Confirmed, 10, 20).
+			add(1, KindClose, 0, Output{Outcome: Confirmed}, 30, 40).by(1, "b", 1, Ended, 50, 60).read(1, 4, 70, 80), 0, porcupine.Ok},
+		{"a sale ended early: confirmed after the end", new(h).sale(1, 5, -1, -1, 0, 0, 1).add(1, KindClose, 0, Output{Outcome: Confirmed}, 30, 40).
+			by(1, "b", 1, Confirmed, 50, 60), 0, porcupine.Illegal},
+		{"a sale ended early: sale-ended before the end", new(h).sale(1, 5, -1, -1, 0, 0, 1).by(1, "b", 1, Ended, 10, 20).
+			add(1, KindClose, 0, Output{Outcome: Confirmed}, 30, 40), 0, porcupine.Illegal},
+		{"two for a customer with a limit of one", new(h).sale(1, 5, -1, -1, 1, 0, 1).by(1, "a", 1, Confirmed, 10, 20).by(1, "a", 1, Confirmed, 15, 30),
+			0, porcupine.Illegal},
+		{"one each for two customers with a limit of one", new(h).sale(1, 5, -1, -1, 1, 0, 1).by(1, "a", 1, Confirmed, 10, 20).by(1, "b", 1, Confirmed, 15, 30),
+			0, porcupine.Ok},
+		{"three units over two orders, limit two", new(h).sale(1, 5, -1, -1, 2, 0, 1).by(1, "a", 1, Confirmed, 10, 20).by(1, "a", 2, Confirmed, 30, 40),
+			0, porcupine.Illegal},
+		{"customer-limit when the customer held nothing", new(h).sale(1, 5, -1, -1, 2, 0, 1).by(1, "a", 1, OverLimit, 10, 20), 0, porcupine.Illegal},
+		{"customer-limit after the customer's purchase", new(h).sale(1, 5, -1, -1, 2, 0, 1).by(1, "a", 2, Confirmed, 10, 20).by(1, "a", 1, OverLimit, 30, 40),
+			0, porcupine.Ok},
+		{"customer-limit: the order alone exceeds the limit", new(h).sale(1, 5, -1, -1, 2, 0, 1).by(1, "a", 3, OverLimit, 10, 20), 0, porcupine.Ok},
+		{"customer-limit concurrent with the purchase that reached it", new(h).sale(1, 5, -1, -1, 1, 0, 1).by(1, "a", 1, OverLimit, 10, 30).
+			by(1, "a", 1, Confirmed, 15, 40), 0, porcupine.Ok},
+		{"customer-limit after the purchase that reached it, refused first", new(h).sale(1, 5, -1, -1, 1, 0, 1).by(1, "a", 1, OverLimit, 10, 20).
+			by(1, "a", 1, Confirmed, 25, 40), 0, porcupine.Illegal},
+		{"an unknown order that never happened leaves the limit free", new(h).sale(1, 5, -1, -1, 1, 0, 1).by(1, "a", 1, Unknown, 10, 20).
+			by(1, "a", 1, Confirmed, 30, 40), 0, porcupine.Ok},
+		{"an unknown order that happened holds the limit", new(h).sale(1, 5, -1, -1, 1, 0, 1).by(1, "a", 1, Happened, 10, 20).
+			by(1, "a", 1, Confirmed, 30, 40), 0, porcupine.Illegal},
+		{"a limit does not hide an oversell", new(h).sale(1, 1, -1, -1, 1, 0, 1).by(1, "a", 1, Confirmed, 10, 20).by(1, "b", 1, Confirmed, 15, 30),
+			0, porcupine.Illegal},
+		{"the window and the limit together", new(h).sale(1, 3, 100, 200, 1, 0, 1).by(1, "a", 1, NotOpen, 10, 20).by(1, "a", 1, Confirmed, 105, 120).
+			by(1, "a", 1, OverLimit, 130, 140).by(1, "b", 1, Confirmed, 130, 150).by(1, "b", 1, Ended, 210, 220).read(1, 1, 230, 240), 0, porcupine.Ok},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			history := History(c.b.ops, HistoryOptions{Reads: true, End: time.Hour, WindowSlack: time.Duration(c.slack) * time.Millisecond})
+			got := porcupine.CheckOperationsTimeout(New(Options{ExactAvailable: true}), history, 10*time.Second)
+			if got != c.want {
+				t.Errorf("check = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestRulesPartitions: a product with a limit gets a partition per customer beside its own,
+// each starting with the creation; a product without one does not.
+func TestRulesPartitions(t *testing.T) {
+	t.Parallel()
+	b := new(h).sale(1, 5, 100, -1, 2, 0, 1).create(2, 5, 0, 1).by(1, "a", 1, Confirmed, 110, 120).by(1, "b", 1, Confirmed, 110, 120).
+		by(1, "a", 1, Confirmed, 130, 140).by(2, "a", 1, Confirmed, 10, 20)
+	history := History(b.ops, HistoryOptions{End: time.Hour})
+	parts := New(Options{}).Partition(history)
+	var sizes []int
+	for _, p := range parts {
+		sizes = append(sizes, len(p))
+	}
+	// product 1: creation, opening, three orders; customer a: creation and two orders;
+	// customer b: creation and one; product 2: creation and one order.
+	if want := []int{5, 3, 2, 2}; !slices.Equal(sizes, want) {
+		t.Fatalf("partition sizes = %v, want %v", sizes, want)
+	}
+	if first := parts[1][0].Input.(Input); first.Kind != KindCreate || !first.PerCustomer || first.Customer != "a" {
+		t.Errorf("customer partition starts with %+v, want the creation for customer a", first)
+	}
+}
+
+// TestSaveKeepsRules: a history saved and loaded again keeps the rules and the customers the
+// check needs.
+func TestSaveKeepsRules(t *testing.T) {
+	t.Parallel()
+	b := new(h).sale(1, 5, 100, 300, 2, 0, 1).by(1, "a", 1, NotOpen, 10, 20)
+	path := filepath.Join(t.TempDir(), "history.json")
+	if err := Save(path, b.ops, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ops, _, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ops[0].Out.Rules, b.ops[0].Out.Rules; got != want {
+		t.Errorf("rules = %+v, want %+v", got, want)
+	}
+	if ops[1].Customer != "a" || ops[1].Out.Outcome != NotOpen {
+		t.Errorf("order = %+v, want customer a refused sale-not-open", ops[1])
 	}
 }
 

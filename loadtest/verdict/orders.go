@@ -14,7 +14,9 @@ import (
 )
 
 // Orders compares what each order operation was told with the orders table, finding
-// every order by its customer id (unique to the operation). It settles unknown outcomes: an
+// every order by its customer id when that is unique to the operation, and by its
+// Idempotency-Key (the order its record names) when the customer made several — as the
+// customers of a product with a limit do. It settles unknown outcomes: an
 // unknown order found in the database happened (model.Happened); one not found never will, since
 // every replica has stopped, and counts as refused.
 //
@@ -28,17 +30,30 @@ func Orders(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, start time
 		created  time.Time
 		product  int64
 		quantity int64
+		key      string // the Idempotency-Key whose record names the order, if any
 	}
-	rows, _ := pool.Query(ctx, `SELECT o.id::text, o.customer_id, o.created_at, i.product_id, i.quantity
-		FROM orders o JOIN order_items i ON i.order_id = o.id`)
+	rows, _ := pool.Query(ctx, `SELECT o.id::text, o.customer_id, o.created_at, i.product_id, i.quantity, coalesce(k.key, '')
+		FROM orders o JOIN order_items i ON i.order_id = o.id LEFT JOIN idempotency_keys k ON k.order_id = o.id`)
 	byCustomer := map[string][]row{}
 	var r row
 	var customer string
-	if _, err := pgx.ForEachRow(rows, []any{&r.id, &customer, &r.created, &r.product, &r.quantity}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&r.id, &customer, &r.created, &r.product, &r.quantity, &r.key}, func() error {
 		byCustomer[customer] = append(byCustomer[customer], r)
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("read orders: %w", err)
+	}
+	// A customer who made several operations has its orders told apart by their keys.
+	opsOf := map[string]int{}
+	keysOf := map[string]map[string]bool{}
+	for _, p := range ops {
+		if p.In.Kind == model.KindOrder {
+			opsOf[p.Customer]++
+			if keysOf[p.Customer] == nil {
+				keysOf[p.Customer] = map[string]bool{}
+			}
+			keysOf[p.Customer][p.Key] = true
+		}
 	}
 	var missing, wrong, phantom, twice, unknownNo int
 	known := map[string]bool{}
@@ -48,6 +63,14 @@ func Orders(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, start time
 		}
 		known[p.Customer] = true
 		found := byCustomer[p.Customer]
+		if opsOf[p.Customer] > 1 {
+			found = nil
+			for _, o := range byCustomer[p.Customer] {
+				if p.Key != "" && o.key == p.Key {
+					found = append(found, o)
+				}
+			}
+		}
 		if len(found) > 1 {
 			twice++
 			continue
@@ -62,7 +85,7 @@ func Orders(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, start time
 			default:
 				p.NotBefore = found[0].created.Sub(start) - clockSlack
 			}
-		case model.SoldOut:
+		case model.SoldOut, model.NotOpen, model.Ended, model.OverLimit:
 			if len(found) > 0 {
 				phantom++
 			}
@@ -91,9 +114,18 @@ func Orders(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, start time
 		}
 	}
 	strangers := 0
-	for c := range byCustomer {
-		if !known[c] {
+	for c, orders := range byCustomer {
+		switch {
+		case !known[c]:
 			strangers++
+		case opsOf[c] > 1:
+			// Every order of a customer with several operations must be one of theirs, by
+			// its key; an order without a key, or under a key nobody sent, is a stranger.
+			for _, o := range orders {
+				if !keysOf[c][o.key] || o.key == "" {
+					strangers++
+				}
+			}
 		}
 	}
 	restocks, err := reconcileRestocks(ctx, pool, ops)
