@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"github.com/google/uuid"
 
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
+	"github.com/stocksvc/stocksvc/internal/identity"
+	"github.com/stocksvc/stocksvc/internal/identity/identitytest"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/stocktest"
 )
@@ -111,4 +114,78 @@ func BenchmarkSoldOutFromView(b *testing.B) {
 			}
 		}
 	})
+}
+
+// notOpenViews is a stock.Views whose every product's sale opens in an hour: the cost of an
+// order refused before the opening, from the product's view.
+type notOpenViews struct{ soldOutViews }
+
+func (notOpenViews) Refusal(context.Context, int64) stock.Refusal {
+	opens := time.Now().Add(time.Hour)
+	return stock.Refusal{Version: 1, Sale: &stock.SaleRules{StartsAt: &opens}}
+}
+
+// BenchmarkBeforeOpening is an order refused before its product's sale opens, in body mode and
+// in token mode with customers sending their tokens again (remembered after the first: the
+// signature check of a token's first use is not in these figures), to set beside
+// BenchmarkHealthz.
+func BenchmarkBeforeOpening(b *testing.B) {
+	svc := stock.NewService(stocktest.NewMemStore(), &stocktest.LocalLocker{}, stock.Config{Views: notOpenViews{}}, nil)
+	b.Cleanup(svc.Close)
+	is, err := identitytest.NewIssuer("https://issuer.bench", "stocksvc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(b.TempDir(), "jwks.json")
+	if err := is.WriteJWKS(path); err != nil {
+		b.Fatal(err)
+	}
+	v, err := identity.NewVerifier(context.Background(), identity.Config{Issuer: "https://issuer.bench", Audience: "stocksvc", JWKSFile: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = v.Close() })
+	const customers = 4096
+	tokens := make([]string, customers)
+	for i := range tokens {
+		if tokens[i], err = is.Token(fmt.Sprintf("c%d", i), time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	logger := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	for _, tc := range []struct {
+		name   string
+		auth   stockhttp.CustomerAuth
+		tokens int // distinct tokens cycled through; 0 for none
+	}{
+		{"body", stockhttp.CustomerAuth{Mode: identity.ModeBody}, 0},
+		{"token", stockhttp.CustomerAuth{Mode: identity.ModeToken, Verifier: v}, customers},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			srv := stockhttp.New(stockhttp.Config{Service: svc, Customers: tc.auth, Logger: logger})
+			var n atomic.Int64
+			b.SetParallelism(64)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := n.Add(1)
+					body := fmt.Sprintf(`{"items":[{"product_id":7,"quantity":1}],"customer_id":"c%d"}`, i%customers)
+					r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(body))
+					r.Header.Set("Content-Type", "application/json")
+					if tc.tokens > 0 {
+						j := i % int64(tc.tokens)
+						body = fmt.Sprintf(`{"items":[{"product_id":7,"quantity":1}],"customer_id":"c%d"}`, j)
+						r = httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(body))
+						r.Header.Set("Content-Type", "application/json")
+						r.Header.Set("Authorization", "Bearer "+tokens[j])
+					}
+					w := httptest.NewRecorder()
+					srv.ServeHTTP(w, r)
+					if w.Code != http.StatusConflict {
+						b.Errorf("status %d: %s", w.Code, w.Body)
+						return
+					}
+				}
+			})
+		})
+	}
 }
