@@ -121,10 +121,16 @@ type badRequest struct {
 	path        string // %d is the hot product's id
 	contentType string
 	admin       bool
-	header      map[string]string
-	body        func(hot string) string // given the hot product's id
-	raw         bool                    // body is the whole request, sent on a bare connection
+	// anonymous sends an order without the customer's token, which every other order case
+	// carries so that its body is what the service judges, not the missing credential.
+	anonymous bool
+	header    map[string]string
+	body      func(hot string) string // given the hot product's id
+	raw       bool                    // body is the whole request, sent on a bare connection
 }
+
+// badCustomer is the customer the malformed orders are sent for, with its token.
+const badCustomer = "bad"
 
 func badRequests() []badRequest {
 	order := func(s string) func(string) string {
@@ -162,6 +168,10 @@ func badRequests() []badRequest {
 		{name: "restock: negative", method: "POST", path: "/v1/products/%d/restock", contentType: "application/json", admin: true, body: order(`{"quantity":-5}`)},
 		{name: "restock: not JSON", method: "POST", path: "/v1/products/%d/restock", contentType: "application/json", admin: true, body: order(`five`)},
 		{name: "restock: no token", method: "POST", path: "/v1/products/%d/restock", contentType: "application/json", body: order(`{"quantity":5}`)},
+		{name: "order: no token", method: "POST", path: "/v1/orders", contentType: "application/json", anonymous: true,
+			body: order(`{"customer_id":"bad","items":[{"product_id":%d,"quantity":1}]}`)},
+		{name: "order: another customer's id", method: "POST", path: "/v1/orders", contentType: "application/json",
+			body: order(`{"customer_id":"someone-else","items":[{"product_id":%d,"quantity":1}]}`)},
 		{name: "product id overflow", method: "GET", path: "/v1/products/99999999999999999999999%d"},
 		{name: "garbage request line", raw: true, body: order("GARBAGE\x00\xff %d\r\n\r\n")},
 		{name: "header without colon", raw: true, body: order("GET /v1/products/%d HTTP/1.1\r\nHost: x\r\nbroken header\r\n\r\n")},
@@ -246,8 +256,15 @@ func sendBad(ctx context.Context, client *http.Client, d *drillEnv, c badRequest
 	if c.contentType != "" {
 		req.Header.Set("Content-Type", c.contentType)
 	}
-	if c.admin {
+	switch {
+	case c.admin:
 		req.Header.Set("Authorization", "Bearer "+d.c.Token)
+	case c.path == "/v1/orders" && !c.anonymous && d.identity != nil:
+		token, err := d.identity.Token(badCustomer)
+		if err != nil {
+			return 0
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	for k, v := range c.header {
 		req.Header[k] = []string{v}
