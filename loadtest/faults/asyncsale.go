@@ -197,7 +197,11 @@ func (h *harness) asyncSale(ctx context.Context, o AsyncOptions) error {
 			fig.failed++
 		}
 	}
-	checks, err := asyncChecks(ctx, pool, httpc, front, product, int64(o.Stock), orders, &fig)
+	tokenOf := func(o *asyncOrder) string {
+		t, _ := d.identity.Token(customerOf(o)) // minted when it was sent
+		return t
+	}
+	checks, err := asyncChecks(ctx, pool, httpc, front, product, int64(o.Stock), orders, &fig, tokenOf)
 	if err != nil {
 		return err
 	}
@@ -242,12 +246,20 @@ func (h *harness) openLoop(ctx context.Context, o AsyncOptions, d *drillEnv, htt
 		orders = append(orders, o)
 		mu.Unlock()
 		wg.Go(func() {
-			if sendOrder(context.WithoutCancel(ctx), httpc, front, product, async, o) {
+			// The customer's token, as the replicas verify every order's (minted once).
+			token, err := d.identity.Token(customerOf(o))
+			if err != nil {
+				token = "" // answered 401, never 202 or 409: the run counts it unanswered
+			}
+			if sendOrder(context.WithoutCancel(ctx), httpc, front, product, async, token, o) {
 				retried.Add(1)
 			}
 		})
 	}
 }
+
+// customerOf is the customer who sends o: one customer per order.
+func customerOf(o *asyncOrder) string { return "c-" + o.key }
 
 // percentiles returns the median and the 99th percentile of ds (sorted in place).
 func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
@@ -261,8 +273,8 @@ func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
 // sendOrder sends one order until it is answered 202 or 409, retrying what may be retried
 // (429, 503, the balancer's 502/503, a lost connection) with the same key; it reports whether
 // it had to retry.
-func sendOrder(ctx context.Context, c *http.Client, front string, product int64, async bool, o *asyncOrder) bool {
-	body := fmt.Sprintf(`{"customer_id":"c-%s","items":[{"product_id":%d,"quantity":%d}]}`, o.key, product, o.qty)
+func sendOrder(ctx context.Context, c *http.Client, front string, product int64, async bool, token string, o *asyncOrder) bool {
+	body := fmt.Sprintf(`{"customer_id":%q,"items":[{"product_id":%d,"quantity":%d}]}`, customerOf(o), product, o.qty)
 	began := time.Now()
 	deadline := began.Add(30 * time.Second)
 	defer func() { o.answered = time.Since(began) }()
@@ -274,6 +286,9 @@ func sendOrder(ctx context.Context, c *http.Client, front string, product int64,
 			req.Header.Set("Prefer", "respond-async")
 		}
 		req.Header.Set("Idempotency-Key", o.key)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
 		req.GetBody = nil // no hidden resends: every attempt is one the run counts
 		res, err := c.Do(req)
 		pause := 200 * time.Millisecond
@@ -317,7 +332,8 @@ func sendOrder(ctx context.Context, c *http.Client, front string, product int64,
 }
 
 // asyncChecks judges the run from the tables and the API.
-func asyncChecks(ctx context.Context, pool *pgxpool.Pool, c *http.Client, front string, product, stock int64, orders []*asyncOrder, fig *asyncFigures) ([]verdict.Invariant, error) {
+func asyncChecks(ctx context.Context, pool *pgxpool.Pool, c *http.Client, front string, product, stock int64, orders []*asyncOrder, fig *asyncFigures,
+	tokenOf func(*asyncOrder) string) ([]verdict.Invariant, error) {
 	var checks []verdict.Invariant
 	add := func(name string, ok bool, format string, args ...any) {
 		checks = append(checks, verdict.Invariant{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
@@ -439,7 +455,14 @@ func asyncChecks(ctx context.Context, pool *pgxpool.Pool, c *http.Client, front 
 		var got struct {
 			Status string `json:"status"`
 		}
-		res, err := c.Get(front + "/v1/orders/" + o.id)
+		// Read as its customer: another customer is told it does not exist.
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, front+"/v1/orders/"+o.id, nil)
+		if err != nil {
+			disagree++
+			continue
+		}
+		req.Header.Set("Authorization", "Bearer "+tokenOf(o))
+		res, err := c.Do(req)
 		if err != nil {
 			disagree++
 			continue
