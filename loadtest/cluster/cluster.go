@@ -271,23 +271,33 @@ func (c *Cluster) Profile(ctx context.Context, i int, d time.Duration, file stri
 
 // CreateProduct creates a product through the balancer and returns its id.
 func (c *Cluster) CreateProduct(ctx context.Context, sku string, units int64) (int64, error) {
-	body, _ := json.Marshal(map[string]any{"sku": sku, "name": sku, "stock": units})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.FrontURL()+"/v1/products", bytes.NewReader(body))
+	var p struct {
+		ID int64 `json:"id"`
+	}
+	err := c.CreateProductWith(ctx, map[string]any{"sku": sku, "name": sku, "stock": units}, &p)
+	return p.ID, err
+}
+
+// CreateProductWith creates a product from body (sku, name, stock, and any of the sale rules)
+// through the balancer, as an admin, and decodes the product answered into created.
+func (c *Cluster) CreateProductWith(ctx context.Context, body map[string]any, created any) error {
+	raw, err := json.Marshal(body)
 	if err != nil {
-		return 0, err
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.FrontURL()+"/v1/products", bytes.NewReader(raw))
+	if err != nil {
+		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("create product: %w", err)
+		return fmt.Errorf("create product: %w", err)
 	}
 	defer res.Body.Close()
-	var p struct {
-		ID int64 `json:"id"`
+	if err := json.NewDecoder(res.Body).Decode(created); err != nil || res.StatusCode != http.StatusCreated {
+		return fmt.Errorf("create product: status %d (%v)", res.StatusCode, err)
 	}
-	if err := json.NewDecoder(res.Body).Decode(&p); err != nil || res.StatusCode != http.StatusCreated {
-		return 0, fmt.Errorf("create product: status %d (%v)", res.StatusCode, err)
-	}
-	return p.ID, nil
+	return nil
 }

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -28,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/report"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -222,25 +222,14 @@ func Run(ctx context.Context, h *env.Harness, o Options) error {
 
 // createProduct creates the product through the balancer, as an admin.
 func createProduct(ctx context.Context, c *cluster.Cluster, o Options, opens time.Time) (int64, error) {
-	body, _ := json.Marshal(map[string]any{"sku": "OPENING-" + rand.Text()[:8], "name": "the opening", "stock": o.Stock,
-		"sale_starts_at": opens.UTC().Format(time.RFC3339Nano), "max_per_customer": o.Limit})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.FrontURL()+"/v1/products", strings.NewReader(string(body)))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.Token)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("create the product: %w", err)
-	}
-	defer res.Body.Close()
 	var p struct {
 		ID           int64      `json:"id"`
 		SaleStartsAt *time.Time `json:"sale_starts_at"`
 	}
-	if err := json.NewDecoder(res.Body).Decode(&p); err != nil || res.StatusCode != http.StatusCreated {
-		return 0, fmt.Errorf("create the product: status %d (%v)", res.StatusCode, err)
+	err := c.CreateProductWith(ctx, map[string]any{"sku": "OPENING-" + rand.Text()[:8], "name": "the opening", "stock": o.Stock,
+		"sale_starts_at": opens.UTC().Format(time.RFC3339Nano), "max_per_customer": o.Limit}, &p)
+	if err != nil {
+		return 0, err
 	}
 	if p.SaleStartsAt == nil || !p.SaleStartsAt.Equal(opens) {
 		return 0, fmt.Errorf("create the product: it answered sale_starts_at %v, not %v: does the service know the sale rules?", p.SaleStartsAt, opens)
@@ -307,28 +296,7 @@ func measure(ctx context.Context, pool *pgxpool.Pool, product int64) (figures, e
 }
 
 // k6Summary is the part of k6's end-of-test summary the report reads.
-type k6Summary struct {
-	Metrics map[string]struct {
-		Values     map[string]float64 `json:"values"`
-		Thresholds map[string]struct {
-			OK bool `json:"ok"`
-		} `json:"thresholds"`
-	} `json:"metrics"`
-}
-
-func (s k6Summary) value(metric, stat string) float64 { return s.Metrics[metric].Values[stat] }
-
-func (s k6Summary) failedThresholds() []string {
-	var failed []string
-	for name, m := range s.Metrics {
-		for expr, t := range m.Thresholds {
-			if !t.OK {
-				failed = append(failed, name+" "+expr)
-			}
-		}
-	}
-	return failed
-}
+type k6Summary struct{ report.K6Metrics }
 
 // phaseSeconds is the length of the refusal and healthz phases in opening.js.
 const phaseSeconds = 2.0
@@ -345,7 +313,7 @@ type result struct {
 }
 
 func (r result) failed() bool {
-	if len(r.summary.failedThresholds()) > 0 || r.k6Err != nil && !r.stopped {
+	if len(r.summary.FailedThresholds()) > 0 || r.k6Err != nil && !r.stopped {
 		return true
 	}
 	for _, inv := range r.invariants {
@@ -360,7 +328,7 @@ func (r result) failed() bool {
 func (r result) String() string {
 	var b strings.Builder
 	s, f := r.summary, r.fig
-	refusals, healthz := s.value("refusal_answers", "count")/phaseSeconds, s.value("healthz_answers", "count")/phaseSeconds
+	refusals, healthz := s.Value("refusal_answers", "count")/phaseSeconds, s.Value("healthz_answers", "count")/phaseSeconds
 	if r.o.Skew != 0 {
 		fmt.Fprintf(&b, "Replica r1's clock ran %v off (STOCKSVC_CLOCK_SKEW): Postgres's clock decides.\n\n", r.o.Skew)
 	}
@@ -372,9 +340,9 @@ func (r result) String() string {
 		ratio = fmt.Sprintf("%.2f×", refusals/healthz)
 	}
 	fmt.Fprintf(&b, "| sale-not-open refusals before the opening, closed loop | %.0f/s (p50 %.1f ms, p99 %.1f ms) |\n", refusals,
-		s.value("latency_refusal", "med"), s.value("latency_refusal", "p(99)"))
+		s.Value("latency_refusal", "med"), s.Value("latency_refusal", "p(99)"))
 	fmt.Fprintf(&b, "| GET /healthz through the same balancer, same clients | %.0f/s (p50 %.1f ms, p99 %.1f ms) |\n", healthz,
-		s.value("latency_healthz", "med"), s.value("latency_healthz", "p(99)"))
+		s.Value("latency_healthz", "med"), s.Value("latency_healthz", "p(99)"))
 	fmt.Fprintf(&b, "| refusal rate / healthz rate | %s |\n", ratio)
 	first := "no order confirmed"
 	if f.firstSale >= 0 {
@@ -398,9 +366,9 @@ func (r result) String() string {
 	fmt.Fprintf(&b, "| sold out (last unit's order after the opening) | %s |\n", sold)
 	fmt.Fprintf(&b, "| customers who bought; of them at the limit | %d; %d |\n", f.customers, f.atTheLimit)
 	fmt.Fprintf(&b, "| answers: sale-not-open (sent > 100 ms after the opening), customer-limit, sold-out, 429 | %.0f (%.0f), %.0f, %.0f, %.0f |\n",
-		s.value("not_open", "count"), s.value("late_not_open", "count"), s.value("limit_refusals", "count"), s.value("sold_out", "count"), s.value("busy", "count"))
+		s.Value("not_open", "count"), s.Value("late_not_open", "count"), s.Value("limit_refusals", "count"), s.Value("sold_out", "count"), s.Value("busy", "count"))
 	fmt.Fprintf(&b, "| k6: 201s before the opening, customers over the limit, units confirmed | %.0f, %.0f, %.0f |\n",
-		s.value("early_confirmations", "count"), s.value("over_limit", "count"), s.value("confirmed_units", "count"))
+		s.Value("early_confirmations", "count"), s.Value("over_limit", "count"), s.Value("confirmed_units", "count"))
 	b.WriteString("\nInvariants, in Postgres:\n\n")
 	for _, inv := range r.invariants {
 		mark := "ok"
@@ -409,7 +377,7 @@ func (r result) String() string {
 		}
 		fmt.Fprintf(&b, "- %s %s: %s\n", mark, inv.Name, inv.Detail)
 	}
-	thresholds := s.failedThresholds()
+	thresholds := s.FailedThresholds()
 	switch {
 	case len(thresholds) > 0:
 		fmt.Fprintf(&b, "\nk6 thresholds FAILED: %s\n", strings.Join(thresholds, "; "))

@@ -64,9 +64,9 @@ func checkInvariants(ctx context.Context, run *saleRun, raceStock int64, unknown
 	}
 
 	var k6Units = map[string]float64{
-		"hot":    run.summary.value("confirmed_units_hot", "count"),
-		"second": run.summary.value("confirmed_units_second", "count"),
-		"race":   run.summary.value("confirmed_units_race", "count"),
+		"hot":    run.summary.Value("confirmed_units_hot", "count"),
+		"second": run.summary.Value("confirmed_units_second", "count"),
+		"race":   run.summary.Value("confirmed_units_race", "count"),
 	}
 	unitsMatch := true
 	var parts []string

@@ -69,12 +69,12 @@ func saleTiming(ctx context.Context, run *saleRun) (timing, error) {
 func (h *harness) report(run *saleRun, o Options, invariants []verdict.Invariant, ledgers map[int64]verdict.Ledger, t timing) error {
 	s := run.summary
 	secs := s.State.TestRunDurationMs / 1000
-	count := func(m string) float64 { return s.value(m, "count") }
+	count := func(m string) float64 { return s.Value(m, "count") }
 	lat := func(m string) string {
 		if count(m) == 0 {
 			return "      -"
 		}
-		return fmt.Sprintf("%5.1f/%5.1f/%6.1f ms", s.value(m, "med"), s.value(m, "p(95)"), s.value(m, "p(99)"))
+		return fmt.Sprintf("%5.1f/%5.1f/%6.1f ms", s.Value(m, "med"), s.Value(m, "p(95)"), s.Value(m, "p(99)"))
 	}
 	h.Printf("\n=== stocksvc flash sale: %d replicas behind HAProxy, defense %s, lock retry %s\n",
 		h.Cluster.Replicas, run.spec.defense, run.spec.lockRetry)
@@ -90,7 +90,7 @@ func (h *harness) report(run *saleRun, o Options, invariants []verdict.Invariant
 	h.Printf("latency       p50/p95/p99  confirmed %s   sold-out %s   busy %s\n",
 		lat("order_latency_confirmed"), lat("order_latency_sold_out"), lat("order_latency_busy"))
 	h.Printf("requests      %.0f, failed %.3f%%, dropped iterations %.0f\n",
-		count("http_reqs"), 100*s.value("http_req_failed", "rate"), count("dropped_iterations"))
+		count("http_reqs"), 100*s.Value("http_req_failed", "rate"), count("dropped_iterations"))
 
 	var perReplica, catchLine []string
 	catches := map[string]float64{}
@@ -113,14 +113,14 @@ func (h *harness) report(run *saleRun, o Options, invariants []verdict.Invariant
 	h.Printf("layer catches %s (all live replicas)\n", strings.Join(catchLine, ", "))
 
 	failed := false
-	thresholds := s.failedThresholds()
+	thresholds := s.FailedThresholds()
 	sort.Strings(thresholds)
 	relaxed := ""
 	if run.killed >= 0 {
 		relaxed = ", relaxed for the kill: failed requests < 5%, checks >= 95%"
 	}
 	if len(thresholds) == 0 {
-		h.Printf("k6 thresholds passed (checks %.2f%%%s)\n", 100*s.value("checks", "rate"), relaxed)
+		h.Printf("k6 thresholds passed (checks %.2f%%%s)\n", 100*s.Value("checks", "rate"), relaxed)
 	} else {
 		failed = true
 		h.Printf("k6 thresholds FAILED: %s\n", strings.Join(thresholds, "; "))

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/report"
 )
 
 // saleSpec is one configuration of the service to put under load.
@@ -74,31 +75,10 @@ type k6Summary struct {
 		Second int64 `json:"second"`
 		Race   int64 `json:"race"`
 	} `json:"setup_data"`
-	Metrics map[string]struct {
-		Values     map[string]float64 `json:"values"`
-		Thresholds map[string]struct {
-			OK bool `json:"ok"`
-		} `json:"thresholds"`
-	} `json:"metrics"`
+	report.K6Metrics
 	State struct {
 		TestRunDurationMs float64 `json:"testRunDurationMs"`
 	} `json:"state"`
-}
-
-func (s k6Summary) value(metric, stat string) float64 {
-	return s.Metrics[metric].Values[stat]
-}
-
-func (s k6Summary) failedThresholds() []string {
-	var failed []string
-	for name, m := range s.Metrics {
-		for expr, t := range m.Thresholds {
-			if !t.OK {
-				failed = append(failed, name+" "+expr)
-			}
-		}
-	}
-	return failed
 }
 
 // runSale starts a deployment (cluster.Start), drives k6 through its balancer, gathers what
