@@ -108,7 +108,7 @@ func New(pool *pgxpool.Pool, svc *stock.Service, cfg Config) (*Queue, error) {
 	cfg = cfg.withDefaults()
 	q := &Queue{pool: pool, accepted: stockpg.NewAccepted(pool, stockpg.Reasons{SoldOut: string(ReasonSoldOut), Internal: string(ReasonInternal)}), svc: svc, cfg: cfg}
 	q.acceptor.q, q.acceptor.limit = q, cfg.AcceptQueue
-	q.metrics = newMetrics(cfg.Registerer, q.pendingCount, q.oldestPending)
+	q.metrics = newMetrics(cfg.Registerer, q.pendingCount, q.openHolds, q.oldestPending)
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &drainWorker{q: q}); err != nil {
 		return nil, fmt.Errorf("async: add drain worker: %w", err)
@@ -339,6 +339,13 @@ func (q *Queue) pendingCount() (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	n, err := q.accepted.PendingCount(ctx)
+	return float64(n), err
+}
+
+func (q *Queue) openHolds() (float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	n, err := stockpg.OpenHolds(ctx, q.pool)
 	return float64(n), err
 }
 
