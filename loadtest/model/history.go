@@ -524,6 +524,9 @@ type Op struct {
 	// Hold marks an order that is a hold (answered held, or found in the database with an
 	// expires_at): History starts a partition of its own for it, by OrderID.
 	Hold bool
+	// Expires is a hold's expires_at as its answer gave it, on the recorder's clock: when a
+	// buyer who pays late is too late. Not saved: the check does not read it.
+	Expires time.Duration
 }
 
 // Recorder collects operations from many goroutines.
