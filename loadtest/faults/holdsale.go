@@ -284,13 +284,6 @@ func (f *holdsFigures) fromPostgres(ctx context.Context, pool *pgxpool.Pool, pro
 	// created (created_at: now() of the transaction that took the units). A unit an expired
 	// hold gave back is sold again when an order takes it from the head: the time from its
 	// expires_at to that order's created_at. In a sold-out product, that is the next buyer.
-	type event struct {
-		at      time.Time
-		units   int64
-		release bool
-		expired bool
-		expires time.Time
-	}
 	var initial int64
 	if err := pool.QueryRow(ctx, `SELECT initial_stock FROM products WHERE id = $1`, product).Scan(&initial); err != nil {
 		return fmt.Errorf("initial stock: %w", err)
@@ -302,45 +295,16 @@ func (f *holdsFigures) fromPostgres(ctx context.Context, pool *pgxpool.Pool, pro
 		SELECT o.created_at, i.quantity, false, false, o.created_at FROM orders o JOIN order_items i ON i.order_id = o.id
 		 WHERE i.product_id = $1
 		ORDER BY 1, 3 DESC`, product)
-	var events []event
-	var e event
+	var events []lineEvent
+	var e lineEvent
 	if _, err := pgx.ForEachRow(rows, []any{&e.at, &e.units, &e.release, &e.expired, &e.expires}, func() error {
 		events = append(events, e)
 		return nil
 	}); err != nil {
 		return fmt.Errorf("releases and orders: %w", err)
 	}
-	type segment struct {
-		units   int64
-		expired bool
-		expires time.Time
-		release bool
-	}
-	line := []segment{{units: initial}}
 	var resale []float64
-	for _, ev := range events {
-		if ev.release {
-			f.releasedUnits += ev.units
-			line = append(line, segment{units: ev.units, expired: ev.expired, expires: ev.expires, release: true})
-			continue
-		}
-		for need := ev.units; need > 0 && len(line) > 0; {
-			head := &line[0]
-			take := min(need, head.units)
-			if head.release {
-				f.resoldUnits += take
-				if head.expired {
-					for range take {
-						resale = append(resale, ev.at.Sub(head.expires).Seconds())
-					}
-				}
-			}
-			need -= take
-			if head.units -= take; head.units == 0 {
-				line = line[1:]
-			}
-		}
-	}
+	f.releasedUnits, f.resoldUnits, resale = replayLine(initial, events)
 	f.resaleP50, f.resaleP99, f.resaleMax = spread(resale)
 	return nil
 }
@@ -403,4 +367,58 @@ func otherAnswers(m map[model.Outcome]int) int {
 		}
 	}
 	return n
+}
+
+// lineEvent is one change of a held product's stock: an order taking units (at its
+// created_at), or a hold giving them back (release, at its decided_at).
+type lineEvent struct {
+	at      time.Time
+	units   int64
+	release bool
+	expired bool      // a release by the expiry (not a cancel)
+	expires time.Time // the released hold's expires_at
+}
+
+// replayLine replays a product's stock as a line of units sold from its head: the initial
+// units first, each release's units joining at the back. It returns the units released, those
+// of them taken again by a later order, and for each unit an expired hold gave back and an
+// order took again, the seconds from its expires_at to that order. events are in time order,
+// releases before orders at the same instant.
+func replayLine(initial int64, events []lineEvent) (released, resold int64, lags []float64) {
+	type segment struct {
+		units   int64
+		release bool
+		expired bool
+		expires time.Time
+	}
+	line := []segment{{units: initial}}
+	for _, ev := range events {
+		if ev.release {
+			released += ev.units
+			line = append(line, segment{units: ev.units, release: true, expired: ev.expired, expires: ev.expires})
+			continue
+		}
+		for need := ev.units; need > 0 && len(line) > 0; {
+			head := &line[0]
+			take := min(need, head.units)
+			if head.release {
+				resold += take
+				for range take * boolInt(head.expired) {
+					lags = append(lags, ev.at.Sub(head.expires).Seconds())
+				}
+			}
+			need -= take
+			if head.units -= take; head.units == 0 {
+				line = line[1:]
+			}
+		}
+	}
+	return released, resold, lags
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
