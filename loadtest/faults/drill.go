@@ -296,7 +296,7 @@ func (l *load) one(ctx context.Context) {
 		rolls = 120 // a fifth more: orders of the limited product
 	}
 	if d.holds != 0 {
-		rolls += 25 // a sixth more: buyers of the holds product (20) and reads of it (5)
+		rolls += 25 // a fifth more: buyers of the holds product (20) and reads of it (5)
 	}
 	roll := d.rng.intN(rolls)
 	if roll >= 75 && roll < 88 && d.sc.buyers > 0 {
