@@ -148,6 +148,14 @@ func (w *ReleaseWatcher) Stop() map[string]time.Duration {
 	return w.seen
 }
 
+// reviveSlack widens a release's interval past the moment the watcher saw it committed. The
+// service puts released units back in the products' views after the commit (before a cancel
+// is answered, before an expiry's job ends), and a sold-out answered from a view in between
+// told the truth as the service is bound to know it — as one concurrent with a restock does
+// until the restock is answered. An expiry has no answer to bound it, so the run allows this
+// long after the watcher saw the commit; a cancel's answer bounds its release exactly.
+const reviveSlack = time.Second
+
 // hold is one held order's row, one item of it.
 type hold struct {
 	id, customer, status string
@@ -161,8 +169,8 @@ type hold struct {
 // clients' (model/holds.go): for each cancelled or expired hold, the release of each item's
 // units on its product and, for an expired one, its expiry — both placed between decided_at
 // (less the clock slack) and the first moment it was seen released (seen, from a
-// ReleaseWatcher; the end of the run when it was not), and no later than the first cancel
-// answered "cancelled"; and for every hold, its final status. It marks the clients' orders
+// ReleaseWatcher, plus reviveSlack; the end of the run when it was not), and no later than the
+// first cancel answered "cancelled"; and for every hold, its final status. It marks the clients' orders
 // that are holds (model.Op.Hold), so that History starts their partitions.
 //
 // Run it after Orders, which gives the orders whose outcome was unknown their ids.
@@ -259,8 +267,8 @@ func HoldOps(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, start tim
 			if h.decided != nil {
 				lo = h.decided.Sub(start) - clockSlack
 			}
-			if at, ok := seen[id]; ok && at < hi {
-				hi = at
+			if at, ok := seen[id]; ok && at+reviveSlack < hi {
+				hi = at + reviveSlack
 			}
 			if at, ok := cancelled[id]; ok && at < hi {
 				hi = at

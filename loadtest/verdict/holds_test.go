@@ -208,8 +208,8 @@ func TestHoldOps(t *testing.T) {
 			t.Errorf("%v of %s over [%v, %v], want [%v, %v]", k.kind, k.hold, p.Invoke, p.Return, call, ret)
 		}
 	}
-	check(key{model.KindRelease, expired}, 5*s-clockSlack, 5*s+300*time.Millisecond)
-	check(key{model.KindExpire, expired}, 5*s-clockSlack, 5*s+300*time.Millisecond)
+	check(key{model.KindRelease, expired}, 5*s-clockSlack, 5*s+300*time.Millisecond+reviveSlack)
+	check(key{model.KindExpire, expired}, 5*s-clockSlack, 5*s+300*time.Millisecond+reviveSlack)
 	// Not seen by a watcher: its cancel's answer bounds it.
 	check(key{model.KindRelease, cancelled}, 2*s-clockSlack, 2*s+100*time.Millisecond)
 	check(key{model.KindStatus, confirmed}, end+1, end+2)
