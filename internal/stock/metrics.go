@@ -23,6 +23,10 @@ type Metrics struct {
 	refusedByView prometheus.Counter
 	refusedByRule *prometheus.CounterVec
 	keySetLoads   prometheus.Counter
+
+	holdOutcomes   *prometheus.CounterVec
+	holdLag        prometheus.Histogram
+	holdSchedFails prometheus.Counter
 }
 
 // batchSizeBuckets fit batches of one order up to the default cap of 256.
@@ -78,6 +82,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "stocksvc_orders_refused_fast_total",
 			Help: "Orders refused by a sale rule before they were queued, with no Postgres query and no lock: from the product's view (the window) or from what this replica knows a customer has bought (the limit).",
 		}, []string{"rule"}),
+		holdOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stocksvc_holds_total",
+			Help: "Holds by what became of them: held (taken, awaiting payment), confirmed, cancelled, expired (units back).",
+		}, []string{"outcome"}),
+		holdLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "stocksvc_hold_expiry_lag_seconds",
+			Help:    "From a hold's expires_at to its units back in stock, on Postgres's clock.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 300},
+		}),
+		holdSchedFails: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stocksvc_hold_schedules_failed_total",
+			Help: "Batches whose holds' expiry jobs could not be scheduled; the sweep ends those holds instead, later.",
+		}),
 		keySetLoads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stocksvc_view_keysets_loaded_total",
 			Help: "Postgres queries loading the idempotency keys with a stored outcome for a sold-out product (one per replica and sell-out), so that other keyed orders can be refused from the view.",
@@ -93,6 +110,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, o := range allOutcomes {
 		m.outcomes.WithLabelValues(o)
 	}
+	for _, o := range []string{outcomeHeld, OrderStatusConfirmed, OrderStatusCancelled, OrderStatusExpired} {
+		m.holdOutcomes.WithLabelValues(o)
+	}
+	reg.MustRegister(m.holdOutcomes, m.holdLag, m.holdSchedFails)
 	reg.MustRegister(m.catches, m.outcomes, m.conflicts, m.units, m.batchOrders, m.batchDuration, m.ordersPerLock, m.shedOrders, m.queued, m.refusedByView, m.refusedByRule, m.keySetLoads)
 	return m
 }
@@ -179,6 +200,27 @@ func (m *Metrics) queue(n int) {
 func (m *Metrics) refusedFromView() {
 	if m != nil {
 		m.refusedByView.Inc()
+	}
+}
+
+// outcomeHeld is the holds' outcome for a hold taken.
+const outcomeHeld = "held"
+
+func (m *Metrics) holds(outcome string, n int) {
+	if m != nil {
+		m.holdOutcomes.WithLabelValues(outcome).Add(float64(n))
+	}
+}
+
+func (m *Metrics) expiryLag(d time.Duration) {
+	if m != nil {
+		m.holdLag.Observe(max(d, 0).Seconds())
+	}
+}
+
+func (m *Metrics) holdScheduleFailed() {
+	if m != nil {
+		m.holdSchedFails.Inc()
 	}
 }
 

@@ -21,6 +21,8 @@ func validSale(r SaleRules) error {
 		return &ValidationError{Field: "max_per_customer", Reason: "must be at least 1"}
 	case r.MaxPerCustomer > MaxStock:
 		return &ValidationError{Field: "max_per_customer", Reason: fmt.Sprintf("must be at most %d", MaxStock)}
+	case r.HoldFor != 0 && !validHold(r.HoldFor):
+		return &ValidationError{Field: "hold_for", Reason: fmt.Sprintf("must be whole seconds between 1 and %d", int(MaxHoldFor/time.Second))}
 	}
 	return nil
 }
@@ -40,6 +42,8 @@ func (s *Service) UpdateSale(ctx context.Context, id int64, c SaleChange) (Produ
 		return Product{}, &ValidationError{Field: "sale", Reason: "a rule cannot be both set and cleared"}
 	case c.StartsAt != nil && c.EndsAt != nil && !c.EndsAt.After(*c.StartsAt):
 		return Product{}, &ValidationError{Field: "sale_ends_at", Reason: "must be after sale_starts_at"}
+	case c.HoldFor != nil && (c.ClearHoldFor || !validHold(*c.HoldFor)):
+		return Product{}, &ValidationError{Field: "hold_for", Reason: fmt.Sprintf("must be whole seconds between 1 and %d", int(MaxHoldFor/time.Second))}
 	}
 	update := func(ctx context.Context) (Product, error) { return s.store.UpdateSale(ctx, id, c) }
 	if s.cfg.Views == nil {
@@ -65,6 +69,11 @@ func (s *Service) UpdateSale(ctx context.Context, id int64, c SaleChange) (Produ
 	}
 	done(&p)
 	return p, nil
+}
+
+// validHold reports whether d can be a product's hold: whole seconds, 1s to MaxHoldFor.
+func validHold(d time.Duration) bool {
+	return d >= time.Second && d <= MaxHoldFor && d%time.Second == 0
 }
 
 // ProductsPage is one page of a listing of products.

@@ -118,6 +118,7 @@ type Service struct {
 	// customers remembers what customers bought of products with a limit (limits.go).
 	customers customerMemory
 	listings  listings
+	scheduler holdScheduler
 	audits    *semaphore.Weighted
 	// afterRead, when set, runs between a batch's read and its write, with the number of
 	// orders in the batch. Tests use it to open the race window at will.
@@ -432,7 +433,9 @@ func (s *Service) ruleRefusal(ctx context.Context, it Item, key, customer string
 		return nil
 	}
 	err := sale.closed(it.ProductID, s.cfg.Now())
-	if err == nil && sale.Limited() {
+	// A product sold with holds gives units back when they expire, so what a customer was seen
+	// to have is no bound from below there: its batches decide the limit.
+	if err == nil && sale.Limited() && sale.HoldFor == 0 {
 		if over := s.customers.refusal(it.ProductID, sale.MaxPerCustomer, customer, it.Quantity); over != nil {
 			err = over
 		}
@@ -511,6 +514,7 @@ func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h 
 		res.outcomes = failAll(len(tickets), err)
 	} else {
 		s.customers.learn(res.units)
+		s.scheduleExpiries(res.holds)
 	}
 	s.metrics.batch(len(tickets), time.Since(start), locked)
 	return res.outcomes
@@ -524,6 +528,8 @@ type settled struct {
 	at       time.Time
 	// units is what the batch knows each customer has of each product with a limit.
 	units customerUnits
+	// holds are the orders the write held, with when each expires.
+	holds map[uuid.UUID]time.Time
 }
 
 // decideWithoutLock answers tickets from a read made without the lock, if that read sells
@@ -654,8 +660,13 @@ func settleCommitted(ids []int64, tickets []*ticket, g *Grant, snap Snapshot, a 
 	}
 	leaveLevel(g, ids, snap, w)
 	for i := range a.outcomes {
-		if a.outcomes[i].err == nil && a.outcomes[i].order.CreatedAt.IsZero() {
-			a.outcomes[i].order.CreatedAt = c.At
+		o := &a.outcomes[i].order
+		if a.outcomes[i].err != nil || !o.CreatedAt.IsZero() {
+			continue
+		}
+		o.CreatedAt = c.At
+		if expires, held := c.Holds[o.ID]; held {
+			o.Status, o.ExpiresAt = OrderStatusHeld, &expires
 		}
 	}
 	units := a.units
@@ -663,7 +674,7 @@ func settleCommitted(ids []int64, tickets []*ticket, g *Grant, snap Snapshot, a 
 		// The counts included orders the write left out: not something to remember.
 		units = nil
 	}
-	return settled{outcomes: a.outcomes, write: &w, at: c.At, units: units}
+	return settled{outcomes: a.outcomes, write: &w, at: c.At, units: units, holds: c.Holds}
 }
 
 // notedLevel returns the level the last holder noted for a batch of one product. The store's

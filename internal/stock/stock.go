@@ -22,11 +22,14 @@ type Product struct {
 	SaleEndsAt *time.Time
 	// MaxPerCustomer is the most units one customer may buy of the product; 0 means no limit.
 	MaxPerCustomer int64
+	// HoldFor, when not zero, is how long an order of the product is held for its customer to
+	// confirm (pay) before its units go back; zero: orders are final at once.
+	HoldFor time.Duration
 }
 
 // Sale returns the rules of p's sale.
 func (p Product) Sale() SaleRules {
-	return SaleRules{StartsAt: p.SaleStartsAt, EndsAt: p.SaleEndsAt, MaxPerCustomer: p.MaxPerCustomer}
+	return SaleRules{StartsAt: p.SaleStartsAt, EndsAt: p.SaleEndsAt, MaxPerCustomer: p.MaxPerCustomer, HoldFor: p.HoldFor}
 }
 
 // SaleRules are the rules of a product's sale: when it is open, and how much one customer may
@@ -35,7 +38,12 @@ type SaleRules struct {
 	StartsAt       *time.Time
 	EndsAt         *time.Time
 	MaxPerCustomer int64
+	// HoldFor: see Product.HoldFor.
+	HoldFor time.Duration
 }
+
+// MaxHoldFor is the longest a hold may last.
+const MaxHoldFor = 24 * time.Hour
 
 // Limited reports whether the rules limit what one customer may buy.
 func (r SaleRules) Limited() bool { return r.MaxPerCustomer > 0 }
@@ -69,8 +77,10 @@ type NewProduct struct {
 type SaleChange struct {
 	StartsAt, EndsAt            *time.Time
 	MaxPerCustomer              *int64
+	HoldFor                     *time.Duration
 	ClearStartsAt, ClearEndsAt  bool
 	ClearMaxPerCustomer, EndNow bool
+	ClearHoldFor                bool
 }
 
 // Item is one line of an order: a product and how many units of it.
@@ -79,9 +89,15 @@ type Item struct {
 	Quantity  int64
 }
 
-// OrderStatusConfirmed is the status of every order that exists: an order is only written once
-// its stock has been taken.
-const OrderStatusConfirmed = "confirmed"
+// The statuses of an order. An order is only written once its stock has been taken: it is
+// confirmed at once, or held (its product sold with a hold) until its customer confirms it,
+// it is cancelled, or it expires — the last two give its units back.
+const (
+	OrderStatusConfirmed = "confirmed"
+	OrderStatusHeld      = "held"
+	OrderStatusCancelled = "cancelled"
+	OrderStatusExpired   = "expired"
+)
 
 // Order is a confirmed purchase.
 type Order struct {
@@ -90,6 +106,9 @@ type Order struct {
 	Status     string
 	Items      []Item
 	CreatedAt  time.Time
+	// ExpiresAt is when a hold ends unless confirmed (nil for an order final at once), and
+	// DecidedAt when a hold was confirmed, cancelled or expired.
+	ExpiresAt, DecidedAt *time.Time
 }
 
 // OrderRequest asks for an order. Items are bought all or nothing.
@@ -139,9 +158,12 @@ type Audit struct {
 	Received int64
 	// Sold is the sum of the quantities of all confirmed orders.
 	Sold int64
+	// Held is the sum of the quantities of the orders held now; the units of cancelled and
+	// expired holds are back in Stock.
+	Held int64
 }
 
 // Consistent reports whether the stock is fully accounted for and not negative.
 func (a Audit) Consistent() bool {
-	return a.Received-a.Sold == a.Stock && a.Stock >= 0
+	return a.Received-a.Sold-a.Held == a.Stock && a.Stock >= 0
 }

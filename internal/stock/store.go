@@ -15,6 +15,7 @@ import (
 // Every error a method returns is one of the package's exported errors (possibly wrapped), so a
 // Store can be written, or faked, outside this package.
 type Store interface {
+	HoldStore
 	// CreateProduct stores a new product. Errors: ErrDuplicateSKU, ErrUnavailable.
 	CreateProduct(ctx context.Context, p NewProduct) (Product, error)
 	// Product returns the product with id. Errors: *ProductNotFoundError, ErrUnavailable.
@@ -172,6 +173,9 @@ type Write struct {
 type Committed struct {
 	// At is when the orders were created.
 	At time.Time
+	// Holds holds, for each order written held (its products sold with a hold), when the hold
+	// expires, on the store's clock; an order not in it was confirmed at once.
+	Holds map[uuid.UUID]time.Time
 	// Skipped are the orders of the write that were left out because their key already had a
 	// record (only with Write.SkipStored): nothing of them was written.
 	Skipped []uuid.UUID

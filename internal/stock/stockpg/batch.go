@@ -29,8 +29,8 @@ import (
 // the decrement checks the window against), and — for a product with a limit per customer — the
 // units each of the batch's customers ($2) bought of it.
 const levelsSQL = `
-SELECT p.id, p.stock, p.version, p.fence, p.sale_starts_at, p.sale_ends_at, coalesce(p.max_per_customer, 0), now(),
-       b.customers, b.bought
+SELECT p.id, p.stock, p.version, p.fence, p.sale_starts_at, p.sale_ends_at, coalesce(p.max_per_customer, 0),
+       coalesce(p.hold_for_seconds, 0), now(), b.customers, b.bought
   FROM products p
   LEFT JOIN LATERAL (
     SELECT array_agg(c.customer_id) AS customers, array_agg(c.bought) AS bought
@@ -43,6 +43,7 @@ SELECT p.id, p.stock, p.version, p.fence, p.sale_starts_at, p.sale_ends_at, coal
 // confirmed, so that a replay needs no further query.
 const recordsSQL = `
 SELECT k.key, k.fingerprint, k.order_id, k.async_order_id, k.product_id, k.requested, k.available, o.customer_id, o.created_at,
+       o.status, o.expires_at, o.decided_at,
        ARRAY(SELECT i.product_id FROM order_items i WHERE i.order_id = k.order_id ORDER BY i.product_id),
        ARRAY(SELECT i.quantity FROM order_items i WHERE i.order_id = k.order_id ORDER BY i.product_id)
   FROM idempotency_keys k LEFT JOIN orders o ON o.id = k.order_id
@@ -66,6 +67,19 @@ const productionDecrement = `UPDATE products p
 // opens or ends. Every store's decrement carries it, demonstration or not: it is a rule of the
 // product, not a layer a demonstration takes away.
 const saleOpen = `(p.sale_starts_at IS NULL OR p.sale_starts_at <= now()) AND (p.sale_ends_at IS NULL OR now() < p.sale_ends_at)`
+
+// orderHolds is the step of a commit statement that finds, per order, the hold its products
+// are sold with (the shortest of its products' hold_for_seconds, as the decremented rows hold
+// them, u), NULL for an order final at once; insertOrders writes each order held for that long
+// from now() — Postgres's clock, the one the expiry is judged by — or confirmed.
+const (
+	orderHolds = `
+  SELECT itm.order_id, min(u.hold_for_seconds) AS hold FROM itm JOIN u ON u.id = itm.product_id GROUP BY itm.order_id`
+	insertOrders = `INSERT INTO orders (id, customer_id, status, created_at, expires_at)
+SELECT ord.id, ord.customer_id, CASE WHEN hd.hold IS NULL THEN 'confirmed' ELSE 'held' END, now(),
+       now() + make_interval(secs => hd.hold)
+  FROM ord LEFT JOIN hd ON hd.order_id = ord.id, ok WHERE ok.ok`
+)
 
 // limitedUnits is the step of a commit statement that counts, per product with a limit per
 // customer and per customer, the units its orders take, in customer_purchases (whose CHECK
@@ -100,7 +114,7 @@ WITH d AS (
 ), u AS (
   `
 	commitTail = `
-  RETURNING p.id, p.max_per_customer
+  RETURNING p.id, p.max_per_customer, p.hold_for_seconds
 ), ok AS (
   SELECT count(*) = cardinality($1::bigint[]) AS ok FROM u
 ), itm AS (
@@ -111,6 +125,7 @@ WITH d AS (
   INSERT INTO order_items (order_id, product_id, quantity)
   SELECT itm.order_id, itm.product_id, itm.quantity FROM itm, ok WHERE ok.ok
 ), cp AS (` + limitedUnits + `
+), hd AS (` + orderHolds + `
 ), k AS (
   INSERT INTO idempotency_keys (key, fingerprint, outcome, order_id, product_id, requested, available)
   SELECT x.key, x.fingerprint, x.outcome, x.order_id, x.product_id, x.requested, x.available
@@ -119,9 +134,8 @@ WITH d AS (
    WHERE ok.ok
    ORDER BY x.key
 )
-INSERT INTO orders (id, customer_id, status, created_at)
-SELECT ord.id, ord.customer_id, 'confirmed', now() FROM ord, ok WHERE ok.ok
-RETURNING id, created_at`
+` + insertOrders + `
+RETURNING id, created_at, expires_at`
 	commitSQL = commitHead + productionDecrement + commitTail
 )
 
@@ -168,7 +182,7 @@ WITH k AS (
 ), u AS (
   `
 	commitSkippingTail = `
-  RETURNING p.id, p.max_per_customer
+  RETURNING p.id, p.max_per_customer, p.hold_for_seconds
 ), ok AS (
   SELECT count(*) = (SELECT count(*) FROM d) AS ok FROM u
 ), itm AS (
@@ -179,14 +193,15 @@ WITH k AS (
   INSERT INTO order_items (order_id, product_id, quantity)
   SELECT it.order_id, it.product_id, it.quantity FROM it, ok WHERE ok.ok
 ), cp AS (` + limitedUnits + `
+), hd AS (` + orderHolds + `
 )
-INSERT INTO orders (id, customer_id, status, created_at)
-SELECT o.id, o.customer_id, 'confirmed', now() FROM o, ok WHERE ok.ok
-RETURNING id, created_at,
+` + insertOrders + `
+RETURNING id, created_at, expires_at,
   (SELECT coalesce(json_agg(json_build_object('key', k.key, 'fingerprint', encode(k.fingerprint, 'base64'),
           'order_id', k.order_id, 'async_order_id', k.async_order_id, 'product_id', k.product_id,
-          'requested', k.requested, 'available', k.available, 'created_at', k.created_at)), '[]')
-     FROM k WHERE NOT k.claimed)`
+          'requested', k.requested, 'available', k.available, 'created_at', k.created_at,
+          'status', so.status, 'expires_at', so.expires_at, 'decided_at', so.decided_at)), '[]')
+     FROM k LEFT JOIN orders so ON so.id = k.order_id WHERE NOT k.claimed)`
 	commitSkippingSQL = commitSkippingHead + productionDecrement + commitSkippingTail
 )
 
@@ -216,13 +231,14 @@ func (s *Store) Snapshot(ctx context.Context, ids []int64, keys, customers []str
 		id               int64
 		l                stock.Level
 		startsAt, endsAt *time.Time
+		holdFor          int64 // seconds
 		bought           []int64
 		boughtBy         []string
 	)
 	_, err := pgx.ForEachRow(rows, []any{&id, &l.Stock, &l.Version, &l.Fence, &startsAt, &endsAt, &l.Sale.MaxPerCustomer,
-		&snap.Now, &boughtBy, &bought}, func() error {
+		&holdFor, &snap.Now, &boughtBy, &bought}, func() error {
 		lv := l
-		lv.Sale.StartsAt, lv.Sale.EndsAt = startsAt, endsAt
+		lv.Sale.StartsAt, lv.Sale.EndsAt, lv.Sale.HoldFor = startsAt, endsAt, time.Duration(holdFor)*time.Second
 		if len(boughtBy) > 0 {
 			lv.Bought = make(map[string]int64, len(boughtBy))
 			for i, c := range boughtBy {
@@ -276,8 +292,10 @@ func scanRecord(rows pgx.Rows) (stock.IdempotencyRecord, error) {
 		createdAt                       *time.Time
 		itemProducts, itemQuantities    []int64
 	)
+	var status *string
+	var expiresAt, decidedAt *time.Time
 	err := rows.Scan(&rec.Key, &rec.Fingerprint, &orderID, &acceptedID, &productID, &requested, &available,
-		&customerID, &createdAt, &itemProducts, &itemQuantities)
+		&customerID, &createdAt, &status, &expiresAt, &decidedAt, &itemProducts, &itemQuantities)
 	if err != nil {
 		return stock.IdempotencyRecord{}, err
 	}
@@ -289,11 +307,11 @@ func scanRecord(rows pgx.Rows) (stock.IdempotencyRecord, error) {
 		rec.SoldOut = &stock.SoldOutError{ProductID: deref(productID), Requested: deref(requested), Available: deref(available)}
 		return rec, nil
 	}
-	if customerID == nil || createdAt == nil || len(itemProducts) != len(itemQuantities) {
+	if customerID == nil || createdAt == nil || status == nil || len(itemProducts) != len(itemQuantities) {
 		return stock.IdempotencyRecord{}, fmt.Errorf("idempotency record %q names order %s, which is incomplete", rec.Key, orderID)
 	}
-	o := stock.Order{ID: *orderID, CustomerID: *customerID, Status: stock.OrderStatusConfirmed, CreatedAt: *createdAt,
-		Items: make([]stock.Item, len(itemProducts))}
+	o := stock.Order{ID: *orderID, CustomerID: *customerID, Status: *status, CreatedAt: *createdAt,
+		ExpiresAt: expiresAt, DecidedAt: decidedAt, Items: make([]stock.Item, len(itemProducts))}
 	for i := range itemProducts {
 		o.Items[i] = stock.Item{ProductID: itemProducts[i], Quantity: itemQuantities[i]}
 	}
@@ -363,6 +381,12 @@ func (s *Store) committed(w stock.Write, res batchResult) (stock.Committed, erro
 			continue
 		}
 		c.At = at
+		if expires, held := res.holds[o.ID]; held {
+			if c.Holds == nil {
+				c.Holds = map[uuid.UUID]time.Time{}
+			}
+			c.Holds[o.ID] = expires
+		}
 	}
 	if len(c.Skipped) > 0 && !w.SkipStored {
 		return stock.Committed{}, fmt.Errorf("stock: commit wrote %d of %d orders of an all-or-nothing write", len(res.written), len(w.Orders))
@@ -384,6 +408,10 @@ type storedJSON struct {
 	Requested    *int64     `json:"requested"`
 	Available    *int64     `json:"available"`
 	CreatedAt    time.Time  `json:"created_at"`
+	// The order's state now: a hold may have been confirmed, cancelled or expired since.
+	Status    string     `json:"status"`
+	ExpiresAt *time.Time `json:"expires_at"`
+	DecidedAt *time.Time `json:"decided_at"`
 }
 
 // parseStored reads the records commitSkippingSQL returned (see Committed.Stored for what a
@@ -402,7 +430,10 @@ func parseStored(raw []byte) (map[string]stock.IdempotencyRecord, error) {
 		case r.OrderID == nil:
 			rec.SoldOut = &stock.SoldOutError{ProductID: deref(r.ProductID), Requested: deref(r.Requested), Available: deref(r.Available)}
 		default:
-			rec.Order = &stock.Order{ID: *r.OrderID, Status: stock.OrderStatusConfirmed, CreatedAt: r.CreatedAt}
+			rec.Order = &stock.Order{ID: *r.OrderID, Status: r.Status, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, DecidedAt: r.DecidedAt}
+			if rec.Order.Status == "" {
+				rec.Order.Status = stock.OrderStatusConfirmed
+			}
 		}
 		records[r.Key] = rec
 	}
@@ -441,6 +472,7 @@ func (s *Store) commitCart(ctx context.Context, w stock.Write, sql string, args 
 // (commitSkippingSQL) the records of the keys it left out, as JSON.
 type batchResult struct {
 	written map[uuid.UUID]time.Time
+	holds   map[uuid.UUID]time.Time // expires_at of the orders written held
 	stored  []byte
 }
 
@@ -451,16 +483,23 @@ func writeBatch(ctx context.Context, q interface {
 	rows, _ := q.Query(ctx, sql, args...)
 	res := batchResult{written: map[uuid.UUID]time.Time{}}
 	var (
-		id     uuid.UUID
-		at     time.Time
-		stored []byte
+		id      uuid.UUID
+		at      time.Time
+		expires *time.Time
+		stored  []byte
 	)
-	dest := []any{&id, &at}
+	dest := []any{&id, &at, &expires}
 	if skipping {
 		dest = append(dest, &stored)
 	}
 	_, err := pgx.ForEachRow(rows, dest, func() error {
 		res.written[id] = at
+		if expires != nil {
+			if res.holds == nil {
+				res.holds = map[uuid.UUID]time.Time{}
+			}
+			res.holds[id] = *expires
+		}
 		if skipping && res.stored == nil {
 			res.stored = bytes.Clone(stored) // the same on every row
 		}
@@ -474,7 +513,7 @@ func writeBatch(ctx context.Context, q interface {
 
 // findCommitSQL finds which of a batch's orders exist. Planned anew each time, like recordsSQL:
 // it runs rarely, and a plan cached while orders was small would scan it.
-const findCommitSQL = `SELECT id, created_at FROM orders WHERE id = ANY($1)`
+const findCommitSQL = `SELECT id, created_at, expires_at FROM orders WHERE id = ANY($1)`
 
 // findCommit finds out whether a batch whose commit went unanswered committed: its orders
 // exist or none does, since the write is one transaction (with w.SkipStored, those that exist
@@ -491,23 +530,30 @@ func (s *Store) findCommit(ctx context.Context, w stock.Write, cause error) (sto
 		ids[i] = o.ID
 	}
 	rows, _ := s.pool.Query(ctx, findCommitSQL, pgx.QueryExecModeCacheDescribe, ids)
-	written := map[uuid.UUID]time.Time{}
+	found := batchResult{written: map[uuid.UUID]time.Time{}}
 	var id uuid.UUID
 	var at time.Time
-	_, err := pgx.ForEachRow(rows, []any{&id, &at}, func() error {
-		written[id] = at
+	var expires *time.Time
+	_, err := pgx.ForEachRow(rows, []any{&id, &at, &expires}, func() error {
+		found.written[id] = at
+		if expires != nil {
+			if found.holds == nil {
+				found.holds = map[uuid.UUID]time.Time{}
+			}
+			found.holds[id] = *expires
+		}
 		return nil
 	})
 	switch {
 	case err != nil:
 		return stock.Committed{}, fmt.Errorf("%w: %w: commit batch (%w), and looking it up failed: %v", stock.ErrUnavailable, stock.ErrOutcomeUnknown, cause, err)
-	case len(written) == 0:
+	case len(found.written) == 0:
 		// Not committed as far as Postgres can tell now. A statement still running on a
 		// connection the server has not yet seen close could commit later, so this is
 		// "unavailable" — retry with the same key — and never "not sold".
 		return stock.Committed{}, fmt.Errorf("%w: %w: commit batch: %w", stock.ErrUnavailable, stock.ErrOutcomeUnknown, cause)
 	}
-	return s.committed(w, batchResult{written: written})
+	return s.committed(w, found)
 }
 
 // checkedProduct names the product whose CHECK refused a single-product write; for a cart,

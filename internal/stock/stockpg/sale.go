@@ -3,6 +3,7 @@ package stockpg
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -10,7 +11,8 @@ import (
 )
 
 // updateSaleSQL changes a product's sale rules: $2/$3/$4 set the window's start, its end and the
-// limit when not NULL; $5/$6/$7 clear them; $8 ends the sale now (Postgres's clock). The version
+// limit when not NULL; $5/$6/$7 clear them; $8 ends the sale now (Postgres's clock); $9 sets
+// the hold (seconds), $10 clears it (orders already held keep theirs). The version
 // moves, so that a batch decided from the rules before is refused by its version check and
 // decided again.
 const updateSaleSQL = `
@@ -18,6 +20,7 @@ UPDATE products
    SET sale_starts_at   = CASE WHEN $5 THEN NULL ELSE coalesce($2, sale_starts_at) END,
        sale_ends_at     = CASE WHEN $8 THEN now() WHEN $6 THEN NULL ELSE coalesce($3, sale_ends_at) END,
        max_per_customer = CASE WHEN $7 THEN NULL ELSE coalesce($4, max_per_customer) END,
+       hold_for_seconds = CASE WHEN $10 THEN NULL ELSE coalesce($9, hold_for_seconds) END,
        version = version + 1, updated_at = now()
  WHERE id = $1
 RETURNING ` + productColumns
@@ -41,8 +44,13 @@ SELECT $1, o.customer_id, sum(i.quantity), greatest($2::bigint, sum(i.quantity))
 func (s *Store) UpdateSale(ctx context.Context, id int64, c stock.SaleChange) (stock.Product, error) {
 	var p stock.Product
 	err := s.inTx(ctx, "update sale", func(tx pgx.Tx) error {
+		var holdFor *int64
+		if c.HoldFor != nil {
+			secs := int64(*c.HoldFor / time.Second)
+			holdFor = &secs
+		}
 		rows, _ := tx.Query(ctx, updateSaleSQL, id, c.StartsAt, c.EndsAt, c.MaxPerCustomer,
-			c.ClearStartsAt, c.ClearEndsAt, c.ClearMaxPerCustomer, c.EndNow)
+			c.ClearStartsAt, c.ClearEndsAt, c.ClearMaxPerCustomer, c.EndNow, holdFor, c.ClearHoldFor)
 		var err error
 		p, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[stock.Product])
 		switch {

@@ -38,14 +38,15 @@ func New(pool *pgxpool.Pool) *Store {
 }
 
 const productColumns = `id, sku, name, stock, version, created_at, updated_at, sale_starts_at, sale_ends_at,
-	coalesce(max_per_customer, 0) AS max_per_customer`
+	coalesce(max_per_customer, 0) AS max_per_customer, coalesce(hold_for_seconds, 0)::bigint * 1000000000 AS hold_for`
 
 // CreateProduct implements Store.
 func (s *Store) CreateProduct(ctx context.Context, p stock.NewProduct) (stock.Product, error) {
 	rows, _ := s.pool.Query(ctx, `
-		INSERT INTO products (sku, name, stock, initial_stock, sale_starts_at, sale_ends_at, max_per_customer)
-		VALUES ($1, $2, $3, $3, $4, $5, nullif($6, 0))
-		RETURNING `+productColumns, p.SKU, p.Name, p.Stock, p.Sale.StartsAt, p.Sale.EndsAt, p.Sale.MaxPerCustomer)
+		INSERT INTO products (sku, name, stock, initial_stock, sale_starts_at, sale_ends_at, max_per_customer, hold_for_seconds)
+		VALUES ($1, $2, $3, $3, $4, $5, nullif($6, 0), nullif($7, 0))
+		RETURNING `+productColumns, p.SKU, p.Name, p.Stock, p.Sale.StartsAt, p.Sale.EndsAt, p.Sale.MaxPerCustomer,
+		int64(p.Sale.HoldFor/time.Second))
 	prod, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[stock.Product])
 	if err != nil {
 		if constraintViolated(err, "23505", "products_sku_key") {
@@ -217,14 +218,20 @@ func (s *Store) restockRefusal(ctx context.Context, tx pgx.Tx, id, fence int64) 
 // River's prefix (0x5707c5); its bytes spell "StkAudit".
 const auditLockKey int64 = 0x53746b4175646974
 
-// auditSQL recounts what product $1 received and sold.
+// auditSQL recounts what product $1 received, sold and holds. The units of cancelled and
+// expired holds are back in the stock, so they count in neither.
 const auditSQL = `
 SELECT p.id, p.stock,
        p.initial_stock + COALESCE((SELECT sum(r.quantity) FROM restocks r WHERE r.product_id = p.id), 0),
-       COALESCE((SELECT sum(i.quantity)
-                   FROM order_items i JOIN orders o ON o.id = i.order_id
-                  WHERE i.product_id = p.id AND o.status = 'confirmed'), 0)
-  FROM products p WHERE p.id = $1`
+       COALESCE(s.sold, 0), COALESCE(s.held, 0)
+  FROM products p
+  LEFT JOIN LATERAL (
+    SELECT sum(i.quantity) FILTER (WHERE o.status = 'confirmed') AS sold,
+           sum(i.quantity) FILTER (WHERE o.status = 'held') AS held
+      FROM order_items i JOIN orders o ON o.id = i.order_id
+     WHERE i.product_id = p.id
+  ) s ON true
+ WHERE p.id = $1`
 
 // Audit implements Store: the recount runs only if no other recount holds auditLockKey, and
 // is refused with ErrBusy otherwise (nothing waits for it: a queue of recounts would outlast
@@ -239,7 +246,7 @@ func (s *Store) Audit(ctx context.Context, id int64) (stock.Audit, error) {
 		if !got {
 			return fmt.Errorf("%w: another recount is running", stock.ErrBusy)
 		}
-		err := tx.QueryRow(ctx, auditSQL, id).Scan(&a.ProductID, &a.Stock, &a.Received, &a.Sold)
+		err := tx.QueryRow(ctx, auditSQL, id).Scan(&a.ProductID, &a.Stock, &a.Received, &a.Sold, &a.Held)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return &stock.ProductNotFoundError{ProductID: id}
 		}
@@ -260,8 +267,8 @@ func (s *Store) Audit(ctx context.Context, id int64) (stock.Audit, error) {
 // Order implements Store.
 func (s *Store) Order(ctx context.Context, id uuid.UUID) (stock.Order, error) {
 	o := stock.Order{ID: id}
-	err := s.pool.QueryRow(ctx, `SELECT customer_id, status, created_at FROM orders WHERE id = $1`, id).
-		Scan(&o.CustomerID, &o.Status, &o.CreatedAt)
+	err := s.pool.QueryRow(ctx, `SELECT customer_id, status, created_at, expires_at, decided_at FROM orders WHERE id = $1`, id).
+		Scan(&o.CustomerID, &o.Status, &o.CreatedAt, &o.ExpiresAt, &o.DecidedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return stock.Order{}, stock.ErrOrderNotFound
 	}

@@ -68,7 +68,7 @@ func (m *MemStore) CreateProduct(_ context.Context, p stock.NewProduct) (stock.P
 	m.nextID++
 	now := m.now()
 	x := &product{p: stock.Product{ID: m.nextID, SKU: p.SKU, Name: p.Name, Stock: p.Stock, CreatedAt: now, UpdatedAt: now,
-		SaleStartsAt: p.Sale.StartsAt, SaleEndsAt: p.Sale.EndsAt, MaxPerCustomer: p.Sale.MaxPerCustomer}, received: p.Stock,
+		SaleStartsAt: p.Sale.StartsAt, SaleEndsAt: p.Sale.EndsAt, MaxPerCustomer: p.Sale.MaxPerCustomer, HoldFor: p.Sale.HoldFor}, received: p.Stock,
 		bought: map[string]int64{}}
 	m.products[x.p.ID] = x
 	return x.p, nil
@@ -135,7 +135,19 @@ func (m *MemStore) Audit(_ context.Context, id int64) (stock.Audit, error) {
 	if !ok {
 		return stock.Audit{}, &stock.ProductNotFoundError{ProductID: id}
 	}
-	return stock.Audit{ProductID: id, Stock: x.p.Stock, Received: x.received, Sold: x.sold}, nil
+	a := stock.Audit{ProductID: id, Stock: x.p.Stock, Received: x.received}
+	for _, o := range m.orders {
+		for _, it := range o.Items {
+			switch {
+			case it.ProductID != id:
+			case o.Status == stock.OrderStatusConfirmed:
+				a.Sold += it.Quantity
+			case o.Status == stock.OrderStatusHeld:
+				a.Held += it.Quantity
+			}
+		}
+	}
+	return a, nil
 }
 
 // Order implements stock.Store.
@@ -301,8 +313,17 @@ func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, e
 			x.fence = dec.Fence
 		}
 	}
+	var holds map[uuid.UUID]time.Time
 	for _, o := range w.Orders {
 		o.CreatedAt = now
+		if hold := m.holdOf(o); hold > 0 {
+			expires := now.Add(hold)
+			o.Status, o.ExpiresAt = stock.OrderStatusHeld, &expires
+			if holds == nil {
+				holds = map[uuid.UUID]time.Time{}
+			}
+			holds[o.ID] = expires
+		}
 		m.orders[o.ID] = o
 	}
 	for _, r := range w.Records {
@@ -312,7 +333,7 @@ func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, e
 		}
 		m.records[r.Key] = record{rec: r, created: now}
 	}
-	return stock.Committed{At: now, Skipped: skipped, Stored: stored}, nil
+	return stock.Committed{At: now, Skipped: skipped, Stored: stored, Holds: holds}, nil
 }
 
 // StoredKeys implements stock.Store.
@@ -440,6 +461,12 @@ func (m *MemStore) UpdateSale(_ context.Context, id int64, c stock.SaleChange) (
 		p.MaxPerCustomer = 0
 	case c.MaxPerCustomer != nil:
 		p.MaxPerCustomer = *c.MaxPerCustomer
+	}
+	switch {
+	case c.ClearHoldFor:
+		p.HoldFor = 0
+	case c.HoldFor != nil:
+		p.HoldFor = *c.HoldFor
 	}
 	if p.SaleStartsAt != nil && p.SaleEndsAt != nil && !p.SaleEndsAt.After(*p.SaleStartsAt) {
 		return stock.Product{}, &stock.ValidationError{Field: "sale_ends_at", Reason: "must be after sale_starts_at"}

@@ -1,0 +1,121 @@
+package stockpg
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stocksvc/stocksvc/internal/stock"
+)
+
+// confirmHoldSQL confirms a hold that has not expired by Postgres's clock: the one condition
+// that decides a confirm against an expiry or a cancel, whichever reaches the row first.
+const confirmHoldSQL = `
+UPDATE orders SET status = 'confirmed', decided_at = now()
+ WHERE id = $1 AND status = 'held' AND expires_at > now()`
+
+// ConfirmHold implements Store.
+func (s *Store) ConfirmHold(ctx context.Context, id uuid.UUID) (stock.Order, error) {
+	if _, err := s.pool.Exec(ctx, confirmHoldSQL, id); err != nil {
+		return stock.Order{}, dbError("confirm hold", err)
+	}
+	o, err := s.Order(ctx, id)
+	if err != nil {
+		return stock.Order{}, err
+	}
+	switch o.Status {
+	case stock.OrderStatusConfirmed:
+		return o, nil
+	case stock.OrderStatusCancelled:
+		return stock.Order{}, stock.ErrOrderCancelled
+	}
+	// Expired, or still held but past expires_at (its expiry is due): not confirmed.
+	return stock.Order{}, stock.ErrHoldExpired
+}
+
+// lockProductsSQL takes the products' rows in ascending id order before a release raises
+// them, as a cart's write does: releases and carts never wait for each other in a cycle.
+const lockProductsSQL = `SELECT id FROM products WHERE id = ANY($1) ORDER BY id FOR UPDATE`
+
+// releaseHoldsSQL ends the holds among $1 that are still held — cancelled, or with $2,
+// expired once expires_at has passed — and in the same statement gives their units back: to
+// the products' stock (the version moves, so a batch decided from before is refused and reads
+// again) and to the customers' counts. A hold already ended is not matched, so its units are
+// never given back twice. It returns the products raised, the holds it ended and each one's lag
+// (expires_at to now).
+const releaseHoldsSQL = `
+WITH r AS (
+  UPDATE orders SET status = CASE WHEN $2 THEN 'expired' ELSE 'cancelled' END, decided_at = now()
+   WHERE id = ANY($1) AND status = 'held' AND (NOT $2 OR expires_at <= now())
+  RETURNING id, customer_id, extract(epoch FROM now() - expires_at)::float8 AS lag
+), it AS (
+  SELECT i.product_id, r.customer_id, sum(i.quantity)::bigint AS qty
+    FROM order_items i JOIN r ON r.id = i.order_id
+   GROUP BY i.product_id, r.customer_id
+), c AS (
+  UPDATE customer_purchases c SET bought = c.bought - it.qty
+    FROM it WHERE c.product_id = it.product_id AND c.customer_id = it.customer_id
+), p AS (
+  UPDATE products p SET stock = p.stock + q.qty, version = p.version + 1, updated_at = now()
+    FROM (SELECT product_id, sum(qty)::bigint AS qty FROM it GROUP BY product_id) q
+   WHERE p.id = q.product_id
+  RETURNING p.id
+)
+SELECT (SELECT coalesce(array_agg(p.id), '{}') FROM p), (SELECT coalesce(array_agg(r.id), '{}') FROM r),
+       (SELECT coalesce(array_agg(r.lag), '{}') FROM r)`
+
+// ReleaseHolds implements Store.
+func (s *Store) ReleaseHolds(ctx context.Context, ids []uuid.UUID, products []int64, expire bool) (stock.Released, error) {
+	rel := stock.Released{Lag: map[uuid.UUID]time.Duration{}}
+	err := s.inTx(ctx, "release holds", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, lockProductsSQL, products); err != nil {
+			return dbError("lock products", err)
+		}
+		var (
+			raised   []int64
+			released []uuid.UUID
+			lags     []float64
+		)
+		if err := tx.QueryRow(ctx, releaseHoldsSQL, ids, expire).Scan(&raised, &released, &lags); err != nil {
+			return dbError("release holds", err)
+		}
+		if len(raised) > 0 {
+			rows, _ := tx.Query(ctx, `SELECT `+productColumns+` FROM products WHERE id = ANY($1)`, raised)
+			var err error
+			if rel.Products, err = pgx.CollectRows(rows, pgx.RowToStructByName[stock.Product]); err != nil {
+				return dbError("read released products", err)
+			}
+		}
+		for i, id := range released {
+			rel.Lag[id] = time.Duration(lags[i] * float64(time.Second))
+		}
+		return nil
+	})
+	if err != nil {
+		return stock.Released{}, err
+	}
+	return rel, nil
+}
+
+// DueHolds implements Store.
+func (s *Store) DueHolds(ctx context.Context, grace time.Duration, limit int) (map[uuid.UUID][]int64, error) {
+	rows, _ := s.pool.Query(ctx, `
+		SELECT o.id, ARRAY(SELECT i.product_id FROM order_items i WHERE i.order_id = o.id ORDER BY i.product_id)
+		  FROM orders o
+		 WHERE o.status = 'held' AND o.expires_at <= now() - $1::interval
+		 ORDER BY o.expires_at
+		 LIMIT $2`, grace, limit)
+	due := map[uuid.UUID][]int64{}
+	var id uuid.UUID
+	var products []int64
+	_, err := pgx.ForEachRow(rows, []any{&id, &products}, func() error {
+		due[id] = products
+		return nil
+	})
+	if err != nil {
+		return nil, dbError("due holds", err)
+	}
+	return due, nil
+}

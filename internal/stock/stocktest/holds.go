@@ -1,0 +1,102 @@
+package stocktest
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/stocksvc/stocksvc/internal/stock"
+)
+
+// holdOf is the hold an order is written with: the shortest of its products' (0: none).
+// m.mu is held.
+func (m *MemStore) holdOf(o stock.Order) time.Duration {
+	var hold time.Duration
+	for _, it := range o.Items {
+		if x := m.products[it.ProductID]; x != nil && x.p.HoldFor > 0 && (hold == 0 || x.p.HoldFor < hold) {
+			hold = x.p.HoldFor
+		}
+	}
+	return hold
+}
+
+// ConfirmHold implements stock.Store.
+func (m *MemStore) ConfirmHold(_ context.Context, id uuid.UUID) (stock.Order, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.orders[id]
+	if !ok {
+		return stock.Order{}, stock.ErrOrderNotFound
+	}
+	now := m.now()
+	switch {
+	case o.Status == stock.OrderStatusHeld && now.Before(*o.ExpiresAt):
+		o.Status, o.DecidedAt = stock.OrderStatusConfirmed, &now
+		m.orders[id] = o
+		return o, nil
+	case o.Status == stock.OrderStatusConfirmed:
+		return o, nil
+	case o.Status == stock.OrderStatusCancelled:
+		return stock.Order{}, stock.ErrOrderCancelled
+	}
+	return stock.Order{}, stock.ErrHoldExpired
+}
+
+// ReleaseHolds implements stock.Store.
+func (m *MemStore) ReleaseHolds(_ context.Context, ids []uuid.UUID, _ []int64, expire bool) (stock.Released, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	rel := stock.Released{Lag: map[uuid.UUID]time.Duration{}}
+	raised := map[int64]bool{}
+	for _, id := range ids {
+		o, ok := m.orders[id]
+		if !ok || o.Status != stock.OrderStatusHeld || expire && now.Before(*o.ExpiresAt) {
+			continue
+		}
+		o.Status, o.DecidedAt = stock.OrderStatusCancelled, &now
+		if expire {
+			o.Status = stock.OrderStatusExpired
+		}
+		m.orders[id] = o
+		rel.Lag[id] = now.Sub(*o.ExpiresAt)
+		for _, it := range o.Items {
+			x := m.products[it.ProductID]
+			x.p.Stock += it.Quantity
+			x.p.Version++
+			x.sold -= it.Quantity
+			if n, ok := x.bought[o.CustomerID]; ok {
+				x.bought[o.CustomerID] = n - it.Quantity
+			}
+			raised[it.ProductID] = true
+		}
+	}
+	for id := range raised {
+		rel.Products = append(rel.Products, m.products[id].p)
+	}
+	slices.SortFunc(rel.Products, func(a, b stock.Product) int { return int(a.ID - b.ID) })
+	return rel, nil
+}
+
+// DueHolds implements stock.Store.
+func (m *MemStore) DueHolds(_ context.Context, grace time.Duration, limit int) (map[uuid.UUID][]int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cutoff := m.now().Add(-grace)
+	due := map[uuid.UUID][]int64{}
+	for id, o := range m.orders {
+		if len(due) >= limit {
+			break
+		}
+		if o.Status == stock.OrderStatusHeld && !o.ExpiresAt.After(cutoff) {
+			var products []int64
+			for _, it := range o.Items {
+				products = append(products, it.ProductID)
+			}
+			due[id] = products
+		}
+	}
+	return due, nil
+}
