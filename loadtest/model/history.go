@@ -723,8 +723,12 @@ func explain(model porcupine.Model, info porcupine.LinearizationInfo, sizes []in
 			_, state = model.Step(state, o.Input, o.Output)
 			states = append(states, state)
 		}
-		product := longest[0].Input.(Input).Product
-		fmt.Fprintf(&b, "    product %d: a legal order of %d of its %d operations ends with\n", product, len(longest), sizes[i])
+		first := longest[0].Input.(Input)
+		what := fmt.Sprintf("product %d", first.Product)
+		if first.HoldStart {
+			what = "hold " + first.Hold
+		}
+		fmt.Fprintf(&b, "    %s: a legal order of %d of its %d operations ends with\n", what, len(longest), sizes[i])
 		for i := max(0, len(longest)-4); i < len(longest); i++ {
 			o := longest[i]
 			fmt.Fprintf(&b, "      [%.6f, %.6f] %s ⇒ %s\n", float64(o.Call)/1e9, float64(o.Return)/1e9, describeOp(o.Input, o.Output),
