@@ -165,6 +165,8 @@ func wire(ctx context.Context, cfg config, deps dependencies, customers stockhtt
 	if err != nil {
 		return fail(err)
 	}
+	// The holds' expiries are River jobs: the queue, made from the service, schedules them.
+	a.svc.UseHoldScheduler(a.queue)
 	if cfg.AsyncWorkers > 0 {
 		// Not the listeners' context: the workers stop after the HTTP server, in shutdown,
 		// and before the service closes, so that a drain in progress finishes its round.

@@ -24,7 +24,7 @@ type metrics struct {
 	swept         prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, pending func() (float64, error), oldest func() ([]stockpg.LineAge, error)) *metrics {
+func newMetrics(reg prometheus.Registerer, pending, holds func() (float64, error), oldest func() ([]stockpg.LineAge, error)) *metrics {
 	m := &metrics{
 		accepted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stocksvc_async_orders_accepted_total",
@@ -67,6 +67,16 @@ func newMetrics(reg prometheus.Registerer, pending func() (float64, error), olde
 				Help: "Accepted orders not yet decided, across every replica (one indexed count per scrape; -1 when Postgres did not answer within a second).",
 			}, func() float64 {
 				n, err := pending()
+				if err != nil {
+					return -1
+				}
+				return n
+			}),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "stocksvc_holds_open",
+				Help: "Orders held now (units taken, awaiting their customer's confirmation or their expiry), across every replica (one indexed count per scrape; -1 when Postgres did not answer within a second).",
+			}, func() float64 {
+				n, err := holds()
 				if err != nil {
 					return -1
 				}

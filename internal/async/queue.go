@@ -41,7 +41,8 @@ type Config struct {
 	JobTimeout time.Duration
 	// Sweep is how often the leader looks for a line whose orders wait without a job to
 	// drain it (its job was lost with a replica, say), and how old the front of a line must
-	// be to count as waiting. Default 1s.
+	// be to count as waiting; and how often it looks for holds past their time whose expiry
+	// job did not end them. Default 1s.
 	Sweep time.Duration
 	// AcceptQueue is how many orders may wait on one replica for a group to accept them;
 	// more are refused at once (429 busy). A group takes up to 256 and commits in
@@ -107,7 +108,7 @@ func New(pool *pgxpool.Pool, svc *stock.Service, cfg Config) (*Queue, error) {
 	cfg = cfg.withDefaults()
 	q := &Queue{pool: pool, accepted: stockpg.NewAccepted(pool, stockpg.Reasons{SoldOut: string(ReasonSoldOut), Internal: string(ReasonInternal)}), svc: svc, cfg: cfg}
 	q.acceptor.q, q.acceptor.limit = q, cfg.AcceptQueue
-	q.metrics = newMetrics(cfg.Registerer, q.pendingCount, q.oldestPending)
+	q.metrics = newMetrics(cfg.Registerer, q.pendingCount, q.openHolds, q.oldestPending)
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &drainWorker{q: q}); err != nil {
 		return nil, fmt.Errorf("async: add drain worker: %w", err)
@@ -118,11 +119,21 @@ func New(pool *pgxpool.Pool, svc *stock.Service, cfg Config) (*Queue, error) {
 	if err := river.AddWorkerSafely(workers, &sweepWorker{q: q}); err != nil {
 		return nil, fmt.Errorf("async: add sweep worker: %w", err)
 	}
+	if err := river.AddWorkerSafely(workers, &expireWorker{q: q}); err != nil {
+		return nil, fmt.Errorf("async: add hold expiry worker: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &holdSweepWorker{q: q}); err != nil {
+		return nil, fmt.Errorf("async: add hold sweep worker: %w", err)
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:  map[string]river.QueueConfig{queueName: {MaxWorkers: cfg.Workers}},
 		Workers: workers,
-		PeriodicJobs: []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(cfg.Sweep),
-			func() (river.JobArgs, *river.InsertOpts) { return sweepArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true})},
+		PeriodicJobs: []*river.PeriodicJob{
+			river.NewPeriodicJob(river.PeriodicInterval(cfg.Sweep),
+				func() (river.JobArgs, *river.InsertOpts) { return sweepArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true}),
+			river.NewPeriodicJob(river.PeriodicInterval(cfg.Sweep),
+				func() (river.JobArgs, *river.InsertOpts) { return holdSweepArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true}),
+		},
 		// A new job is announced (LISTEN/NOTIFY) and fetched within a few milliseconds; River's
 		// defaults (100 ms between fetches, a poll a second) suit slower work than a sale.
 		FetchCooldown:        5 * time.Millisecond,
@@ -328,6 +339,13 @@ func (q *Queue) pendingCount() (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	n, err := q.accepted.PendingCount(ctx)
+	return float64(n), err
+}
+
+func (q *Queue) openHolds() (float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	n, err := stockpg.OpenHolds(ctx, q.pool)
 	return float64(n), err
 }
 

@@ -15,6 +15,7 @@ type createProductRequest struct {
 	SaleStartsAt   *time.Time `json:"sale_starts_at"`
 	SaleEndsAt     *time.Time `json:"sale_ends_at"`
 	MaxPerCustomer *int64     `json:"max_per_customer"`
+	HoldFor        *int64     `json:"hold_for"`
 }
 
 // toNewProduct converts the request; the rules themselves are the service's.
@@ -30,6 +31,12 @@ func (r createProductRequest) toNewProduct() (stock.NewProduct, error) {
 		}
 		p.Sale.MaxPerCustomer = *r.MaxPerCustomer
 	}
+	if r.HoldFor != nil {
+		if *r.HoldFor < 1 {
+			return stock.NewProduct{}, &stock.ValidationError{Field: "hold_for", Reason: "must be at least 1 second (or null for orders final at once)"}
+		}
+		p.Sale.HoldFor = holdSeconds(*r.HoldFor)
+	}
 	return p, nil
 }
 
@@ -39,6 +46,13 @@ type updateSaleRequest struct {
 	SaleStartsAt   optional[time.Time] `json:"sale_starts_at"`
 	SaleEndsAt     optional[time.Time] `json:"sale_ends_at"`
 	MaxPerCustomer optional[int64]     `json:"max_per_customer"`
+	HoldFor        optional[int64]     `json:"hold_for"`
+}
+
+// holdSeconds turns hold_for (seconds) into a duration, capped where no overflow can happen:
+// the service refuses anything above a day anyway.
+func holdSeconds(n int64) time.Duration {
+	return time.Duration(min(n, int64(100*stock.MaxHoldFor/time.Second))) * time.Second
 }
 
 // optional is a JSON field that may be absent (set false), null (set, value nil) or a value.
@@ -64,9 +78,17 @@ func (o *optional[T]) UnmarshalJSON(b []byte) error {
 
 func (r updateSaleRequest) toSaleChange() (stock.SaleChange, error) {
 	var c stock.SaleChange
-	if !r.SaleStartsAt.set && !r.SaleEndsAt.set && !r.MaxPerCustomer.set {
-		return c, &stock.ValidationError{Field: "sale", Reason: "must change at least one of sale_starts_at, sale_ends_at, max_per_customer"}
+	if !r.SaleStartsAt.set && !r.SaleEndsAt.set && !r.MaxPerCustomer.set && !r.HoldFor.set {
+		return c, &stock.ValidationError{Field: "sale", Reason: "must change at least one of sale_starts_at, sale_ends_at, max_per_customer, hold_for"}
 	}
+	if r.HoldFor.value != nil {
+		if *r.HoldFor.value < 1 {
+			return c, &stock.ValidationError{Field: "hold_for", Reason: "must be at least 1 second (or null for orders final at once)"}
+		}
+		d := holdSeconds(*r.HoldFor.value)
+		c.HoldFor = &d
+	}
+	c.ClearHoldFor = r.HoldFor.set && r.HoldFor.value == nil
 	c.StartsAt, c.ClearStartsAt = r.SaleStartsAt.value, r.SaleStartsAt.set && r.SaleStartsAt.value == nil
 	c.EndsAt, c.ClearEndsAt = r.SaleEndsAt.value, r.SaleEndsAt.set && r.SaleEndsAt.value == nil
 	c.MaxPerCustomer, c.ClearMaxPerCustomer = r.MaxPerCustomer.value, r.MaxPerCustomer.set && r.MaxPerCustomer.value == nil
@@ -93,6 +115,7 @@ type productResponse struct {
 	SaleStartsAt   *time.Time `json:"sale_starts_at"`
 	SaleEndsAt     *time.Time `json:"sale_ends_at"`
 	MaxPerCustomer *int64     `json:"max_per_customer"`
+	HoldFor        *int64     `json:"hold_for"`
 }
 
 func toProductResponse(p stock.Product) productResponse {
@@ -104,6 +127,10 @@ func toProductResponse(p stock.Product) productResponse {
 	if p.MaxPerCustomer > 0 {
 		limit := p.MaxPerCustomer
 		r.MaxPerCustomer = &limit
+	}
+	if p.HoldFor > 0 {
+		secs := int64(p.HoldFor / time.Second)
+		r.HoldFor = &secs
 	}
 	return r
 }
@@ -121,11 +148,12 @@ type auditResponse struct {
 	Stock      int64 `json:"stock"`
 	Received   int64 `json:"received"`
 	Sold       int64 `json:"sold"`
+	Held       int64 `json:"held"`
 	Consistent bool  `json:"consistent"`
 }
 
 func toAuditResponse(a stock.Audit) auditResponse {
-	return auditResponse{ProductID: a.ProductID, Stock: a.Stock, Received: a.Received, Sold: a.Sold, Consistent: a.Consistent()}
+	return auditResponse{ProductID: a.ProductID, Stock: a.Stock, Received: a.Received, Sold: a.Sold, Held: a.Held, Consistent: a.Consistent()}
 }
 
 type orderItemDTO struct {
@@ -152,8 +180,10 @@ type orderResponse struct {
 	Status     string         `json:"status"`
 	Items      []orderItemDTO `json:"items"`
 	CreatedAt  time.Time      `json:"created_at"`
-	// Only for an order accepted for later and not confirmed (a confirmed one is an order
-	// like any other): when it was decided, and why it was rejected.
+	// ExpiresAt: a held order's end unless confirmed (it stays on the order once decided).
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// When a hold was confirmed, cancelled or expired; for an order accepted for later and not
+	// confirmed, when it was decided, and why it was rejected.
 	DecidedAt *time.Time    `json:"decided_at,omitempty"`
 	Rejection *rejectionDTO `json:"rejection,omitempty"`
 }
@@ -190,5 +220,6 @@ func toOrderResponse(o stock.Order) orderResponse {
 	for i, it := range o.Items {
 		items[i] = orderItemDTO{ProductID: it.ProductID, Quantity: it.Quantity}
 	}
-	return orderResponse{ID: o.ID.String(), CustomerID: o.CustomerID, Status: o.Status, Items: items, CreatedAt: o.CreatedAt.UTC()}
+	return orderResponse{ID: o.ID.String(), CustomerID: o.CustomerID, Status: o.Status, Items: items, CreatedAt: o.CreatedAt.UTC(),
+		ExpiresAt: utc(o.ExpiresAt), DecidedAt: utc(o.DecidedAt)}
 }

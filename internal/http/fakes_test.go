@@ -96,6 +96,20 @@ func (f *fakeService) Products(ctx context.Context, after int64, limit int, onSa
 	return f.svc.Products(ctx, after, limit, onSale)
 }
 
+func (f *fakeService) Confirm(ctx context.Context, id uuid.UUID) (stock.Order, error) {
+	if f.err != nil {
+		return stock.Order{}, f.err
+	}
+	return f.svc.Confirm(ctx, id)
+}
+
+func (f *fakeService) Cancel(ctx context.Context, id uuid.UUID) (stock.Order, error) {
+	if f.err != nil {
+		return stock.Order{}, f.err
+	}
+	return f.svc.Cancel(ctx, id)
+}
+
 // fakeQueue is a stockhttp.Queue over memory: it accepts an order as async.Queue.Place does —
 // validated and checked by the service first, refused when a product does not exist, one order
 // per Idempotency-Key — and decides nothing; a test puts the decided orders it needs (add).

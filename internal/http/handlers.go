@@ -350,3 +350,38 @@ func idempotencyKey(r *http.Request) (string, error) {
 	}
 	return values[0], nil
 }
+
+// handleConfirm confirms a held order (the customer paid): its customer's or an admin's.
+func (s *Server) handleConfirm(w http.ResponseWriter, r *http.Request) {
+	s.decideHold(w, r, s.svc.Confirm)
+}
+
+// handleCancel cancels a held order and gives its units back: its customer's or an admin's.
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
+	s.decideHold(w, r, s.svc.Cancel)
+}
+
+// decideHold runs decide on the order the path names, once the caller is known to be the
+// order's customer (or an admin); another customer's order is one that does not exist to them.
+func (s *Server) decideHold(w http.ResponseWriter, r *http.Request, decide func(context.Context, uuid.UUID) (stock.Order, error)) {
+	id, err := uuid.Parse(chi.URLParam(r, "id"))
+	if err != nil {
+		s.writeError(w, r, stock.ErrOrderNotFound)
+		return
+	}
+	o, err := s.svc.Order(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if !mayRead(r.Context(), o.CustomerID) {
+		s.writeError(w, r, stock.ErrOrderNotFound)
+		return
+	}
+	o, err = decide(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, "application/json", toOrderResponse(o))
+}

@@ -178,6 +178,7 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	if err != nil {
 		t.Fatalf("new queue: %v", err)
 	}
+	svc.UseHoldScheduler(queue)
 	customers := stockhttp.CustomerAuth{Mode: identity.ModeBody}
 	if o.customers.Mode != "" {
 		customers = o.customers

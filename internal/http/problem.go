@@ -70,6 +70,9 @@ var problemTypes = map[string]problemType{
 	"sold-out":               {409, "Sold out", "Not enough stock for the order; nothing was sold. `product_id` names the product that is short."},
 	"sale-not-open":          {409, "Sale not open", "The product's sale has not opened yet; nothing was sold and nothing is stored under the Idempotency-Key. `sale_starts_at` says when it opens, and Retry-After how many seconds that is away."},
 	"sale-ended":             {409, "Sale ended", "The product's sale has ended; nothing was sold. `sale_ends_at` says when it ended."},
+	"hold-expired":           {409, "Hold expired", "The order's hold ended before it was confirmed: its units went back to the stock, and nothing was bought."},
+	"order-cancelled":        {409, "Order cancelled", "The order was cancelled: its units went back to the stock."},
+	"order-confirmed":        {409, "Order confirmed", "The order is confirmed (paid) and cannot be cancelled."},
 	"customer-limit":         {409, "Customer limit reached", "The order would take the customer above the product's limit per customer; nothing was sold and nothing is stored under the Idempotency-Key. `max_per_customer` is the limit, `bought` what the customer already has and `requested` what the order asked for."},
 	"idempotency-key-reused": {422, "Idempotency key reused", "This Idempotency-Key was first used with a different request body."},
 	"busy":                   {429, "Busy", "The product is contended and the order could not be attempted in time; nothing was sold (and an order sent with an Idempotency-Key has no stored outcome under it). Retry after Retry-After seconds."},
@@ -172,6 +175,12 @@ func problemFor(err error) *problem {
 	switch {
 	case errors.Is(err, stock.ErrProductNotFound):
 		return newProblem("product-not-found", "the product does not exist")
+	case errors.Is(err, stock.ErrHoldExpired):
+		return newProblem("hold-expired", "the order's hold expired before it was confirmed; its units went back to the stock")
+	case errors.Is(err, stock.ErrOrderCancelled):
+		return newProblem("order-cancelled", "the order was cancelled; its units went back to the stock")
+	case errors.Is(err, stock.ErrOrderConfirmed):
+		return newProblem("order-confirmed", "the order is confirmed and cannot be cancelled")
 	case errors.Is(err, stock.ErrOrderNotFound):
 		return newProblem("order-not-found", "the order does not exist")
 	case errors.Is(err, stock.ErrDuplicateSKU):

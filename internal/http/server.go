@@ -28,6 +28,9 @@ type Service interface {
 	Product(ctx context.Context, id int64) (stock.ProductView, error)
 	Restock(ctx context.Context, req stock.RestockRequest) (stock.RestockResult, error)
 	UpdateSale(ctx context.Context, id int64, c stock.SaleChange) (stock.Product, error)
+	// Confirm and Cancel decide a held order (the customer paid, or gave up).
+	Confirm(ctx context.Context, id uuid.UUID) (stock.Order, error)
+	Cancel(ctx context.Context, id uuid.UUID) (stock.Order, error)
 	Products(ctx context.Context, after int64, limit int, onSale bool) (stock.ProductsPage, error)
 	Audit(ctx context.Context, id int64) (stock.Audit, error)
 	// PlaceOrder decides an order at once. A result with Accepted set names the order its key
@@ -215,6 +218,8 @@ func (s *Server) routes(metricsHandler http.Handler, admin bool) *chi.Mux {
 		r.With(s.withCustomer(false)).Post("/orders", s.handlePlaceOrder)
 		r.With(s.withCustomer(admin)).Get("/orders", s.handleListOrders)
 		r.With(s.withCustomer(admin)).Get("/orders/{id}", s.handleGetOrder)
+		r.With(s.withCustomer(admin)).Post("/orders/{id}/confirm", s.handleConfirm)
+		r.With(s.withCustomer(admin)).Post("/orders/{id}/cancel", s.handleCancel)
 	})
 	return r
 }

@@ -45,8 +45,9 @@ type HoldStore interface {
 	// ErrUnavailable.
 	ReleaseHolds(ctx context.Context, ids []uuid.UUID, products []int64, expire bool) (Released, error)
 	// DueHolds returns up to limit orders held whose expires_at is more than grace ago, oldest
-	// first, with their products. Errors: ErrUnavailable.
-	DueHolds(ctx context.Context, grace time.Duration, limit int) (map[uuid.UUID][]int64, error)
+	// first, with their products; among, when not nil, restricts them to those orders.
+	// Errors: ErrUnavailable.
+	DueHolds(ctx context.Context, among []uuid.UUID, grace time.Duration, limit int) (map[uuid.UUID][]int64, error)
 }
 
 // Released is what ReleaseHolds gave back.
@@ -158,10 +159,12 @@ func (s *Service) ExpireHolds(ctx context.Context, holds map[uuid.UUID][]int64) 
 	return n, err
 }
 
-// ExpireDue expires up to limit holds whose expires_at passed more than grace ago: the sweep
-// behind the scheduled expiries, which ends a hold whose job was lost. Errors: as ExpireHolds.
-func (s *Service) ExpireDue(ctx context.Context, grace time.Duration, limit int) (int, error) {
-	due, err := s.store.DueHolds(ctx, grace, limit)
+// ExpireDue expires up to limit holds whose expires_at passed more than grace ago — among the
+// orders among, when not nil: a scheduled expiry's; all of them: the sweep behind the scheduled
+// expiries, which ends a hold whose job was lost — and reports how many. Errors: as
+// ExpireHolds.
+func (s *Service) ExpireDue(ctx context.Context, among []uuid.UUID, grace time.Duration, limit int) (int, error) {
+	due, err := s.store.DueHolds(ctx, among, grace, limit)
 	if err != nil {
 		return 0, err
 	}

@@ -81,7 +81,7 @@ func (m *MemStore) ReleaseHolds(_ context.Context, ids []uuid.UUID, _ []int64, e
 }
 
 // DueHolds implements stock.Store.
-func (m *MemStore) DueHolds(_ context.Context, grace time.Duration, limit int) (map[uuid.UUID][]int64, error) {
+func (m *MemStore) DueHolds(_ context.Context, among []uuid.UUID, grace time.Duration, limit int) (map[uuid.UUID][]int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cutoff := m.now().Add(-grace)
@@ -90,7 +90,7 @@ func (m *MemStore) DueHolds(_ context.Context, grace time.Duration, limit int) (
 		if len(due) >= limit {
 			break
 		}
-		if o.Status == stock.OrderStatusHeld && !o.ExpiresAt.After(cutoff) {
+		if o.Status == stock.OrderStatusHeld && !o.ExpiresAt.After(cutoff) && (among == nil || slices.Contains(among, id)) {
 			var products []int64
 			for _, it := range o.Items {
 				products = append(products, it.ProductID)

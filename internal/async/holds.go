@@ -1,0 +1,91 @@
+package async
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+)
+
+// The holds' delay queue: each batch's holds get a River job due at their expires_at, inserted
+// once the batch has committed, and a periodic sweep behind them ends any hold whose job was
+// never made (a replica that died between its commit and the insert) or failed for good. Both
+// call the Service, whose release is decided in Postgres by the hold's status: a job that runs
+// twice, or races a confirm or a cancel, gives nothing back twice.
+
+var _ interface {
+	ScheduleExpiries(context.Context, map[uuid.UUID]time.Time) error
+} = (*Queue)(nil)
+
+// expireArgs asks for the holds of one batch that expire at one moment to be ended.
+type expireArgs struct {
+	Orders []uuid.UUID `json:"orders"`
+}
+
+func (expireArgs) Kind() string                 { return "stocksvc_expire_holds" }
+func (expireArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: queueName} }
+
+// holdSweepArgs is the periodic look for holds past their time.
+type holdSweepArgs struct{}
+
+func (holdSweepArgs) Kind() string { return "stocksvc_sweep_holds" }
+func (holdSweepArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: queueName, MaxAttempts: 1}
+}
+
+// holdGrace is how long past its expires_at the sweep leaves a hold to its own job.
+const holdGrace = 2 * time.Second
+
+// sweepBatch is the most holds one round of the sweep ends.
+const sweepBatch = 500
+
+type expireWorker struct {
+	river.WorkerDefaults[expireArgs]
+	q *Queue
+}
+
+func (w *expireWorker) Work(ctx context.Context, job *river.Job[expireArgs]) error {
+	if _, err := w.q.svc.ExpireDue(ctx, job.Args.Orders, 0, len(job.Args.Orders)); err != nil {
+		return fmt.Errorf("async: expire holds: %w", err)
+	}
+	return nil
+}
+
+type holdSweepWorker struct {
+	river.WorkerDefaults[holdSweepArgs]
+	q *Queue
+}
+
+func (w *holdSweepWorker) Work(ctx context.Context, _ *river.Job[holdSweepArgs]) error {
+	for {
+		n, err := w.q.svc.ExpireDue(ctx, nil, holdGrace, sweepBatch)
+		if err != nil {
+			return fmt.Errorf("async: sweep holds: %w", err)
+		}
+		if n < sweepBatch {
+			return nil
+		}
+	}
+}
+
+// ScheduleExpiries implements stock.HoldScheduler: one job per moment of expiry (a batch's
+// holds of one product share it), due then.
+func (q *Queue) ScheduleExpiries(ctx context.Context, holds map[uuid.UUID]time.Time) error {
+	byTime := map[time.Time][]uuid.UUID{}
+	for id, at := range holds {
+		byTime[at] = append(byTime[at], id)
+	}
+	params := make([]river.InsertManyParams, 0, len(byTime))
+	for at, ids := range byTime {
+		slices.SortFunc(ids, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
+		params = append(params, river.InsertManyParams{Args: expireArgs{Orders: ids},
+			InsertOpts: &river.InsertOpts{Queue: queueName, ScheduledAt: at}})
+	}
+	if _, err := q.river.InsertMany(ctx, params); err != nil {
+		return fmt.Errorf("async: schedule hold expiries: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package stock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/stocksvc/stocksvc/internal/clock"
+	"github.com/stocksvc/stocksvc/internal/stock"
+)
+
+// Holds on real Postgres and Redis: every tie between confirm, cancel and expiry has exactly
+// one winner, and units go back once.
+
+func createHeld(t testing.TB, r *replica, sku string, units int64, hold time.Duration, limit int64) int64 {
+	t.Helper()
+	return createRuled(t, r, sku, units, stock.SaleRules{HoldFor: hold, MaxPerCustomer: limit})
+}
+
+func mustHold(t testing.TB, r *replica, customer string, id, qty int64) stock.Order {
+	t.Helper()
+	res, err := r.svc.PlaceOrder(context.Background(), order(customer, one(id, qty)))
+	if err != nil {
+		t.Fatalf("order: %v", err)
+	}
+	o := res.Order
+	if o.Status != stock.OrderStatusHeld || o.ExpiresAt == nil {
+		t.Fatalf("order %+v, want held with expires_at", o)
+	}
+	return o
+}
+
+// gateOrder takes order id's row lock in a transaction of its own, so that every statement
+// that changes the order waits behind it; open commits it, and the waiting statements go in
+// the order they queued.
+func gateOrder(t *testing.T, r *replica, id uuid.UUID) (waiting func() int, open func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM orders WHERE id = $1 FOR UPDATE`, id).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	// Waiting behind the gate, directly or behind one who does (a release takes its
+	// products' rows before the order's, so a second release waits for the first).
+	waiting = func() int {
+		var n int
+		err := r.pool.QueryRow(ctx, `
+			WITH RECURSIVE behind(pid) AS (
+			  SELECT a.pid FROM pg_stat_activity a WHERE $1 = ANY(pg_blocking_pids(a.pid))
+			  UNION
+			  SELECT a.pid FROM pg_stat_activity a, behind b WHERE b.pid = ANY(pg_blocking_pids(a.pid))
+			) SELECT count(*) FROM behind`, pid).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var once sync.Once
+	open = func() {
+		once.Do(func() {
+			if err := tx.Commit(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	// A test that fails before it opens the gate must not leave the statements behind it
+	// waiting for ever (the pools would never close).
+	t.Cleanup(open)
+	return waiting, open
+}
+
+// until polls cond (a fact about Postgres or the clock, not a guess at timing) until it holds.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		if err := clock.Sleep(context.Background(), 5*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestHoldTies: confirm queued before the expiry against the expiry; cancel against the expiry;
+// two cancels on two replicas. Each tie has exactly one winner, and the stock and the
+// customer's count say the same.
+func TestHoldTies(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	a := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true})
+	b := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true})
+	ctx := context.Background()
+
+	t.Run("confirm queued before the expiry wins", func(t *testing.T) {
+		id := createHeld(t, a, "tie-confirm", 5, time.Second, 2)
+		o := mustHold(t, a, "cat", id, 2)
+		waiting, open := gateOrder(t, a, o.ID)
+		var wg sync.WaitGroup
+		var confirmErr error
+		var expired int
+		wg.Go(func() { _, confirmErr = a.svc.Confirm(ctx, o.ID) })
+		until(t, "the confirm to queue", func() bool { return waiting() == 1 })
+		until(t, "the hold's time", func() bool { return pgNow(t, a).After(*o.ExpiresAt) })
+		wg.Go(func() {
+			n, err := b.svc.ExpireDue(ctx, []uuid.UUID{o.ID}, 0, 1)
+			if err != nil {
+				t.Errorf("expire: %v", err)
+			}
+			expired = n
+		})
+		until(t, "the expiry to queue", func() bool { return waiting() == 2 })
+		open()
+		wg.Wait()
+		if confirmErr != nil || expired != 0 {
+			t.Fatalf("confirm %v, expired %d: want the confirm (queued first) to win and the expiry to end nothing", confirmErr, expired)
+		}
+		if a := mustAudit(t, a, id); !a.Consistent() || a.Sold != 2 || a.Held != 0 || a.Stock != 3 {
+			t.Errorf("audit %+v, want 2 sold, 3 left", a)
+		}
+	})
+
+	t.Run("cancel against the expiry", func(t *testing.T) {
+		id := createHeld(t, a, "tie-cancel", 5, time.Second, 0)
+		o := mustHold(t, a, "dan", id, 3)
+		waiting, open := gateOrder(t, a, o.ID)
+		until(t, "the hold's time", func() bool { return pgNow(t, a).After(*o.ExpiresAt) })
+		var wg sync.WaitGroup
+		var cancelled stock.Order
+		var cancelErr error
+		wg.Go(func() { cancelled, cancelErr = a.svc.Cancel(ctx, o.ID) })
+		wg.Go(func() {
+			if _, err := b.svc.ExpireDue(ctx, []uuid.UUID{o.ID}, 0, 1); err != nil {
+				t.Errorf("expire: %v", err)
+			}
+		})
+		until(t, "both to queue", func() bool { return waiting() == 2 })
+		open()
+		wg.Wait()
+		if cancelErr != nil || (cancelled.Status != stock.OrderStatusCancelled && cancelled.Status != stock.OrderStatusExpired) {
+			t.Fatalf("cancel = %+v, %v; want cancelled or expired", cancelled, cancelErr)
+		}
+		if a := mustAudit(t, a, id); !a.Consistent() || a.Stock != 5 || a.Held != 0 || a.Sold != 0 {
+			t.Errorf("audit %+v, want the 3 units back once: 5 in stock", a)
+		}
+	})
+
+	t.Run("two cancels on two replicas", func(t *testing.T) {
+		id := createHeld(t, a, "tie-twice", 4, time.Hour, 1)
+		o := mustHold(t, a, "eve", id, 1)
+		waiting, open := gateOrder(t, a, o.ID)
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i, r := range []*replica{a, b} {
+			wg.Go(func() { _, errs[i] = r.svc.Cancel(ctx, o.ID) })
+		}
+		until(t, "both cancels to queue", func() bool { return waiting() == 2 })
+		open()
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Errorf("cancel: %v", err)
+			}
+		}
+		if a := mustAudit(t, a, id); !a.Consistent() || a.Stock != 4 {
+			t.Errorf("audit %+v, want the unit back once: 4 in stock", a)
+		}
+		if units, counted := tables(t, a, id, "eve"); units != 1 || counted != 0 {
+			t.Errorf("eve: %d units in orders, counted %d; want the cancelled order's unit counted no more", units, counted)
+		}
+		// Her limit is free again.
+		mustHold(t, b, "eve", id, 1)
+	})
+}
+
+// TestHoldLifecycle: a hold takes units at once and counts toward the limit; a confirm after
+// the expiry is refused and never confirms; units put back are sold at once on another
+// replica, whose view said sold out.
+func TestHoldLifecycle(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	a := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true})
+	b := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true})
+	ctx := context.Background()
+	id := createHeld(t, a, "lifecycle", 1, time.Second, 1)
+	o := mustHold(t, a, "fay", id, 1)
+	if d := o.ExpiresAt.Sub(o.CreatedAt); d != time.Second {
+		t.Errorf("held for %v, want 1s from created_at", d)
+	}
+	// Sold out while held, on both replicas' views.
+	for _, r := range []*replica{a, b} {
+		if _, err := r.svc.PlaceOrder(ctx, order("gus", one(id, 1))); !errors.Is(err, stock.ErrSoldOut) {
+			t.Fatalf("order while held = %v, want sold out", err)
+		}
+	}
+	if _, err := a.svc.PlaceOrder(ctx, order("fay", one(id, 1))); !errors.Is(err, stock.ErrCustomerLimit) && !errors.Is(err, stock.ErrSoldOut) {
+		t.Fatalf("fay's second order = %v, want refused", err)
+	}
+	until(t, "the hold's time", func() bool { return pgNow(t, a).After(*o.ExpiresAt) })
+	if _, err := a.svc.Confirm(ctx, o.ID); !errors.Is(err, stock.ErrHoldExpired) {
+		t.Fatalf("confirm after the expiry = %v, want hold expired", err)
+	}
+	// The sweep (no scheduler here) ends it; b, whose view said sold out, sells the unit at once.
+	if n, err := a.svc.ExpireDue(ctx, nil, 0, 100); err != nil || n < 1 {
+		t.Fatalf("sweep: %d, %v", n, err)
+	}
+	got, err := b.svc.PlaceOrder(ctx, order("gus", one(id, 1)))
+	if err != nil || got.Order.Status != stock.OrderStatusHeld {
+		t.Fatalf("the next buyer after the expiry = %+v, %v; want the unit held for them", got, err)
+	}
+	if o, err := a.svc.Order(ctx, o.ID); err != nil || o.Status != stock.OrderStatusExpired || o.DecidedAt == nil {
+		t.Errorf("the expired order reads %+v, %v", o, err)
+	}
+	if _, err := a.svc.Cancel(ctx, got.Order.ID); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	if _, err := a.svc.Confirm(ctx, got.Order.ID); !errors.Is(err, stock.ErrOrderCancelled) {
+		t.Errorf("confirm after a cancel = %v, want order cancelled", err)
+	}
+	if a := mustAudit(t, a, id); !a.Consistent() || a.Stock != 1 || a.Held != 0 || a.Sold != 0 {
+		t.Errorf("audit %+v, want the unit back", a)
+	}
+}
