@@ -44,10 +44,10 @@ type HoldsOptions struct {
 //   - every unit of the held product ends confirmed or back in stock, and released units are
 //     sold again;
 //
-// and measures, side by side with the plain sale: holds per second, expiries released per
-// second, the expiry's lag (expires_at → decided_at) and the time from expires_at to the units
-// being sold again (the released units matched, first released first, to the orders created
-// after their release: orders.created_at − expires_at).
+// and measures, side by side with the plain sale: holds per second (and how long the initial
+// stock lasted), expiries released per second, the expiry's lag (expires_at → decided_at) and
+// the time from expires_at to the units being sold again (the order that took them, in a
+// replay of the stock as a line of units: its created_at − expires_at; see replayLine).
 func Holds(ctx context.Context, h *env.Harness, o HoldsOptions) error {
 	return (&harness{h}).holdsSale(ctx, o)
 }
@@ -61,11 +61,17 @@ type holdsFigures struct {
 	perSecond                                        float64 // orders taken (201) per second of load
 	settleP50, settleP99                             time.Duration
 	// Of the held product.
-	expiredPerSecond, expiredPeak   float64
-	lagP50, lagP99, lagMax          time.Duration // expires_at → decided_at, expired holds
-	resaleP50, resaleP99, resaleMax time.Duration
-	releasedUnits, resoldUnits      int64
-	confirmAnswers                  map[model.Outcome]int
+	expiredPerSecond, expiredPeak      float64
+	lagP50, lagP99, lagMax             time.Duration // expires_at → decided_at, expired holds
+	resaleP50, resaleP99, resaleMax    time.Duration // expires_at → sold again
+	relSaleP50, relSaleP99, relSaleMax time.Duration // released (decided_at) → sold again
+	releasedUnits, resoldUnits         int64
+	// How long the initial stock lasted (first order to the one that took its last unit), and
+	// the units taken per second meanwhile: the sale's pace while it had stock.
+	initialGone    time.Duration
+	ranOut         bool
+	initialRate    float64
+	confirmAnswers map[model.Outcome]int
 }
 
 func (h *harness) holdsSale(ctx context.Context, o HoldsOptions) error {
@@ -189,7 +195,7 @@ func (h *harness) holdsSale(ctx context.Context, o HoldsOptions) error {
 		if err := f.fromClients(ops, id, loadFor); err != nil {
 			return err
 		}
-		if err := f.fromPostgres(ctx, pool, id, id == held); err != nil {
+		if err := f.fromPostgres(ctx, pool, id); err != nil {
 			return err
 		}
 	}
@@ -248,7 +254,7 @@ func (f *holdsFigures) fromClients(ops []*model.Op, product int64, loadFor time.
 
 // fromPostgres reads one product's books and, for the held product, its releases and when
 // their units were sold again.
-func (f *holdsFigures) fromPostgres(ctx context.Context, pool *pgxpool.Pool, product int64, held bool) error {
+func (f *holdsFigures) fromPostgres(ctx context.Context, pool *pgxpool.Pool, product int64) error {
 	if err := pool.QueryRow(ctx, `
 		SELECT p.stock, p.initial_stock + coalesce((SELECT sum(quantity) FROM restocks WHERE product_id = p.id), 0),
 		       count(*) FILTER (WHERE o.status = 'confirmed'), count(*) FILTER (WHERE o.status = 'cancelled'),
@@ -258,9 +264,6 @@ func (f *holdsFigures) fromPostgres(ctx context.Context, pool *pgxpool.Pool, pro
 		 WHERE p.id = $1 GROUP BY p.id`, product).
 		Scan(&f.stock, &f.received, &f.confirmed, &f.cancelled, &f.expired, &f.unitsConfirmed); err != nil {
 		return fmt.Errorf("read product %d: %w", product, err)
-	}
-	if !held {
-		return nil
 	}
 	// Expiries per second: over the span of their decisions, and in the busiest second.
 	if err := pool.QueryRow(ctx, `
@@ -303,9 +306,14 @@ func (f *holdsFigures) fromPostgres(ctx context.Context, pool *pgxpool.Pool, pro
 	}); err != nil {
 		return fmt.Errorf("releases and orders: %w", err)
 	}
-	var resale []float64
-	f.releasedUnits, f.resoldUnits, resale = replayLine(initial, events)
-	f.resaleP50, f.resaleP99, f.resaleMax = spread(resale)
+	r := replayLine(initial, events)
+	f.releasedUnits, f.resoldUnits = r.released, r.resold
+	f.resaleP50, f.resaleP99, f.resaleMax = spread(r.fromExpiry)
+	f.relSaleP50, f.relSaleP99, f.relSaleMax = spread(r.fromRelease)
+	f.initialGone, f.ranOut = r.initialGone, r.ranOut
+	if r.ranOut && r.initialGone > 0 {
+		f.initialRate = float64(initial) / r.initialGone.Seconds()
+	}
 	return nil
 }
 
@@ -331,6 +339,13 @@ func holdsReport(o HoldsOptions, plain, held *holdsFigures, checks []verdict.Inv
 	row("buyers", fmt.Sprint(plain.arrivals), fmt.Sprint(held.arrivals))
 	row("orders taken (201 confirmed / held)", fmt.Sprint(plain.answered201), fmt.Sprint(held.answered201))
 	row("taken per second of load", fmt.Sprintf("%.1f", plain.perSecond), fmt.Sprintf("%.1f holds/s", held.perSecond))
+	lasted := func(f *holdsFigures) string {
+		if !f.ranOut {
+			return "never ran out"
+		}
+		return fmt.Sprintf("%.2f s (%.0f units/s)", f.initialGone.Seconds(), f.initialRate)
+	}
+	row("initial stock lasted (units taken per second meanwhile)", lasted(plain), lasted(held))
 	row("sold out / refused / unknown", fmt.Sprintf("%d / %d / %d", plain.soldOut, plain.refused, plain.unknown),
 		fmt.Sprintf("%d / %d / %d", held.soldOut, held.refused, held.unknown))
 	row("POST /v1/orders → 201, p50 / p99", ms(plain.orderP50)+" / "+ms(plain.orderP99), ms(held.orderP50)+" / "+ms(held.orderP99))
@@ -344,6 +359,7 @@ func holdsReport(o HoldsOptions, plain, held *holdsFigures, checks []verdict.Inv
 	row("expiries released per second (busiest second)", "—", fmt.Sprintf("%.1f (%.0f)", held.expiredPerSecond, held.expiredPeak))
 	row("expiry lag expires_at → released, p50 / p99 / max", "—", ms(held.lagP50)+" / "+ms(held.lagP99)+" / "+ms(held.lagMax))
 	row("expires_at → units sold again, p50 / p99 / max", "—", ms(held.resaleP50)+" / "+ms(held.resaleP99)+" / "+ms(held.resaleMax))
+	row("released → units sold again, p50 / p99 / max", "—", ms(held.relSaleP50)+" / "+ms(held.relSaleP99)+" / "+ms(held.relSaleMax))
 	row("units released / sold again", "—", fmt.Sprintf("%d / %d", held.releasedUnits, held.resoldUnits))
 	b.WriteString("\n")
 	for _, c := range checks {
@@ -379,46 +395,62 @@ type lineEvent struct {
 	expires time.Time // the released hold's expires_at
 }
 
+// replay is what replayLine found.
+type replay struct {
+	released, resold int64
+	// fromExpiry: for each unit an expired hold gave back and an order took again, the
+	// seconds from the hold's expires_at to that order; fromRelease: from the release itself
+	// (its decided_at), for expired and cancelled holds alike.
+	fromExpiry, fromRelease []float64
+	// initialGone is how long the product's initial units lasted: from the first order to the
+	// one that took the last of them, when they ran out (ranOut).
+	initialGone time.Duration
+	ranOut      bool
+}
+
 // replayLine replays a product's stock as a line of units sold from its head: the initial
-// units first, each release's units joining at the back. It returns the units released, those
-// of them taken again by a later order, and for each unit an expired hold gave back and an
-// order took again, the seconds from its expires_at to that order. events are in time order,
-// releases before orders at the same instant.
-func replayLine(initial int64, events []lineEvent) (released, resold int64, lags []float64) {
+// units first, each release's units joining at the back. events are in time order, releases
+// before orders at the same instant.
+func replayLine(initial int64, events []lineEvent) replay {
 	type segment struct {
-		units   int64
-		release bool
-		expired bool
-		expires time.Time
+		units    int64
+		release  bool
+		expired  bool
+		expires  time.Time
+		released time.Time
 	}
+	var r replay
 	line := []segment{{units: initial}}
+	var first time.Time
 	for _, ev := range events {
 		if ev.release {
-			released += ev.units
-			line = append(line, segment{units: ev.units, release: true, expired: ev.expired, expires: ev.expires})
+			r.released += ev.units
+			line = append(line, segment{units: ev.units, release: true, expired: ev.expired, expires: ev.expires, released: ev.at})
 			continue
+		}
+		if first.IsZero() {
+			first = ev.at
 		}
 		for need := ev.units; need > 0 && len(line) > 0; {
 			head := &line[0]
 			take := min(need, head.units)
 			if head.release {
-				resold += take
-				for range take * boolInt(head.expired) {
-					lags = append(lags, ev.at.Sub(head.expires).Seconds())
+				r.resold += take
+				for range take {
+					r.fromRelease = append(r.fromRelease, ev.at.Sub(head.released).Seconds())
+					if head.expired {
+						r.fromExpiry = append(r.fromExpiry, ev.at.Sub(head.expires).Seconds())
+					}
 				}
 			}
 			need -= take
 			if head.units -= take; head.units == 0 {
+				if !head.release && !r.ranOut {
+					r.initialGone, r.ranOut = ev.at.Sub(first), true
+				}
 				line = line[1:]
 			}
 		}
 	}
-	return released, resold, lags
-}
-
-func boolInt(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
+	return r
 }

@@ -23,18 +23,21 @@ func TestReplayLine(t *testing.T) {
 		{at: at(4000), units: 2, release: true, expired: true, expires: at(3995)},
 		{at: at(4100), units: 1}, // one of the two: 105 ms
 	}
-	released, resold, lags := replayLine(2, events)
-	if released != 4 || resold != 3 {
-		t.Errorf("released %d, resold %d; want 4 and 3", released, resold)
+	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+	r := replayLine(2, events)
+	if r.released != 4 || r.resold != 3 || !r.ranOut || r.initialGone != 0 {
+		t.Errorf("released %d, resold %d, initial gone after %v; want 4, 3, at once", r.released, r.resold, r.initialGone)
 	}
-	want := []float64{0.05, 0.105}
-	if len(lags) != len(want) || !slices.EqualFunc(lags, want, func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }) {
-		t.Errorf("lags = %v, want %v", lags, want)
+	if want := []float64{0.05, 0.105}; !slices.EqualFunc(r.fromExpiry, want, near) {
+		t.Errorf("from expiry = %v, want %v", r.fromExpiry, want)
+	}
+	if want := []float64{0.04, 0.1, 0.1}; !slices.EqualFunc(r.fromRelease, want, near) {
+		t.Errorf("from release = %v, want %v", r.fromRelease, want)
 	}
 	// With stock in front of them, released units wait their turn.
-	_, resold, lags = replayLine(5, []lineEvent{{at: at(0), units: 1}, {at: at(100), units: 1, release: true, expired: true, expires: at(90)},
+	r = replayLine(5, []lineEvent{{at: at(0), units: 1}, {at: at(100), units: 1, release: true, expired: true, expires: at(90)},
 		{at: at(200), units: 4}, {at: at(300), units: 1}})
-	if resold != 1 || len(lags) != 1 || lags[0] < 0.209 || lags[0] > 0.211 {
-		t.Errorf("resold %d, lags %v; want 1, [0.21]", resold, lags)
+	if r.resold != 1 || len(r.fromExpiry) != 1 || !near(r.fromExpiry[0], 0.21) || !r.ranOut || r.initialGone != 200*time.Millisecond {
+		t.Errorf("resold %d, from expiry %v, initial gone after %v; want 1, [0.21], 200ms", r.resold, r.fromExpiry, r.initialGone)
 	}
 }
