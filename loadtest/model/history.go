@@ -44,6 +44,9 @@ const (
 	KindRelease
 	KindExpire
 	KindStatus
+	// KindLapse is a hold's expires_at passing, by Postgres's clock: from then on a confirm is
+	// refused hold-expired, whether or not the expiry has released the units yet.
+	KindLapse
 )
 
 // Outcome is what a client was told, or what the run learnt afterwards.
@@ -417,7 +420,7 @@ func describeOp(input, output any) string {
 		return "sale opens"
 	case KindClose:
 		return "sale ends"
-	case KindConfirm, KindCancel, KindRelease, KindExpire, KindStatus:
+	case KindConfirm, KindCancel, KindRelease, KindExpire, KindStatus, KindLapse:
 		return describeHoldOp(in, out)
 	}
 	return "?"

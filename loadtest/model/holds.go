@@ -24,10 +24,14 @@ import (
 //     service made twice, or made for a confirmed order, shows as stock the reads, sold-out
 //     answers and the final stock cannot explain.
 //   - each hold has a partition of its own (by order id): its status, held → confirmed |
-//     cancelled | expired, driven by the clients' confirms and cancels, the expiry read from
-//     Postgres (KindExpire, same interval as its release), and the status Postgres holds once
-//     every replica has stopped (KindStatus). Exactly one outcome wins: a confirm answered 200
-//     needs the hold held or confirmed, a hold-expired needs it expired, and so on.
+//     cancelled | expired, driven by the clients' confirms and cancels, its expires_at passing
+//     (KindLapse, at the moment Postgres gave, widened by a slack for the two readers of one
+//     clock), the expiry read from Postgres (KindExpire, same interval as its release), and the
+//     status Postgres holds once every replica has stopped (KindStatus). Exactly one outcome
+//     wins: a confirm answered 200 needs the hold held (or confirmed already) and its
+//     expires_at not passed; a hold-expired needs it passed — the units may not be back yet,
+//     as the expiry's job runs at or after expires_at; a cancel after expires_at but before the
+//     expiry ends it cancelled, which the contract allows (the units go back either way).
 //
 // That a confirm answered 200 came before the expiry by Postgres's clock (decided_at <
 // expires_at) is the SQL verdict's (verdict.Holds); the model sees the order of events only.
@@ -40,6 +44,9 @@ const (
 	StatusConfirmed HoldStatus = "confirmed"
 	StatusCancelled HoldStatus = "cancelled"
 	StatusExpired   HoldStatus = "expired"
+	// statusLapsed is the model's own: held, its expires_at passed, not released yet. The
+	// service shows it as held.
+	statusLapsed HoldStatus = "held, expired by the clock"
 )
 
 // stepHold is a hold's partition.
@@ -54,6 +61,13 @@ func stepHold(s state, in Input, out Output) []any {
 		return false
 	}
 	switch in.Kind {
+	case KindLapse:
+		switch {
+		case is(StatusHeld):
+			return []any{to(statusLapsed)}
+		case is(StatusConfirmed, StatusCancelled):
+			return []any{s} // ended before its time: nothing to lapse
+		}
 	case KindConfirm:
 		switch out.Outcome {
 		case Confirmed:
@@ -61,7 +75,7 @@ func stepHold(s state, in Input, out Output) []any {
 				return []any{to(StatusConfirmed)}
 			}
 		case HoldExpired:
-			if is(StatusExpired) {
+			if is(statusLapsed, StatusExpired) {
 				return []any{s}
 			}
 		case OrderCancelled:
@@ -77,7 +91,7 @@ func stepHold(s state, in Input, out Output) []any {
 	case KindCancel:
 		switch out.Outcome {
 		case Cancelled:
-			if is(StatusHeld, StatusCancelled) {
+			if is(StatusHeld, statusLapsed, StatusCancelled) {
 				return []any{to(StatusCancelled)}
 			}
 		case Expired:
@@ -89,17 +103,17 @@ func stepHold(s state, in Input, out Output) []any {
 				return []any{s}
 			}
 		case Unknown:
-			if is(StatusHeld) {
+			if is(StatusHeld, statusLapsed) {
 				return []any{to(StatusCancelled), s}
 			}
 			return []any{s}
 		}
 	case KindExpire:
-		if is(StatusHeld) {
+		if is(statusLapsed) {
 			return []any{to(StatusExpired)}
 		}
 	case KindStatus:
-		if s.hold == out.Status {
+		if s.hold == out.Status || s.hold == statusLapsed && out.Status == StatusHeld {
 			return []any{s}
 		}
 	}
@@ -134,6 +148,8 @@ func describeHoldOp(in Input, out Output) string {
 		return fmt.Sprintf("%s expires", in.Hold)
 	case KindStatus:
 		return fmt.Sprintf("%s is %s at the end", in.Hold, out.Status)
+	case KindLapse:
+		return fmt.Sprintf("%s's expires_at passes", in.Hold)
 	}
 	return "?"
 }
@@ -149,6 +165,8 @@ func holdHash(h HoldStatus) uint64 {
 		return 3
 	case StatusExpired:
 		return 4
+	case statusLapsed:
+		return 5
 	}
 	return 0
 }

@@ -156,6 +156,11 @@ func (w *ReleaseWatcher) Stop() map[string]time.Duration {
 // long after the watcher saw the commit; a cancel's answer bounds its release exactly.
 const reviveSlack = time.Second
 
+// lapseSlack widens the moment a hold's expires_at passes (Postgres's timestamp, moved onto
+// the harness's clock) into an interval: one machine, one wall clock, read at different
+// instants — as the sale window's moments are widened.
+const lapseSlack = 20 * time.Millisecond
+
 // hold is one held order's row, one item of it.
 type hold struct {
 	id, customer, status string
@@ -170,7 +175,8 @@ type hold struct {
 // units on its product and, for an expired one, its expiry — both placed between decided_at
 // (less the clock slack) and the first moment it was seen released (seen, from a
 // ReleaseWatcher, plus reviveSlack; the end of the run when it was not), and no later than the
-// first cancel answered "cancelled"; and for every hold, its final status. It marks the clients' orders
+// first cancel answered "cancelled"; and for every hold, the moment its expires_at passed
+// (widened by lapseSlack) and its final status. It marks the clients' orders
 // that are holds (model.Op.Hold), so that History starts their partitions.
 //
 // Run it after Orders, which gives the orders whose outcome was unknown their ids.
@@ -286,6 +292,8 @@ func HoldOps(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, start tim
 			}
 		}
 		if order.Out.Outcome != model.Confirmed {
+			at := h.expires.Sub(start)
+			add(model.Input{Kind: model.KindLapse, Product: h.product, Hold: id}, model.Output{Outcome: model.Confirmed}, at-lapseSlack, at+lapseSlack)
 			add(model.Input{Kind: model.KindStatus, Product: h.product, Hold: id},
 				model.Output{Outcome: model.Confirmed, Status: model.HoldStatus(h.status)}, end+1, end+2)
 		}

@@ -194,8 +194,8 @@ func TestHoldOps(t *testing.T) {
 	for _, p := range extra {
 		got[key{p.In.Kind, p.In.Hold}] = p
 	}
-	if len(extra) != 6 {
-		t.Errorf("%d operations, want 6 (two releases, one expiry, three statuses): %+v", len(extra), extra)
+	if len(extra) != 9 {
+		t.Errorf("%d operations, want 9 (two releases, one expiry, three lapses, three statuses): %+v", len(extra), extra)
 	}
 	check := func(k key, call, ret time.Duration) {
 		t.Helper()
@@ -213,6 +213,7 @@ func TestHoldOps(t *testing.T) {
 	// Not seen by a watcher: its cancel's answer bounds it.
 	check(key{model.KindRelease, cancelled}, 2*s-clockSlack, 2*s+100*time.Millisecond)
 	check(key{model.KindStatus, confirmed}, end+1, end+2)
+	check(key{model.KindLapse, confirmed}, 4*s-lapseSlack, 4*s+lapseSlack)
 	if st := got[key{model.KindStatus, expired}]; st == nil || st.Out.Status != model.StatusExpired {
 		t.Errorf("final status of the expired hold: %+v", st)
 	}
