@@ -88,7 +88,7 @@ func (c *drillClient) settle(ctx context.Context, order *model.Op, kind model.Ki
 // The holds product of the holds-expiry drill.
 const (
 	holdFor   = 3 * time.Second // its hold_for: several expiries fall into the fault
-	holdStock = 10              // few units, so that releases revive it while buyers wait
+	holdStock = 20              // few units, so that releases revive it while buyers wait
 	// holdsGrace is how long after its expires_at a hold may stay held before the run calls
 	// the expiry broken: the River job at expires_at and the sweep behind it.
 	holdsGrace = 30 * time.Second
