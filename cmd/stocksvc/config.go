@@ -224,6 +224,9 @@ func (c *config) validate() error {
 	if c.ClockSkew != 0 && !c.DemoUnsafe {
 		errs = append(errs, errors.New("STOCKSVC_CLOCK_SKEW makes this replica's clock wrong on purpose; set STOCKSVC_DEMO_UNSAFE=1 to run it anyway"))
 	}
+	if err := checkAdminToken(c.AdminToken); err != nil {
+		errs = append(errs, err)
+	}
 	if c.retry, err = parseRetry(c.LockRetry, c.LockMaxRetries); err != nil {
 		errs = append(errs, fmt.Errorf("STOCKSVC_LOCK_RETRY: %w", err))
 	}

@@ -146,12 +146,12 @@ func TestConfigSecretsInPlainSight(t *testing.T) {
 	t.Parallel()
 	c, _, err := loadConfig(nil, envOf(map[string]string{
 		"DATABASE_URL":         "postgres://postgres:postgres@127.0.0.1:5432/stocksvc?sslmode=disable",
-		"STOCKSVC_ADMIN_TOKEN": "tok-Secret-77",
+		"STOCKSVC_ADMIN_TOKEN": "tok-Secret-77-abcd",
 	}), io.Discard)
 	if err != nil {
 		t.Fatalf("loadConfig: %v", err)
 	}
-	if got := c.secrets(); !slices.Equal(got, []string{"tok-Secret-77"}) {
+	if got := c.secrets(); !slices.Equal(got, []string{"tok-Secret-77-abcd"}) {
 		t.Errorf("secrets() = %q, want only the admin token", got)
 	}
 	var buf bytes.Buffer
@@ -196,8 +196,8 @@ func TestLoadConfigSecretFiles(t *testing.T) {
 	}
 
 	// A flag still wins over both.
-	c, _, err = loadConfig([]string{"-admin-token", "flag-token"}, envOf(map[string]string{"STOCKSVC_ADMIN_TOKEN_FILE": "/nonexistent/token"}), io.Discard)
-	if err != nil || c.AdminToken != "flag-token" {
+	c, _, err = loadConfig([]string{"-admin-token", "flag-token-0123456"}, envOf(map[string]string{"STOCKSVC_ADMIN_TOKEN_FILE": "/nonexistent/token"}), io.Discard)
+	if err != nil || c.AdminToken != "flag-token-0123456" {
 		t.Errorf("flag over an unreadable file: token %q, err %v; want the flag's value", c.AdminToken, err)
 	}
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
@@ -111,11 +110,12 @@ func startFailed(ctx context.Context, stopSignals func(), lis *listeners, g *err
 // app is the service wired over its dependencies: what the listeners serve, and what
 // shutdown stops.
 type app struct {
-	api    *stockhttp.Server
-	svc    *stock.Service
-	queue  *async.Queue // its workers run when workers is set
-	locks  *lock.Client
-	purger *keyPurger
+	metrics *registry // what /metrics serves
+	api     *stockhttp.Server
+	svc     *stock.Service
+	queue   *async.Queue // its workers run when workers is set
+	locks   *lock.Client
+	purger  *keyPurger
 	// workers says that the queue's workers were started: this replica decides orders
 	// accepted for later, and must stop doing so before its connections close.
 	workers bool
@@ -124,7 +124,7 @@ type app struct {
 // wire builds the service, the queue of orders accepted for later and the API over deps, and
 // starts the queue's workers. On error, what it built is closed again (deps are not).
 func wire(ctx context.Context, cfg config, deps dependencies, customers stockhttp.CustomerAuth, log *slog.Logger) (*app, error) {
-	reg := prometheus.NewRegistry()
+	reg := newRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	store := stockpg.New(deps.pool)
 	if cfg.defense != stock.DefaultDefense() {
@@ -133,7 +133,7 @@ func wire(ctx context.Context, cfg config, deps dependencies, customers stockhtt
 		store = stockpg.NewDemo(deps.pool, cfg.defense)
 	}
 	lockObs := lockprom.New(reg, "stocksvc")
-	a := &app{locks: lock.New(deps.rdb, lock.WithNamespace(cfg.RedisPrefix), lock.WithObserver(lockObs))}
+	a := &app{metrics: reg, locks: lock.New(deps.rdb, lock.WithNamespace(cfg.RedisPrefix), lock.WithObserver(lockObs))}
 	var locker stock.Locker = stocklock.NewRedis(a.locks, stocklock.Config{TTL: cfg.LockTTL, Wait: cfg.LockWait, Retry: cfg.retry})
 	if deps.nodes != nil {
 		var err error

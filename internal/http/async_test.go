@@ -158,8 +158,23 @@ func TestAsyncIdempotency(t *testing.T) {
 	in.startQueue(t)
 	awaitDecision(t, in.URL, first.ID)
 	res = postOrder(t, in.URL, body, withKey(respondAsync, "k1"))
-	if o := wantAccepted(t, res); o.Status != "confirmed" {
-		t.Errorf("retry after the decision: %+v, want the order, confirmed", o)
+	replayedAsync := wantAccepted(t, res)
+	if replayedAsync.Status != "confirmed" {
+		t.Errorf("retry after the decision: %+v, want the order, confirmed", replayedAsync)
+	}
+	// The replays and a read of the order are one order: the same created_at (when it was
+	// confirmed), and no decided_at, which only an order not confirmed carries.
+	read, _ := getOrder(t, in.URL, first.ID)
+	if read.DecidedAt != nil {
+		t.Errorf("GET of the confirmed order has decided_at %v, want none", read.DecidedAt)
+	}
+	if diff := cmp.Diff(read, replayedAsync); diff != "" {
+		t.Errorf("asynchronous retry after the decision differs from GET (-get +retry):\n%s", diff)
+	}
+	var replayedSync orderBody
+	wantJSON(t, postOrder(t, in.URL, body, map[string]string{"Idempotency-Key": "k1"}), http.StatusAccepted, &replayedSync)
+	if diff := cmp.Diff(read, replayedSync); diff != "" {
+		t.Errorf("synchronous retry after the decision differs from GET (-get +retry):\n%s", diff)
 	}
 	// A key first used synchronously keeps its outcome on the asynchronous route.
 	res = postOrder(t, in.URL, newOrder("bob", orderItem{id, 1}), map[string]string{"Idempotency-Key": "k2"})

@@ -181,6 +181,8 @@ func TestPlaceOrderMalformed(t *testing.T) {
 		{name: "trailing garbage", body: valid + ` x`},
 		{name: "empty body", body: ``},
 		{name: "only whitespace", body: " \n\t "},
+		{name: "duplicate field", body: `{"customer_id": "c", "customer_id": "d", "items": [{"product_id": ` + itoa(id) + `, "quantity": 1}]}`, wantField: "customer_id"},
+		{name: "duplicate item field", body: `{"customer_id": "c", "items": [{"product_id": ` + itoa(id) + `, "quantity": 1, "quantity": 1000}]}`, wantField: "items.quantity"},
 		{name: "invalid UTF-8", body: `{"customer_id": "c` + "\xff" + `", "items": [{"product_id": ` + itoa(id) + `, "quantity": 1}]}`},
 	}
 	t.Run("cases", func(t *testing.T) {

@@ -326,8 +326,8 @@ func TestAudit(t *testing.T) {
 		t.Errorf("audit = %+v, want %+v", got, want)
 	}
 	// Exactly the documented members, no more.
-	if keys := res.JSON(t); len(keys) != 5 {
-		t.Errorf("audit has %d members, want 5: %s", len(keys), res.Body)
+	if keys := res.JSON(t); len(keys) != 6 {
+		t.Errorf("audit has %d members, want 6: %s", len(keys), res.Body)
 	}
 }
 

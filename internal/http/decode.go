@@ -13,7 +13,8 @@ import (
 )
 
 // decodeJSON reads the request body into dst, strictly: JSON only, exactly one object (not
-// null, not an array), no unknown fields, no trailing data, at most the server's body limit.
+// null, not an array), no unknown fields, no name twice in one object, no trailing data, at
+// most the server's body limit.
 func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	// The plain value, which almost every client sends, needs no parsing (nor its map).
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
@@ -52,6 +53,9 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return badRequest("malformed-json", "the body must hold a single JSON object and nothing after it")
+	}
+	if name, ok := duplicateKey(body); ok {
+		return &requestError{code: "malformed-json", detail: fmt.Sprintf("field %s appears twice in one object", name), field: name}
 	}
 	return nil
 }

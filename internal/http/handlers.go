@@ -212,7 +212,7 @@ func (s *Server) handlePlaceOrder(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, err)
 			return
 		}
-		s.writeAcceptance(w, acc)
+		s.writeAcceptance(w, r, acc)
 		return
 	}
 	res, err := s.svc.PlaceOrder(r.Context(), req.toOrderRequest(key))
@@ -238,7 +238,7 @@ func (s *Server) writeConfirmed(w http.ResponseWriter, o stock.Order, replayed b
 
 // writeAcceptance answers an order sent with Prefer: respond-async: 202 with where to watch
 // it, or, when its key's outcome is an order already confirmed, that order (201, replayed).
-func (s *Server) writeAcceptance(w http.ResponseWriter, acc async.Acceptance) {
+func (s *Server) writeAcceptance(w http.ResponseWriter, r *http.Request, acc async.Acceptance) {
 	if acc.Confirmed != nil {
 		s.writeConfirmed(w, *acc.Confirmed, true)
 		return
@@ -246,7 +246,7 @@ func (s *Server) writeAcceptance(w http.ResponseWriter, acc async.Acceptance) {
 	if acc.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	writeAcceptedOrder(w, acc.Order)
+	s.writeAcceptedOrder(w, r, acc.Order)
 }
 
 // writeAccepted answers a synchronous order whose key belongs to the accepted order id. The
@@ -262,13 +262,7 @@ func (s *Server) writeAccepted(w http.ResponseWriter, r *http.Request, id uuid.U
 		return
 	}
 	w.Header().Set("Idempotent-Replayed", "true")
-	writeAcceptedOrder(w, o)
-}
-
-func writeAcceptedOrder(w http.ResponseWriter, o async.Order) {
-	w.Header().Set("Location", "/v1/orders/"+o.ID.String())
-	w.Header().Set("Preference-Applied", "respond-async")
-	writeJSON(w, http.StatusAccepted, "application/json", toAsyncOrderResponse(o))
+	s.writeAcceptedOrder(w, r, o)
 }
 
 // prefersAsync reports whether the request's Prefer header (RFC 7240) asks for respond-async.
@@ -309,10 +303,16 @@ func (s *Server) handleGetOrder(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, "application/json", toOrderResponse(*found.Confirmed))
 		return
 	}
+	// Confirmed between Find's two reads: shown as the confirmed order it now is.
+	body, err := s.asyncOrderResponse(r.Context(), found.Order)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	if found.Order.Status == async.StatusPending {
 		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, http.StatusOK, "application/json", toAsyncOrderResponse(found.Order))
+	writeJSON(w, http.StatusOK, "application/json", body)
 }
 
 // findConfirmed is findOrder for a server without a queue: only the purchase path's orders.

@@ -345,6 +345,7 @@ type auditBody struct {
 	Stock      int64 `json:"stock"`
 	Received   int64 `json:"received"`
 	Sold       int64 `json:"sold"`
+	Held       int64 `json:"held"`
 	Consistent bool  `json:"consistent"`
 }
 

@@ -205,6 +205,12 @@ func TestHoldLifecycle(t *testing.T) {
 	if _, err := a.svc.PlaceOrder(ctx, order("fay", one(id, 1))); !errors.Is(err, stock.ErrCustomerLimit) && !errors.Is(err, stock.ErrSoldOut) {
 		t.Fatalf("fay's second order = %v, want refused", err)
 	}
+	// The views carry the hold, as they carry the other rules.
+	for _, r := range []*replica{a, b} {
+		if v, err := r.svc.Product(ctx, id); err != nil || v.HoldFor != time.Second || v.MaxPerCustomer != 1 {
+			t.Errorf("the product's view (%s) = %+v, %v; want the hold and the limit", v.From, v.Product, err)
+		}
+	}
 	until(t, "the hold's time", func() bool { return pgNow(t, a).After(*o.ExpiresAt) })
 	if _, err := a.svc.Confirm(ctx, o.ID); !errors.Is(err, stock.ErrHoldExpired) {
 		t.Fatalf("confirm after the expiry = %v, want hold expired", err)

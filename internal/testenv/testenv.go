@@ -5,7 +5,11 @@
 // The servers come from STOCKSVC_TEST_DATABASE_URL and STOCKSVC_TEST_REDIS_URL when set (CI,
 // or a developer's local servers), and otherwise from testcontainers (postgres and redis
 // modules), which needs a Docker engine. With neither, tests skip with a message saying how to
-// enable them — unless STOCKSVC_REQUIRE_INTEGRATION=1, which turns the skip into a failure.
+// enable them, and the package fails at its end with a line that says how many skipped: a
+// skipped suite must not read "ok" in piped output or a CI log, where go test shows nothing
+// else of a passing package. STOCKSVC_REQUIRE_INTEGRATION=0 (or -short) accepts the skips
+// (the package passes, and the line is still printed); STOCKSVC_REQUIRE_INTEGRATION=1 turns
+// each skip into a failure at once (CI).
 package testenv
 
 import (
@@ -79,6 +83,12 @@ func Main(m *testing.M, leakOptions ...goleak.Option) {
 	code := m.Run()
 	if line := skips.summary(filepath.Base(os.Args[0])); line != "" {
 		announce(line)
+		if !skipsAccepted() && code == 0 {
+			// go test prints a failing package's whole output, piped or not: the line
+			// above is then seen, and the package does not read "ok".
+			fmt.Printf("testenv: FAIL: integration tests skipped, and %s=0 (or -short) does not say that is fine\n", EnvRequire)
+			code = 1
+		}
 	}
 	env.close()
 	if code == 0 {
@@ -131,14 +141,17 @@ func (l *skipLog) summary(binary string) string {
 		tests = "test"
 	}
 	return fmt.Sprintf("testenv: %s: %d integration %s SKIPPED (%s). To run them, and fail instead of skipping: "+
-		"%s=1 %s='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable' %s='redis://127.0.0.1:6379/0' go test ./...",
-		strings.TrimSuffix(binary, ".test"), l.n, tests, l.reason, EnvRequire, EnvDatabaseURL, EnvRedisURL)
+		"%s=1 %s='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable' %s='redis://127.0.0.1:6379/0' go test ./... "+
+		"To skip them and pass: %s=0 go test ./... (or go test -short ./...)",
+		strings.TrimSuffix(binary, ".test"), l.n, tests, l.reason, EnvRequire, EnvDatabaseURL, EnvRedisURL, EnvRequire)
 }
 
 // announce prints the skip summary where it will be seen. go test shows a passing package's
 // output only with -v (or when run in the package's directory without arguments), so the line
-// also goes to the terminal, when the tests run in one: `go test ./...` would otherwise print
-// "ok" for a package that tested nothing. CI, which has no terminal, sets EnvRequire instead.
+// also goes to the terminal, when the tests run in one: with the skips accepted, `go test
+// ./...` would otherwise print "ok" and nothing else for a package that tested nothing. Where
+// there is no terminal (a pipe, a CI log), only a failing package's output is shown: that is
+// why skips that were not accepted fail the package (Main).
 func announce(line string) {
 	fmt.Println(line)
 	tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0)
@@ -147,6 +160,13 @@ func announce(line string) {
 	}
 	defer tty.Close()
 	fmt.Fprintln(tty, line)
+}
+
+// skipsAccepted reports whether integration tests that skipped for want of servers may leave
+// the package passing: only when asked, by EnvRequire=0 or -short.
+func skipsAccepted() bool {
+	v := os.Getenv(EnvRequire)
+	return v == "0" || strings.EqualFold(v, "false") || testing.Short()
 }
 
 // required reports whether missing servers must fail the tests instead of skipping them.

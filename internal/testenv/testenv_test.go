@@ -34,7 +34,7 @@ func TestChildNeedsServers(t *testing.T) {
 }
 
 // runChild runs TestChildNeedsServers in a new process of this test binary, against servers
-// that refuse connections, with extra environment.
+// that refuse connections, with extra environment and flags.
 func runChild(t *testing.T, extra ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChildNeedsServers$", "-test.count=1")
@@ -46,7 +46,15 @@ func runChild(t *testing.T, extra ...string) (string, error) {
 			env = append(env, kv)
 		}
 	}
-	cmd.Env = append(env, extra...)
+	// extra holds environment (NAME=value) and flags for the child (-test.*).
+	for _, e := range extra {
+		if strings.HasPrefix(e, "-") {
+			cmd.Args = append(cmd.Args, e)
+		} else {
+			env = append(env, e)
+		}
+	}
+	cmd.Env = env
 	// A session of its own has no controlling terminal: the child's summary, which is about
 	// its make-believe servers, must not reach the terminal of whoever runs these tests.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -55,11 +63,27 @@ func runChild(t *testing.T, extra ...string) (string, error) {
 }
 
 // TestSkipSummary checks the line a package prints when its integration tests skip: it says
-// how many, why, and the command that makes them run; and that EnvRequire turns the skips into
+// how many, why, and the command that makes them run; that the package then fails unless
+// EnvRequire=0 or -short accepts the skips; and that EnvRequire=1 turns the skips into
 // failures instead.
 func TestSkipSummary(t *testing.T) {
 	t.Parallel()
 	out, err := runChild(t)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || !strings.Contains(out, "testenv: FAIL: integration tests skipped") || !strings.Contains(out, "SKIPPED") {
+		t.Errorf("child with unreachable servers and %s unset: %v, want a failure with the skip summary; output:\n%s", EnvRequire, err, out)
+	}
+	for _, accept := range [][]string{{EnvRequire + "=0"}, {EnvRequire + "=false"}} {
+		out, err := runChild(t, accept...)
+		if err != nil {
+			t.Errorf("child with %v: %v, want success with skips; output:\n%s", accept, err, out)
+		}
+	}
+	if out, err := runChild(t, "-test.short"); err != nil {
+		t.Errorf("child with -test.short: %v, want success with skips; output:\n%s", err, out)
+	}
+
+	out, err = runChild(t, EnvRequire+"=0")
 	if err != nil {
 		t.Fatalf("child with unreachable servers: %v, want success with skips; output:\n%s", err, out)
 	}
@@ -80,7 +104,6 @@ func TestSkipSummary(t *testing.T) {
 	}
 
 	out, err = runChild(t, EnvRequire+"=1")
-	var exit *exec.ExitError
 	if !errors.As(err, &exit) || !strings.Contains(out, EnvRequire+" is set but the integration servers are unavailable") {
 		t.Errorf("child with %s=1: %v, want a failure naming the variable; output:\n%s", EnvRequire, err, out)
 	}

@@ -582,7 +582,8 @@ func viewArgs(epoch, next string, v View, ttl time.Duration) []any {
 	return []any{epoch, next, p.Version, ttl.Milliseconds(),
 		"sku", p.SKU, "name", p.Name, "stock", p.Stock, "version", p.Version,
 		"created", micros(p.CreatedAt), "updated", micros(p.UpdatedAt), "read", micros(v.Read),
-		"starts", optMicros(p.SaleStartsAt), "ends", optMicros(p.SaleEndsAt), "max", p.MaxPerCustomer}
+		"starts", optMicros(p.SaleStartsAt), "ends", optMicros(p.SaleEndsAt), "max", p.MaxPerCustomer,
+		"hold", int64(p.HoldFor / time.Second)}
 }
 
 // optMicros writes an optional time as microseconds since the epoch, 0 for none.
@@ -620,6 +621,7 @@ func parseView(id int64, f map[string]string) (View, error) {
 	// by a replica from before the rules, and is rebuilt rather than read as having none.
 	v.Product.SaleStartsAt, v.Product.SaleEndsAt = optTime(num("starts")), optTime(num("ends"))
 	v.Product.MaxPerCustomer = num("max")
+	v.Product.HoldFor = time.Duration(num("hold")) * time.Second
 	if _, ok := f["sku"]; !ok {
 		errs = append(errs, errors.New("no sku"))
 	}

@@ -17,17 +17,17 @@ import (
 // orders_customer_created_idx (migration 000007), so a page costs the same on the first and
 // the thousandth; the items are one lookup per order on order_items' primary key.
 const customerOrdersSQL = `
-SELECT o.id, o.customer_id, o.status, o.created_at,
+SELECT o.id, o.customer_id, o.status, o.created_at, o.expires_at, o.decided_at,
        array_agg(i.product_id ORDER BY i.product_id) AS product_ids,
        array_agg(i.quantity ORDER BY i.product_id) AS quantities
 FROM (
-    SELECT id, customer_id, status, created_at FROM orders
+    SELECT id, customer_id, status, created_at, expires_at, decided_at FROM orders
     WHERE customer_id = $1 AND (created_at, id) < ($2, $3)
     ORDER BY created_at DESC, id DESC
     LIMIT $4
 ) o
 JOIN order_items i ON i.order_id = o.id
-GROUP BY o.id, o.customer_id, o.status, o.created_at
+GROUP BY o.id, o.customer_id, o.status, o.created_at, o.expires_at, o.decided_at
 ORDER BY o.created_at DESC, o.id DESC`
 
 // lastID is the greatest uuid: with 'infinity', a cursor after every order.
@@ -47,6 +47,8 @@ func (s *Store) CustomerOrders(ctx context.Context, q stock.OrdersQuery) (stock.
 		CustomerID string
 		Status     string
 		CreatedAt  time.Time
+		ExpiresAt  *time.Time
+		DecidedAt  *time.Time
 		ProductIDs []int64
 		Quantities []int64
 	}
@@ -66,7 +68,8 @@ func (s *Store) CustomerOrders(ctx context.Context, q stock.OrdersQuery) (stock.
 		for j := range items {
 			items[j] = stock.Item{ProductID: r.ProductIDs[j], Quantity: r.Quantities[j]}
 		}
-		page.Orders[i] = stock.Order{ID: r.ID, CustomerID: r.CustomerID, Status: r.Status, Items: items, CreatedAt: r.CreatedAt}
+		page.Orders[i] = stock.Order{ID: r.ID, CustomerID: r.CustomerID, Status: r.Status, Items: items, CreatedAt: r.CreatedAt,
+			ExpiresAt: r.ExpiresAt, DecidedAt: r.DecidedAt}
 	}
 	return page, nil
 }
