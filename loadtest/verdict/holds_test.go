@@ -228,6 +228,12 @@ func TestHoldOps(t *testing.T) {
 	if res, err := model.Check("holds", model.New(model.Options{}), model.History(all, model.HistoryOptions{End: end}), 10*time.Second, nil, "", ""); err != nil || res.Result != porcupine.Ok {
 		t.Errorf("check = %v, %v; want linearizable", res.Result, err)
 	}
+	// Had the service given a released hold's units back twice, the final stock would show one
+	// release more than the orders table holds: not linearizable.
+	all[len(all)-1].Out.Stock = 11
+	if res, err := model.Check("holds", model.New(model.Options{}), model.History(all, model.HistoryOptions{End: end}), 10*time.Second, nil, "", ""); err != nil || res.Result != porcupine.Illegal {
+		t.Errorf("check with a unit released twice = %v, %v; want a violation", res.Result, err)
+	}
 
 	// A client told confirmed for a hold Postgres expired, and a release later than the
 	// cancel that reported it.
