@@ -681,7 +681,7 @@ func (p *Op) DescribeAttempts() string {
 type CheckResult struct {
 	Name       string // "orders+restocks" or "with reads"
 	Ops        int
-	Partitions int // products, and customers of products with a limit
+	Partitions int // products, customers of products with a limit, and holds
 	Concurrent int // the most operations open at once
 	Result     porcupine.CheckResult
 	Elapsed    time.Duration
@@ -695,7 +695,7 @@ type CheckResult struct {
 func (c CheckResult) String() string {
 	verdict := map[porcupine.CheckResult]string{porcupine.Ok: "linearizable", porcupine.Illegal: "NOT LINEARIZABLE",
 		porcupine.Unknown: "UNDECIDED (checker timed out)"}[c.Result]
-	s := fmt.Sprintf("%-16s %5d ops in %d partitions (products; customers of a limited one), at most %d open at once: %s (%.1fs)", c.Name, c.Ops, c.Partitions, c.Concurrent, verdict, c.Elapsed.Seconds())
+	s := fmt.Sprintf("%-16s %5d ops in %d partitions (products; customers of a limited one; holds), at most %d open at once: %s (%.1fs)", c.Name, c.Ops, c.Partitions, c.Concurrent, verdict, c.Elapsed.Seconds())
 	if c.Visual != "" {
 		s += "; see " + c.Visual
 	}
