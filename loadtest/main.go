@@ -12,6 +12,7 @@
 //	go run -C loadtest . -flood                  # buyers beside floods of audits, missing ids and healthz
 //	go run -C loadtest . -replays                # fresh keys against every key sent twice
 //	go run -C loadtest . -opening                # the opening: a crowd through a sale's opening, a limit per customer
+//	go run -C loadtest . -holds -duration 20s    # holds beside the plain sale: buyers who never pay, units sold again
 //
 // It is a module of its own (github.com/stocksvc/stocksvc/loadtest), so that its load
 // generators and checkers stay out of the service's go.mod. It builds the service from the
@@ -127,6 +128,8 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		return faults.Async(ctx, h, o.async)
 	case modeOpening:
 		return opening.Run(ctx, h, o.opening)
+	case modeHolds:
+		return faults.Holds(ctx, h, o.holds)
 	}
 	return sale.Sale(ctx, h, o.sale)
 }

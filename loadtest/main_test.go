@@ -26,6 +26,10 @@ func TestParseOptions(t *testing.T) {
 	if op, err := parseOptions([]string{"-opening", "-opening-limit", "1"}, io.Discard); err != nil || op.mode != modeOpening || op.opening.Limit != 1 {
 		t.Errorf("-opening: mode %v, limit %d, %v", op.mode, op.opening.Limit, err)
 	}
+	if hs, err := parseOptions([]string{"-holds", "-hold-for", "2s", "-pay", "0.5", "-stock", "40"}, io.Discard); err != nil || hs.mode != modeHolds ||
+		hs.holds.HoldFor != 2*time.Second || hs.holds.Pay != 0.5 || hs.holds.Cancel != 0.1 || hs.holds.Stock != 40 {
+		t.Errorf("-holds: %+v, %v", hs.holds, err)
+	}
 	if d, err := parseOptions([]string{"-fault", "burst", "-rules=false"}, io.Discard); err != nil || !d.drills.NoRules {
 		t.Errorf("-rules=false: no rules %v, %v", d.drills.NoRules, err)
 	}
@@ -59,6 +63,9 @@ func TestParseOptions(t *testing.T) {
 		{"-opening", "-opening-lead", "5s"}, // no room for the phases before the opening
 		{"-opening", "-opening-limit", "0"},
 		{"-opening", "-fault", "burst"},
+		{"-holds", "-hold-for", "1500ms"}, // hold_for is whole seconds
+		{"-holds", "-pay", "0.8", "-cancel", "0.3"},
+		{"-holds", "-async"},
 	}
 	for _, args := range bad {
 		if _, err := parseOptions(args, io.Discard); err == nil {

@@ -34,6 +34,7 @@ const (
 	modeDrills
 	modeRecheck
 	modeOpening
+	modeHolds
 )
 
 // options is the parsed command line.
@@ -52,6 +53,7 @@ type options struct {
 	flood      benchmarks.FloodOptions
 	replays    benchmarks.ReplayOptions
 	opening    opening.Options
+	holds      faults.HoldsOptions
 }
 
 // flagValues holds every flag as parsed; parseOptions cuts it into options.
@@ -103,6 +105,10 @@ type flagValues struct {
 	replays         benchmarks.ReplayOptions
 	openingOn       bool
 	opening         opening.Options
+	holds           bool
+	holdFor         time.Duration
+	pay             float64
+	cancel          float64
 }
 
 func parseOptions(args []string, usage io.Writer) (options, error) {
@@ -152,6 +158,10 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.IntVar(&o.redlock, "redlock", 0, "run the sale or drills with STOCKSVC_REDIS_MODE=redlock over this many redis-servers of the run's own, on free loopback ports (0: the one Redis of -redis-url)")
 	fs.BoolVar(&o.looseSoldOut, "loose-sold-out", false, "a sold-out answer's available need not equal the stock when it took effect (only be short)")
 	fs.BoolVar(&o.rules, "rules", true, "in drills, a third product has a sale window and a limit per customer (issue #20); false: the same product and orders without them, for comparison")
+	fs.BoolVar(&o.holds, "holds", false, "the sale with holds (issue #21) beside the plain sale: -rate buyers/s split over two products of -stock units, one held for -hold-for; held buyers pay (-pay), cancel (-cancel) or never pay; measures holds/s, expiries/s and the time from expires_at to the units sold again")
+	fs.DurationVar(&o.holdFor, "hold-for", 3*time.Second, "in -holds, the held product's hold_for (whole seconds)")
+	fs.Float64Var(&o.pay, "pay", 0.3, "in -holds, the share of held buyers who confirm")
+	fs.Float64Var(&o.cancel, "cancel", 0.1, "in -holds, the share of held buyers who cancel (the rest never pay)")
 	o.flood.Register(fs)
 	o.replays.Register(fs)
 	o.opening.Register(fs, &o.openingOn)
@@ -169,8 +179,11 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 			return options{}, err
 		}
 	}
-	if modes := countTrue(o.compare, o.throughput, o.cache, o.async, o.flood.On, o.replays.On, o.fault != "", o.openingOn); modes > 1 {
-		return options{}, errors.New("-compare, -throughput, -cache, -async, -flood, -replays, -fault and -opening are modes: pick one")
+	if modes := countTrue(o.compare, o.throughput, o.cache, o.async, o.flood.On, o.replays.On, o.fault != "", o.openingOn, o.holds); modes > 1 {
+		return options{}, errors.New("-compare, -throughput, -cache, -async, -flood, -replays, -fault, -opening and -holds are modes: pick one")
+	}
+	if o.holds && (o.holdFor < time.Second || o.holdFor%time.Second != 0 || o.pay < 0 || o.cancel < 0 || o.pay+o.cancel > 1 || o.rate < 2) {
+		return options{}, errors.New("-holds: -hold-for is whole seconds (at least 1s), -pay and -cancel are shares adding up to at most 1, -rate at least 2")
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -236,6 +249,8 @@ func (f flagValues) options() options {
 		flood:   f.flood,
 		replays: f.replays,
 		opening: f.opening,
+		holds: faults.HoldsOptions{Stock: f.stock, Rate: f.rate, Duration: f.duration, HoldFor: f.holdFor, Pay: f.pay, Cancel: f.cancel,
+			Seed: f.seed},
 	}
 	switch {
 	case f.recheck != "":
@@ -254,6 +269,8 @@ func (f flagValues) options() options {
 		o.mode = modeDrills
 	case f.openingOn:
 		o.mode = modeOpening
+	case f.holds:
+		o.mode = modeHolds
 	case f.async:
 		o.mode = modeAsync
 	}

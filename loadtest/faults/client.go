@@ -182,13 +182,16 @@ const (
 // classify reads an answer to a write. A 503 from the balancer itself means no replica was
 // there to take the request, so nothing happened; a 503 from a replica may follow a commit
 // whose answer was lost (Postgres went away mid-commit), so its outcome is unknown.
-func classify(a answer, okStatus int) attemptKind {
+func classify(a answer, okStatus int) attemptKind { return classifyCodes(a, okStatus, ruleCodes) }
+
+// classifyCodes is classify with the 409 codes that decide the operation (done).
+func classifyCodes(a answer, okStatus int, done map[string]bool) attemptKind {
 	switch {
 	case a.err != nil || a.status == 0:
 		return attemptUnknown
 	case a.status == okStatus:
 		return attemptDone
-	case a.status == http.StatusConflict && ruleCodes[a.problemCode()]:
+	case a.status == http.StatusConflict && done[a.problemCode()]:
 		return attemptDone
 	case a.status == http.StatusTooManyRequests, a.status == http.StatusConflict && a.problemCode() == "idempotency-key-in-flight":
 		return attemptNoEffect
@@ -223,6 +226,12 @@ func refusalOutcome(code string) model.Outcome {
 // was sold" walks away. It returns the last answer, its kind, and whether some attempt's
 // outcome was unknown.
 func (c *drillClient) write(ctx context.Context, p *model.Op, send func(ctx context.Context) answer, okStatus int, refusalEnds bool) (answer, attemptKind, bool) {
+	return c.writeCodes(ctx, p, send, okStatus, refusalEnds, ruleCodes)
+}
+
+// writeCodes is write with the 409 codes that decide the operation (done).
+func (c *drillClient) writeCodes(ctx context.Context, p *model.Op, send func(ctx context.Context) answer, okStatus int, refusalEnds bool,
+	done map[string]bool) (answer, attemptKind, bool) {
 	pause := c.retries.pause
 	var last answer
 	unknown := false
@@ -230,7 +239,7 @@ func (c *drillClient) write(ctx context.Context, p *model.Op, send func(ctx cont
 		start := c.rec.Now()
 		a := send(ctx)
 		end := c.rec.Now()
-		kind := classify(a, okStatus)
+		kind := classifyCodes(a, okStatus, done)
 		at := model.Attempt{Start: start, End: end, Status: a.status, Code: a.problemCode(), Replica: a.fromReplica(), Resent: a.resent}
 		if a.err != nil {
 			at.Err = shortErr(a.err)
@@ -346,10 +355,19 @@ func (c *drillClient) place(ctx context.Context, product, qty int64, style order
 	switch {
 	case kind == attemptDone && last.status == http.StatusCreated:
 		var o struct {
-			ID string `json:"id"`
+			ID        string     `json:"id"`
+			Status    string     `json:"status"`
+			ExpiresAt *time.Time `json:"expires_at"`
 		}
 		_ = json.Unmarshal(last.body, &o)
 		p.Out, p.OrderID = model.Output{Outcome: model.Confirmed}, o.ID
+		if o.Status == string(model.StatusHeld) {
+			// A hold (issue #21): its units are taken until it is confirmed, cancelled or expires.
+			p.Out.Outcome, p.Hold = model.Held, true
+			if o.ExpiresAt != nil {
+				p.Expires = o.ExpiresAt.Sub(c.rec.Start)
+			}
+		}
 	case kind == attemptDone:
 		var so struct {
 			Available *int64 `json:"available"`
@@ -430,6 +448,7 @@ func (c *drillClient) read(ctx context.Context, product int64) *model.Op {
 type saleRules struct {
 	opens, ends time.Time
 	limit       int64
+	holdFor     int64 // hold_for in seconds (issue #21): orders are held this long
 }
 
 // createProduct creates a product through the API and records its creation, the state the
@@ -453,6 +472,9 @@ func (c *drillClient) createSale(ctx context.Context, sku string, stock int64, r
 	}
 	if rules.limit > 0 {
 		fields["max_per_customer"] = rules.limit
+	}
+	if rules.holdFor > 0 {
+		fields["hold_for"] = rules.holdFor
 	}
 	body, _ := json.Marshal(fields)
 	p.Invoke = c.rec.Now()

@@ -64,6 +64,7 @@ type drillEnv struct {
 	hot     int64
 	scarce  int64
 	limited int64        // the product with sale rules
+	holds   int64        // the product sold with a hold (holds-expiry), or 0
 	regular atomic.Int64 // orders of the limited product so far: its customers grow with them
 	// identity mints the customers' tokens, which the replicas verify.
 	identity *cluster.Identity
@@ -294,9 +295,16 @@ func (l *load) one(ctx context.Context) {
 	if d.limited != 0 {
 		rolls = 120 // a fifth more: orders of the limited product
 	}
+	if d.holds != 0 {
+		rolls += 25 // a fifth more: buyers of the holds product (20) and reads of it (5)
+	}
 	roll := d.rng.intN(rolls)
 	if roll >= 75 && roll < 88 && d.sc.buyers > 0 {
 		roll = 88
+	}
+	limitedEnd := 100
+	if d.limited != 0 {
+		limitedEnd = 120
 	}
 	l.open.Add(1)
 	d.client.goOp(func() {
@@ -312,8 +320,12 @@ func (l *load) one(ctx context.Context) {
 			d.client.read(ctx, d.hot)
 		case roll < 100:
 			d.client.read(ctx, d.scarce)
-		default:
+		case roll < limitedEnd:
 			d.client.orderAs(ctx, d.regularCustomer(), d.limited, int64(1+d.rng.intN(limitedLimit)))
+		case roll < limitedEnd+20:
+			d.holdBuyer(ctx)
+		default:
+			d.client.read(ctx, d.holds)
 		}
 	})
 }
@@ -356,6 +368,11 @@ func (l *load) restock(ctx context.Context) {
 		}
 		bg := context.WithoutCancel(ctx)
 		d.client.restock(bg, d.scarce, int64(1+d.rng.intN(3)))
+		if d.holds != 0 && d.rng.intN(2) == 0 {
+			// Paid holds take units for good: a restock now and then keeps the product
+			// selling, and its stock moving both ways.
+			d.client.restock(bg, d.holds, int64(1+d.rng.intN(2)))
+		}
 		if time.Now().After(nextHot) {
 			d.client.restock(bg, d.hot, 10)
 			nextHot = time.Now().Add(4 * time.Second)
@@ -480,6 +497,29 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		out.err = err
 		return out
 	}
+	var watcher *verdict.ReleaseWatcher
+	if sc.holds {
+		if d.holds, err = d.createHolds(ctx); err != nil {
+			out.err = err
+			return out
+		}
+		// The releases' moments are read back from Postgres; a watcher of the orders table
+		// bounds each from above while the drill runs (verdict.HoldOps).
+		cfg, err := pgxpool.ParseConfig(d.c.DatabaseURL)
+		if err != nil {
+			out.err = err
+			return out
+		}
+		cfg.MaxConns = 2
+		watchPool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			out.err = err
+			return out
+		}
+		defer watchPool.Close()
+		watcher = verdict.WatchReleases(ctx, watchPool, d.rec, 100*time.Millisecond)
+		defer watcher.Stop()
+	}
 	d.load = &load{d: d, maxOpen: 400}
 	d.load.setFactor(1)
 
@@ -495,6 +535,10 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 			filepath.Base(d.dir), plan.rate/5, plan.warmup/2, plan.tail/2, limitedLimit)
 	} else {
 		h.Printf("[%s] and %.0f orders/s of a product without rules (-rules=false), by customers who come back\n", filepath.Base(d.dir), plan.rate/5)
+	}
+	if d.holds != 0 {
+		h.Printf("[%s] and %.0f orders/s of a product held %v (%d units), whose buyers pay, cancel or walk away\n", filepath.Base(d.dir),
+			plan.rate*20/145, holdFor, holdStock)
 	}
 	if sc.buyers > 0 {
 		h.Printf("[%s] and %d closed-loop buyers of the hot product; replicas' lock wait %v\n", filepath.Base(d.dir), sc.buyers, d.lockWait())
@@ -529,6 +573,20 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		out.err = fmt.Errorf("inject %s: %w", sc.name, faultErr)
 		return out
 	}
+	if watcher != nil {
+		// Every hold must end while the replicas run: the expiry's job, or the sweep.
+		settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), holdFor+holdsGrace+10*time.Second)
+		pool, err := pgxpool.New(settleCtx, d.c.DatabaseURL)
+		if err == nil {
+			err = d.settleHolds(settleCtx, pool)
+			pool.Close()
+		}
+		cancel()
+		if err != nil {
+			out.err = fmt.Errorf("wait for the holds to end: %w", err)
+			return out
+		}
+	}
 
 	// What the defense layers caught, by the live replicas' own counters (a killed
 	// replica's are lost with it): whether the fault made the fence, say, earn its keep.
@@ -549,6 +607,10 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 	}
 	stopping.Wait()
 	end := d.rec.Now()
+	var seen map[string]time.Duration
+	if watcher != nil {
+		seen = watcher.Stop()
+	}
 
 	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
@@ -568,6 +630,12 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		return out
 	}
 	out.invariants = append(out.invariants, rules...)
+	holds, err := verdict.Holds(checkCtx, pool, holdsGrace)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	out.invariants = append(out.invariants, holds...)
 	ops := d.rec.Snapshot()
 	keys, err := verdict.Keys(checkCtx, pool, ops, d.rec.Start)
 	if err != nil {
@@ -579,6 +647,14 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		return out
 	}
 	out.reconcile = append(out.reconcile, keys...)
+	// The holds' releases, expiries and final statuses, after Orders has given the orders
+	// whose outcome was unknown their ids.
+	holdOps, holdChecks, err := verdict.HoldOps(checkCtx, pool, ops, d.rec.Start, seen, end)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	out.reconcile = append(out.reconcile, holdChecks...)
 	for _, p := range ops {
 		if p.RefusedButSold {
 			continue // a violation, not an unknown outcome
@@ -590,11 +666,16 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 			out.unknown++
 		}
 	}
-	final, err := verdict.FinalStock(checkCtx, pool, []int64{d.hot, d.scarce, d.limited}, end)
+	products := []int64{d.hot, d.scarce, d.limited}
+	if d.holds != 0 {
+		products = append(products, d.holds)
+	}
+	final, err := verdict.FinalStock(checkCtx, pool, products, end)
 	if err != nil {
 		out.err = err
 		return out
 	}
+	ops = append(ops, holdOps...)
 	ops = append(ops, final...)
 	if err := model.WriteText(filepath.Join(d.dir, "history.txt"), ops); err != nil {
 		out.err = err

@@ -37,6 +37,9 @@ type scenario struct {
 	buyers int
 	// lockWait, when set, is the replicas' STOCKSVC_LOCK_WAIT instead of -lock-wait.
 	lockWait time.Duration
+	// holds adds a product sold with a short hold (issue #21, holds.go) whose buyers pay,
+	// cancel or walk away.
+	holds bool
 	// inject causes the fault and returns once it has healed.
 	inject func(ctx context.Context, d *drillEnv) error
 	// check judges what only this scenario demands (e.g. no failed request); it returns
@@ -69,6 +72,8 @@ func scenarios() []scenario {
 			inject: slowloris, check: keptSelling},
 		{name: "bad-input", about: "malformed requests beside the sale for 5 s: 4xx, never 5xx, and selling goes on", expected: 5 * time.Second,
 			inject: badInput, check: badInputAnswers},
+		{name: "holds-expiry", about: "holds of 3 s, buyers who pay, cancel or walk away: SIGKILL a replica and SIGSTOP Redis for twice the lock TTL while holds expire; every hold ends once, its units back once",
+			ownRedis: true, holds: true, expected: 6 * time.Second, inject: holdsExpiry, check: holdsChecked},
 	}
 }
 

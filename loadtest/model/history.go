@@ -35,6 +35,18 @@ const (
 	// /v1/products/{id}/sale/end), which Postgres's now() dates within the request.
 	KindOpen
 	KindClose
+	// Holds (issue #21): see holds.go. KindConfirm and KindCancel are a client's requests on
+	// a held order; KindRelease (its units back in stock), KindExpire (the service expired it)
+	// and KindStatus (its status once every replica has stopped) are read from Postgres after
+	// the run.
+	KindConfirm
+	KindCancel
+	KindRelease
+	KindExpire
+	KindStatus
+	// KindLapse is a hold's expires_at passing, by Postgres's clock: from then on a confirm is
+	// refused hold-expired, whether or not the expiry has released the units yet.
+	KindLapse
 )
 
 // Outcome is what a client was told, or what the run learnt afterwards.
@@ -63,6 +75,16 @@ const (
 	// OverLimit: a 409 customer-limit; nothing was sold, and the order would have taken its
 	// customer above the product's max_per_customer.
 	OverLimit
+	// Held: a 201 "held" (issue #21): the units were taken, as by a confirmed order, until the
+	// hold is confirmed, cancelled or expires.
+	Held
+	// HoldExpired, OrderCancelled, OrderConfirmed: a confirm's or a cancel's 409 of that code.
+	HoldExpired
+	OrderCancelled
+	OrderConfirmed
+	// Cancelled and Expired: a cancel's 200, with the status it answered.
+	Cancelled
+	Expired
 )
 
 // String names the outcome as the history and the reports show it.
@@ -84,6 +106,18 @@ func (o Outcome) String() string {
 		return "sale-ended"
 	case OverLimit:
 		return "customer-limit"
+	case Held:
+		return "held"
+	case HoldExpired:
+		return "hold-expired"
+	case OrderCancelled:
+		return "order-cancelled"
+	case OrderConfirmed:
+		return "order-confirmed"
+	case Cancelled:
+		return "cancelled"
+	case Expired:
+		return "expired"
 	}
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }
@@ -99,6 +133,12 @@ type Input struct {
 	// PerCustomer marks the copy of a creation that starts one customer's partition (see
 	// New); History and the partition set it, clients never do.
 	PerCustomer bool `json:",omitempty"`
+	// Hold is the order id of a hold, on the operations of its own partition (holds.go):
+	// confirms, cancels, its expiry, its final status, and the copy of its order that starts
+	// the partition (HoldStart). A release carries it too, for the reader, but belongs to the
+	// product.
+	Hold      string `json:",omitempty"`
+	HoldStart bool   `json:",omitempty"`
 }
 
 // Output is what the operation returned, as far as the model is concerned.
@@ -113,6 +153,8 @@ type Output struct {
 	HasAvailable bool
 	// Rules are the product's sale rules, as its creation answered them.
 	Rules Rules `json:",omitzero"`
+	// Status is a hold's status in Postgres once every replica has stopped (KindStatus).
+	Status HoldStatus `json:",omitempty"`
 }
 
 // Rules are a product's sale rules, in the history's time (since the recorder's start): the
@@ -159,7 +201,7 @@ func New(o Options) porcupine.Model {
 		},
 		Hash: func(s any) uint64 {
 			st := s.(state)
-			return uint64(st.stock)*31 + uint64(st.bought)*7 + uint64(st.phase)
+			return uint64(st.stock)*31 + uint64(st.bought)*7 + uint64(st.phase) + holdHash(st.hold)*131
 		},
 		DescribeOperation: describeOp,
 		DescribeState:     describeState,
@@ -192,6 +234,9 @@ type state struct {
 	perCustomer bool
 	limit       int64
 	bought      int64
+	// hold is a hold's status, in a hold's partition (isHold).
+	isHold bool
+	hold   HoldStatus
 }
 
 func describeState(s any) string {
@@ -199,6 +244,8 @@ func describeState(s any) string {
 	switch {
 	case st.stock == stateUnset:
 		return "not created"
+	case st.isHold:
+		return "hold " + string(st.hold)
 	case st.perCustomer:
 		return fmt.Sprintf("customer holds %d of at most %d", st.bought, st.limit)
 	case st.phase == phaseBefore:
@@ -219,6 +266,9 @@ func step(o Options, s state, in Input, out Output) []any {
 		if in.PerCustomer {
 			return []any{state{stock: 0, perCustomer: true, limit: out.Rules.Limit}}
 		}
+		if in.HoldStart {
+			return []any{state{stock: 0, isHold: true, hold: StatusHeld}}
+		}
 		ph := phaseOpen
 		if out.Rules.HasOpens {
 			ph = phaseBefore // History adds the opening after the creation only when it is later
@@ -227,6 +277,9 @@ func step(o Options, s state, in Input, out Output) []any {
 	}
 	if s.stock == stateUnset {
 		return nil
+	}
+	if s.isHold {
+		return stepHold(s, in, out)
 	}
 	if s.perCustomer {
 		return stepCustomer(s, in, out)
@@ -255,7 +308,7 @@ func stepStock(o Options, s state, in Input, out Output) []any {
 		}
 	case KindOrder:
 		switch out.Outcome {
-		case Confirmed, Happened:
+		case Confirmed, Happened, Held:
 			if s.phase == phaseOpen && s.stock >= q {
 				return []any{with(s.stock - q)}
 			}
@@ -295,19 +348,29 @@ func stepStock(o Options, s state, in Input, out Output) []any {
 		if s.stock == out.Stock {
 			return []any{s}
 		}
+	case KindRelease:
+		// A hold's units back in stock, whatever the window says: a release is no sale.
+		return []any{with(s.stock + q)}
 	}
 	return nil
 }
 
 // stepCustomer is one customer's partition of a product with a limit: only its orders.
 func stepCustomer(s state, in Input, out Output) []any {
+	q := in.Quantity
+	bought := func(b int64) state { s2 := s; s2.bought = b; return s2 }
+	if in.Kind == KindRelease {
+		// A released hold stops counting toward the limit.
+		if s.bought >= q {
+			return []any{bought(s.bought - q)}
+		}
+		return nil
+	}
 	if in.Kind != KindOrder {
 		return nil
 	}
-	q := in.Quantity
-	bought := func(b int64) state { s2 := s; s2.bought = b; return s2 }
 	switch out.Outcome {
-	case Confirmed, Happened:
+	case Confirmed, Happened, Held:
 		if s.bought+q <= s.limit {
 			return []any{bought(s.bought + q)}
 		}
@@ -334,6 +397,9 @@ func describeOp(input, output any) string {
 		if in.PerCustomer {
 			return fmt.Sprintf("create(limit %d) for %s", out.Rules.Limit, in.Customer)
 		}
+		if in.HoldStart {
+			return "hold " + in.Hold + " taken"
+		}
 		return fmt.Sprintf("create(%d)", out.Stock)
 	case KindOrder:
 		if out.Outcome == SoldOut && out.HasAvailable {
@@ -354,6 +420,8 @@ func describeOp(input, output any) string {
 		return "sale opens"
 	case KindClose:
 		return "sale ends"
+	case KindConfirm, KindCancel, KindRelease, KindExpire, KindStatus, KindLapse:
+		return describeHoldOp(in, out)
 	}
 	return "?"
 }
@@ -364,9 +432,18 @@ func describeOp(input, output any) string {
 func partition(history []porcupine.Operation) [][]porcupine.Operation {
 	byProduct := map[int64][]porcupine.Operation{}
 	created := map[int64]porcupine.Operation{}
+	byHold := map[string][]porcupine.Operation{}
 	var ids []int64
+	var holds []string
 	for _, op := range history {
 		in := op.Input.(Input)
+		if in.Hold != "" && in.Kind != KindRelease {
+			if _, ok := byHold[in.Hold]; !ok {
+				holds = append(holds, in.Hold)
+			}
+			byHold[in.Hold] = append(byHold[in.Hold], op)
+			continue
+		}
 		if _, ok := byProduct[in.Product]; !ok {
 			ids = append(ids, in.Product)
 		}
@@ -387,7 +464,7 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 		var customers []string
 		for _, op := range byProduct[id] {
 			in := op.Input.(Input)
-			if in.Kind != KindOrder || in.Customer == "" {
+			if in.Kind != KindOrder && in.Kind != KindRelease || in.Customer == "" {
 				continue
 			}
 			if _, ok := byCustomer[in.Customer]; !ok {
@@ -404,6 +481,10 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 		for _, cu := range customers {
 			out = append(out, byCustomer[cu])
 		}
+	}
+	slices.Sort(holds)
+	for _, id := range holds {
+		out = append(out, byHold[id])
 	}
 	return out
 }
@@ -443,6 +524,12 @@ type Op struct {
 	// RefusedButSold marks an order refused to its client (429) that the database holds: a
 	// violation, checked by the model as an order that happened (see verdict.Orders).
 	RefusedButSold bool
+	// Hold marks an order that is a hold (answered held, or found in the database with an
+	// expires_at): History starts a partition of its own for it, by OrderID.
+	Hold bool
+	// Expires is a hold's expires_at as its answer gave it, on the recorder's clock: when a
+	// buyer who pays late is too late. Not saved: the check does not read it.
+	Expires time.Duration
 }
 
 // Recorder collects operations from many goroutines.
@@ -530,6 +617,9 @@ func History(ops []*Op, o HistoryOptions) []porcupine.Operation {
 			Metadata: p.DescribeAttempts(),
 		})
 		out = append(out, ticks...)
+		if start, ok := holdStart(p, call, ret); ok {
+			out = append(out, start)
+		}
 	}
 	return out
 }
@@ -591,7 +681,7 @@ func (p *Op) DescribeAttempts() string {
 type CheckResult struct {
 	Name       string // "orders+restocks" or "with reads"
 	Ops        int
-	Partitions int // products, and customers of products with a limit
+	Partitions int // products, customers of products with a limit, and holds
 	Concurrent int // the most operations open at once
 	Result     porcupine.CheckResult
 	Elapsed    time.Duration
@@ -605,7 +695,7 @@ type CheckResult struct {
 func (c CheckResult) String() string {
 	verdict := map[porcupine.CheckResult]string{porcupine.Ok: "linearizable", porcupine.Illegal: "NOT LINEARIZABLE",
 		porcupine.Unknown: "UNDECIDED (checker timed out)"}[c.Result]
-	s := fmt.Sprintf("%-16s %5d ops in %d partitions (products; customers of a limited one), at most %d open at once: %s (%.1fs)", c.Name, c.Ops, c.Partitions, c.Concurrent, verdict, c.Elapsed.Seconds())
+	s := fmt.Sprintf("%-16s %5d ops in %d partitions (products; customers of a limited one; holds), at most %d open at once: %s (%.1fs)", c.Name, c.Ops, c.Partitions, c.Concurrent, verdict, c.Elapsed.Seconds())
 	if c.Visual != "" {
 		s += "; see " + c.Visual
 	}
@@ -636,8 +726,12 @@ func explain(model porcupine.Model, info porcupine.LinearizationInfo, sizes []in
 			_, state = model.Step(state, o.Input, o.Output)
 			states = append(states, state)
 		}
-		product := longest[0].Input.(Input).Product
-		fmt.Fprintf(&b, "    product %d: a legal order of %d of its %d operations ends with\n", product, len(longest), sizes[i])
+		first := longest[0].Input.(Input)
+		what := fmt.Sprintf("product %d", first.Product)
+		if first.HoldStart {
+			what = "hold " + first.Hold
+		}
+		fmt.Fprintf(&b, "    %s: a legal order of %d of its %d operations ends with\n", what, len(longest), sizes[i])
 		for i := max(0, len(longest)-4); i < len(longest); i++ {
 			o := longest[i]
 			fmt.Fprintf(&b, "      [%.6f, %.6f] %s ⇒ %s\n", float64(o.Call)/1e9, float64(o.Return)/1e9, describeOp(o.Input, o.Output),
@@ -724,6 +818,8 @@ type savedOp struct {
 	NotBefore time.Duration `json:"not_before_ns,omitempty"`
 	Final     bool          `json:"final,omitempty"`
 	Customer  string        `json:"customer,omitempty"`
+	OrderID   string        `json:"order_id,omitempty"`
+	Hold      bool          `json:"hold,omitempty"`
 	Attempts  string        `json:"attempts"`
 }
 
@@ -735,7 +831,7 @@ func Save(path string, ops []*Op, end time.Duration) error {
 	}{End: end}
 	for _, p := range ops {
 		saved.Ops = append(saved.Ops, savedOp{ID: p.ID, Client: p.Client, In: p.In, Out: p.Out, Invoke: p.Invoke, Return: p.Return,
-			NotBefore: p.NotBefore, Final: p.Final, Customer: p.Customer, Attempts: p.DescribeAttempts()})
+			NotBefore: p.NotBefore, Final: p.Final, Customer: p.Customer, OrderID: p.OrderID, Hold: p.Hold, Attempts: p.DescribeAttempts()})
 	}
 	b, err := json.Marshal(saved)
 	if err != nil {
@@ -762,7 +858,8 @@ func Load(path string) ([]*Op, time.Duration, error) {
 	}
 	ops := make([]*Op, len(saved.Ops))
 	for i, s := range saved.Ops {
-		ops[i] = &Op{ID: s.ID, Client: s.Client, In: s.In, Out: s.Out, Invoke: s.Invoke, Return: s.Return, NotBefore: s.NotBefore, Final: s.Final, Customer: s.Customer}
+		ops[i] = &Op{ID: s.ID, Client: s.Client, In: s.In, Out: s.Out, Invoke: s.Invoke, Return: s.Return, NotBefore: s.NotBefore, Final: s.Final,
+			Customer: s.Customer, OrderID: s.OrderID, Hold: s.Hold}
 	}
 	return ops, saved.End, nil
 }

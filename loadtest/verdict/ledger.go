@@ -26,13 +26,17 @@ type Ledger struct {
 	SKU      string
 	Stock    int64
 	Received int64
-	Sold     int64
+	Sold     int64 // units of confirmed orders
+	// Held is the units of orders still held (issue #21): taken from stock, neither confirmed
+	// nor given back yet. Cancelled and expired orders' units are back in Stock.
+	Held int64
 }
 
 // Ledgers checks, from the tables alone, what must hold after any run whatever the
-// clients were told: no stock below zero, received − sold = stock for every product, nothing
-// sold beyond what was received, one order per idempotency key, and orders and items that
-// reference what exists.
+// clients were told: no stock below zero, received = stock + held + sold for every product
+// (held: units of orders still held; a cancelled or expired order's units are back in stock,
+// so each went back exactly once in all), nothing sold beyond what was received, one order per
+// idempotency key, and orders and items that reference what exists.
 func Ledgers(ctx context.Context, pool *pgxpool.Pool) ([]Invariant, map[int64]Ledger, error) {
 	var out []Invariant
 	add := func(name string, ok bool, detail string, args ...any) {
@@ -42,7 +46,9 @@ func Ledgers(ctx context.Context, pool *pgxpool.Pool) ([]Invariant, map[int64]Le
 		SELECT p.id, p.sku, p.stock,
 		       p.initial_stock + COALESCE((SELECT sum(r.quantity) FROM restocks r WHERE r.product_id = p.id), 0) AS received,
 		       COALESCE((SELECT sum(i.quantity) FROM order_items i JOIN orders o ON o.id = i.order_id
-		                  WHERE i.product_id = p.id AND o.status = 'confirmed'), 0) AS sold
+		                  WHERE i.product_id = p.id AND o.status = 'confirmed'), 0) AS sold,
+		       COALESCE((SELECT sum(i.quantity) FROM order_items i JOIN orders o ON o.id = i.order_id
+		                  WHERE i.product_id = p.id AND o.status = 'held'), 0) AS held
 		  FROM products p ORDER BY p.id`)
 	ledgers, err := pgx.CollectRows(rows, pgx.RowToStructByName[Ledger])
 	if err != nil {
@@ -55,14 +61,14 @@ func Ledgers(ctx context.Context, pool *pgxpool.Pool) ([]Invariant, map[int64]Le
 		if l.Stock < 0 {
 			negative++
 		}
-		if l.Received-l.Sold != l.Stock {
+		if l.Received-l.Sold-l.Held != l.Stock {
 			unbalanced++
 		}
-		oversold += max(0, l.Sold-l.Received)
+		oversold += max(0, l.Sold+l.Held-l.Received)
 	}
 	add("stock never negative", negative == 0, "%d of %d products below zero", negative, len(ledgers))
-	add("conservation: received - sold = stock", unbalanced == 0, "%d of %d products off", unbalanced, len(ledgers))
-	add("no oversell", oversold == 0, "%d units sold beyond what was received", oversold)
+	add("conservation: received = stock + held + sold (released units back once)", unbalanced == 0, "%d of %d products off", unbalanced, len(ledgers))
+	add("no oversell", oversold == 0, "%d units sold or held beyond what was received", oversold)
 
 	var dupKeys, orphanItems, emptyOrders int64
 	err = pool.QueryRow(ctx, `

@@ -76,7 +76,7 @@ func Orders(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, start time
 			continue
 		}
 		switch p.Out.Outcome {
-		case model.Confirmed:
+		case model.Confirmed, model.Held:
 			switch {
 			case len(found) == 0:
 				missing++
@@ -97,13 +97,13 @@ func Orders(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, start time
 				// make the history unexplainable — and with dozens of orders open at once,
 				// Porcupine takes its whole time limit to prove that.
 				if len(found) == 1 && found[0].product == p.In.Product && found[0].quantity == p.In.Quantity {
-					p.Out.Outcome, p.RefusedButSold = model.Happened, true
+					p.Out.Outcome, p.RefusedButSold, p.OrderID = model.Happened, true, found[0].id
 					p.NotBefore = found[0].created.Sub(start) - clockSlack
 				}
 			}
 		case model.Unknown:
 			if len(found) == 1 && found[0].product == p.In.Product && found[0].quantity == p.In.Quantity {
-				p.Out.Outcome = model.Happened
+				p.Out.Outcome, p.OrderID = model.Happened, found[0].id
 				p.NotBefore = found[0].created.Sub(start) - clockSlack
 			} else if len(found) == 1 {
 				wrong++

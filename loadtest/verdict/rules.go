@@ -12,12 +12,14 @@ import (
 // Rules checks the sale rules (issue #20) from the tables alone, whatever the clients were
 // told:
 //
-//   - no confirmed order of a product was created outside its sale window: orders.created_at
-//     (Postgres's now() in the selling transaction) is neither before sale_starts_at nor at or
-//     after sale_ends_at;
-//   - no customer holds more units of a product than its max_per_customer;
+//   - no order of a product was created outside its sale window — confirmed, held, or held
+//     and released since (issue #21): orders.created_at (Postgres's now() in the selling
+//     transaction) is neither before sale_starts_at nor at or after sale_ends_at;
+//   - no customer holds more units of a product than its max_per_customer (units of held
+//     orders count, issue #21; cancelled and expired ones no longer do);
 //   - customer_purchases.bought, the count the selling statement keeps, equals the units the
-//     customer's confirmed orders hold, for every customer of every product with a limit.
+//     customer's confirmed and held orders hold, for every customer of every product with a
+//     limit.
 //
 // The window is the one the product has when the check runs: a window moved after orders were
 // confirmed would make them look early or late, so the runs never move one.
@@ -37,8 +39,7 @@ func Rules(ctx context.Context, pool *pgxpool.Pool) ([]Invariant, error) {
 		SELECT format('order %s of product %s at %s, window [%s, %s)', o.id, p.id, o.created_at,
 		              coalesce(p.sale_starts_at::text, '-∞'), coalesce(p.sale_ends_at::text, '∞'))
 		  FROM orders o JOIN order_items i ON i.order_id = o.id JOIN products p ON p.id = i.product_id
-		 WHERE o.status = 'confirmed'
-		   AND (o.created_at < p.sale_starts_at OR o.created_at >= p.sale_ends_at)
+		 WHERE (o.created_at < p.sale_starts_at OR o.created_at >= p.sale_ends_at)
 		 ORDER BY o.created_at`)
 	if err != nil {
 		return nil, fmt.Errorf("orders outside the window: %w", err)
@@ -47,7 +48,7 @@ func Rules(ctx context.Context, pool *pgxpool.Pool) ([]Invariant, error) {
 		SELECT format('customer %s holds %s units of product %s, limit %s', s.customer_id, s.units, p.id, p.max_per_customer)
 		  FROM (SELECT i.product_id, o.customer_id, sum(i.quantity) AS units
 		          FROM orders o JOIN order_items i ON i.order_id = o.id
-		         WHERE o.status = 'confirmed' GROUP BY i.product_id, o.customer_id) s
+		         WHERE o.status IN ('confirmed', 'held') GROUP BY i.product_id, o.customer_id) s
 		  JOIN products p ON p.id = s.product_id
 		 WHERE s.units > p.max_per_customer
 		 ORDER BY p.id, s.customer_id`)
@@ -64,13 +65,13 @@ func Rules(ctx context.Context, pool *pgxpool.Pool) ([]Invariant, error) {
 		WITH sold AS (
 		    SELECT i.product_id, o.customer_id, sum(i.quantity)::bigint AS units
 		      FROM orders o JOIN order_items i ON i.order_id = o.id JOIN products p ON p.id = i.product_id
-		     WHERE o.status = 'confirmed' AND p.max_per_customer IS NOT NULL
+		     WHERE o.status IN ('confirmed', 'held') AND p.max_per_customer IS NOT NULL
 		     GROUP BY i.product_id, o.customer_id),
 		counted AS (
 		    SELECT c.product_id, c.customer_id, c.bought
 		      FROM customer_purchases c JOIN products p ON p.id = c.product_id
 		     WHERE p.max_per_customer IS NOT NULL)
-		SELECT format('customer %s, product %s: bought %s, confirmed orders hold %s',
+		SELECT format('customer %s, product %s: bought %s, confirmed and held orders hold %s',
 		              coalesce(s.customer_id, c.customer_id), coalesce(s.product_id, c.product_id),
 		              coalesce(c.bought, 0), coalesce(s.units, 0))
 		  FROM sold s FULL JOIN counted c ON c.product_id = s.product_id AND c.customer_id = s.customer_id
@@ -83,7 +84,7 @@ func Rules(ctx context.Context, pool *pgxpool.Pool) ([]Invariant, error) {
 			Detail: summarise(len(outside), "orders outside the window", outside)},
 		{Name: "no customer above the limit", OK: len(over) == 0,
 			Detail: summarise(len(over), "customers above the limit", over)},
-		{Name: "customer_purchases.bought = the customer's confirmed units", OK: len(counted) == 0,
+		{Name: "customer_purchases.bought = the customer's held + confirmed units", OK: len(counted) == 0,
 			Detail: fmt.Sprintf("%d products with a limit, %d customers counted; ", limited, holders) + summarise(len(counted), "counts off", counted)},
 	}, nil
 }

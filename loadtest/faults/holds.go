@@ -1,0 +1,224 @@
+package faults
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stocksvc/stocksvc/internal/clock"
+	"github.com/stocksvc/stocksvc/loadtest/model"
+)
+
+// Holds (issue #21) in the drills: the holds-expiry scenario adds a fourth product sold with a
+// short hold, whose buyers pay (confirm), cancel, or walk away; the fault — a replica killed
+// and Redis paused — comes while holds expire. Every release is read back from Postgres and
+// checked by the model with the rest (model/holds.go, verdict.HoldOps), and the SQL verdict
+// checks the holds' books (verdict.Holds).
+
+// holdCodes are the 409s that decide a confirm or a cancel.
+var holdCodes = map[string]bool{"hold-expired": true, "order-cancelled": true, "order-confirmed": true}
+
+// settle confirms (model.KindConfirm) or cancels (model.KindCancel) the hold order made, as
+// its customer, retrying what may not have arrived (both are idempotent), and records it. It
+// returns, besides, a description of an answer the contract does not allow, if one came.
+func (c *drillClient) settle(ctx context.Context, order *model.Op, kind model.Kind) (*model.Op, string) {
+	verb := "confirm"
+	if kind == model.KindCancel {
+		verb = "cancel"
+	}
+	p := &model.Op{Client: c.lane(), In: model.Input{Kind: kind, Product: order.In.Product, Hold: order.OrderID}, Customer: order.Customer}
+	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
+	header := map[string]string{"Authorization": "Bearer " + c.token} // an admin, when customers carry no tokens
+	if c.bearer != nil {
+		token, err := c.bearer(order.Customer)
+		if err != nil {
+			p.Invoke, p.Return = c.rec.Now(), c.rec.Now()
+			p.Out = model.Output{Outcome: model.Refused}
+			c.rec.Add(p)
+			return p, ""
+		}
+		header["Authorization"] = "Bearer " + token
+	}
+	p.Invoke = c.rec.Now()
+	last, kindOf, unknown := c.writeCodes(ctx, p, func(ctx context.Context) answer {
+		return c.do(ctx, http.MethodPost, c.base()+"/v1/orders/"+order.OrderID+"/"+verb, nil, header)
+	}, http.StatusOK, false, holdCodes)
+	p.Return = c.rec.Now()
+	var unexpected string
+	switch {
+	case kindOf == attemptDone && last.status == http.StatusOK:
+		var o struct {
+			Status string `json:"status"`
+		}
+		_ = json.Unmarshal(last.body, &o)
+		switch {
+		case kind == model.KindConfirm && o.Status == string(model.StatusConfirmed):
+			p.Out.Outcome = model.Confirmed
+		case kind == model.KindCancel && o.Status == string(model.StatusCancelled):
+			p.Out.Outcome = model.Cancelled
+		case kind == model.KindCancel && o.Status == string(model.StatusExpired):
+			p.Out.Outcome = model.Expired
+		default:
+			p.Out.Outcome = model.Refused
+			unexpected = fmt.Sprintf("%s of %s answered 200 %q", verb, order.OrderID, o.Status)
+		}
+	case kindOf == attemptDone:
+		p.Out.Outcome = map[string]model.Outcome{"hold-expired": model.HoldExpired, "order-cancelled": model.OrderCancelled,
+			"order-confirmed": model.OrderConfirmed}[last.problemCode()]
+	case kindOf == attemptUnexpected:
+		p.Out.Outcome = model.Refused
+		unexpected = fmt.Sprintf("%s of %s answered %d %s", verb, order.OrderID, last.status, last.problemCode())
+		if unknown {
+			p.Out.Outcome = model.Unknown
+		}
+	case unknown:
+		p.Out.Outcome = model.Unknown
+	default:
+		p.Out.Outcome = model.Refused
+	}
+	c.rec.Add(p)
+	return p, unexpected
+}
+
+// The holds product of the holds-expiry drill.
+const (
+	holdFor   = 3 * time.Second // its hold_for: several expiries fall into the fault
+	holdStock = 20              // few units, so that releases revive it while buyers wait
+	// holdsGrace is how long after its expires_at a hold may stay held before the run calls
+	// the expiry broken: the River job at expires_at and the sweep behind it.
+	holdsGrace = 30 * time.Second
+)
+
+// createHolds creates the holds product.
+func (d *drillEnv) createHolds(ctx context.Context) (int64, error) {
+	return d.client.createSale(ctx, "HOLDS-"+rand.Text()[:6], holdStock, saleRules{holdFor: int64(holdFor / time.Second)})
+}
+
+// holdBuyer orders one or two units of the holds product and, when the order is held, pays
+// for it (30%: confirms, after up to hold_for and a second, so that some are too late; a tenth
+// of them confirm twice), cancels it (15%, a fifth of them twice, the second beside the
+// first), or walks away (55%): the expiry must give those units back.
+func (d *drillEnv) holdBuyer(ctx context.Context) {
+	order := d.client.order(ctx, d.holds, int64(1+d.rng.intN(2)))
+	if order.Out.Outcome != model.Held || order.OrderID == "" {
+		return
+	}
+	roll := d.rng.float()
+	if roll >= 0.45 {
+		return
+	}
+	if clock.Sleep(ctx, d.rng.between(0, holdFor+time.Second)) != nil {
+		return
+	}
+	kind, twice := model.KindConfirm, d.rng.intN(10) == 0
+	if roll >= 0.30 {
+		kind, twice = model.KindCancel, d.rng.intN(5) == 0
+	}
+	settle := func() {
+		if _, bad := d.client.settle(ctx, order, kind); bad != "" {
+			d.fail("%s", bad)
+		}
+	}
+	if twice && kind == model.KindCancel {
+		d.client.goOp(settle) // two cancels at once, through the balancer: units back once
+	}
+	settle()
+	if twice && kind == model.KindConfirm {
+		settle()
+	}
+}
+
+// holdsExpiry kills the victim and pauses Redis while holds expire: the River jobs the victim
+// had taken die with it, and the replicas that stay cannot reach Redis for twice the lock TTL.
+// Every hold must still end exactly once, its units back (or sold) once.
+func holdsExpiry(ctx context.Context, d *drillEnv) error {
+	r := d.c.Replicas[d.victim]
+	d.primeVictim(ctx, r)
+	d.event("SIGKILL %s while holds expire", r.Name)
+	r.Proc.Signal(syscall.SIGKILL)
+	<-r.Proc.Done()
+	pause := 2 * d.plan.lockTTL
+	d.event("SIGSTOP redis for %v (lock TTL %v)", pause, d.plan.lockTTL)
+	if err := d.c.Redis.Pause(); err != nil {
+		return err
+	}
+	err := clock.Sleep(ctx, pause)
+	if rerr := d.c.Redis.Resume(); rerr != nil && err == nil {
+		err = rerr
+	}
+	d.event("SIGCONT redis")
+	if err != nil {
+		return err
+	}
+	if err := d.c.StartReplica(r); err != nil {
+		return err
+	}
+	d.event("restarted %s", r.Name)
+	if err := d.c.WaitReplica(ctx, r); err != nil {
+		return err
+	}
+	d.event("%s ready", r.Name)
+	return nil
+}
+
+// settleHolds waits, with the replicas running, until no order is held any more, or until
+// the latest hold's expires_at plus holdsGrace has passed by Postgres's clock; the SQL verdict
+// then finds any hold the expiry left behind.
+func (d *drillEnv) settleHolds(ctx context.Context, pool *pgxpool.Pool) error {
+	began := d.rec.Now()
+	for {
+		var held int64
+		var left float64 // seconds until the latest expiry's grace runs out
+		err := pool.QueryRow(ctx, `SELECT count(*), coalesce(extract(epoch FROM max(expires_at) - now()), 0)::float8
+			FROM orders WHERE status = 'held'`).Scan(&held, &left)
+		if err != nil {
+			return fmt.Errorf("count holds: %w", err)
+		}
+		wait := time.Duration(left*float64(time.Second)) + holdsGrace
+		if held == 0 || wait <= 0 {
+			d.event("holds settled in %.1fs: %d still held", (d.rec.Now() - began).Seconds(), held)
+			return nil
+		}
+		if err := clock.Sleep(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// holdsChecked: the fault must have come while holds expired, or the drill proved nothing
+// about expiry under it.
+func holdsChecked(d *drillEnv, ops []*model.Op, _ availability) (failed, notes []string) {
+	orders, counts := map[model.Outcome]int{}, map[model.Outcome]int{}
+	var duringFault, expiries int
+	for _, p := range ops {
+		switch p.In.Kind {
+		case model.KindOrder:
+			if p.In.Product == d.holds {
+				orders[p.Out.Outcome]++
+			}
+		case model.KindConfirm, model.KindCancel:
+			counts[p.Out.Outcome]++
+		case model.KindExpire:
+			expiries++
+			for _, w := range d.faults {
+				if p.Return >= w.start && p.Invoke <= w.end {
+					duringFault++
+					break
+				}
+			}
+		}
+	}
+	notes = append(notes, fmt.Sprintf("holds: %d held, %d sold out; confirms and cancels answered: %d confirmed, %d cancelled, %d hold-expired, "+
+		"%d expired, %d order-cancelled, %d order-confirmed, %d unknown; %d expired, %d of them while the fault was in force",
+		orders[model.Held], orders[model.SoldOut], counts[model.Confirmed], counts[model.Cancelled], counts[model.HoldExpired],
+		counts[model.Expired], counts[model.OrderCancelled], counts[model.OrderConfirmed], counts[model.Unknown], expiries, duringFault))
+	if duringFault == 0 {
+		failed = append(failed, "no hold expired while the fault was in force: the drill did not test expiry under it")
+	}
+	return failed, notes
+}
