@@ -11,6 +11,7 @@ type Metrics struct {
 	giveUps     prometheus.Counter
 	refused     prometheus.Counter
 	lostUpdates prometheus.Counter
+	staleViews  prometheus.Counter
 	notFounds   *prometheus.CounterVec
 }
 
@@ -45,6 +46,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "stocksvc_view_updates_failed_total",
 			Help: "View updates Redis did not take (unreachable): the view may lag until its TTL.",
 		}),
+		staleViews: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stocksvc_view_stale_total",
+			Help: "Views in Redis older than a version this replica knows Postgres reached (an update missed: a replica died between its commit and the view's update, or Redis was unreachable then), rebuilt instead of served.",
+		}),
 		notFounds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stocksvc_view_not_found_total",
 			Help: "Orders refused (404, before any queue) and reads answered not found because the product does not exist, by what said so: memory (this replica's memory of missing products, with no Redis command and no query) or postgres (the view's read).",
@@ -61,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.notFounds.WithLabelValues(use, from)
 		}
 	}
-	reg.MustRegister(m.reads, m.queries, m.rebuilds, m.waits, m.giveUps, m.refused, m.lostUpdates, m.notFounds)
+	reg.MustRegister(m.reads, m.queries, m.rebuilds, m.waits, m.giveUps, m.refused, m.lostUpdates, m.staleViews, m.notFounds)
 	return m
 }
 
@@ -98,6 +103,12 @@ func (m *Metrics) giveUp() {
 func (m *Metrics) fallbackRefused() {
 	if m != nil {
 		m.refused.Inc()
+	}
+}
+
+func (m *Metrics) staleView() {
+	if m != nil {
+		m.staleViews.Inc()
 	}
 }
 

@@ -139,6 +139,11 @@ type Cache struct {
 
 	mu     sync.Mutex
 	leases map[int64]lease
+	// seen is, per product, the newest version this replica knows Postgres has reached: from
+	// its own purchases and its reads of Postgres. A view in Redis older than that missed an
+	// update — a replica died between its commit and the view's update, or Redis was
+	// unreachable then — and is rebuilt instead of served.
+	seen map[int64]int64
 
 	// joined, when set, runs once a read has joined a flight for product id. Tests use it to
 	// know when a read waits on a flight they hold.
@@ -318,6 +323,7 @@ func (c *Cache) fetch(ctx context.Context, id int64) (lease, error) {
 	case ferr != nil:
 		return lease{}, errors.Join(ferr, err)
 	}
+	c.saw(id, v.Product.Version)
 	return lease{view: v, start: start}, nil
 }
 
@@ -328,8 +334,11 @@ func (c *Cache) fetchCached(ctx context.Context, id int64) (lease, error) {
 		if err != nil {
 			return lease{}, err
 		}
-		if found {
+		if found && !c.behind(id, v.Product.Version) {
 			return c.keep(id, v, start), nil
+		}
+		if found {
+			c.metrics.staleView()
 		}
 		l, built, err := c.rebuild(ctx, id)
 		if err != nil || built {
@@ -381,8 +390,9 @@ func (c *Cache) rebuild(ctx context.Context, id int64) (_ lease, built bool, _ e
 		}
 	}()
 	start := time.Now()
-	// Whoever held the lock just before may have written the view after this flight looked.
-	if v, found, err := c.readRedis(ctx, id); err != nil || found {
+	// Whoever held the lock just before may have written the view after this flight looked
+	// (one older than this replica knows of is rebuilt, over it).
+	if v, found, err := c.readRedis(ctx, id); err != nil || found && !c.behind(id, v.Product.Version) {
 		if err != nil {
 			redisFailed = true
 			return lease{}, false, err
@@ -451,6 +461,7 @@ func (c *Cache) readPostgres(ctx context.Context, id int64) (View, error) {
 func (c *Cache) keep(id int64, v View, start time.Time) lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.sawLocked(id, v.Product.Version)
 	l := lease{view: v, start: start, expires: start.Add(c.cfg.Lease)}
 	if old, ok := c.leases[id]; ok && old.view.Product.Version > v.Product.Version && time.Now().Before(old.expires) {
 		return l
@@ -466,6 +477,35 @@ func (c *Cache) keep(id int64, v View, start time.Time) lease {
 	}
 	return l
 }
+
+// saw records that Postgres has reached version of product id.
+func (c *Cache) saw(id, version int64) {
+	c.mu.Lock()
+	c.sawLocked(id, version)
+	c.mu.Unlock()
+}
+
+func (c *Cache) sawLocked(id, version int64) {
+	if c.seen == nil || len(c.seen) >= maxSeen {
+		// Forgetting only costs a stale view's chance of being caught here; its TTL and the
+		// next purchase still end it.
+		c.seen = map[int64]int64{}
+	}
+	if version > c.seen[id] {
+		c.seen[id] = version
+	}
+}
+
+// behind reports whether a view of product id at version is older than what this replica
+// knows Postgres has reached.
+func (c *Cache) behind(id, version int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return version < c.seen[id]
+}
+
+// maxSeen bounds the products whose newest version a replica remembers.
+const maxSeen = 100_000
 
 // maxLeases is how many leases a replica keeps before it clears the expired ones.
 const maxLeases = 4096
@@ -484,6 +524,7 @@ const updateTimeout = 500 * time.Millisecond
 // refuses it, but never refuses one itself.
 func (c *Cache) Committed(id int64, stockLeft, version int64, at time.Time) {
 	c.mu.Lock()
+	c.sawLocked(id, version)
 	if l, ok := c.leases[id]; ok && l.view.Product.Version < version {
 		l.view.Product.Stock, l.view.Product.Version, l.view.Product.UpdatedAt, l.view.Read = stockLeft, version, at, at
 		c.leases[id] = l

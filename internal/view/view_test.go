@@ -400,3 +400,37 @@ func TestFallbackHasABudgetOfItsOwn(t *testing.T) {
 		t.Errorf("give-ups = %v, want 0: the step must have ended on its budget, not on its tries", got)
 	}
 }
+
+// TestViewBehindWhatThisReplicaSawIsRebuilt: a view in Redis that missed an update — its writer
+// died between the commit and the view's update — is rebuilt from Postgres, not served, by a
+// replica that knows Postgres reached a newer version (here: from a read of Postgres it made
+// while Redis could not serve it).
+func TestViewBehindWhatThisReplicaSawIsRebuilt(t *testing.T) {
+	w := newWorld(t, 10)
+	a, _ := w.cache(Config{}, nil)
+	b, reg := w.cache(Config{}, nil)
+	ctx := context.Background()
+	if _, err := a.Product(ctx, w.id); err != nil { // the view, in Redis, at version 0
+		t.Fatal(err)
+	}
+	// A purchase commits in Postgres; its replica dies before the view hears of it.
+	if _, err := w.pool.Exec(ctx, `UPDATE products SET stock = stock - 3, version = version + 1 WHERE id = $1`, w.id); err != nil {
+		t.Fatal(err)
+	}
+	b.saw(w.id, 1) // b read Postgres meanwhile (Redis paused, say)
+	v, err := b.Product(ctx, w.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Stock != 7 || v.Version != 1 {
+		t.Errorf("b read %d at version %d, want 7 at version 1: the stale view was served", v.Stock, v.Version)
+	}
+	if n := testenv.Metric(t, reg, "stocksvc_view_stale_total"); n != 1 {
+		t.Errorf("stocksvc_view_stale_total = %v, want 1", n)
+	}
+	// And the view in Redis is the new one, for every replica.
+	a.forgetLeases()
+	if v, err := a.Product(ctx, w.id); err != nil || v.Version != 1 {
+		t.Errorf("a then read %+v, %v; want version 1", v.Product, err)
+	}
+}
