@@ -149,15 +149,7 @@ func killReplica(ctx context.Context, d *drillEnv) error {
 	if err := clock.Sleep(ctx, time.Second); err != nil {
 		return err
 	}
-	if err := d.c.StartReplica(r); err != nil {
-		return err
-	}
-	d.event("restarted %s", r.Name)
-	if err := d.c.WaitReplica(ctx, r); err != nil {
-		return err
-	}
-	d.event("%s ready", r.Name)
-	return nil
+	return d.restart(ctx, r)
 }
 
 // killAtCommit SIGKILLs the victim the moment Postgres has committed one of its writes — a
@@ -192,15 +184,7 @@ func killAtCommit(ctx context.Context, d *drillEnv) error {
 	if err := clock.Sleep(ctx, time.Second); err != nil {
 		return err
 	}
-	if err := d.c.StartReplica(r); err != nil {
-		return err
-	}
-	d.event("restarted %s", r.Name)
-	if err := d.c.WaitReplica(ctx, r); err != nil {
-		return err
-	}
-	d.event("%s ready", r.Name)
-	return nil
+	return d.restart(ctx, r)
 }
 
 // commitWait bounds how long killAtCommit waits for the victim to commit.
@@ -439,4 +423,17 @@ func waitBalancerUp(ctx context.Context, statsPort int, server string, timeout t
 			return err
 		}
 	}
+}
+
+// restart starts replica r again after a fault stopped it, and waits until it is ready.
+func (d *drillEnv) restart(ctx context.Context, r *cluster.Replica) error {
+	if err := d.c.StartReplica(r); err != nil {
+		return err
+	}
+	d.event("restarted %s", r.Name)
+	if err := d.c.WaitReplica(ctx, r); err != nil {
+		return err
+	}
+	d.event("%s ready", r.Name)
+	return nil
 }

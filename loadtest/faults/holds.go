@@ -155,15 +155,7 @@ func holdsExpiry(ctx context.Context, d *drillEnv) error {
 	if err != nil {
 		return err
 	}
-	if err := d.c.StartReplica(r); err != nil {
-		return err
-	}
-	d.event("restarted %s", r.Name)
-	if err := d.c.WaitReplica(ctx, r); err != nil {
-		return err
-	}
-	d.event("%s ready", r.Name)
-	return nil
+	return d.restart(ctx, r)
 }
 
 // settleHolds waits, with the replicas running, until no order is held any more, or until
