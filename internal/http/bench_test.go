@@ -122,7 +122,7 @@ type notOpenViews struct{ soldOutViews }
 
 func (notOpenViews) Refusal(context.Context, int64) stock.Refusal {
 	opens := time.Now().Add(time.Hour)
-	return stock.Refusal{Version: 1, Sale: &stock.SaleRules{StartsAt: &opens}}
+	return stock.Refusal{Version: 1, Sale: stock.SaleRules{StartsAt: &opens}, Known: true}
 }
 
 // BenchmarkBeforeOpening is an order refused before its product's sale opens, in body mode and

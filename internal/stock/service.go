@@ -405,7 +405,7 @@ func (s *Service) refuseFromView(ctx context.Context, it Item, key, customer str
 	if r.Missing {
 		return &ProductNotFoundError{ProductID: it.ProductID}
 	}
-	if err := s.ruleRefusal(ctx, it, key, customer, r.Sale, r.Version); err != nil {
+	if err := s.ruleRefusal(ctx, it, key, customer, r); err != nil {
 		return err
 	}
 	if !r.SoldOut {
@@ -427,11 +427,12 @@ func (s *Service) refuseFromView(ctx context.Context, it Item, key, customer str
 // purchase statement then refuses; one that runs behind refuses for as long as it lags, saying
 // when to come back. A refusal by a rule stores nothing, so an order with a key is refused only
 // once the key is known to have no stored outcome (keyUnclaimed): an order confirmed before an
-// admin ended the sale is replayed, not refused. version is the view's.
-func (s *Service) ruleRefusal(ctx context.Context, it Item, key, customer string, sale *SaleRules, version int64) error {
-	if sale == nil || s.cfg.SkipRuleChecks {
+// admin ended the sale is replayed, not refused.
+func (s *Service) ruleRefusal(ctx context.Context, it Item, key, customer string, r Refusal) error {
+	if !r.Known || s.cfg.SkipRuleChecks {
 		return nil
 	}
+	sale, version := r.Sale, r.Version
 	err := sale.closed(it.ProductID, s.cfg.Now())
 	// A product sold with holds gives units back when they expire, so what a customer was seen
 	// to have is no bound from below there: its batches decide the limit.

@@ -62,9 +62,12 @@ type Refusal struct {
 	// view's, whenever Sale is set or SoldOut is true.
 	SoldOut bool
 	Version int64
-	// Sale, when not nil, is the product's sale rules, from a view that is never from before
-	// a change of the rules that has returned (Service.UpdateSale raises the views).
-	Sale *SaleRules
+	// Sale is the product's sale rules when Known, from a view that is never from before a
+	// change of the rules that has returned (Service.UpdateSale raises the views). (A value
+	// and a flag rather than a pointer: a refusal is asked for on every order, and a pointer
+	// would cost each one an allocation.)
+	Sale  SaleRules
+	Known bool
 }
 
 // maxStoredKeys bounds the idempotency keys a replica holds for one sold-out product. A flash

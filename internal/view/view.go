@@ -220,11 +220,8 @@ func (c *Cache) Refusal(ctx context.Context, id int64) stock.Refusal {
 	if err != nil || !time.Now().Before(l.expires) {
 		return stock.Refusal{}
 	}
-	sale := l.view.Product.Sale()
-	if l.view.Product.Stock > 0 {
-		return stock.Refusal{Version: l.view.Product.Version, Sale: &sale}
-	}
-	return stock.Refusal{SoldOut: true, Version: l.view.Product.Version, Sale: &sale}
+	return stock.Refusal{SoldOut: l.view.Product.Stock <= 0, Version: l.view.Product.Version,
+		Sale: l.view.Product.Sale(), Known: true}
 }
 
 // Created returns one lease and a margin after it is called: by then no replica answers "not
