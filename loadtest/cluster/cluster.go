@@ -41,6 +41,10 @@ type Config struct {
 	Token    string // the replicas' STOCKSVC_ADMIN_TOKEN
 
 	OwnPostgres bool // a Postgres cluster of the run's own (initdb), for faults that crash it
+	// PostgresHA runs the database on a Patroni topology of the run's own (patroni.go): a
+	// primary and two synchronous-capable standbys, reached with a multi-host URL.
+	PostgresHA bool
+	Patroni    PatroniTiming // PostgresHA's timing (default DefaultPatroniTiming)
 	OwnRedis    bool // a redis-server of the run's own, for faults that stop it
 	Redlock     int  // replicas in STOCKSVC_REDIS_MODE=redlock over this many nodes of the run's own (0: none)
 	DebugPorts  bool // each replica gets STOCKSVC_DEBUG_ADDR (pprof), on a port of its own
@@ -69,6 +73,7 @@ type Cluster struct {
 	DatabaseURL string              // the run's database
 	RedisURL    string              // what the replicas are given as REDIS_URL
 	Postgres    *Postgres           // the run's own (OwnPostgres), or nil
+	HA          *PostgresHA         // the run's own Patroni topology (PostgresHA), or nil
 	Redis       *redisserver.Server // the run's own (OwnRedis), or nil
 	Redlock     RedlockNodes        // the run's own Redlock nodes, or nil
 	Front       int                 // the balancer's port
@@ -110,6 +115,16 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, err
 		}
 		c.ServerURL = c.Postgres.URL("postgres")
+	}
+	if cfg.PostgresHA {
+		timing := cfg.Patroni
+		if timing == (PatroniTiming{}) {
+			timing = DefaultPatroniTiming
+		}
+		if c.HA, err = startPostgresHA(ctx, cfg.Dir, timing, cfg.Warnings); err != nil {
+			return nil, err
+		}
+		c.ServerURL = c.HA.URL("postgres")
 	}
 	if c.DatabaseURL, err = CreateDatabase(ctx, c.ServerURL, cfg.Database); err != nil {
 		return nil, err
@@ -227,7 +242,7 @@ func (c *Cluster) Close() {
 	if err := c.Stop(); err != nil {
 		fmt.Fprintf(c.Warnings, "  warning: %v\n", err)
 	}
-	if c.DatabaseURL != "" && !c.Keep && c.Postgres == nil {
+	if c.DatabaseURL != "" && !c.Keep && c.Postgres == nil && c.HA == nil {
 		if err := DropDatabase(c.ServerURL, c.Database); err != nil {
 			fmt.Fprintf(c.Warnings, "  warning: %v\n", err)
 		}
@@ -237,6 +252,9 @@ func (c *Cluster) Close() {
 	}
 	if c.Postgres != nil {
 		c.Postgres.stop()
+	}
+	if c.HA != nil {
+		c.HA.stop()
 	}
 }
 

@@ -1,0 +1,495 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// A highly available Postgres of the run's own (issue #22), from Debian's packages: one etcd
+// member and three Patroni nodes — a primary and two standbys — with synchronous replication
+// that refuses to acknowledge a commit no standby has (synchronous_mode_strict). Everything
+// listens on 127.0.0.1, on free ports; the data directories live in one temporary directory,
+// removed when the topology stops. The failover manager is Patroni: nothing here decides who is
+// primary, it only asks Patroni's REST API who is.
+
+// PatroniTiming is Patroni's timing (its dynamic configuration), in seconds: the leader key
+// lives TTL after its last renewal, each node's loop runs every LoopWait, and a node gives up
+// on etcd or Postgres after RetryTimeout. Patroni wants TTL ≥ LoopWait + 2×RetryTimeout.
+type PatroniTiming struct {
+	TTL, LoopWait, RetryTimeout int
+}
+
+// DefaultPatroniTiming is short, for drills on one machine whose etcd and nodes never lose
+// each other for real; Patroni's own defaults are 30, 10 and 10.
+var DefaultPatroniTiming = PatroniTiming{TTL: 10, LoopWait: 1, RetryTimeout: 4}
+
+func (t PatroniTiming) String() string {
+	return fmt.Sprintf("ttl %ds, loop_wait %ds, retry_timeout %ds", t.TTL, t.LoopWait, t.RetryTimeout)
+}
+
+// PostgresHA is the run's Patroni topology.
+type PostgresHA struct {
+	Nodes  []*PatroniNode
+	Timing PatroniTiming
+
+	sup      *Supervisor // Patroni's agents and etcd: stopped by stop, after the replicas
+	root     string      // the temporary directory, owned by postgres
+	logDir   string
+	cred     *syscall.Credential
+	patroni  string
+	etcd     *Proc
+	etcdPort int
+	http     *http.Client
+}
+
+// PatroniNode is one Patroni agent and the Postgres it manages.
+type PatroniNode struct {
+	Name    string
+	Port    int // Postgres
+	API     int // Patroni's REST API
+	dir     string
+	config  string
+	log     string
+	Proc    *Proc // the agent; Postgres runs in a session of its own (Patroni starts it so)
+	dataDir string
+}
+
+// Member is one node as Patroni's GET /cluster describes it.
+type Member struct {
+	Name     string `json:"name"`
+	Role     string `json:"role"` // leader, sync_standby or replica
+	State    string `json:"state"`
+	Port     int    `json:"port"`
+	Timeline int    `json:"timeline"`
+}
+
+// startPostgresHA starts etcd, then the first Patroni node (which bootstraps the cluster with
+// initdb), then the two others (which clone it with pg_basebackup), and waits until the
+// primary has a synchronous standby and both standbys stream. progress gets the package
+// installation's output, if patroni or etcd is missing.
+func startPostgresHA(ctx context.Context, logDir string, timing PatroniTiming, progress io.Writer) (_ *PostgresHA, err error) {
+	patroni, err := FindTool(ctx, "patroni", "patroni", progress)
+	if err != nil {
+		return nil, err
+	}
+	etcd, err := FindTool(ctx, "etcd", "etcd-server", progress)
+	if err != nil {
+		return nil, err
+	}
+	bin, err := postgresBin()
+	if err != nil {
+		return nil, err
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("patroni runs Postgres, which refuses root, as the postgres user: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	root, err := os.MkdirTemp("", "stocksvc-ha-")
+	if err != nil {
+		return nil, err
+	}
+	ha := &PostgresHA{Timing: timing, sup: &Supervisor{}, root: root, logDir: logDir, patroni: patroni,
+		cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, http: &http.Client{Timeout: 3 * time.Second}}
+	defer func() {
+		if err != nil {
+			ha.stop()
+		}
+	}()
+	ports, err := FreePorts(2 + 3*2)
+	if err != nil {
+		return nil, err
+	}
+	ha.etcdPort = ports[0]
+	etcdDir := filepath.Join(root, "etcd")
+	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	client := fmt.Sprintf("http://127.0.0.1:%d", ha.etcdPort)
+	if ha.etcd, err = ha.sup.Start("etcd", filepath.Join(logDir, "etcd.log"), nil, etcd, "--name", "e1", "--data-dir", etcdDir,
+		"--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+		"--initial-advertise-peer-urls", peer, "--initial-cluster", "e1="+peer, "--initial-cluster-state", "new",
+		"--logger", "zap", "--log-level", "warn"); err != nil {
+		return nil, err
+	}
+	if err := WaitReady(ctx, ha.etcd, client+"/health", 30*time.Second); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(root, uid, gid); err != nil {
+		return nil, fmt.Errorf("hand %s to postgres: %w", root, err)
+	}
+	scope := fmt.Sprintf("stocksvc-%d", time.Now().UnixNano())
+	for i := range 3 {
+		n := &PatroniNode{Name: "pg" + strconv.Itoa(i+1), Port: ports[2+2*i], API: ports[3+2*i]}
+		n.dir = filepath.Join(root, n.Name)
+		n.dataDir = filepath.Join(n.dir, "data")
+		n.config = filepath.Join(n.dir, "patroni.yml")
+		n.log = filepath.Join(logDir, "patroni-"+n.Name+".log")
+		if err := os.Mkdir(n.dir, 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.Chown(n.dir, uid, gid); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(n.config, patroniConfig(scope, n, bin, client, timing), 0o644); err != nil {
+			return nil, fmt.Errorf("write %s: %w", n.config, err)
+		}
+		ha.Nodes = append(ha.Nodes, n)
+	}
+	// The first node alone, so that it is the one that bootstraps: the others clone it.
+	if err := ha.StartNode(ha.Nodes[0]); err != nil {
+		return nil, err
+	}
+	if _, err := ha.waitLeader(ctx, "", false, 60*time.Second); err != nil {
+		return nil, err
+	}
+	for _, n := range ha.Nodes[1:] {
+		if err := ha.StartNode(n); err != nil {
+			return nil, err
+		}
+	}
+	if err := ha.WaitHealthy(ctx, 90*time.Second); err != nil {
+		return nil, err
+	}
+	return ha, nil
+}
+
+// patroniConfig is node n's patroni.yml (JSON, which YAML reads). Authentication is trust on
+// loopback, as on the harness's other Postgres servers. fsync is off as there: the drills kill
+// processes, never the machine, so the operating system keeps every write a commit made, and a
+// synchronous standby's flush is still a round trip to it.
+func patroniConfig(scope string, n *PatroniNode, bin, etcd string, t PatroniTiming) []byte {
+	addr := func(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+	user := map[string]string{"username": "postgres"}
+	cfg := map[string]any{
+		"scope": scope, "namespace": "/stocksvc/", "name": n.Name,
+		"log":     map[string]any{"level": "INFO"},
+		"restapi": map[string]any{"listen": addr(n.API), "connect_address": addr(n.API)},
+		"etcd3":   map[string]any{"hosts": []string{strings.TrimPrefix(etcd, "http://")}, "protocol": "http"},
+		"bootstrap": map[string]any{
+			"dcs": map[string]any{
+				"ttl": t.TTL, "loop_wait": t.LoopWait, "retry_timeout": t.RetryTimeout,
+				// An acknowledged commit is on a standby, and with no standby nothing is
+				// acknowledged: Patroni never drops synchronous replication to keep writing.
+				"synchronous_mode": true, "synchronous_mode_strict": true, "synchronous_node_count": 1,
+				// A crashed primary is not restarted in place: Patroni fails over at once to the
+				// synchronous standby, which has every acknowledged commit.
+				"primary_start_timeout": 0,
+				"maximum_lag_on_failover": 1 << 20,
+				"postgresql": map[string]any{
+					"use_pg_rewind": true, "use_slots": true,
+					"parameters": map[string]any{
+						"max_connections": 100, "shared_buffers": "32MB", "fsync": "off",
+						"wal_keep_size": "128MB", "max_wal_senders": 10, "max_replication_slots": 10,
+					},
+				},
+			},
+			"initdb": []any{map[string]string{"encoding": "UTF8"}, "no-sync"},
+		},
+		"postgresql": map[string]any{
+			"listen": addr(n.Port), "connect_address": addr(n.Port),
+			"data_dir": n.dataDir, "bin_dir": bin, "pgpass": filepath.Join(n.dir, "pgpass"),
+			"authentication": map[string]any{"superuser": user, "replication": user, "rewind": user},
+			"pg_hba": []string{"local all all trust", "host all all 127.0.0.1/32 trust",
+				"host replication all 127.0.0.1/32 trust"},
+			"parameters": map[string]any{"unix_socket_directories": n.dir},
+		},
+	}
+	b, _ := json.MarshalIndent(cfg, "", "  ")
+	return b
+}
+
+// StartNode starts n's Patroni agent (again, after KillNode), as the postgres user.
+func (ha *PostgresHA) StartNode(n *PatroniNode) error {
+	p, err := ha.sup.StartAs("patroni-"+n.Name, n.log, []string{"HOME=" + n.dir}, ha.cred, ha.patroni, n.config)
+	if err != nil {
+		return err
+	}
+	n.Proc = p
+	return nil
+}
+
+// URL is the service's connection string for database: every node, of which pgx takes the
+// one that accepts writes (target_session_attrs=read-write), giving up on each after 2 s.
+func (ha *PostgresHA) URL(database string) string {
+	hosts := make([]string, len(ha.Nodes))
+	for i, n := range ha.Nodes {
+		hosts[i] = "127.0.0.1:" + strconv.Itoa(n.Port)
+	}
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable&target_session_attrs=read-write&connect_timeout=2",
+		strings.Join(hosts, ","), database)
+}
+
+// NodeURL is the connection string for database on node n alone.
+func (n *PatroniNode) NodeURL(database string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable&connect_timeout=2", n.Port, database)
+}
+
+// Node returns the node named name, or nil.
+func (ha *PostgresHA) Node(name string) *PatroniNode {
+	for _, n := range ha.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// Members asks the nodes' REST APIs, in turn until one answers, for the cluster as Patroni sees
+// it (from etcd).
+func (ha *PostgresHA) Members(ctx context.Context) ([]Member, error) {
+	var errs []error
+	for _, n := range ha.Nodes {
+		var out struct {
+			Members []Member `json:"members"`
+		}
+		if err := ha.get(ctx, n, "/cluster", &out); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		return out.Members, nil
+	}
+	return nil, fmt.Errorf("no patroni REST API answered: %w", errors.Join(errs...))
+}
+
+func (ha *PostgresHA) get(ctx context.Context, n *PatroniNode, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", n.API, path), nil)
+	if err != nil {
+		return err
+	}
+	res, err := ha.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s GET %s: status %d", n.Name, path, res.StatusCode)
+	}
+	return json.NewDecoder(res.Body).Decode(out)
+}
+
+// Roles returns the leader's and the synchronous standby's names ("" for none).
+func (ha *PostgresHA) Roles(ctx context.Context) (leader, sync string, err error) {
+	ms, err := ha.Members(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	for _, m := range ms {
+		switch m.Role {
+		case "leader":
+			if m.State == "running" {
+				leader = m.Name
+			}
+		case "sync_standby":
+			sync = m.Name
+		}
+	}
+	return leader, sync, nil
+}
+
+// waitLeader waits until a node other than not leads, with Postgres running and (withSync) a
+// synchronous standby named, and returns its name.
+func (ha *PostgresHA) waitLeader(ctx context.Context, not string, withSync bool, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		leader, sync, err := ha.Roles(ctx)
+		if err == nil && leader != "" && leader != not && (!withSync || sync != "") {
+			return leader, nil
+		}
+		last = err
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return "", fmt.Errorf("no new patroni leader within %v (last: leader %q, sync %q, %v); see %s", timeout, leader, sync, last, ha.logDir)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// WaitLeader waits until a node other than not leads with a synchronous standby, so that it can
+// acknowledge a commit again, and returns the leader's name.
+func (ha *PostgresHA) WaitLeader(ctx context.Context, not string, timeout time.Duration) (string, error) {
+	return ha.waitLeader(ctx, not, true, timeout)
+}
+
+// WaitHealthy waits until the leader's Postgres streams to every other node, one of them
+// synchronously, and Patroni names that one sync_standby.
+func (ha *PostgresHA) WaitHealthy(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		ok, why := ha.healthy(ctx)
+		if ok {
+			return nil
+		}
+		last = why
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("patroni cluster not healthy within %v: %s; see %s", timeout, last, ha.logDir)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (ha *PostgresHA) healthy(ctx context.Context) (bool, string) {
+	leader, sync, err := ha.Roles(ctx)
+	if err != nil || leader == "" || sync == "" {
+		return false, fmt.Sprintf("leader %q, sync standby %q (%v)", leader, sync, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, ha.Node(leader).NodeURL("postgres"))
+	if err != nil {
+		return false, err.Error()
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, _ := conn.Query(ctx, `SELECT application_name, sync_state FROM pg_stat_replication WHERE state = 'streaming'`)
+	streaming := map[string]string{}
+	var name, state string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &state}, func() error { streaming[name] = state; return nil }); err != nil {
+		return false, err.Error()
+	}
+	if len(streaming) != len(ha.Nodes)-1 || streaming[sync] != "sync" {
+		return false, fmt.Sprintf("leader %s streams to %v, sync standby %s", leader, streaming, sync)
+	}
+	return true, ""
+}
+
+// Switchover asks the leader's Patroni to hand over to candidate (a planned switchover:
+// Patroni stops the old primary cleanly, promotes the candidate, and restarts the old primary
+// as a standby); it returns once Patroni says it is done.
+func (ha *PostgresHA) Switchover(ctx context.Context, leader, candidate string) error {
+	body, _ := json.Marshal(map[string]string{"leader": leader, "candidate": candidate})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/switchover", ha.Node(leader).API), bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	client := &http.Client{Timeout: 60 * time.Second} // Patroni answers once the switchover is over
+	res, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("patroni switchover: %w", err)
+	}
+	defer res.Body.Close()
+	text, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("patroni switchover: status %d: %s", res.StatusCode, bytes.TrimSpace(text))
+	}
+	return nil
+}
+
+// KillPostgres SIGKILLs node n's postmaster and every process it started, at once, as a crash
+// of the server would end them; the agent lives on. It returns the postmaster's pid.
+func (ha *PostgresHA) KillPostgres(n *PatroniNode) (int, error) {
+	pid, err := postmasterPid(n.dataDir)
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range append([]int{pid}, childrenOf(pid)...) {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	return pid, nil
+}
+
+// KillNode SIGKILLs node n whole: its Patroni agent, then its Postgres, as if the machine were
+// gone. StartNode brings the agent back, which restarts Postgres as a standby.
+func (ha *PostgresHA) KillNode(n *PatroniNode) {
+	n.Proc.Signal(syscall.SIGKILL)
+	<-n.Proc.Done()
+	_, _ = ha.KillPostgres(n)
+}
+
+// postmasterPid reads the postmaster's pid from dataDir/postmaster.pid, and checks that it
+// runs.
+func postmasterPid(dataDir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0, fmt.Errorf("postgres in %s is not running: %w", dataDir, err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("%s/postmaster.pid: no pid (%q)", dataDir, first)
+	}
+	if syscall.Kill(pid, 0) != nil {
+		return 0, fmt.Errorf("postgres in %s is not running (pid %d is gone)", dataDir, pid)
+	}
+	return pid, nil
+}
+
+// childrenOf lists the processes whose parent is pid, from /proc.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses, so read after the last ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// stop stops the agents (each stops its Postgres, fast), kills any Postgres an agent left
+// behind (one killed with KillNode, or that did not stop in time), stops etcd, and removes the
+// temporary directory. Safe to call twice.
+func (ha *PostgresHA) stop() {
+	var agents []*Proc
+	for _, n := range ha.Nodes {
+		if n.Proc != nil {
+			agents = append(agents, n.Proc)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		for _, p := range agents {
+			go func() { _ = p.Stop(20 * time.Second) }()
+		}
+		for _, p := range agents {
+			<-p.Done()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+	}
+	for _, n := range ha.Nodes {
+		if pid, err := postmasterPid(n.dataDir); err == nil && isPostgres(pid) {
+			_, _ = ha.KillPostgres(n)
+		}
+	}
+	_ = ha.sup.StopAll(10 * time.Second)
+	_ = os.RemoveAll(ha.root)
+}
+
+// isPostgres reports whether pid is a postgres process: a pid file may outlive its server,
+// and the pid be reused.
+func isPostgres(pid int) bool {
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return err == nil && strings.HasPrefix(strings.TrimSpace(string(comm)), "postgres")
+}
