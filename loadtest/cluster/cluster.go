@@ -45,11 +45,11 @@ type Config struct {
 	// primary and two synchronous-capable standbys, reached with a multi-host URL.
 	PostgresHA bool
 	Patroni    PatroniTiming // PostgresHA's timing (default DefaultPatroniTiming)
-	OwnRedis    bool // a redis-server of the run's own, for faults that stop it
-	Redlock     int  // replicas in STOCKSVC_REDIS_MODE=redlock over this many nodes of the run's own (0: none)
-	DebugPorts  bool // each replica gets STOCKSVC_DEBUG_ADDR (pprof), on a port of its own
-	Direct      bool // no balancer: clients talk to the replicas (tests)
-	Keep        bool // Close keeps the run's database
+	OwnRedis   bool          // a redis-server of the run's own, for faults that stop it
+	Redlock    int           // replicas in STOCKSVC_REDIS_MODE=redlock over this many nodes of the run's own (0: none)
+	DebugPorts bool          // each replica gets STOCKSVC_DEBUG_ADDR (pprof), on a port of its own
+	Direct     bool          // no balancer: clients talk to the replicas (tests)
+	Keep       bool          // Close keeps the run's database
 	// Identity, when set, makes the replicas verify customer tokens of its issuer
 	// (STOCKSVC_CUSTOMER_AUTH=token); nil has them take the body's customer_id (body), for the
 	// loads whose clients carry no token (wrk's).

@@ -187,7 +187,7 @@ func patroniConfig(scope string, n *PatroniNode, bin, etcd string, t PatroniTimi
 				"synchronous_mode": true, "synchronous_mode_strict": true, "synchronous_node_count": 1,
 				// A crashed primary is not restarted in place: Patroni fails over at once to the
 				// synchronous standby, which has every acknowledged commit.
-				"primary_start_timeout": 0,
+				"primary_start_timeout":   0,
 				"maximum_lag_on_failover": 1 << 20,
 				"postgresql": map[string]any{
 					"use_pg_rewind": true, "use_slots": true,
