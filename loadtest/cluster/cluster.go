@@ -1,6 +1,6 @@
 // Package cluster is the one way the load harness brings a deployment up on loopback: a
-// database of the run's own (on the shared Postgres server, or on a Postgres cluster of the
-// run's own that a drill may crash), Redis (a key prefix on the shared server, a redis-server
+// database of the run's own (on the shared Postgres server, on a Postgres cluster of the run's
+// own that a drill may crash, or on a Patroni topology of its own: patroni.go), Redis (a key prefix on the shared server, a redis-server
 // of the run's own, or Redlock nodes), N stocksvc replicas, and HAProxy in front,
 // health-checking /readyz. Every process it starts belongs to a Supervisor that stops them all,
 // together, on every way out.
@@ -41,15 +41,16 @@ type Config struct {
 	Token    string // the replicas' STOCKSVC_ADMIN_TOKEN
 
 	OwnPostgres bool // a Postgres cluster of the run's own (initdb), for faults that crash it
+	OwnRedis    bool // a redis-server of the run's own, for faults that stop it
+	Redlock     int  // replicas in STOCKSVC_REDIS_MODE=redlock over this many nodes of the run's own (0: none)
+	DebugPorts  bool // each replica gets STOCKSVC_DEBUG_ADDR (pprof), on a port of its own
+	Direct      bool // no balancer: clients talk to the replicas (tests)
+	Keep        bool // Close keeps the run's database
+
 	// PostgresHA runs the database on a Patroni topology of the run's own (patroni.go): a
 	// primary and two synchronous-capable standbys, reached with a multi-host URL.
 	PostgresHA bool
 	Patroni    PatroniTiming // PostgresHA's timing (default DefaultPatroniTiming)
-	OwnRedis   bool          // a redis-server of the run's own, for faults that stop it
-	Redlock    int           // replicas in STOCKSVC_REDIS_MODE=redlock over this many nodes of the run's own (0: none)
-	DebugPorts bool          // each replica gets STOCKSVC_DEBUG_ADDR (pprof), on a port of its own
-	Direct     bool          // no balancer: clients talk to the replicas (tests)
-	Keep       bool          // Close keeps the run's database
 	// Identity, when set, makes the replicas verify customer tokens of its issuer
 	// (STOCKSVC_CUSTOMER_AUTH=token); nil has them take the body's customer_id (body), for the
 	// loads whose clients carry no token (wrk's).
