@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -104,6 +106,7 @@ func newPool(ctx context.Context, databaseURL string, maxConns int) (*pgxpool.Po
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
 	cfg.MaxConns = int32(maxConns)
+	failFast(&cfg.ConnConfig.Config)
 	for param, value := range map[string]string{
 		"application_name":                    "stocksvc",
 		"lock_timeout":                        "5s",
@@ -119,6 +122,35 @@ func newPool(ctx context.Context, databaseURL string, maxConns int) (*pgxpool.Po
 		return nil, fmt.Errorf("create postgres pool: %w", err)
 	}
 	return pool, nil
+}
+
+// Connection settings for a database that may fail over (docs/operations.md, "Running on an HA
+// Postgres"). A connection attempt gives up on a host after pgConnectTimeout unless the URL's
+// connect_timeout says otherwise, so that a multi-host URL moves on from a primary that is gone
+// to the next host; and an open connection to a machine that vanished is dropped within about
+// pgUserTimeout — the kernel's own defaults would keep it for minutes, with a request (and the
+// product's lock) waiting on it.
+const (
+	pgConnectTimeout = 3 * time.Second
+	// pgUserTimeout bounds how long data written to Postgres may go unacknowledged
+	// (TCP_USER_TIMEOUT) and, with the keepalives, how long a silent connection lives.
+	pgUserTimeout    = 10 * time.Second
+	pgKeepAliveIdle  = 5 * time.Second
+	pgKeepAliveEvery = 2 * time.Second
+	pgKeepAliveCount = 3
+)
+
+// failFast gives cfg the dialer and the connection timeout above.
+func failFast(cfg *pgconn.Config) {
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = pgConnectTimeout
+	}
+	d := &net.Dialer{
+		Timeout:         cfg.ConnectTimeout,
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: pgKeepAliveIdle, Interval: pgKeepAliveEvery, Count: pgKeepAliveCount},
+		Control:         setUserTimeout,
+	}
+	cfg.DialFunc = d.DialContext
 }
 
 // newRedis returns the client for mode (single, sentinel or cluster). Every client bounds its

@@ -1,11 +1,18 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"log/slog"
+	"net"
+	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
@@ -117,5 +124,83 @@ func TestEnsureDatabaseEdgeCases(t *testing.T) {
 				t.Errorf("no %q line; logs:\n%s", tt.wantLog, logs)
 			}
 		})
+	}
+}
+
+// A multi-host DATABASE_URL (the service's on an HA Postgres) moves on from a host that takes
+// the connection and never answers — a primary whose machine is gone, as a connection finds it
+// — within the connection timeout, instead of waiting on it; and the pool's connections carry
+// the TCP settings that drop such a connection once open.
+func TestPoolMovesPastASilentHost(t *testing.T) {
+	t.Parallel()
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	dialled := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			dialled <- c // held open, never answered
+		}
+	}()
+	u, err := url.Parse(testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = silent.Addr().String() + "," + u.Host
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	u.RawQuery = q.Encode()
+
+	// Without the timeout, pgx waits on the silent host for as long as the context lets it.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	pool, err := newPool(ctx, u.String(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("acquire past a silent host: %v", err)
+	}
+	defer conn.Release()
+	took := time.Since(start)
+	select {
+	case c := <-dialled:
+		defer c.Close()
+	default:
+		t.Fatal("the silent host was never dialled: the test proves nothing")
+	}
+	if took < pgConnectTimeout || took > pgConnectTimeout+5*time.Second {
+		t.Errorf("connected after %v, want about the connection timeout (%v)", took, pgConnectTimeout)
+	}
+
+	raw, ok := conn.Conn().PgConn().Conn().(syscall.Conn)
+	if !ok {
+		t.Fatalf("the pool's connection is a %T, not a socket", conn.Conn().PgConn().Conn())
+	}
+	sc, err := raw.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var userTimeout, idle int
+	var serr error
+	if err := sc.Control(func(fd uintptr) {
+		userTimeout, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT)
+		if serr == nil {
+			idle, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
+		}
+	}); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	if userTimeout != int(pgUserTimeout.Milliseconds()) || idle != int(pgKeepAliveIdle.Seconds()) {
+		t.Errorf("TCP_USER_TIMEOUT %d ms, TCP_KEEPIDLE %d s; want %v and %v", userTimeout, idle, pgUserTimeout, pgKeepAliveIdle)
 	}
 }
