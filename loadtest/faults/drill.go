@@ -76,6 +76,8 @@ type drillEnv struct {
 	failed []string // scenario checks that failed
 	abuse  *abuseTally
 	hang   *hangProbe // reads sent while Redis was stopped (pause-redis)
+	// noSale is the HA drills' worst window without selling (ha.go).
+	noSale time.Duration
 }
 
 type event struct {
@@ -163,7 +165,7 @@ func (d *drillEnv) setup(ctx context.Context) error {
 	d.identity = identity
 	c, err := cluster.Start(ctx, cluster.Config{
 		Dir: d.dir, Binary: d.h.Binary, HAProxy: d.h.HAProxy, Replicas: d.h.Cluster.Replicas,
-		ServerURL: d.h.Cluster.DatabaseURL, OwnPostgres: d.sc.ownPostgres,
+		ServerURL: d.h.Cluster.DatabaseURL, OwnPostgres: d.sc.ownPostgres, PostgresHA: d.sc.postgresHA,
 		Database: fmt.Sprintf("stocksvc_drill_%d_%s", time.Now().UnixNano(), strings.ReplaceAll(d.sc.name, "-", "_")),
 		RedisURL: d.h.Cluster.RedisURL, OwnRedis: d.sc.ownRedis, Redlock: max(d.h.Cluster.Redlock, d.sc.redlock),
 		Prefix: "stocksvc-drill:" + rand.Text()[:10] + ":", Token: rand.Text(),
@@ -426,6 +428,7 @@ type drillOutcome struct {
 	resolved   int // of which the database showed to have happened
 	concurrent int
 	catches    map[string]float64 // defense catches by layer, from the replicas' metrics
+	noSale     time.Duration      // the HA drills' window without selling (0: not measured)
 	err        error
 }
 
@@ -704,6 +707,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		out.failed = append(out.failed, f...)
 		out.notes = append(out.notes, n...)
 	}
+	out.noSale = d.noSale
 	return out
 }
 

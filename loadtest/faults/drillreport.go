@@ -187,5 +187,29 @@ func drillTable(outcomes []drillOutcome, cl env.ClusterOptions, o DrillOptions, 
 			r.violations, r.invalid, r.busy.Seconds(), r.down.Seconds(), r.stall.Seconds(), r.slowest.Seconds(), r.failed, r.stale)
 	}
 	b.WriteString("\nTimes are the worst run's: 429 / 503 time adds up the 100 ms slices in which some order was answered so; the longest stall is the longest time no order got a 201 or a sold-out.\n")
+	writeNoSale(&b, outcomes)
 	return b.String()
+}
+
+// writeNoSale adds the HA drills' windows without selling (ha.go), one line per scenario with
+// every run's figure; nothing when no drill measured one.
+func writeNoSale(b *strings.Builder, outcomes []drillOutcome) {
+	var order []string
+	runs := map[string][]string{}
+	for _, o := range outcomes {
+		if o.err != nil || o.noSale == 0 {
+			continue
+		}
+		if runs[o.scenario] == nil {
+			order = append(order, o.scenario)
+		}
+		runs[o.scenario] = append(runs[o.scenario], fmt.Sprintf("%.1fs", o.noSale.Seconds()))
+	}
+	if len(order) == 0 {
+		return
+	}
+	b.WriteString("\nWindow without selling (from the fault to the first confirmed order sent after it), by run:\n")
+	for _, name := range order {
+		fmt.Fprintf(b, "- %s: %s\n", name, strings.Join(runs[name], ", "))
+	}
 }

@@ -24,6 +24,8 @@ type scenario struct {
 	// replica and a server, for faults that hit one replica's connections.
 	ownRedis, ownPostgres     bool
 	proxyPostgres, proxyRedis bool
+	// postgresHA runs the database on a Patroni topology of the run's own (ha.go).
+	postgresHA bool
 	// redlock is how many Redlock nodes of its own the scenario needs at least (-redlock
 	// may ask for more); 0 runs on one Redis unless -redlock says otherwise.
 	redlock int
@@ -74,6 +76,12 @@ func scenarios() []scenario {
 			inject: badInput, check: badInputAnswers},
 		{name: "holds-expiry", about: "holds of 3 s, buyers who pay, cancel or walk away: SIGKILL a replica and SIGSTOP Redis for twice the lock TTL while holds expire; every hold ends once, its units back once",
 			ownRedis: true, holds: true, expected: 6 * time.Second, inject: holdsExpiry, check: holdsChecked},
+		{name: "pg-failover", about: "Patroni, synchronous_mode_strict: SIGKILL the primary's Postgres mid-sale; the synchronous standby takes over",
+			postgresHA: true, expected: 8 * time.Second, inject: pgFailover, check: haReport},
+		{name: "pg-switchover", about: "Patroni, synchronous_mode_strict: a planned switchover (REST POST /switchover) to the synchronous standby mid-sale",
+			postgresHA: true, expected: 8 * time.Second, inject: pgSwitchover, check: haReport},
+		{name: "pg-sync-standby-lost", about: "Patroni, synchronous_mode_strict: SIGKILL the synchronous standby (agent and Postgres) mid-sale, then the primary's Postgres: the other standby must have every acknowledged order",
+			postgresHA: true, expected: 12 * time.Second, inject: pgSyncStandbyLost, check: haReport},
 	}
 }
 

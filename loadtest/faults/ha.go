@@ -1,0 +1,188 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/stocksvc/stocksvc/internal/clock"
+	"github.com/stocksvc/stocksvc/loadtest/model"
+)
+
+// The drills on a highly available Postgres (issue #22): the run's database lives on a Patroni
+// topology of its own (cluster.PostgresHA) — a primary and two standbys, synchronous_mode_strict
+// — which the replicas reach with a multi-host URL (target_session_attrs=read-write). Each
+// drill is judged like the others, on whichever node is primary at the end: every order a
+// client was told of must be there, and nothing no client can account for.
+
+// haHeal bounds how long a drill waits for Patroni to elect, or for the topology to be whole
+// again (the old primary back as a standby, streaming).
+const haHeal = 60 * time.Second
+
+// pgFailover SIGKILLs the primary's Postgres, every process of it at once, mid-sale. Patroni
+// (primary_start_timeout 0) does not restart it in place: it fails over to the synchronous
+// standby, and brings the old primary back as a standby (pg_rewind).
+func pgFailover(ctx context.Context, d *drillEnv) error {
+	ha := d.c.HA
+	leader, sync, err := ha.Roles(ctx)
+	if err != nil {
+		return err
+	}
+	start := d.rec.Now()
+	pid, err := ha.KillPostgres(ha.Node(leader))
+	if err != nil {
+		return err
+	}
+	d.event("SIGKILL postgres of %s, the primary (postmaster %d and its children); synchronous standby %s", leader, pid, sync)
+	return d.awaitFailover(ctx, start, leader, sync)
+}
+
+// pgSwitchover asks Patroni for a planned switchover to the synchronous standby, mid-sale.
+func pgSwitchover(ctx context.Context, d *drillEnv) error {
+	ha := d.c.HA
+	leader, sync, err := ha.Roles(ctx)
+	if err != nil {
+		return err
+	}
+	start := d.rec.Now()
+	d.event("POST /switchover to %s's Patroni: leader %s, candidate %s", leader, leader, sync)
+	if err := ha.Switchover(ctx, leader, sync); err != nil {
+		return err
+	}
+	d.event("patroni: switchover done")
+	return d.awaitFailover(ctx, start, leader, sync)
+}
+
+// awaitFailover waits until a node other than old leads with a synchronous standby (the fault
+// window ends then: commits can be acknowledged again), checks it is want, the synchronous
+// standby of before, and then waits for the topology to be whole again.
+func (d *drillEnv) awaitFailover(ctx context.Context, start time.Duration, old, want string) error {
+	ha := d.c.HA
+	leader, err := ha.WaitLeader(ctx, old, haHeal)
+	if err != nil {
+		return err
+	}
+	d.faultWindow(start)
+	_, sync, _ := ha.Roles(ctx)
+	d.event("%s leads, synchronous standby %s: commits can be acknowledged again", leader, sync)
+	if leader != want {
+		d.fail("patroni promoted %s, not %s, the synchronous standby when the fault came", leader, want)
+	}
+	return d.awaitWhole(ctx, old)
+}
+
+// awaitWhole waits until the leader streams to both standbys again, one synchronously, after
+// node came back; a topology that does not heal is noted, not failed: the sale's verdict does
+// not depend on it.
+func (d *drillEnv) awaitWhole(ctx context.Context, node string) error {
+	if err := d.c.HA.WaitHealthy(ctx, haHeal); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		d.note("the topology was not whole again within %v: %v", haHeal, err)
+		return nil
+	}
+	d.event("%s back as a standby: the leader streams to both standbys", node)
+	return nil
+}
+
+// pgSyncStandbyLost loses the synchronous standby's machine (its Patroni agent and its
+// Postgres, SIGKILLed) mid-sale. Commits wait — strict synchronous mode acknowledges none that
+// no standby has — until Patroni names the other standby synchronous. Then, to prove that what
+// was acknowledged meanwhile is on that standby, the primary's Postgres is SIGKILLed too: the
+// remaining standby is promoted, and the verdict is taken on it. The lost node comes back last.
+func pgSyncStandbyLost(ctx context.Context, d *drillEnv) error {
+	ha := d.c.HA
+	leader, sync, err := ha.Roles(ctx)
+	if err != nil {
+		return err
+	}
+	lost := ha.Node(sync)
+	start := d.rec.Now()
+	ha.KillNode(lost)
+	d.event("SIGKILL %s, the synchronous standby (patroni and postgres); primary %s", sync, leader)
+	var next string
+	deadline := time.Now().Add(haHeal)
+	for {
+		var l string
+		if l, next, err = ha.Roles(ctx); err == nil && l == leader && next != "" && next != sync {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("patroni named no other synchronous standby within %v (leader %q, sync %q, %v)", haHeal, l, next, err)
+		}
+		if err := clock.Sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	d.faultWindow(start)
+	d.event("patroni named %s synchronous: commits can be acknowledged again", next)
+
+	if err := clock.Sleep(ctx, 2*time.Second); err != nil {
+		return err
+	}
+	start = d.rec.Now()
+	pid, err := ha.KillPostgres(ha.Node(leader))
+	if err != nil {
+		return err
+	}
+	d.event("SIGKILL postgres of %s, the primary (postmaster %d): %s, the standby that was made synchronous, must have every acknowledged order", leader, pid, next)
+	promoted, err := ha.WaitLeader(ctx, leader, haHeal)
+	if err != nil {
+		return err
+	}
+	d.faultWindow(start)
+	d.event("%s leads", promoted)
+	if promoted != next {
+		d.fail("patroni promoted %s, not %s, the synchronous standby", promoted, next)
+	}
+	if err := ha.StartNode(lost); err != nil {
+		return err
+	}
+	d.event("%s's patroni started again", sync)
+	return d.awaitWhole(ctx, sync+" and "+leader)
+}
+
+// haReport is the check of every HA drill: the window without selling after each fault, and
+// Patroni's timing, as notes (and the first window in the outcome, for the table).
+func haReport(d *drillEnv, ops []*model.Op, _ availability) (failed, notes []string) {
+	notes = append(notes, "patroni "+d.c.HA.Timing.String()+", synchronous_mode_strict, primary_start_timeout 0")
+	d.mu.Lock()
+	faults := append([]window(nil), d.faults...)
+	d.mu.Unlock()
+	for i, w := range faults {
+		gap, ok := noSaleWindow(ops, w.start)
+		if !ok {
+			failed = append(failed, fmt.Sprintf("no order sent after the fault at %.2fs was confirmed", w.start.Seconds()))
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("window without selling: %.2fs (fault at %.2fs; Patroni had a primary that can acknowledge %.2fs after it)",
+			gap.Seconds(), w.start.Seconds(), (w.end-w.start).Seconds()))
+		if i == 0 || gap > d.noSale {
+			d.noSale = gap
+		}
+	}
+	return failed, notes
+}
+
+// noSaleWindow is the time from the fault at t to the first order confirmed (201) among the
+// attempts sent after it: an answer to an order sent earlier may have been committed before
+// the fault, and says nothing about when selling resumed.
+func noSaleWindow(ops []*model.Op, t time.Duration) (time.Duration, bool) {
+	first := time.Duration(-1)
+	for _, p := range ops {
+		if p.In.Kind != model.KindOrder {
+			continue
+		}
+		for _, at := range p.Attempts {
+			if at.Start >= t && at.Status == http.StatusCreated && (first < 0 || at.End < first) {
+				first = at.End
+			}
+		}
+	}
+	if first < 0 {
+		return 0, false
+	}
+	return first - t, true
+}
