@@ -194,6 +194,10 @@ func patroniConfig(scope string, n *PatroniNode, bin, etcd string, t PatroniTimi
 					"parameters": map[string]any{
 						"max_connections": 100, "shared_buffers": "32MB", "fsync": "off",
 						"wal_keep_size": "128MB", "max_wal_senders": 10, "max_replication_slots": 10,
+						// A standby that finds no slot on a just-promoted leader (Patroni makes
+						// the slots on its next loop) tries again after this, not after the
+						// default 5 s: with one standby left, commits wait for it.
+						"wal_retrieve_retry_interval": "500ms",
 					},
 				},
 			},
@@ -322,6 +326,12 @@ func (ha *PostgresHA) waitLeader(ctx context.Context, not string, withSync bool,
 // acknowledge a commit again, and returns the leader's name.
 func (ha *PostgresHA) WaitLeader(ctx context.Context, not string, timeout time.Duration) (string, error) {
 	return ha.waitLeader(ctx, not, true, timeout)
+}
+
+// WaitPrimary waits until a node other than not leads, with Postgres running, and returns its
+// name; it may not have a synchronous standby yet, and then acknowledges no commit.
+func (ha *PostgresHA) WaitPrimary(ctx context.Context, not string, timeout time.Duration) (string, error) {
+	return ha.waitLeader(ctx, not, false, timeout)
 }
 
 // WaitHealthy waits until the leader's Postgres streams to every other node, one of them
