@@ -190,7 +190,11 @@ func patroniConfig(scope string, n *PatroniNode, bin, etcd string, t PatroniTimi
 				"primary_start_timeout":   0,
 				"maximum_lag_on_failover": 1 << 20,
 				"postgresql": map[string]any{
-					"use_pg_rewind": true, "use_slots": true,
+					// No replication slots: Patroni 3.0 makes the members' slots on a new leader
+					// only at its first loops after the promotion, and refuses a standby its
+					// stream until then — seconds during which strict synchronous mode has no
+					// standby and acknowledges nothing. wal_keep_size keeps the WAL instead.
+					"use_pg_rewind": true, "use_slots": false,
 					"parameters": map[string]any{
 						"max_connections": 100, "shared_buffers": "32MB", "fsync": "off",
 						"wal_keep_size": "128MB", "max_wal_senders": 10, "max_replication_slots": 10,
