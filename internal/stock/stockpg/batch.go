@@ -280,6 +280,16 @@ func (s *Store) Records(ctx context.Context, keys []string) (map[string]stock.Id
 	if err := rows.Err(); err != nil {
 		return nil, dbError("read idempotency records", err)
 	}
+	// A key's order is shown to its client again: only once a synchronous standby has it (see
+	// replicated), which it has unless its commit's wait was ended early.
+	for _, rec := range records {
+		if rec.Order != nil {
+			if err := s.replicated(ctx); err != nil {
+				return nil, notReplicated("read idempotency records", err)
+			}
+			break
+		}
+	}
 	return records, nil
 }
 
@@ -339,7 +349,7 @@ func (s *Store) Commit(ctx context.Context, w stock.Write) (stock.Committed, err
 	if len(w.Decrements) > 1 {
 		res, err = s.commitCart(ctx, w, sql, args)
 	} else {
-		res, err = writeBatch(ctx, s.pool, sql, w.SkipStored, args)
+		res, err = s.commitOne(ctx, w, sql, args)
 	}
 	var pgErr *pgconn.PgError
 	switch {
@@ -465,7 +475,31 @@ func (s *Store) commitCart(ctx context.Context, w stock.Write, sql string, args 
 	if res, err = writeBatch(ctx, tx, sql, w.SkipStored, args); err != nil || refused() {
 		return res, err
 	}
-	return res, tx.Commit(ctx)
+	cancelledSyncWait(tx.Conn().PgConn())
+	if err := tx.Commit(ctx); err != nil {
+		return res, err
+	}
+	if cancelledSyncWait(tx.Conn().PgConn()) {
+		return batchResult{}, errNotReplicated // looked up, as a commit whose answer was lost
+	}
+	return res, nil
+}
+
+// commitOne runs a single product's write, one statement, on a connection of its own, so as
+// to know whether Postgres ended its commit's wait for a synchronous standby early: such a
+// commit is treated as one whose answer was lost (errNotReplicated), and looked up.
+func (s *Store) commitOne(ctx context.Context, w stock.Write, sql string, args []any) (batchResult, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return batchResult{}, err
+	}
+	defer conn.Release()
+	cancelledSyncWait(conn.Conn().PgConn())
+	res, err := writeBatch(ctx, conn, sql, w.SkipStored, args)
+	if err == nil && cancelledSyncWait(conn.Conn().PgConn()) {
+		return batchResult{}, errNotReplicated
+	}
+	return res, err
 }
 
 // batchResult is what a commit statement returned: the orders it wrote, with their time, and
@@ -552,6 +586,12 @@ func (s *Store) findCommit(ctx context.Context, w stock.Write, cause error) (sto
 		// connection the server has not yet seen close could commit later, so this is
 		// "unavailable" — retry with the same key — and never "not sold".
 		return stock.Committed{}, fmt.Errorf("%w: %w: commit batch: %w", stock.ErrUnavailable, stock.ErrOutcomeUnknown, cause)
+	}
+	// Found: on this primary, at least. A commit whose wait for its synchronous standby was
+	// ended early is visible here too, and a failover would lose it: confirm the orders only
+	// once a standby has them.
+	if err := s.replicated(ctx); err != nil {
+		return stock.Committed{}, fmt.Errorf("%w: %w: commit batch (%w): found, but %w", stock.ErrUnavailable, stock.ErrOutcomeUnknown, cause, notReplicated("look it up", err))
 	}
 	return s.committed(w, found)
 }

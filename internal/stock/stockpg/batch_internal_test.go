@@ -107,3 +107,62 @@ func TestOneRecountAcrossReplicas(t *testing.T) {
 		t.Errorf("audit of a missing product = %v, want ErrProductNotFound", err)
 	}
 }
+
+// TestUnreplicatedOrderIsNotConfirmed: an order Postgres holds but cannot show is on a
+// synchronous standby — its commit's wait for one was ended early, which the server says with
+// a warning — is confirmed neither by the lookup of a lost commit nor by a replay of its key:
+// both say "unavailable", and the lookup "outcome unknown". The warning is drawn here by a
+// statement of the test's own in the place of the store's replication barrier; a server with
+// a standby that never answers would draw it from the barrier's commit.
+func TestUnreplicatedOrderIsNotConfirmed(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.OnNotice = OnNotice
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	s := New(pool)
+	ctx := context.Background()
+	p, err := s.CreateProduct(ctx, stock.NewProduct{SKU: "unreplicated", Name: "unreplicated", Stock: 5})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	snap, err := s.Snapshot(ctx, []int64{p.ID}, nil, nil)
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	order := stock.Order{ID: uuid.Must(uuid.NewV7()), CustomerID: "c", Items: []stock.Item{{ProductID: p.ID, Quantity: 1}}}
+	key := "key-" + order.ID.String()
+	w := stock.Write{Orders: []stock.Order{order},
+		Decrements: []stock.Decrement{{ProductID: p.ID, Quantity: 1, Read: snap.Levels[p.ID], Fence: 1}},
+		Records:    []stock.IdempotencyRecord{{Key: key, Fingerprint: []byte("f"), Order: &order}}}
+	if _, err := s.Commit(ctx, w); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	// Replicated (the test's server has no synchronous standby: the barrier returns at once).
+	if _, err := s.findCommit(ctx, w, io.ErrUnexpectedEOF); err != nil {
+		t.Errorf("lookup with the barrier passing = %v, want the order confirmed", err)
+	}
+	if recs, err := s.Records(ctx, []string{key}); err != nil || recs[key].Order == nil {
+		t.Errorf("records with the barrier passing = %v, %v; want the key's order", recs, err)
+	}
+
+	s.barrier = `DO $$ BEGIN RAISE WARNING 'canceling wait for synchronous replication due to user request'; END $$`
+	_, err = s.findCommit(ctx, w, io.ErrUnexpectedEOF)
+	if !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, stock.ErrOutcomeUnknown) || !errors.Is(err, errNotReplicated) {
+		t.Errorf("lookup of an order not known to be replicated = %v, want unavailable, outcome unknown, not replicated", err)
+	}
+	if recs, err := s.Records(ctx, []string{key}); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, errNotReplicated) {
+		t.Errorf("records of an order not known to be replicated = %v, %v; want unavailable, not replicated", recs, err)
+	}
+	// Another warning is not that one.
+	s.barrier = `DO $$ BEGIN RAISE WARNING 'something else'; END $$`
+	if _, err := s.findCommit(ctx, w, io.ErrUnexpectedEOF); err != nil {
+		t.Errorf("lookup with another warning = %v, want the order confirmed", err)
+	}
+}

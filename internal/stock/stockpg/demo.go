@@ -16,7 +16,8 @@ func NewDemo(pool *pgxpool.Pool, d stock.Defense) *Store {
 	return &Store{pool: pool,
 		commit:         commitHead + dec + commitTail,
 		commitSkipping: commitSkippingHead + dec + commitSkippingTail,
-		conditions:     d}
+		conditions:     d,
+		barrier:        replicatedSQL}
 }
 
 // demoDecrement is the decrement with the conditions d selects. Every setting but the naive one

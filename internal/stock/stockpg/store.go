@@ -27,6 +27,9 @@ type Store struct {
 	commit, commitSkipping string
 	// conditions are those the purchase writes carry, named in their refusals.
 	conditions stock.Defense
+	// barrier is replicatedSQL (syncrep.go); a test puts in its place a statement that draws
+	// the warning of a commit whose wait for a synchronous standby was ended early.
+	barrier string
 }
 
 var _ stock.Store = (*Store)(nil)
@@ -34,7 +37,7 @@ var _ stock.Store = (*Store)(nil)
 // New returns the production Store over pool, whose every purchase write carries every
 // condition of the defense. The schema comes from package migrations.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, commit: commitSQL, commitSkipping: commitSkippingSQL, conditions: stock.DefaultDefense()}
+	return &Store{pool: pool, commit: commitSQL, commitSkipping: commitSkippingSQL, conditions: stock.DefaultDefense(), barrier: replicatedSQL}
 }
 
 const productColumns = `id, sku, name, stock, version, created_at, updated_at, sale_starts_at, sale_ends_at,

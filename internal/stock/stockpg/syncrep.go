@@ -1,0 +1,75 @@
+package stockpg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stocksvc/stocksvc/internal/stock"
+)
+
+// On a Postgres with synchronous replication (a Patroni cluster in synchronous_mode_strict:
+// docs/operations.md, "Running on an HA Postgres"), the server answers a commit once a
+// synchronous standby has it. A cancel of that wait — the client's cancel request when its
+// context ends, statement_timeout — ends it early: the server answers the commit anyway, with
+// the warning "canceling wait for synchronous replication due to user request", and the
+// transaction, on the primary alone, is visible to every later read. A failover loses it. So
+// the purchase path confirms no order on such an answer, nor on a later read of its order
+// (the lookup of a lost commit, a replay of its key), unless it knows a standby has it.
+
+// syncCancelPrefix starts the warning Postgres sends when it ends a commit's wait early
+// (src/backend/replication/syncrep.c; the server's messages are not translated: lc_messages C).
+const syncCancelPrefix = "canceling wait for synchronous replication"
+
+// syncCancelled holds the connections that received the warning, until asked
+// (cancelledSyncWait). A connection nobody asks about stays in it: the warning is rare.
+var syncCancelled sync.Map // *pgconn.PgConn → struct{}
+
+// OnNotice is the pool's notice handler (pgconn.Config.OnNotice): it notes the connections on
+// which Postgres ended a commit's wait for its synchronous standby early.
+func OnNotice(c *pgconn.PgConn, n *pgconn.Notice) {
+	if strings.HasPrefix(n.Message, syncCancelPrefix) {
+		syncCancelled.Store(c, struct{}{})
+	}
+}
+
+// cancelledSyncWait reports whether c received the warning since it was last asked.
+func cancelledSyncWait(c *pgconn.PgConn) bool {
+	_, ok := syncCancelled.LoadAndDelete(c)
+	return ok
+}
+
+// errNotReplicated says a commit was answered without its synchronous standby: it may be on
+// the primary alone.
+var errNotReplicated = errors.New("postgres ended the commit's wait for a synchronous standby early (" + syncCancelPrefix + "): it may be on the primary alone")
+
+// replicatedSQL writes a commit record of its own — pg_current_xact_id gives the statement's
+// transaction an id — so that its commit waits until a synchronous standby has everything the
+// primary committed before it. Without synchronous replication it returns at once.
+const replicatedSQL = `SELECT pg_current_xact_id()`
+
+// replicated returns once everything the primary has committed is on a synchronous standby
+// (when it has any), or says why it cannot tell: the wait failed, or was ended early.
+func (s *Store) replicated(ctx context.Context) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	cancelledSyncWait(conn.Conn().PgConn()) // only this commit's warning counts
+	if _, err := conn.Exec(ctx, s.barrier); err != nil {
+		return err
+	}
+	if cancelledSyncWait(conn.Conn().PgConn()) {
+		return errNotReplicated
+	}
+	return nil
+}
+
+// notReplicated is the error of a read that found an order it cannot show is on a standby.
+func notReplicated(op string, err error) error {
+	return fmt.Errorf("%w: %s: not known to be on a synchronous standby: %w", stock.ErrUnavailable, op, err)
+}
