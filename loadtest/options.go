@@ -81,6 +81,7 @@ type flagValues struct {
 	stampedeRounds  int
 	stampedeReaders int
 	closedOnly      bool
+	postgresHA      bool
 	clients         int
 	pgbenchClients  int
 	databaseURL     string
@@ -139,6 +140,7 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.IntVar(&o.stampedeRounds, "stampede-rounds", 10, "stampedes in -cache (0: none)")
 	fs.IntVar(&o.stampedeReaders, "stampede-readers", 500, "reads released at once in each stampede of -cache")
 	fs.BoolVar(&o.closedOnly, "closed-only", false, "in -throughput, only the closed loop (no open-loop phases)")
+	fs.BoolVar(&o.postgresHA, "postgres-ha", false, "in -throughput, the deployment and pgbench on a Patroni topology of the run's own with a synchronous standby (patroni and etcd-server packages)")
 	fs.IntVar(&o.pgbenchClients, "pgbench-clients", 8, "pgbench clients in -compare and -throughput")
 	fs.StringVar(&o.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres server to create the run's database on")
 	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis (the run uses a key prefix of its own and deletes it afterwards)")
@@ -207,6 +209,9 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	case o.fault != "" && o.replicas < 2:
 		return options{}, errors.New("fault drills need at least 2 replicas")
 	}
+	if o.postgresHA && !o.throughput {
+		return options{}, errors.New("-postgres-ha goes with -throughput (the drills that need an HA Postgres start one themselves)")
+	}
 	if o.redlock != 0 && (o.redlock < 3 || o.compare || o.throughput || o.cache || o.flood.On || o.replays.On) {
 		return options{}, errors.New("-redlock takes 3 nodes or more, for the sale and the fault drills")
 	}
@@ -238,7 +243,8 @@ func (f flagValues) options() options {
 		sale: sale.Options{Stock: f.stock, Rate: f.rate, Duration: f.duration, VUs: f.vus, RaceStock: f.raceStock,
 			Scenarios: f.scenarios, LockRetry: f.lockRetry, LockMaxRetries: f.lockMaxRetries, KillAfter: f.killAfter,
 			PGBenchClients: f.pgbenchClients},
-		throughput: benchmarks.ThroughputOptions{Duration: f.duration, Clients: f.clients, ClosedOnly: f.closedOnly, PGBenchClients: f.pgbenchClients},
+		throughput: benchmarks.ThroughputOptions{Duration: f.duration, Clients: f.clients, ClosedOnly: f.closedOnly, PGBenchClients: f.pgbenchClients,
+			PostgresHA: f.postgresHA},
 		cache: benchmarks.CacheOptions{Duration: f.duration, Clients: f.clients, Rounds: f.rounds, StampedeRounds: f.stampedeRounds,
 			StampedeReaders: f.stampedeReaders},
 		async: faults.AsyncOptions{Stock: f.stock, Rate: f.rate, Duration: f.duration, KillAfter: f.killAfter, Baseline: f.asyncBaseline,

@@ -22,6 +22,9 @@ type ThroughputOptions struct {
 	Clients        int
 	ClosedOnly     bool
 	PGBenchClients int
+	// PostgresHA runs the deployment, and pgbench, on a Patroni topology with a synchronous
+	// standby (cluster.PostgresHA): what synchronous replication costs.
+	PostgresHA bool
 }
 
 // CacheOptions configure -cache.

@@ -43,9 +43,14 @@ const throughputStock = 1_000_000_000
 // startCluster starts a deployment of -replicas replicas with the default defense, each with a
 // profiler (STOCKSVC_DEBUG_ADDR) and one core's worth of Go scheduler.
 func (h *harness) startCluster(ctx context.Context, label string) (*cluster.Cluster, error) {
+	return h.startClusterHA(ctx, label, false)
+}
+
+// startClusterHA is startCluster, on a Patroni topology of the run's own when ha.
+func (h *harness) startClusterHA(ctx context.Context, label string, ha bool) (*cluster.Cluster, error) {
 	return cluster.Start(ctx, cluster.Config{
 		Dir: filepath.Join(h.Out, label), Binary: h.Binary, HAProxy: h.HAProxy, Replicas: h.Cluster.Replicas,
-		ServerURL: h.Cluster.DatabaseURL, Database: fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(label, "-", "_")),
+		ServerURL: h.Cluster.DatabaseURL, PostgresHA: ha, Database: fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(label, "-", "_")),
 		RedisURL: h.Cluster.RedisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
 		DebugPorts: true, Keep: h.Cluster.Keep, Warnings: h.W,
 		Env: func(int) []string {
@@ -199,15 +204,32 @@ func (h *harness) probe(ctx context.Context, c *cluster.Cluster, name string, pr
 
 // throughput runs the benchmark and writes throughput.md.
 func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
-	before, err := sale.PGBenchAnchor(ctx, h.Harness, o.PGBenchClients, 0)
+	// On an HA topology, pgbench runs on it too, and so after it is up.
+	var c *cluster.Cluster
+	if o.PostgresHA {
+		var err error
+		if c, err = h.startClusterHA(ctx, "throughput", true); err != nil {
+			return err
+		}
+		defer c.Close()
+		h.Printf("[throughput] on a Patroni topology: a primary and two standbys, synchronous_mode_strict (%s)\n", c.HA.Timing)
+	}
+	anchor := func() (sale.Comparison, error) {
+		if o.PostgresHA {
+			return sale.PGBenchAnchorOn(ctx, h.Harness, c.ServerURL, o.PGBenchClients, 0)
+		}
+		return sale.PGBenchAnchor(ctx, h.Harness, o.PGBenchClients, 0)
+	}
+	before, err := anchor()
 	if err != nil {
 		return err
 	}
-	c, err := h.startCluster(ctx, "throughput")
-	if err != nil {
-		return err
+	if c == nil {
+		if c, err = h.startCluster(ctx, "throughput"); err != nil {
+			return err
+		}
+		defer c.Close()
 	}
-	defer c.Close()
 	product, err := c.CreateProduct(ctx, "hot", throughputStock)
 	if err != nil {
 		return err
@@ -232,7 +254,7 @@ func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
 	}
 	// pgbench again, right after: its rate varies from run to run on a shared machine, and the
 	// ratio is taken against the better of the two.
-	after, err := sale.PGBenchAnchor(ctx, h.Harness, o.PGBenchClients, 0)
+	after, err := anchor()
 	if err != nil {
 		return err
 	}

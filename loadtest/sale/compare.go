@@ -219,6 +219,13 @@ var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection t
 // decrement on the same Postgres, with no service, lock or HTTP in the way, with clients
 // clients. stock is what the row's time to sell out is computed for.
 func (h *harness) pgbenchAnchor(ctx context.Context, clients, stock int) (Comparison, error) {
+	return h.pgbenchAnchorOn(ctx, h.Cluster.DatabaseURL, clients, stock)
+}
+
+// pgbenchAnchorOn is pgbenchAnchor on the Postgres server serverURL points at (a database of
+// its own is made there and dropped): a multi-host URL, which libpq reads as pgx does, reaches
+// an HA cluster's primary.
+func (h *harness) pgbenchAnchorOn(ctx context.Context, serverURL string, clients, stock int) (Comparison, error) {
 	pgbench, err := cluster.FindTool(ctx, "pgbench", "postgresql-client", h.W)
 	if err != nil {
 		return Comparison{}, err
@@ -228,11 +235,15 @@ func (h *harness) pgbenchAnchor(ctx context.Context, clients, stock int) (Compar
 		return Comparison{}, err
 	}
 	name := fmt.Sprintf("stocksvc_load_%d_pgbench", time.Now().Unix())
-	dbURL, err := h.createDatabase(ctx, name)
+	dbURL, err := cluster.CreateDatabase(ctx, serverURL, name)
 	if err != nil {
 		return Comparison{}, err
 	}
-	defer h.dropDatabase(name)
+	defer func() {
+		if err := cluster.DropDatabase(serverURL, name); err != nil {
+			h.Printf("  warning: %v\n", err)
+		}
+	}()
 	psql := func(sql string) error {
 		out, err := exec.CommandContext(ctx, "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql, dbURL).CombinedOutput()
 		if err != nil {

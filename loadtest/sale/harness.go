@@ -31,6 +31,12 @@ func PGBenchAnchor(ctx context.Context, h *env.Harness, clients, stock int) (Com
 	return (&harness{h}).pgbenchAnchor(ctx, clients, stock)
 }
 
+// PGBenchAnchorOn is PGBenchAnchor on the Postgres server serverURL points at (an HA
+// cluster's multi-host URL, say).
+func PGBenchAnchorOn(ctx context.Context, h *env.Harness, serverURL string, clients, stock int) (Comparison, error) {
+	return (&harness{h}).pgbenchAnchorOn(ctx, serverURL, clients, stock)
+}
+
 // sale runs the one configured sale and reports it.
 func (h *harness) sale(ctx context.Context, o Options) error {
 	spec := saleSpec{label: "sale", defense: h.Cluster.Defense, lockRetry: o.LockRetry,
