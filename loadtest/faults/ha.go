@@ -67,6 +67,7 @@ func (d *drillEnv) awaitFailover(ctx context.Context, start time.Duration, old, 
 	}
 	d.faultWindow(start)
 	d.event("%s leads", leader)
+	d.note("%s led %.2fs after the fault (Patroni)", leader, (d.rec.Now() - start).Seconds())
 	if leader != want {
 		d.fail("patroni promoted %s, not %s, the synchronous standby when the fault came", leader, want)
 	}
@@ -124,6 +125,7 @@ func pgSyncStandbyLost(ctx context.Context, d *drillEnv) error {
 	}
 	d.faultWindow(start)
 	d.event("patroni named %s synchronous: commits can be acknowledged again", next)
+	d.note("patroni named %s synchronous standby %.2fs after %s was lost (its /sync key)", next, (d.rec.Now() - start).Seconds(), sync)
 
 	if err := clock.Sleep(ctx, 2*time.Second); err != nil {
 		return err
@@ -140,6 +142,7 @@ func pgSyncStandbyLost(ctx context.Context, d *drillEnv) error {
 	}
 	d.faultWindow(start)
 	d.event("%s leads", promoted)
+	d.note("%s led %.2fs after the fault (Patroni)", promoted, (d.rec.Now() - start).Seconds())
 	if promoted != next {
 		d.fail("patroni promoted %s, not %s, the synchronous standby", promoted, next)
 	}
@@ -163,8 +166,7 @@ func haReport(d *drillEnv, ops []*model.Op, _ availability) (failed, notes []str
 			failed = append(failed, fmt.Sprintf("no order sent after the fault at %.2fs was confirmed", w.start.Seconds()))
 			continue
 		}
-		notes = append(notes, fmt.Sprintf("window without selling: %.2fs (from %.2fs; fault at %.2fs, new primary %.2fs after it)",
-			gap.Seconds(), at.Seconds(), w.start.Seconds(), (w.end-w.start).Seconds()))
+		notes = append(notes, fmt.Sprintf("window without selling: %.2fs (from %.2fs; fault at %.2fs)", gap.Seconds(), at.Seconds(), w.start.Seconds()))
 		d.noSale = max(d.noSale, gap)
 	}
 	return failed, notes
