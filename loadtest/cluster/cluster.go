@@ -51,6 +51,9 @@ type Config struct {
 	// primary and two synchronous-capable standbys, reached with a multi-host URL.
 	PostgresHA bool
 	Patroni    PatroniTiming // PostgresHA's timing (default DefaultPatroniTiming)
+	// RedisSentinel runs the replicas in STOCKSVC_REDIS_MODE=sentinel over a master, a
+	// replica and three sentinels of the run's own (sentinel.go).
+	RedisSentinel bool
 	// Identity, when set, makes the replicas verify customer tokens of its issuer
 	// (STOCKSVC_CUSTOMER_AUTH=token); nil has them take the body's customer_id (body), for the
 	// loads whose clients carry no token (wrk's).
@@ -75,6 +78,7 @@ type Cluster struct {
 	RedisURL    string              // what the replicas are given as REDIS_URL
 	Postgres    *Postgres           // the run's own (OwnPostgres), or nil
 	HA          *PostgresHA         // the run's own Patroni topology (PostgresHA), or nil
+	Sentinel    *RedisSentinel      // the run's own Redis under Sentinel (RedisSentinel), or nil
 	Redis       *redisserver.Server // the run's own (OwnRedis), or nil
 	Redlock     RedlockNodes        // the run's own Redlock nodes, or nil
 	Front       int                 // the balancer's port
@@ -143,6 +147,12 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 		c.RedisURL = c.Redlock.URL()
 	}
+	if cfg.RedisSentinel {
+		if c.Sentinel, err = startSentinel(ctx, c.Sup, cfg.Dir); err != nil {
+			return nil, err
+		}
+		c.RedisURL = c.Sentinel.URL()
+	}
 	if cfg.BeforeReplicas != nil {
 		if err := cfg.BeforeReplicas(c); err != nil {
 			return nil, err
@@ -177,6 +187,9 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 		if c.Redlock != nil {
 			r.Env = append(r.Env, "STOCKSVC_REDIS_MODE=redlock") // REDIS_URL names the nodes
+		}
+		if c.Sentinel != nil {
+			r.Env = append(r.Env, "STOCKSVC_REDIS_MODE=sentinel") // REDIS_URL names the sentinels
 		}
 		if cfg.Env != nil {
 			r.Env = append(r.Env, cfg.Env(i)...)
@@ -248,7 +261,7 @@ func (c *Cluster) Close() {
 			fmt.Fprintf(c.Warnings, "  warning: %v\n", err)
 		}
 	}
-	if c.Redis == nil && c.Redlock == nil && c.Config.RedisURL != "" {
+	if c.Redis == nil && c.Redlock == nil && c.Sentinel == nil && c.Config.RedisURL != "" {
 		CleanRedisPrefix(c.Config.RedisURL, c.Prefix)
 	}
 	if c.Postgres != nil {

@@ -165,7 +165,7 @@ func (d *drillEnv) setup(ctx context.Context) error {
 	d.identity = identity
 	c, err := cluster.Start(ctx, cluster.Config{
 		Dir: d.dir, Binary: d.h.Binary, HAProxy: d.h.HAProxy, Replicas: d.h.Cluster.Replicas,
-		ServerURL: d.h.Cluster.DatabaseURL, OwnPostgres: d.sc.ownPostgres, PostgresHA: d.sc.postgresHA,
+		ServerURL: d.h.Cluster.DatabaseURL, OwnPostgres: d.sc.ownPostgres, PostgresHA: d.sc.postgresHA, RedisSentinel: d.sc.sentinel,
 		Database: fmt.Sprintf("stocksvc_drill_%d_%s", time.Now().UnixNano(), strings.ReplaceAll(d.sc.name, "-", "_")),
 		RedisURL: d.h.Cluster.RedisURL, OwnRedis: d.sc.ownRedis, Redlock: max(d.h.Cluster.Redlock, d.sc.redlock),
 		Prefix: "stocksvc-drill:" + rand.Text()[:10] + ":", Token: rand.Text(),

@@ -24,8 +24,9 @@ type scenario struct {
 	// replica and a server, for faults that hit one replica's connections.
 	ownRedis, ownPostgres     bool
 	proxyPostgres, proxyRedis bool
-	// postgresHA runs the database on a Patroni topology of the run's own (ha.go).
-	postgresHA bool
+	// postgresHA runs the database on a Patroni topology of the run's own (ha.go), and
+	// sentinel Redis under Sentinel of the run's own.
+	postgresHA, sentinel bool
 	// redlock is how many Redlock nodes of its own the scenario needs at least (-redlock
 	// may ask for more); 0 runs on one Redis unless -redlock says otherwise.
 	redlock int
@@ -82,6 +83,8 @@ func scenarios() []scenario {
 			postgresHA: true, expected: 8 * time.Second, inject: pgSwitchover, check: haReport},
 		{name: "pg-sync-standby-lost", about: "Patroni, synchronous_mode_strict: SIGKILL the synchronous standby (agent and Postgres) mid-sale, then the primary's Postgres: the other standby must have every acknowledged order",
 			postgresHA: true, expected: 12 * time.Second, inject: pgSyncStandbyLost, check: haReport},
+		{name: "redis-sentinel-failover", about: "Redis under Sentinel (a master, a replica, three sentinels): SIGKILL the master mid-sale; the sentinels promote the replica; the old master comes back empty",
+			sentinel: true, expected: 5 * time.Second, inject: redisSentinelFailover, check: haReport},
 	}
 }
 

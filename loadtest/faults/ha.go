@@ -153,10 +153,15 @@ func pgSyncStandbyLost(ctx context.Context, d *drillEnv) error {
 	return d.awaitWhole(ctx, sync+" and "+leader)
 }
 
-// haReport is the check of every HA drill: the window without selling in each fault, and
+// haReport is the check of every HA drill (and of redis-sentinel-failover): the window without selling in each fault, and
 // Patroni's timing, as notes (and the worst window in the outcome, for the table).
 func haReport(d *drillEnv, ops []*model.Op, _ availability) (failed, notes []string) {
-	notes = append(notes, "patroni "+d.c.HA.Timing.String()+", synchronous_mode_strict, primary_start_timeout 0")
+	if d.c.HA != nil {
+		notes = append(notes, "patroni "+d.c.HA.Timing.String()+", synchronous_mode_strict, primary_start_timeout 0")
+	}
+	if d.c.Sentinel != nil {
+		notes = append(notes, "sentinel quorum 2 of 3, down-after-milliseconds 1000, failover-timeout 5000")
+	}
 	d.mu.Lock()
 	faults := append([]window(nil), d.faults...)
 	d.mu.Unlock()
@@ -212,4 +217,45 @@ func noSaleWindow(ops []*model.Op, w window) (gap, from time.Duration, ok bool) 
 		}
 	}
 	return gap, from, ok
+}
+
+// redisSentinelFailover SIGKILLs the Redis master mid-sale. The sentinels agree it is down
+// after a second, and promote its replica, which Redis fed asynchronously: it may lack the
+// master's last writes (a lock, a fencing counter's last numbers, a view's last move). The
+// replicas ask the sentinels for the new master. The old master comes back empty, and the
+// sentinels make it a replica of the new one.
+func redisSentinelFailover(ctx context.Context, d *drillEnv) error {
+	g := d.c.Sentinel
+	old, err := g.MasterAddr(ctx)
+	if err != nil {
+		return err
+	}
+	master := g.Master
+	if old == g.Replica.Addr() {
+		master = g.Replica
+	}
+	start := d.rec.Now()
+	master.Kill()
+	d.event("SIGKILL the Redis master %s", old)
+	deadline := time.Now().Add(haHeal)
+	var promoted string
+	for {
+		if promoted, err = g.MasterAddr(ctx); err == nil && promoted != old {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the sentinels promoted no replica within %v (master %q, %v)", haHeal, promoted, err)
+		}
+		if err := clock.Sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	d.faultWindow(start)
+	d.event("the sentinels promoted %s", promoted)
+	d.note("the sentinels promoted %s %.2fs after the master's SIGKILL", promoted, (d.rec.Now() - start).Seconds())
+	if err := master.Start(ctx); err != nil {
+		return err
+	}
+	d.event("%s started again, empty", old)
+	return nil
 }

@@ -43,7 +43,7 @@ func CheckScenarios(spec string, redlock int) error {
 		return err
 	}
 	for _, sc := range picked {
-		if redlock > 0 && (sc.ownRedis || sc.proxyRedis) {
+		if redlock > 0 && (sc.ownRedis || sc.proxyRedis || sc.sentinel) {
 			return fmt.Errorf("-redlock: drill %s stops or proxies the one Redis, which a Redlock run does not have", sc.name)
 		}
 	}
