@@ -50,7 +50,7 @@ func (h *harness) startCluster(ctx context.Context, label string) (*cluster.Clus
 func (h *harness) startClusterHA(ctx context.Context, label string, ha bool) (*cluster.Cluster, error) {
 	return cluster.Start(ctx, cluster.Config{
 		Dir: filepath.Join(h.Out, label), Binary: h.Binary, HAProxy: h.HAProxy, Replicas: h.Cluster.Replicas,
-		ServerURL: h.Cluster.DatabaseURL, PostgresHA: ha, Database: fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(label, "-", "_")),
+		ServerURL: h.Cluster.DatabaseURL, PostgresHA: ha, PatroniFsync: ha, Database: fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(label, "-", "_")),
 		RedisURL: h.Cluster.RedisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
 		DebugPorts: true, Keep: h.Cluster.Keep, Warnings: h.W,
 		Env: func(int) []string {
@@ -212,7 +212,7 @@ func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
 			return err
 		}
 		defer c.Close()
-		h.Printf("[throughput] on a Patroni topology: a primary and two standbys, synchronous_mode_strict (%s)\n", c.HA.Timing)
+		h.Printf("[throughput] on a Patroni topology: a primary and two standbys, synchronous_mode_strict, fsync on (%s)\n", c.HA.Timing)
 	}
 	anchor := func() (sale.Comparison, error) {
 		if o.PostgresHA {
@@ -292,6 +292,9 @@ func throughputReport(replicas int, o ThroughputOptions, anchors []sale.Comparis
 		best = max(best, a.PurchasesPerS)
 	}
 	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy, one product, every order one unit with its own Idempotency-Key; pgbench measured in the same run, before and after the closed loop, and ratios taken against its better run.\n\n", replicas)
+	if o.PostgresHA {
+		b.WriteString("Postgres: a Patroni topology of the run's own (a primary and two standbys on this machine, synchronous_mode_strict, fsync on): every commit, the service's and pgbench's, waits for a standby's flush.\n\n")
+	}
 	fmt.Fprintf(&b, "| load | generator | offered | sent/s | confirmed/s | × pgbench | 201 p50 / p99 | not 201 (429 …) | 429 p50 / p99 | failed |\n")
 	fmt.Fprintf(&b, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for i, a := range anchors {

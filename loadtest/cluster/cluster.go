@@ -51,6 +51,9 @@ type Config struct {
 	// primary and two synchronous-capable standbys, reached with a multi-host URL.
 	PostgresHA bool
 	Patroni    PatroniTiming // PostgresHA's timing (default DefaultPatroniTiming)
+	// PatroniFsync turns fsync on on PostgresHA's nodes, for benchmarks (the drills run
+	// without: they kill processes, not machines).
+	PatroniFsync bool
 	// RedisSentinel runs the replicas in STOCKSVC_REDIS_MODE=sentinel over a master, a
 	// replica and three sentinels of the run's own (sentinel.go).
 	RedisSentinel bool
@@ -126,7 +129,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		if timing == (PatroniTiming{}) {
 			timing = DefaultPatroniTiming
 		}
-		if c.HA, err = startPostgresHA(ctx, cfg.Dir, timing, cfg.Warnings); err != nil {
+		if c.HA, err = startPostgresHA(ctx, cfg.Dir, timing, cfg.PatroniFsync, cfg.Warnings); err != nil {
 			return nil, err
 		}
 		c.ServerURL = c.HA.URL("postgres")

@@ -81,7 +81,7 @@ type Member struct {
 // initdb), then the two others (which clone it with pg_basebackup), and waits until the
 // primary has a synchronous standby and both standbys stream. progress gets the package
 // installation's output, if patroni or etcd is missing.
-func startPostgresHA(ctx context.Context, logDir string, timing PatroniTiming, progress io.Writer) (_ *PostgresHA, err error) {
+func startPostgresHA(ctx context.Context, logDir string, timing PatroniTiming, fsync bool, progress io.Writer) (_ *PostgresHA, err error) {
 	patroni, err := FindTool(ctx, "patroni", "patroni", progress)
 	if err != nil {
 		return nil, err
@@ -144,7 +144,7 @@ func startPostgresHA(ctx context.Context, logDir string, timing PatroniTiming, p
 		if err := os.Chown(n.dir, uid, gid); err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(n.config, patroniConfig(scope, n, bin, client, timing), 0o644); err != nil {
+		if err := os.WriteFile(n.config, patroniConfig(scope, n, bin, client, timing, fsync), 0o644); err != nil {
 			return nil, fmt.Errorf("write %s: %w", n.config, err)
 		}
 		ha.Nodes = append(ha.Nodes, n)
@@ -168,10 +168,12 @@ func startPostgresHA(ctx context.Context, logDir string, timing PatroniTiming, p
 }
 
 // patroniConfig is node n's patroni.yml (JSON, which YAML reads). Authentication is trust on
-// loopback, as on the harness's other Postgres servers. fsync is off as there: the drills kill
-// processes, never the machine, so the operating system keeps every write a commit made, and a
-// synchronous standby's flush is still a round trip to it.
-func patroniConfig(scope string, n *PatroniNode, bin, etcd string, t PatroniTiming) []byte {
+// loopback, as on the harness's other Postgres servers. Without fsync, fsync is off as there:
+// the drills kill processes, never the machine, so the operating system keeps every write a
+// commit made, and a synchronous standby's flush is still a round trip to it; a benchmark of
+// what a commit costs turns it on.
+func patroniConfig(scope string, n *PatroniNode, bin, etcd string, t PatroniTiming, fsync bool) []byte {
+	onOff := map[bool]string{true: "on", false: "off"}
 	addr := func(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 	user := map[string]string{"username": "postgres"}
 	cfg := map[string]any{
@@ -196,7 +198,7 @@ func patroniConfig(scope string, n *PatroniNode, bin, etcd string, t PatroniTimi
 					// standby and acknowledges nothing. wal_keep_size keeps the WAL instead.
 					"use_pg_rewind": true, "use_slots": false,
 					"parameters": map[string]any{
-						"max_connections": 100, "shared_buffers": "32MB", "fsync": "off",
+						"max_connections": 100, "shared_buffers": "32MB", "fsync": onOff[fsync],
 						"wal_keep_size": "128MB", "max_wal_senders": 10, "max_replication_slots": 10,
 						// A standby that finds no slot on a just-promoted leader (Patroni makes
 						// the slots on its next loop) tries again after this, not after the

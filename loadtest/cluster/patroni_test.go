@@ -20,7 +20,7 @@ func TestPostgresHAFailsOverAndCleansUp(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ha, err := startPostgresHA(ctx, t.TempDir(), DefaultPatroniTiming, os.Stderr)
+	ha, err := startPostgresHA(ctx, t.TempDir(), DefaultPatroniTiming, false, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
