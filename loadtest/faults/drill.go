@@ -63,9 +63,11 @@ type drillEnv struct {
 	rdProxy *tcpProxy // between the victim and Redis
 	hot     int64
 	scarce  int64
-	limited int64        // the product with sale rules
-	holds   int64        // the product sold with a hold (holds-expiry), or 0
-	regular atomic.Int64 // orders of the limited product so far: its customers grow with them
+	limited int64 // the product with sale rules
+	holds   int64 // the product sold with a hold (holds-expiry), or 0
+	// holdsOpen admits the holds product's orders, confirms and cancels (holds.go).
+	holdsOpen holdsGate
+	regular   atomic.Int64 // orders of the limited product so far: its customers grow with them
 	// identity mints the customers' tokens, which the replicas verify.
 	identity *cluster.Identity
 
