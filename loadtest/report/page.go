@@ -308,3 +308,24 @@ func nullable(vs []float64) []*float64 {
 func hasValue(vs []float64) bool {
 	return slices.ContainsFunc(vs, func(v float64) bool { return !math.IsNaN(v) })
 }
+
+// Headline sums the run's phases up in one line, for the text summary: each phase's length
+// and the rates of what was answered in it, e.g. "selling 1.98 s: 40.5 confirmed/s, 2.5
+// busy/s; refusing (sold out) 7.51 s: 99.8 sold-out/s".
+func Headline(r Run) string {
+	v := newRunView("", r)
+	var parts []string
+	for _, p := range v.Rates {
+		var rates []string
+		for _, c := range Classes {
+			if p.Counts[c] > 0 {
+				rates = append(rates, fmt.Sprintf("%.1f %s/s", p.Rate(c), c))
+			}
+		}
+		if len(rates) == 0 {
+			rates = []string{"no answers"}
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f s: %s", p.Name, (p.End-p.Start).Seconds(), strings.Join(rates, ", ")))
+	}
+	return strings.Join(parts, "; ")
+}

@@ -224,3 +224,13 @@ func TestRender(t *testing.T) {
 		t.Errorf("want three inline scripts: uPlot, the data, the page's")
 	}
 }
+
+func TestHeadline(t *testing.T) {
+	t.Parallel()
+	got := Headline(syntheticSale())
+	want := "selling 1.98 s: 40.5 confirmed/s, 2.5 busy/s; refusing (sold out) 7.51 s: 99.8 sold-out/s, 0.4 unavailable/s; " +
+		"during kill-replica 2.00 s: 100.5 sold-out/s, 1.5 unavailable/s"
+	if got != want {
+		t.Errorf("Headline =\n%s\nwant\n%s", got, want)
+	}
+}
