@@ -244,10 +244,12 @@ func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
 	}
 	// pgbench again, right after: its rate varies from run to run on a shared machine, and the
 	// ratio is taken against the better of the two.
+	began = time.Now()
 	after, err := sale.PGBenchAnchor(ctx, h.Harness, o.PGBenchClients, 0)
 	if err != nil {
 		return err
 	}
+	load("pgbench alone", began)
 	anchors := []sale.Comparison{before, after}
 	best := max(before.PurchasesPerS, after.PurchasesPerS)
 	h.Printf("[throughput]   %.0f confirmed/s (%.2f× pgbench's better run)\n", peak.confirmedPerS(), peak.confirmedPerS()/best)

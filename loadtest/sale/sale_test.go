@@ -127,3 +127,10 @@ func TestReportVerdict(t *testing.T) {
 		})
 	}
 }
+
+func TestHotScenarios(t *testing.T) {
+	t.Parallel()
+	if got := hotScenarios("rush,carts, retries,race"); got != "rush, carts, retries" {
+		t.Errorf("hotScenarios = %q, want the race left out", got)
+	}
+}
