@@ -282,7 +282,7 @@ func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
 		return err
 	}
 	run := throughputPageRun(h.Cluster.Replicas, o, samples, loads, checks, []float64{before.PurchasesPerS, after.PurchasesPerS})
-	run.Files = []report.Field{{Name: "table", Value: path}, {Name: "logs", Value: c.Dir}}
+	run.Files = []report.Field{{Name: "table", Value: "throughput.md"}, {Name: "CPU profile of r1", Value: "throughput/r1.cpu.pprof"}}
 	page := report.Page{Title: "stocksvc throughput", Command: "go run -C loadtest . " + strings.Join(h.Args, " "), Runs: []report.Run{run}}
 	path = filepath.Join(h.Out, "report.html")
 	if err := report.Write(path, page); err != nil {

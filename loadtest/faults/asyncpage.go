@@ -49,7 +49,6 @@ func (d *drillEnv) writeAsyncPage(ctx context.Context, pool *pgxpool.Pool, produ
 			{Name: "POST → 202", Value: fmt.Sprintf("p50 %v, p99 %v", fig.acceptP50.Round(100*time.Microsecond), fig.acceptP99.Round(100*time.Microsecond))},
 			{Name: "202 → decision", Value: fmt.Sprintf("p50 %v, p99 %v, max %v", fig.p50.Round(time.Millisecond), fig.p99.Round(time.Millisecond), fig.max.Round(time.Millisecond))},
 		},
-		Files: []report.Field{{Name: "logs", Value: d.dir}},
 	}
 	if o.KillAfter > 0 {
 		r.Params = append(r.Params, report.Field{Name: "kill after", Value: o.KillAfter.String()})

@@ -54,7 +54,7 @@ func (d *drillEnv) pageRun(ctx context.Context, pool *pgxpool.Pool, ops []*model
 			{Name: "layer catches", Value: fmt.Sprintf("fence %.0f, version %.0f, guard %.0f, check %.0f", out.catches["fence"], out.catches["version"],
 				out.catches["guard"], out.catches["check"])},
 		},
-		Files: []report.Field{{Name: "history", Value: filepath.Join(d.dir, "history.txt")}, {Name: "logs", Value: d.dir}},
+		Files: []report.Field{{Name: "history", Value: "history.txt"}, {Name: "for -recheck", Value: "history.json"}},
 	}
 	for _, f := range out.failed {
 		r.Checks = append(r.Checks, report.Check{Name: "the scenario's own check", OK: false, Detail: f})

@@ -93,7 +93,7 @@ type Run struct {
 	Events  []Mark
 	End     time.Duration // the end of the load (0: the last answer)
 	Notes   []string
-	Files   []Field // other files of the run, by what they hold
+	Files   []Field // other files of the run, by what they hold: paths relative to the page
 }
 
 // Page is one report page: usually one run, or several side by side (-compare).

@@ -39,6 +39,7 @@ func syntheticSale() Run {
 		Faults: []Window{{Start: 4 * time.Second, End: 6 * time.Second, Label: "kill-replica"}},
 		Events: []Mark{{At: 4 * time.Second, Label: "SIGKILL r2"}, {At: 6 * time.Second, Label: "r2 ready again"}},
 		End:    10 * time.Second,
+		Files:  []Field{{"k6 summary", "summary.txt"}},
 	}
 }
 
@@ -210,7 +211,7 @@ func TestRender(t *testing.T) {
 	}
 	page := string(b)
 	for _, want := range []string{"uPlot 1.6.32 (MIT licence)", `id="run0-outcomes"`, `id="run0-stock"`, `id="run0-latency"`,
-		"no oversell", "selling", "refusing (sold out)", "40.5/s", "during kill-replica", "SIGKILL r2", `"soldOut":2.475`} {
+		"no oversell", "selling", "refusing (sold out)", "40.5/s", "during kill-replica", "SIGKILL r2", `"soldOut":2.475`, `<a href="summary.txt">`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)
 		}

@@ -131,7 +131,7 @@ func (h *harness) comparePageRun(ctx context.Context, run *saleRun, o Options, t
 			outcome = "FAIL"
 		}
 	}
-	return h.pageRun(ctx, run, o, title, ledgers, outcome)
+	return h.pageRun(ctx, run, o, title, run.spec.label+"/", ledgers, outcome)
 }
 
 // orderSample is one order request k6 recorded.

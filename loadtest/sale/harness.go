@@ -67,7 +67,7 @@ func (h *harness) sale(ctx context.Context, o Options) error {
 // writePage writes the sale's report page beside its logs (report.html, which the summary
 // names) and prints its headline rates, each over the phase it describes.
 func (h *harness) writePage(ctx context.Context, run *saleRun, o Options, invariants []verdict.Invariant, outcome string) error {
-	r, err := h.pageRun(ctx, run, o, "flash sale", invariants, outcome)
+	r, err := h.pageRun(ctx, run, o, "flash sale", "", invariants, outcome)
 	if err != nil {
 		return err
 	}

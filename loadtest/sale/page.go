@@ -17,8 +17,9 @@ import (
 // pageRun is a sale as its report page shows it (package report): every order k6 sent for
 // the hot product — the rush, the carts, the retries; the race's product is the exact race's,
 // judged in the checks — from k6's request log, the hot product's stock over time and the
-// moment it sold out from Postgres, and the replica killed, if one was.
-func (h *harness) pageRun(ctx context.Context, run *saleRun, o Options, title string, checks []verdict.Invariant, outcome string) (report.Run, error) {
+// moment it sold out from Postgres, and the replica killed, if one was. dir is the run's
+// directory as the page links to it ("" when the page is in it).
+func (h *harness) pageRun(ctx context.Context, run *saleRun, o Options, title, dir string, checks []verdict.Invariant, outcome string) (report.Run, error) {
 	samples, err := readOrderSamples(filepath.Join(run.dir, "requests.csv.gz"))
 	if err != nil {
 		return report.Run{}, fmt.Errorf("k6's request log: %w", err)
@@ -37,8 +38,8 @@ func (h *harness) pageRun(ctx context.Context, run *saleRun, o Options, title st
 		LatencyOf:  "the same orders, request to answer at k6, every answer in the bucket",
 		StockOf:    "Postgres: the initial stock less each order, at its transaction's start",
 		Params:     h.saleParams(run.spec, o),
-		Files: []report.Field{{Name: "k6 summary", Value: filepath.Join(run.dir, "summary.txt")},
-			{Name: "every request", Value: filepath.Join(run.dir, "requests.csv.gz")}, {Name: "logs", Value: run.dir}},
+		Files: []report.Field{{Name: "k6 summary", Value: dir + "summary.txt"}, {Name: "every request", Value: dir + "requests.csv.gz"},
+			{Name: "k6's log", Value: dir + "k6.log"}},
 	}
 	for _, s := range samples {
 		if s.scenario == "race" {
