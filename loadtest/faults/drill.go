@@ -706,6 +706,13 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		out.failed = append(out.failed, f...)
 		out.notes = append(out.notes, n...)
 	}
+	// The page reads Postgres again: a context of its own, the checks' may have run out
+	// while Porcupine searched.
+	pageCtx, cancelPage := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancelPage()
+	if err := d.writePage(pageCtx, pool, ops, out); err != nil {
+		h.Printf("[%s] warning: no report page: %v\n", filepath.Base(d.dir), err)
+	}
 	return out
 }
 
