@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	h := &env.Harness{Cluster: o.cluster, W: w}
+	h := &env.Harness{Cluster: o.cluster, W: w, Args: args}
 	if o.mode == modeRecheck {
 		return faults.Recheck(h, o.drills)
 	}

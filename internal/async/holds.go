@@ -45,6 +45,37 @@ const holdGrace = 250 * time.Millisecond
 // sweepBatch is the most holds one round of the sweep ends.
 const sweepBatch = 500
 
+// orphanGrace is how long past its expires_at a hold must be before every replica's own sweep
+// (sweepOrphans) ends it. River's scheduler and its periodic jobs run on its leader only, and a
+// leader that dies without resigning is replaced only when its lease lapses (15 s in River,
+// not settable by a client): for that long neither the holds' jobs nor the leader's sweep
+// would end a hold, and its units would stay out of the sale. Three sweep periods is well
+// past what a live leader leaves, so the replicas' sweeps find nothing while it lives.
+const orphanGrace = 3 * time.Second
+
+// sweepOrphans ends, every period until ctx ends, the holds orphanGrace past their time: the
+// holds a dead leader left. Any replica may end any hold (the release is decided by the
+// hold's row), so replicas that sweep at once give nothing back twice.
+func (q *Queue) sweepOrphans(ctx context.Context, period time.Duration) {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		n, err := q.svc.ExpireDue(ctx, nil, orphanGrace, sweepBatch)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			// Nothing else sees this loop's errors: the next period tries again.
+			q.cfg.Logger.WarnContext(ctx, "async: sweep holds past their time", "error", err)
+		case n > 0:
+			q.metrics.orphansEnded.Add(float64(n))
+		}
+	}
+}
+
 type expireWorker struct {
 	river.WorkerDefaults[expireArgs]
 	q *Queue

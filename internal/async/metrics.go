@@ -22,6 +22,7 @@ type metrics struct {
 	waited        prometheus.Histogram
 	retries       *prometheus.CounterVec
 	swept         prometheus.Counter
+	orphansEnded  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, pending, holds func() (float64, error), oldest func() ([]stockpg.LineAge, error)) *metrics {
@@ -59,9 +60,13 @@ func newMetrics(reg prometheus.Registerer, pending, holds func() (float64, error
 			Name: "stocksvc_async_sweep_jobs_total",
 			Help: "Jobs the sweep inserted for orders that waited without one.",
 		}),
+		orphansEnded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stocksvc_holds_expired_without_leader_total",
+			Help: "Holds a replica's own sweep ended, more than 3 s past their time: neither their job nor the River leader's sweep had (a leader that died is replaced only when its lease lapses).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.accepted, m.acceptRefused, m.acceptWaiting, m.decisions, m.failed, m.waited, m.retries, m.swept,
+		reg.MustRegister(m.accepted, m.acceptRefused, m.acceptWaiting, m.decisions, m.failed, m.waited, m.retries, m.swept, m.orphansEnded,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "stocksvc_async_orders_pending",
 				Help: "Accepted orders not yet decided, across every replica (one indexed count per scrape; -1 when Postgres did not answer within a second).",

@@ -96,6 +96,10 @@ type Queue struct {
 	metrics  *metrics
 	// acceptor gathers single-product orders into groups accepted in one transaction.
 	acceptor acceptor
+	// stopOrphans ends this replica's sweep of the holds a dead leader left (sweepOrphans),
+	// and orphansDone is closed when it has returned; both are set by Start.
+	stopOrphans context.CancelFunc
+	orphansDone chan struct{}
 	// stopping tells drains to hand their lines on at the end of the round: River's soft stop
 	// waits for jobs without cancelling them, and a long line would outlast the grace.
 	stopping atomic.Bool
@@ -159,6 +163,12 @@ func (q *Queue) Start(ctx context.Context) error {
 	if err := q.river.Start(ctx); err != nil {
 		return fmt.Errorf("async: start river: %w", err)
 	}
+	sweepCtx, cancel := context.WithCancel(ctx)
+	q.stopOrphans, q.orphansDone = cancel, make(chan struct{})
+	go func() {
+		defer close(q.orphansDone)
+		q.sweepOrphans(sweepCtx, q.cfg.Sweep)
+	}()
 	return nil
 }
 
@@ -166,6 +176,10 @@ func (q *Queue) Start(ctx context.Context) error {
 // still running then are cancelled and run again elsewhere (their orders stay in line).
 func (q *Queue) Stop(ctx context.Context) error {
 	q.stopping.Store(true)
+	if q.stopOrphans != nil {
+		q.stopOrphans()
+		<-q.orphansDone
+	}
 	err := q.river.Stop(ctx)
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -17,9 +17,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/report"
 	"github.com/stocksvc/stocksvc/loadtest/sale"
+	"github.com/stocksvc/stocksvc/loadtest/verdict"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
@@ -235,17 +237,27 @@ func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
 		return err
 	}
 	clients, d := o.Clients, o.Duration
+	// The report page's plots: the replicas' counters, sampled through every load.
+	sampler := sampleCounters(ctx, c)
+	var loads []report.Window
+	load := func(name string, began time.Time) {
+		loads = append(loads, report.Window{Start: sampler.since(began), End: sampler.since(time.Now()), Label: name})
+	}
 	h.Printf("[throughput] warm-up: %d clients for 3s\n", clients)
+	began := time.Now()
 	if _, err := h.wrkLoop(ctx, c, "warm-up", product, clients, 0, 3*time.Second); err != nil {
 		return err
 	}
+	load("warm-up", began)
 	h.Printf("[throughput] closed loop: %d clients for %v\n", clients, d)
 	profiled := make(chan error, 1)
 	go func() { profiled <- c.Profile(ctx, 0, d-time.Second, "r1.cpu.pprof") }()
+	began = time.Now()
 	peak, err := h.wrkLoop(ctx, c, "closed loop", product, clients, 0, d)
 	if err != nil {
 		return err
 	}
+	load("closed loop", began)
 	if err := <-profiled; err != nil {
 		h.Printf("[throughput]   no CPU profile of r1: %v\n", err)
 	} else {
@@ -254,10 +266,12 @@ func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
 	}
 	// pgbench again, right after: its rate varies from run to run on a shared machine, and the
 	// ratio is taken against the better of the two.
+	began = time.Now()
 	after, err := anchor()
 	if err != nil {
 		return err
 	}
+	load("pgbench alone", began)
 	anchors := []sale.Comparison{before, after}
 	best := max(before.PurchasesPerS, after.PurchasesPerS)
 	h.Printf("[throughput]   %.0f confirmed/s (%.2f× pgbench's better run)\n", peak.confirmedPerS(), peak.confirmedPerS()/best)
@@ -268,20 +282,50 @@ func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
 		}
 		rate := f * peak.confirmedPerS()
 		h.Printf("[throughput] paced load: %.0f orders/s (%.0f%% of the peak) for %v, and a probe\n", rate, 100*f, d)
+		began = time.Now()
 		p, err := h.pacedLoad(ctx, c, fmt.Sprintf("%.0f%% of the peak", 100*f), product, rate, d)
 		if err != nil {
 			return err
 		}
+		load(p.name, began)
 		phases = append(phases, p)
 	}
-	report := throughputReport(h.Cluster.Replicas, o, anchors, phases)
-	h.Printf("\n%s\n", report)
+	samples := sampler.finish()
+	table := throughputReport(h.Cluster.Replicas, o, anchors, phases)
+	h.Printf("\n%s\n", table)
 	path := filepath.Join(h.Out, "throughput.md")
-	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
 		return err
 	}
 	h.Printf("written to %s\n", path)
+
+	checks, err := ledgerChecks(ctx, c.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	run := throughputPageRun(h.Cluster.Replicas, o, samples, loads, checks, []float64{before.PurchasesPerS, after.PurchasesPerS})
+	run.Files = []report.Field{{Name: "table", Value: "throughput.md"}, {Name: "CPU profile of r1", Value: "throughput/r1.cpu.pprof"}}
+	page := report.Page{Title: "stocksvc throughput", Command: "go run -C loadtest . " + strings.Join(h.Args, " "), Runs: []report.Run{run}}
+	path = filepath.Join(h.Out, "report.html")
+	if err := report.Write(path, page); err != nil {
+		return err
+	}
+	h.Printf("report page   %s\n", path)
 	return nil
+}
+
+// ledgerChecks is the SQL verdict on the run's database: every product's ledger.
+func ledgerChecks(ctx context.Context, databaseURL string) ([]report.Check, error) {
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the run's database: %w", err)
+	}
+	defer pool.Close()
+	invs, _, err := verdict.Ledgers(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	return verdict.Checks(invs), nil
 }
 
 func throughputReport(replicas int, o ThroughputOptions, anchors []sale.Comparison, phases []phase) string {

@@ -42,6 +42,7 @@ type Harness struct {
 	Wrk     string // only for -throughput, -cache, -flood and -replays
 	Script  string // the k6 script
 	W       io.Writer
+	Args    []string // the command line's flags, which the report pages repeat
 }
 
 // Printf writes progress and reports to the harness's output.

@@ -44,6 +44,7 @@ type asyncOrder struct {
 	attempts int
 	answered time.Duration   // from the first attempt to the answer that ended it
 	ids      map[string]bool // every id a 202 for this key named
+	sent     time.Duration   // when it was first sent, on the run's clock (d.rec)
 }
 
 // slowDecision is one of the orders that waited longest for their decision.
@@ -147,6 +148,9 @@ func (h *harness) asyncSale(ctx context.Context, o AsyncOptions) error {
 			r := d.c.Replicas[d.victim]
 			fig.killedAt = time.Since(start)
 			d.event("SIGKILL %s", r.Name)
+			killed := d.rec.Now()
+			// The fault lasts until the replica is ready again (or its restart failed).
+			defer d.faultWindow(killed)
 			r.Proc.Signal(syscall.SIGKILL)
 			<-r.Proc.Done()
 			if clock.Sleep(ctx, time.Second) != nil {
@@ -210,7 +214,15 @@ func (h *harness) asyncSale(ctx context.Context, o AsyncOptions) error {
 		checks = append(checks, verdict.Invariant{Name: "harness", OK: false, Detail: f})
 	}
 	d.mu.Unlock()
-	return h.asyncReport(d.dir, o, fig, checks)
+	err = h.asyncReport(d.dir, o, fig, checks)
+	pageCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if perr := d.writeAsyncPage(pageCtx, pool, product, o, fig, orders, checks, err); perr != nil {
+		h.Printf("warning: no report page: %v\n", perr)
+	} else {
+		h.Printf("report page         %s\n", filepath.Join(d.dir, pageName))
+	}
+	return err
 }
 
 // openLoop sends orders of 1–2 units of product at the run's rate for its duration (open loop:
@@ -241,7 +253,7 @@ func (h *harness) openLoop(ctx context.Context, o AsyncOptions, d *drillEnv, htt
 		case <-tick.C:
 		}
 		n++
-		o := &asyncOrder{key: fmt.Sprintf("%s-%d-%d", d.c.Prefix, product, n), qty: int64(1 + d.rng.intN(2)), ids: map[string]bool{}}
+		o := &asyncOrder{key: fmt.Sprintf("%s-%d-%d", d.c.Prefix, product, n), qty: int64(1 + d.rng.intN(2)), ids: map[string]bool{}, sent: d.rec.Now()}
 		mu.Lock()
 		orders = append(orders, o)
 		mu.Unlock()

@@ -63,9 +63,11 @@ type drillEnv struct {
 	rdProxy *tcpProxy // between the victim and Redis
 	hot     int64
 	scarce  int64
-	limited int64        // the product with sale rules
-	holds   int64        // the product sold with a hold (holds-expiry), or 0
-	regular atomic.Int64 // orders of the limited product so far: its customers grow with them
+	limited int64 // the product with sale rules
+	holds   int64 // the product sold with a hold (holds-expiry), or 0
+	// holdsOpen admits the holds product's orders, confirms and cancels (holds.go).
+	holdsOpen holdsGate
+	regular   atomic.Int64 // orders of the limited product so far: its customers grow with them
 	// identity mints the customers' tokens, which the replicas verify.
 	identity *cluster.Identity
 
@@ -710,6 +712,13 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		out.notes = append(out.notes, n...)
 	}
 	out.noSale = d.noSale
+	// The page reads Postgres again: a context of its own, the checks' may have run out
+	// while Porcupine searched.
+	pageCtx, cancelPage := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancelPage()
+	if err := d.writePage(pageCtx, pool, ops, out); err != nil {
+		h.Printf("[%s] warning: no report page: %v\n", filepath.Base(d.dir), err)
+	}
 	return out
 }
 

@@ -131,6 +131,14 @@ func (h *harness) printOutcome(o drillOutcome) {
 		h.Printf("  INVALID       %s\n", why)
 	}
 	h.Printf("  history       %s\n", filepath.Join(o.dir, "history.txt"))
+	if page := filepath.Join(o.dir, pageName); fileExists(page) {
+		h.Printf("  report        %s\n", page)
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // drillTable is the markdown table docs/reliability.md keeps: one row per scenario, with the

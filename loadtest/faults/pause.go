@@ -51,9 +51,11 @@ func pauseLineHolder(ctx context.Context, d *drillEnv, pool *pgxpool.Pool, produ
 		}
 	}
 	d.event("SIGSTOP %s, which drains the line, for %v", victim.Name, pause)
+	stopped := d.rec.Now()
 	victim.Proc.Signal(syscall.SIGSTOP)
 	err := clock.Sleep(ctx, pause)
 	victim.Proc.Signal(syscall.SIGCONT)
+	d.faultWindow(stopped)
 	d.event("SIGCONT %s", victim.Name)
 	return victim.Name, err
 }

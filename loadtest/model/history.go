@@ -139,6 +139,12 @@ type Input struct {
 	// product.
 	Hold      string `json:",omitempty"`
 	HoldStart bool   `json:",omitempty"`
+	// Orders, on an order, is how many orders one transaction committed together (History's
+	// merge of a batch, see Op.Txn): Quantity is their units, taken at one moment. InBatch
+	// marks each of those orders as a customer's partition still sees it; its product's
+	// partition sees the batch instead.
+	Orders  int  `json:",omitempty"`
+	InBatch bool `json:",omitempty"`
 }
 
 // Output is what the operation returned, as far as the model is concerned.
@@ -402,6 +408,9 @@ func describeOp(input, output any) string {
 		}
 		return fmt.Sprintf("create(%d)", out.Stock)
 	case KindOrder:
+		if in.Orders > 1 {
+			return fmt.Sprintf("%d orders of one transaction, %d units → %s", in.Orders, in.Quantity, out.Outcome)
+		}
 		if out.Outcome == SoldOut && out.HasAvailable {
 			return fmt.Sprintf("order(%d) → sold-out, %d available", in.Quantity, out.Available)
 		}
@@ -433,6 +442,7 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 	byProduct := map[int64][]porcupine.Operation{}
 	created := map[int64]porcupine.Operation{}
 	byHold := map[string][]porcupine.Operation{}
+	members := map[int64][]porcupine.Operation{}
 	var ids []int64
 	var holds []string
 	for _, op := range history {
@@ -442,6 +452,12 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 				holds = append(holds, in.Hold)
 			}
 			byHold[in.Hold] = append(byHold[in.Hold], op)
+			continue
+		}
+		if in.InBatch {
+			// Its units are its batch's, in the product's partition; its customer's partition,
+			// if the product has a limit, still needs it.
+			members[in.Product] = append(members[in.Product], op)
 			continue
 		}
 		if _, ok := byProduct[in.Product]; !ok {
@@ -462,9 +478,9 @@ func partition(history []porcupine.Operation) [][]porcupine.Operation {
 		}
 		byCustomer := map[string][]porcupine.Operation{}
 		var customers []string
-		for _, op := range byProduct[id] {
+		for _, op := range slices.Concat(byProduct[id], members[id]) {
 			in := op.Input.(Input)
-			if in.Kind != KindOrder && in.Kind != KindRelease || in.Customer == "" {
+			if in.Kind != KindOrder && in.Kind != KindRelease || in.Customer == "" || in.Orders > 1 {
 				continue
 			}
 			if _, ok := byCustomer[in.Customer]; !ok {
@@ -521,6 +537,10 @@ type Op struct {
 	// NotBefore, when positive, is the earliest the operation can have taken effect, as the
 	// database recorded it (see verdict.Orders).
 	NotBefore time.Duration
+	// Txn is the Postgres transaction that wrote the order's items (their xmin), when the
+	// order is in the database: the orders of one batch share it, and took effect at its
+	// commit, together (see History).
+	Txn string
 	// RefusedButSold marks an order refused to its client (429) that the database holds: a
 	// violation, checked by the model as an order that happened (see verdict.Orders).
 	RefusedButSold bool
@@ -580,17 +600,25 @@ type HistoryOptions struct {
 // History turns operations into Porcupine's form. Operations that were refused, and
 // unknown orders the database shows never happened, change nothing and are left out. A
 // product created with a sale window gets its opening and its end as operations of their own.
+//
+// The orders of a product that one transaction committed (Op.Txn) took their units at one
+// moment, its commit, which lies inside every one of their intervals: they become one
+// operation over the intersection, taking the sum of their units (their customers' partitions
+// still see each). No read sees a state inside a transaction; a sold-out answer decided in
+// the batch does (the units left at its turn), so a batch one may have come from is not merged. Without it, when a Redis pause holds back fifty orders of one to three
+// units and two batches commit them, a read between the batches must be explained by some
+// subset of the fifty summing to exactly what it saw, and Porcupine's search for one took more
+// than five minutes (holds-expiry, one run in six). The merge leaves out only orders of
+// linearizations in which one transaction's orders took effect at different moments, which
+// no run can have; orders whose intervals do not meet are left apart.
 func History(ops []*Op, o HistoryOptions) []porcupine.Operation {
 	var out []porcupine.Operation
 	lanes := 0
 	for _, p := range ops {
 		lanes = max(lanes, p.Client+1)
 	}
-	for _, p := range ops {
-		if p.Out.Outcome == Refused || (p.In.Kind == KindRead && !o.Reads && !p.Final) {
-			continue
-		}
-		call, ret := p.Invoke, p.Return
+	interval := func(p *Op) (call, ret time.Duration) {
+		call, ret = p.Invoke, p.Return
 		if p.NotBefore > call && (p.NotBefore <= ret || p.Out.Outcome == Happened) {
 			call = p.NotBefore
 		}
@@ -600,9 +628,27 @@ func History(ops []*Op, o HistoryOptions) []porcupine.Operation {
 		case p.In.Kind == KindRead:
 			call = max(0, call-o.ReadSlack)
 		}
+		return call, ret
+	}
+	batches := batchesOf(ops, interval)
+	for _, p := range ops {
+		if p.Out.Outcome == Refused || (p.In.Kind == KindRead && !o.Reads && !p.Final) {
+			continue
+		}
+		call, ret := interval(p)
 		in, res := p.In, p.Out
 		if in.Kind == KindOrder {
 			in.Customer = p.Customer
+		}
+		if b, ok := batches[batchKey{p.Txn, p.In.Product}]; ok {
+			in.InBatch = true
+			if b.first == p {
+				out = append(out, porcupine.Operation{ClientId: lanes, Call: int64(b.call), Return: int64(b.ret),
+					Input:    Input{Kind: KindOrder, Product: p.In.Product, Quantity: b.units, Orders: b.orders},
+					Output:   Output{Outcome: Confirmed},
+					Metadata: fmt.Sprintf("transaction %s: the orders of clients %v", p.Txn, b.clients)})
+				lanes++
+			}
 		}
 		var ticks []porcupine.Operation
 		if in.Kind == KindCreate {
@@ -622,6 +668,70 @@ func History(ops []*Op, o HistoryOptions) []porcupine.Operation {
 		}
 	}
 	return out
+}
+
+// batchKey names the orders of one product one transaction committed.
+type batchKey struct {
+	txn     string
+	product int64
+}
+
+// batch is what History merges: the orders of one transaction, their units, and the
+// intersection of their intervals.
+type batch struct {
+	first     *Op
+	orders    int
+	units     int64
+	call, ret time.Duration
+	clients   []int
+}
+
+// batchesOf finds the orders History merges: two or more of one product in one transaction,
+// each taken (confirmed, held, or unknown and found in the database), whose intervals meet,
+// and no sold-out answer of the product overlapping them.
+func batchesOf(ops []*Op, interval func(*Op) (time.Duration, time.Duration)) map[batchKey]*batch {
+	all := map[batchKey]*batch{}
+	for _, p := range ops {
+		if p.In.Kind != KindOrder || p.Txn == "" || p.RefusedButSold {
+			continue
+		}
+		switch p.Out.Outcome {
+		case Confirmed, Held, Happened:
+		default:
+			continue
+		}
+		call, ret := interval(p)
+		k := batchKey{p.Txn, p.In.Product}
+		b, ok := all[k]
+		if !ok {
+			b = &batch{first: p, call: call, ret: ret}
+			all[k] = b
+		}
+		b.orders++
+		b.units += p.In.Quantity
+		b.call, b.ret = max(b.call, call), min(b.ret, ret)
+		b.clients = append(b.clients, p.Client)
+	}
+	for k, b := range all {
+		if b.orders < 2 || b.call > b.ret {
+			delete(all, k)
+		}
+	}
+	// A sold-out answer decided in a batch tells the units left at its turn in the batch's
+	// allocation, between two of the batch's orders: a state the merged batch never passes
+	// through. A batch that such an answer may have come from is left apart.
+	for _, p := range ops {
+		if p.In.Kind != KindOrder || p.Out.Outcome != SoldOut {
+			continue
+		}
+		call, ret := interval(p)
+		for k, b := range all {
+			if k.product == p.In.Product && call <= b.ret && ret >= b.call {
+				delete(all, k)
+			}
+		}
+	}
+	return all
 }
 
 // windowTicks returns the operations that open and end the sale of the product p created,
@@ -777,6 +887,9 @@ func concurrency(history []porcupine.Operation) int {
 	}
 	edges := make([]edge, 0, 2*len(history))
 	for _, o := range history {
+		if o.Input.(Input).InBatch {
+			continue // its batch is what the search places
+		}
 		edges = append(edges, edge{o.Call, 1}, edge{o.Return, -1})
 	}
 	sort.Slice(edges, func(i, j int) bool {
@@ -816,6 +929,7 @@ type savedOp struct {
 	Invoke    time.Duration `json:"invoke_ns"`
 	Return    time.Duration `json:"return_ns"`
 	NotBefore time.Duration `json:"not_before_ns,omitempty"`
+	Txn       string        `json:"txn,omitempty"`
 	Final     bool          `json:"final,omitempty"`
 	Customer  string        `json:"customer,omitempty"`
 	OrderID   string        `json:"order_id,omitempty"`
@@ -831,7 +945,7 @@ func Save(path string, ops []*Op, end time.Duration) error {
 	}{End: end}
 	for _, p := range ops {
 		saved.Ops = append(saved.Ops, savedOp{ID: p.ID, Client: p.Client, In: p.In, Out: p.Out, Invoke: p.Invoke, Return: p.Return,
-			NotBefore: p.NotBefore, Final: p.Final, Customer: p.Customer, OrderID: p.OrderID, Hold: p.Hold, Attempts: p.DescribeAttempts()})
+			NotBefore: p.NotBefore, Txn: p.Txn, Final: p.Final, Customer: p.Customer, OrderID: p.OrderID, Hold: p.Hold, Attempts: p.DescribeAttempts()})
 	}
 	b, err := json.Marshal(saved)
 	if err != nil {
@@ -858,7 +972,7 @@ func Load(path string) ([]*Op, time.Duration, error) {
 	}
 	ops := make([]*Op, len(saved.Ops))
 	for i, s := range saved.Ops {
-		ops[i] = &Op{ID: s.ID, Client: s.Client, In: s.In, Out: s.Out, Invoke: s.Invoke, Return: s.Return, NotBefore: s.NotBefore, Final: s.Final,
+		ops[i] = &Op{ID: s.ID, Client: s.Client, In: s.In, Out: s.Out, Invoke: s.Invoke, Return: s.Return, NotBefore: s.NotBefore, Txn: s.Txn, Final: s.Final,
 			Customer: s.Customer, OrderID: s.OrderID, Hold: s.Hold}
 	}
 	return ops, saved.End, nil

@@ -20,6 +20,7 @@ import (
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/report"
+	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
 // Comparison is one row of the Comparison table.
@@ -59,13 +60,22 @@ func (h *harness) compare(ctx context.Context, o Options) error {
 			saleSpec{label: "c-guard-only", defense: "guard", lockRetry: "wait", maxBatch: 1, queueWait: old}},
 	}
 	var rows []Comparison
+	var pageRuns []report.Run
 	for _, c := range configs {
-		c.spec.scenarios, c.spec.requestLog = "rush", true
+		c.spec.scenarios = "rush"
 		run, err := h.runSale(ctx, c.spec, o)
 		if err != nil {
 			return err
 		}
 		row, err := measureRush(ctx, run)
+		if err == nil {
+			// The report page's section for it, judged by the ledgers (a comparison fails on
+			// nothing, but a configuration that oversold shows it).
+			var r report.Run
+			if r, err = h.comparePageRun(ctx, run, o, c.title); err == nil {
+				pageRuns = append(pageRuns, r)
+			}
+		}
 		h.closeRun(run)
 		if err != nil {
 			return err
@@ -89,7 +99,39 @@ func (h *harness) compare(ctx context.Context, o Options) error {
 		return err
 	}
 	h.Printf("written to %s\n", path)
+	page := report.Page{Title: "stocksvc: the same rush against five configurations", Command: "go run -C loadtest . " + strings.Join(h.Args, " "), Runs: pageRuns}
+	for _, r := range rows {
+		sell := fmt.Sprintf("not sold out (%d/%d)", r.sold, r.stock)
+		if r.sellOut > 0 {
+			sell = "sold out in " + r.sellOut.Round(time.Millisecond).String()
+		}
+		value := fmt.Sprintf("%.0f confirmed/s while selling, %s, p99 confirmed %.1f ms", r.PurchasesPerS, sell, r.P99Confirmed)
+		if r.label == anchor.label {
+			value = fmt.Sprintf("%.0f tx/s of the bare UPDATE, no service (p99 %.1f ms)", r.PurchasesPerS, r.P99Confirmed)
+		}
+		page.Summary = append(page.Summary, report.Field{Name: r.label, Value: value})
+	}
+	path = filepath.Join(h.Out, "report.html")
+	if err := report.Write(path, page); err != nil {
+		return err
+	}
+	h.Printf("report page   %s\n", path)
 	return nil
+}
+
+// comparePageRun is one configuration of -compare as the report page shows it.
+func (h *harness) comparePageRun(ctx context.Context, run *saleRun, o Options, title string) (report.Run, error) {
+	ledgers, _, err := verdict.Ledgers(ctx, run.pool)
+	if err != nil {
+		return report.Run{}, err
+	}
+	outcome := "PASS"
+	for _, inv := range ledgers {
+		if !inv.OK {
+			outcome = "FAIL"
+		}
+	}
+	return h.pageRun(ctx, run, o, title, run.spec.label+"/", ledgers, outcome)
 }
 
 // orderSample is one order request k6 recorded.
@@ -97,6 +139,7 @@ type orderSample struct {
 	end      time.Time
 	duration float64 // ms
 	status   int
+	scenario string
 }
 
 // measureRush computes the comparison figures of a rush-only sale from k6's request log and
@@ -207,7 +250,11 @@ func readOrderSamples(path string) ([]orderSample, error) {
 		ms, _ := strconv.ParseInt(rec[col["timestamp"]], 10, 64)
 		d, _ := strconv.ParseFloat(rec[col["metric_value"]], 64)
 		status, _ := strconv.Atoi(rec[col["status"]])
-		out = append(out, orderSample{end: time.UnixMilli(ms), duration: d, status: status})
+		s := orderSample{end: time.UnixMilli(ms), duration: d, status: status}
+		if i, ok := col["scenario"]; ok {
+			s.scenario = rec[i]
+		}
+		out = append(out, s)
 	}
 	slices.SortFunc(out, func(a, b orderSample) int { return a.end.Compare(b.end) })
 	return out, nil

@@ -6,10 +6,13 @@ package sale
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/report"
+	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
 // harness is the invocation's shared state, which the sale extends with methods of its own.
@@ -60,5 +63,24 @@ func (h *harness) sale(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	return h.report(run, o, invariants, ledgers, timing)
+	err = h.report(run, o, invariants, ledgers, timing)
+	if perr := h.writePage(checkCtx, run, o, invariants, verdictOf(err)); perr != nil {
+		h.Printf("  warning: no report page: %v\n", perr)
+	}
+	return err
+}
+
+// writePage writes the sale's report page beside its logs (report.html, which the summary
+// names) and prints its headline rates, each over the phase it describes.
+func (h *harness) writePage(ctx context.Context, run *saleRun, o Options, invariants []verdict.Invariant, outcome string) error {
+	r, err := h.pageRun(ctx, run, o, "flash sale", "", invariants, outcome)
+	if err != nil {
+		return err
+	}
+	page := report.Page{Title: "stocksvc flash sale", Command: "go run -C loadtest . " + strings.Join(h.Args, " "), Runs: []report.Run{r}}
+	if err := report.Write(filepath.Join(run.dir, "report.html"), page); err != nil {
+		return err
+	}
+	h.Printf("by phase      %s\n", report.Headline(r))
+	return nil
 }

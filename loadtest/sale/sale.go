@@ -31,7 +31,6 @@ type saleSpec struct {
 	maxBatch       int           // the replicas' STOCKSVC_MAX_BATCH; 0 keeps their default
 	queueWait      time.Duration // the replicas' STOCKSVC_QUEUE_WAIT; 0 keeps their default
 	scenarios      string
-	requestLog     bool // k6 writes every request to requests.csv.gz (comparison mode)
 }
 
 // saleRun is everything one sale produced.
@@ -46,6 +45,7 @@ type saleRun struct {
 	replicas   []replicaReport
 	balancer   map[string]int64 // requests per replica, as HAProxy counted them
 	killed     int              // index of the replica killed mid-run, or -1
+	killedAt   time.Time        // when it was killed
 	stopped    bool             // Ctrl-C (or SIGTERM) ended the load before its time
 	k6Err      error
 	k6Started  time.Time
@@ -135,10 +135,6 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec, o Options) (*saleR
 			c.Close()
 		}
 	}()
-	dashboard, err := cluster.FreePorts(1)
-	if err != nil {
-		return nil, err
-	}
 	for _, r := range c.Replicas {
 		run.replicas = append(run.replicas, replicaReport{name: r.Name, port: r.Port})
 	}
@@ -157,25 +153,17 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec, o Options) (*saleR
 		"SUMMARY_TXT=" + filepath.Join(run.dir, "summary.txt"),
 		"ORDER_LOG=1",
 		"K6_NO_USAGE_REPORT=true",
-		// The dashboard listens on loopback only; without the host setting it would listen on
-		// every interface.
-		"K6_WEB_DASHBOARD=true",
-		"K6_WEB_DASHBOARD_HOST=127.0.0.1",
-		"K6_WEB_DASHBOARD_PORT=" + strconv.Itoa(dashboard[0]),
-		"K6_WEB_DASHBOARD_PERIOD=1s",
-		"K6_WEB_DASHBOARD_EXPORT=" + filepath.Join(run.dir, "report.html"),
+		// Every request's end, status and duration, for the report page's plots and -compare's
+		// figures: k6's CSV output, compressed (a few MB for a default sale).
+		"K6_CSV_TIME_FORMAT=unix_milli",
 	}
 	if o.KillAfter > 0 {
 		// Requests in flight on the killed replica fail (the balancer answers 502 for them)
 		// until its health check takes it out; allow for them. The invariants stay strict.
 		k6env = append(k6env, "FAILED_RATE_MAX=0.05", "CHECKS_RATE_MIN=0.95")
 	}
-	argv := []string{h.K6, "run", "--no-usage-report", "--quiet", "--console-output", filepath.Join(run.dir, "k6-console.log")}
-	if spec.requestLog {
-		k6env = append(k6env, "K6_CSV_TIME_FORMAT=unix_milli")
-		argv = append(argv, "--out", "csv="+filepath.Join(run.dir, "requests.csv.gz"))
-	}
-	argv = append(argv, h.Script)
+	argv := []string{h.K6, "run", "--no-usage-report", "--quiet", "--console-output", filepath.Join(run.dir, "k6-console.log"),
+		"--out", "csv=" + filepath.Join(run.dir, "requests.csv.gz"), h.Script}
 	h.Printf("[%s] k6: rate %d/s for %v, stock %d, scenarios %s; balancer http://127.0.0.1:%d\n",
 		spec.label, o.Rate, o.Duration, o.Stock, spec.scenarios, c.Front)
 	run.k6Started = time.Now()
@@ -193,7 +181,7 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec, o Options) (*saleR
 			select {
 			case <-time.After(o.KillAfter):
 				c.Replicas[victim].Proc.Signal(syscall.SIGKILL)
-				run.killed = victim
+				run.killed, run.killedAt = victim, time.Now()
 				h.Printf("[%s] killed replica %s with SIGKILL at %v\n", spec.label, run.replicas[victim].name, o.KillAfter)
 			case <-progressCtx.Done():
 			}

@@ -65,7 +65,8 @@ http_req_duration,1795325371600,1.000000,,,,true,,GET,GET /readyz,HTTP/1.1,,,200
 	if err != nil {
 		t.Fatalf("readOrderSamples: %v", err)
 	}
-	if len(got) != 2 || got[0].status != 429 || got[1].status != 201 || got[1].duration != 12.5 || !got[1].end.Equal(time.UnixMilli(1795325371700)) {
+	if len(got) != 2 || got[0].status != 429 || got[1].status != 201 || got[1].duration != 12.5 || !got[1].end.Equal(time.UnixMilli(1795325371700)) ||
+		got[1].scenario != "rush" {
 		t.Errorf("samples = %+v, want the two order durations sorted by end time", got)
 	}
 }
@@ -124,5 +125,12 @@ func TestReportVerdict(t *testing.T) {
 				t.Errorf("summary says stopped = %v, want %v:\n%s", stoppedLine, c.stopped, out.String())
 			}
 		})
+	}
+}
+
+func TestHotScenarios(t *testing.T) {
+	t.Parallel()
+	if got := hotScenarios("rush,carts, retries,race"); got != "rush, carts, retries" {
+		t.Errorf("hotScenarios = %q, want the race left out", got)
 	}
 }

@@ -78,6 +78,13 @@ func Holds(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) ([]Inva
 	if err != nil {
 		return nil, fmt.Errorf("holds left past their expiry: %w", err)
 	}
+	// The expiry's lag, expires_at to the units back, by Postgres's clock: a figure beside the
+	// check, which only bounds it by grace.
+	var lagMedian, lagMax float64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY lag), 0), coalesce(max(lag), 0)
+		FROM (SELECT extract(epoch FROM decided_at - expires_at)::float8 AS lag FROM orders WHERE status = 'expired') l`).Scan(&lagMedian, &lagMax); err != nil {
+		return nil, fmt.Errorf("expiry lag: %w", err)
+	}
 	return []Invariant{
 		{Name: "every hold has a status (held, confirmed, cancelled, expired) and a decided one its decided_at", OK: len(malformed) == 0,
 			Detail: fmt.Sprintf("%d held, %d confirmed, %d cancelled, %d expired; ", counts.held, counts.confirmed, counts.cancelled, counts.expired) +
@@ -86,7 +93,8 @@ func Holds(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) ([]Inva
 			Detail: summarise(len(late), "confirmed after the expiry", late)},
 		{Name: "no hold expired before its expires_at", OK: len(early) == 0, Detail: summarise(len(early), "expired early", early)},
 		{Name: fmt.Sprintf("no order still held %v after its expires_at (the expiry and the sweep work)", grace), OK: len(stuck) == 0,
-			Detail: summarise(len(stuck), "left held", stuck)},
+			Detail: fmt.Sprintf("expiry lag (expires_at to units back) median %.2fs, max %.2fs; ", lagMedian, lagMax) +
+				summarise(len(stuck), "left held", stuck)},
 	}, nil
 }
 

@@ -31,13 +31,16 @@ func Orders(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, start time
 		product  int64
 		quantity int64
 		key      string // the Idempotency-Key whose record names the order, if any
+		txn      string // the transaction that wrote the order's items (their xmin)
 	}
-	rows, _ := pool.Query(ctx, `SELECT o.id::text, o.customer_id, o.created_at, i.product_id, i.quantity, coalesce(k.key, '')
+	// An item's xmin names the transaction that inserted it (items are never updated; an
+	// order's row is, when a hold ends): the orders of one batch share it.
+	rows, _ := pool.Query(ctx, `SELECT o.id::text, o.customer_id, o.created_at, i.product_id, i.quantity, coalesce(k.key, ''), i.xmin::text
 		FROM orders o JOIN order_items i ON i.order_id = o.id LEFT JOIN idempotency_keys k ON k.order_id = o.id`)
 	byCustomer := map[string][]row{}
 	var r row
 	var customer string
-	if _, err := pgx.ForEachRow(rows, []any{&r.id, &customer, &r.created, &r.product, &r.quantity, &r.key}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&r.id, &customer, &r.created, &r.product, &r.quantity, &r.key, &r.txn}, func() error {
 		byCustomer[customer] = append(byCustomer[customer], r)
 		return nil
 	}); err != nil {
@@ -83,7 +86,7 @@ func Orders(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, start time
 			case found[0].id != p.OrderID || found[0].product != p.In.Product || found[0].quantity != p.In.Quantity:
 				wrong++
 			default:
-				p.NotBefore = found[0].created.Sub(start) - clockSlack
+				p.NotBefore, p.Txn = found[0].created.Sub(start)-clockSlack, found[0].txn
 			}
 		case model.SoldOut, model.NotOpen, model.Ended, model.OverLimit:
 			if len(found) > 0 {
@@ -104,7 +107,7 @@ func Orders(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, start time
 		case model.Unknown:
 			if len(found) == 1 && found[0].product == p.In.Product && found[0].quantity == p.In.Quantity {
 				p.Out.Outcome, p.OrderID = model.Happened, found[0].id
-				p.NotBefore = found[0].created.Sub(start) - clockSlack
+				p.NotBefore, p.Txn = found[0].created.Sub(start)-clockSlack, found[0].txn
 			} else if len(found) == 1 {
 				wrong++
 			} else {

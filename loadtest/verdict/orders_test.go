@@ -63,6 +63,9 @@ func TestReconcile(t *testing.T) {
 	if ops[1].Out.Outcome != model.Happened || ops[1].NotBefore < 50*time.Second {
 		t.Errorf("unknown order in the database: %v, not before %v; want happened, about a minute after start", ops[1].Out.Outcome, ops[1].NotBefore)
 	}
+	if ops[0].Txn == "" || ops[1].Txn == "" || ops[0].Txn == ops[1].Txn {
+		t.Errorf("transactions of two orders inserted apart: %q and %q, want two", ops[0].Txn, ops[1].Txn)
+	}
 	if ops[2].Out.Outcome != model.Refused {
 		t.Errorf("unknown order not in the database: %v, want refused (never happened)", ops[2].Out.Outcome)
 	}
@@ -100,5 +103,49 @@ func TestReconcile(t *testing.T) {
 	if busy := ops[len(ops)-1]; busy.Out.Outcome != model.Happened || !busy.RefusedButSold || busy.NotBefore < 50*time.Second {
 		t.Errorf("busy order found in the database: %v, refused but sold %v, not before %v; want happened, marked, about a minute after start",
 			busy.Out.Outcome, busy.RefusedButSold, busy.NotBefore)
+	}
+}
+
+// TestOrdersOfOneTransaction: orders inserted by one transaction, as a batch is, are marked
+// with the same transaction, and a hold's later change of status does not change it.
+func TestOrdersOfOneTransaction(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	ctx := context.Background()
+	var product int64
+	if err := pool.QueryRow(ctx, `INSERT INTO products (sku, name, stock, initial_stock) VALUES ('T', 't', 100, 100) RETURNING id`).Scan(&product); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range []string{"t-a", "t-b"} {
+		var id string
+		if err := tx.QueryRow(ctx, `INSERT INTO orders (id, customer_id, status, expires_at) VALUES (gen_random_uuid(), $1, 'held', now() + interval '1 minute')
+			RETURNING id::text`, c).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO order_items (order_id, product_id, quantity) VALUES ($1, $2, 1)`, id, product); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE orders SET status = 'confirmed', decided_at = now() WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	ops := []*model.Op{
+		{Customer: "t-a", OrderID: ids[0], In: model.Input{Kind: model.KindOrder, Product: product, Quantity: 1}, Out: model.Output{Outcome: model.Held}},
+		{Customer: "t-b", OrderID: ids[1], In: model.Input{Kind: model.KindOrder, Product: product, Quantity: 1}, Out: model.Output{Outcome: model.Held}},
+	}
+	if _, err := Orders(ctx, pool, ops, time.Now().Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if ops[0].Txn == "" || ops[0].Txn != ops[1].Txn {
+		t.Errorf("transactions %q and %q, want one, the same", ops[0].Txn, ops[1].Txn)
 	}
 }

@@ -1,0 +1,40 @@
+package benchmarks
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stocksvc/stocksvc/loadtest/report"
+)
+
+// TestCounterSeries: the replicas' cumulative counters become answers per second by class and
+// latency quantiles per interval, each interval from its own growth.
+func TestCounterSeries(t *testing.T) {
+	t.Parallel()
+	bounds := []float64{0.001, 0.01, 0.1, math.Inf(1)}
+	samples := []orderCounters{
+		{at: 0, codes: map[int]float64{201: 100}, bounds: bounds, counts: []float64{100, 100, 100, 100}},
+		// 500 more 201s in half a second, all between 1 and 10 ms; 50 429s.
+		{at: 500 * time.Millisecond, codes: map[int]float64{201: 600, 429: 50}, bounds: bounds, counts: []float64{100, 650, 650, 650}},
+		// 100 more 201s and a 503, all slow (10–100 ms).
+		{at: time.Second, codes: map[int]float64{201: 700, 429: 50, 503: 1}, bounds: bounds, counts: []float64{100, 650, 751, 751}},
+	}
+	s := counterSeries(samples)
+	if len(s.Start) != 2 || s.Start[1] != 500*time.Millisecond {
+		t.Fatalf("buckets start at %v, want 0 and 500ms", s.Start)
+	}
+	if s.Rates[report.Confirmed][0] != 1000 || s.Rates[report.Busy][0] != 100 || s.Rates[report.Confirmed][1] != 200 || s.Rates[report.Down][1] != 2 {
+		t.Errorf("rates %v, want 1000 then 200 confirmed/s, 100 busy/s, then 2 unavailable/s", s.Rates)
+	}
+	if _, ok := s.Rates[report.SoldOut]; ok {
+		t.Errorf("a class never answered has a series")
+	}
+	// The first interval's 550 observations all fall in (1, 10] ms: the median halfway.
+	if got := s.P50[0]; math.Abs(got-5.5) > 1e-9 {
+		t.Errorf("p50 of the first interval = %v ms, want 5.5", got)
+	}
+	if got := s.P99[1]; got <= 10 || got > 100 {
+		t.Errorf("p99 of the second interval = %v ms, want within (10, 100]", got)
+	}
+}
