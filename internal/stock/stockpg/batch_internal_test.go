@@ -166,3 +166,64 @@ func TestUnreplicatedOrderIsNotConfirmed(t *testing.T) {
 		t.Errorf("lookup with another warning = %v, want the order confirmed", err)
 	}
 }
+
+// TestUnreplicatedConfirmIsNotAcknowledged: a hold's confirm whose commit Postgres answered
+// with the warning of a cut-short wait for its synchronous standby is not acknowledged
+// (unavailable, outcome unknown), and a confirm that finds the hold confirmed already answers
+// only once the barrier shows a standby has it. A trigger draws the warning inside the
+// confirm's own statement, as a standby that never answers would at its commit.
+func TestUnreplicatedConfirmIsNotAcknowledged(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.OnNotice = OnNotice
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	s := New(pool)
+	ctx := context.Background()
+	p, err := s.CreateProduct(ctx, stock.NewProduct{SKU: "held", Name: "held", Stock: 5})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	hold := func() uuid.UUID {
+		t.Helper()
+		id := uuid.Must(uuid.NewV7())
+		if _, err := pool.Exec(ctx, `INSERT INTO orders (id, customer_id, status, expires_at) VALUES ($1, 'c', 'held', now() + interval '1 minute')`, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO order_items (order_id, product_id, quantity) VALUES ($1, $2, 1)`, id, p.ID); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	const warning = `canceling wait for synchronous replication due to user request`
+	if _, err := pool.Exec(ctx, `CREATE FUNCTION cut_short() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE WARNING '`+warning+`'; RETURN NEW; END $$;
+		CREATE TRIGGER cut_short BEFORE UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION cut_short()`); err != nil {
+		t.Fatal(err)
+	}
+	first := hold()
+	if _, err := s.ConfirmHold(ctx, first); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, stock.ErrOutcomeUnknown) || !errors.Is(err, errNotReplicated) {
+		t.Fatalf("confirm answered with the warning = %v, want unavailable, outcome unknown, not replicated", err)
+	}
+	if _, err := pool.Exec(ctx, `DROP TRIGGER cut_short ON orders`); err != nil {
+		t.Fatal(err)
+	}
+	// Confirmed on the primary by the call above; the barrier passes (no standby here).
+	if o, err := s.ConfirmHold(ctx, first); err != nil || o.Status != stock.OrderStatusConfirmed {
+		t.Errorf("confirm again with the barrier passing = %+v, %v; want confirmed", o, err)
+	}
+	s.barrier = `DO $$ BEGIN RAISE WARNING '` + warning + `'; END $$`
+	if _, err := s.ConfirmHold(ctx, first); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, errNotReplicated) {
+		t.Errorf("confirm again, the barrier cut short = %v, want unavailable, not replicated", err)
+	}
+	// A confirm that commits itself, answered without the warning, needs no barrier.
+	if o, err := s.ConfirmHold(ctx, hold()); err != nil || o.Status != stock.OrderStatusConfirmed {
+		t.Errorf("a confirm of its own = %+v, %v; want confirmed without the barrier", o, err)
+	}
+}

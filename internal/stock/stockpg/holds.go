@@ -2,6 +2,7 @@ package stockpg
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,10 +17,15 @@ const confirmHoldSQL = `
 UPDATE orders SET status = 'confirmed', decided_at = now()
  WHERE id = $1 AND status = 'held' AND expires_at > now()`
 
-// ConfirmHold implements Store.
+// ConfirmHold implements Store. A confirm is the payment's receipt: one acknowledged from the
+// primary alone (Postgres ended its commit's wait for the synchronous standby early, syncrep.go)
+// would be lost by a failover, and the hold would then expire and its units be sold again. So
+// such a commit answers unavailable, outcome unknown (the client confirms again), and a hold
+// found confirmed by an earlier call is answered only once a standby has it.
 func (s *Store) ConfirmHold(ctx context.Context, id uuid.UUID) (stock.Order, error) {
-	if _, err := s.pool.Exec(ctx, confirmHoldSQL, id); err != nil {
-		return stock.Order{}, dbError("confirm hold", err)
+	changed, err := s.confirmHold(ctx, id)
+	if err != nil {
+		return stock.Order{}, err
 	}
 	o, err := s.Order(ctx, id)
 	if err != nil {
@@ -27,12 +33,36 @@ func (s *Store) ConfirmHold(ctx context.Context, id uuid.UUID) (stock.Order, err
 	}
 	switch o.Status {
 	case stock.OrderStatusConfirmed:
+		if !changed {
+			if err := s.replicated(ctx); err != nil {
+				return stock.Order{}, notReplicated("confirm hold", err)
+			}
+		}
 		return o, nil
 	case stock.OrderStatusCancelled:
 		return stock.Order{}, stock.ErrOrderCancelled
 	}
 	// Expired, or still held but past expires_at (its expiry is due): not confirmed.
 	return stock.Order{}, stock.ErrHoldExpired
+}
+
+// confirmHold runs confirmHoldSQL on a connection of its own, so as to see the warning of a
+// commit whose wait for a synchronous standby was ended early; it reports whether it confirmed.
+func (s *Store) confirmHold(ctx context.Context, id uuid.UUID) (bool, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, dbError("confirm hold", err)
+	}
+	defer conn.Release()
+	cancelledSyncWait(conn.Conn().PgConn())
+	tag, err := conn.Exec(ctx, confirmHoldSQL, id)
+	if err != nil {
+		return false, dbError("confirm hold", err)
+	}
+	if cancelledSyncWait(conn.Conn().PgConn()) {
+		return false, fmt.Errorf("%w: %w: confirm hold: %w", stock.ErrUnavailable, stock.ErrOutcomeUnknown, errNotReplicated)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // lockProductsSQL takes the products' rows in ascending id order before a release raises

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stocksvc/stocksvc/internal/stock"
@@ -24,21 +23,24 @@ import (
 // (src/backend/replication/syncrep.c; the server's messages are not translated: lc_messages C).
 const syncCancelPrefix = "canceling wait for synchronous replication"
 
-// syncCancelled holds the connections that received the warning, until asked
-// (cancelledSyncWait). A connection nobody asks about stays in it: the warning is rare.
-var syncCancelled sync.Map // *pgconn.PgConn → struct{}
+// syncCancelledKey marks, in a connection's CustomData, that Postgres ended a commit's wait on
+// it early. The mark lives and dies with the connection, which one goroutine uses at a time:
+// the notice handler runs inside the call that reads the commit's answer.
+const syncCancelledKey = "stocksvc.sync-wait-cancelled"
 
-// OnNotice is the pool's notice handler (pgconn.Config.OnNotice): it notes the connections on
+// OnNotice is the pool's notice handler (pgconn.Config.OnNotice): it marks the connection on
 // which Postgres ended a commit's wait for its synchronous standby early.
 func OnNotice(c *pgconn.PgConn, n *pgconn.Notice) {
 	if strings.HasPrefix(n.Message, syncCancelPrefix) {
-		syncCancelled.Store(c, struct{}{})
+		c.CustomData()[syncCancelledKey] = true
 	}
 }
 
 // cancelledSyncWait reports whether c received the warning since it was last asked.
 func cancelledSyncWait(c *pgconn.PgConn) bool {
-	_, ok := syncCancelled.LoadAndDelete(c)
+	data := c.CustomData()
+	_, ok := data[syncCancelledKey]
+	delete(data, syncCancelledKey)
 	return ok
 }
 
