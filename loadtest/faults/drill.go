@@ -303,9 +303,7 @@ func (l *load) one(ctx context.Context) {
 		rolls += 25 // a fifth more: buyers of the holds product (20) and reads of it (5)
 	}
 	roll := d.rng.intN(rolls)
-	// A failover piles the hot product's orders up, unanswered, for seconds, as closed-loop
-	// buyers do: reads of it among them explode the search just the same.
-	if roll >= 75 && roll < 88 && (d.sc.buyers > 0 || d.sc.postgresHA) {
+	if roll >= 75 && roll < 88 && d.sc.buyers > 0 {
 		roll = 88
 	}
 	limitedEnd := 100
