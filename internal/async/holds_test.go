@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/testenv"
@@ -26,22 +28,7 @@ func TestUnpaidHoldExpiresByItself(t *testing.T) {
 	if err != nil || res.Order.Status != stock.OrderStatusHeld {
 		t.Fatalf("order = %+v, %v; want held", res, err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		o, err := r.svc.Order(ctx, res.Order.ID)
-		if err != nil {
-			t.Fatalf("read the order: %v", err)
-		}
-		if o.Status == stock.OrderStatusExpired {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the hold is %s 14 s after its time, want expired", o.Status)
-		}
-		if err := clock.Sleep(ctx, 50*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-	}
+	waitExpired(t, r, res.Order.ID, 15*time.Second)
 	if a := mustAudit(t, r, p.ID); !a.Consistent() || a.Stock != 1 || a.Held != 0 {
 		t.Errorf("audit %+v, want the unit back", a)
 	}
@@ -72,26 +59,34 @@ func TestHoldEndsWhileTheLeaderIsGone(t *testing.T) {
 	if err != nil || res.Order.Status != stock.OrderStatusHeld {
 		t.Fatalf("order = %+v, %v; want held", res, err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		o, err := r.svc.Order(ctx, res.Order.ID)
-		if err != nil {
-			t.Fatalf("read the order: %v", err)
-		}
-		if o.Status == stock.OrderStatusExpired {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the hold is %s 19 s after its time with no leader, want expired", o.Status)
-		}
-		if err := clock.Sleep(ctx, 100*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-	}
+	waitExpired(t, r, res.Order.ID, 20*time.Second)
 	if v := testenv.MetricOr(t, r.registry, "stocksvc_holds_expired_without_leader_total", 0); v != 1 {
 		t.Errorf("holds ended by a replica's own sweep = %v, want 1 (no job ran, no leader swept)", v)
 	}
 	if a := mustAudit(t, r, p.ID); !a.Consistent() || a.Stock != 1 || a.Held != 0 {
 		t.Errorf("audit %+v, want the unit back", a)
+	}
+}
+
+// waitExpired polls the order until it is expired, failing the test when it is not within
+// the given time of now.
+func waitExpired(t *testing.T, r *replica, id uuid.UUID, within time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(within)
+	for {
+		o, err := r.svc.Order(ctx, id)
+		if err != nil {
+			t.Fatalf("read the order: %v", err)
+		}
+		if o.Status == stock.OrderStatusExpired {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hold is %s %v later, want expired", o.Status, within)
+		}
+		if err := clock.Sleep(ctx, 50*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -116,16 +116,7 @@ func TestOneRecountAcrossReplicas(t *testing.T) {
 // a standby that never answers would draw it from the barrier's commit.
 func TestUnreplicatedOrderIsNotConfirmed(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(testenv.DatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.OnNotice = OnNotice
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(pool.Close)
+	pool := noticePool(t)
 	s := New(pool)
 	ctx := context.Background()
 	p, err := s.CreateProduct(ctx, stock.NewProduct{SKU: "unreplicated", Name: "unreplicated", Stock: 5})
@@ -174,16 +165,7 @@ func TestUnreplicatedOrderIsNotConfirmed(t *testing.T) {
 // confirm's own statement, as a standby that never answers would at its commit.
 func TestUnreplicatedConfirmIsNotAcknowledged(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(testenv.DatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.OnNotice = OnNotice
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(pool.Close)
+	pool := noticePool(t)
 	s := New(pool)
 	ctx := context.Background()
 	p, err := s.CreateProduct(ctx, stock.NewProduct{SKU: "held", Name: "held", Stock: 5})
@@ -226,4 +208,20 @@ func TestUnreplicatedConfirmIsNotAcknowledged(t *testing.T) {
 	if o, err := s.ConfirmHold(ctx, hold()); err != nil || o.Status != stock.OrderStatusConfirmed {
 		t.Errorf("a confirm of its own = %+v, %v; want confirmed without the barrier", o, err)
 	}
+}
+
+// noticePool is a pool on a fresh database with the service's notice handler, as cmd sets it.
+func noticePool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.OnNotice = OnNotice
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
