@@ -11,14 +11,17 @@ import (
 )
 
 // updateSaleSQL changes a product's sale rules: $2/$3/$4 set the window's start, its end and the
-// limit when not NULL; $5/$6/$7 clear them; $8 ends the sale now (Postgres's clock); $9 sets
+// limit when not NULL; $5/$6/$7 clear them; $8 ends the sale now (Postgres's clock, read when
+// the row is written: clock_timestamp, not now(), the transaction's start — a sale that held
+// the row while this waited for it committed first, and its orders, stamped with its own
+// now(), must fall inside the window this leaves); $9 sets
 // the hold (seconds), $10 clears it (orders already held keep theirs). The version
 // moves, so that a batch decided from the rules before is refused by its version check and
 // decided again.
 const updateSaleSQL = `
 UPDATE products
    SET sale_starts_at   = CASE WHEN $5 THEN NULL ELSE coalesce($2, sale_starts_at) END,
-       sale_ends_at     = CASE WHEN $8 THEN now() WHEN $6 THEN NULL ELSE coalesce($3, sale_ends_at) END,
+       sale_ends_at     = CASE WHEN $8 THEN clock_timestamp() WHEN $6 THEN NULL ELSE coalesce($3, sale_ends_at) END,
        max_per_customer = CASE WHEN $7 THEN NULL ELSE coalesce($4, max_per_customer) END,
        hold_for_seconds = CASE WHEN $10 THEN NULL ELSE coalesce($9, hold_for_seconds) END,
        version = version + 1, updated_at = now()
