@@ -19,7 +19,9 @@ func TestRedlockOrdersNeedQuorum(t *testing.T) {
 	for i := range nodes {
 		nodes[i] = testenv.StartRedis(t)
 	}
-	in := newInstance(t, instanceOptions{redlock: nodes, lockWait: time.Second})
+	// Three seconds to get a lock: each attempt waits up to the nodes' timeout (500 ms) for the
+	// dead ones, and on a loaded CI machine one second left room for too few attempts.
+	in := newInstance(t, instanceOptions{redlock: nodes, lockWait: 3 * time.Second})
 	id := createProduct(t, in.URL, "redlock", 5)
 
 	nodes[1].Kill()
