@@ -35,7 +35,8 @@ func TestRedlockLockerNeedsQuorum(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t)
 			nodes := testenv.StartRedisNodes(t, 5)
-			r := w.replica(t, stock.DefaultDefense(), replicaOptions{redlock: nodes, lockWait: 500 * time.Millisecond})
+			// Room for a few attempts on a loaded machine (see stocklock's TestRedlockBusyOrUnavailable).
+			r := w.replica(t, stock.DefaultDefense(), replicaOptions{redlock: nodes, lockWait: 3 * time.Second})
 			id := createProduct(t, r, "quorum", 5)
 			for _, i := range tt.down {
 				nodes[i].Kill()
