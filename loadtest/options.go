@@ -81,6 +81,7 @@ type flagValues struct {
 	stampedeRounds  int
 	stampedeReaders int
 	closedOnly      bool
+	reference       bool
 	clients         int
 	pgbenchClients  int
 	databaseURL     string
@@ -135,10 +136,11 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.BoolVar(&o.asyncBaseline, "async-baseline", false, "in -async, first send the same load without the preference (on another product, no fault) and compare latencies")
 	fs.DurationVar(&o.pauseAfter, "pause-after", 0, "in -async, SIGSTOP the replica draining the product's line this long into the load (0: never)")
 	fs.DurationVar(&o.pauseFor, "pause-for", 20*time.Second, "in -async, how long -pause-after pauses it: past the line lock's lease (15 s), so another replica takes the line over")
-	fs.IntVar(&o.rounds, "rounds", 3, "rounds of each load in -cache (medians are reported)")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds of each load in -cache and -throughput -reference (medians are reported)")
 	fs.IntVar(&o.stampedeRounds, "stampede-rounds", 10, "stampedes in -cache (0: none)")
 	fs.IntVar(&o.stampedeReaders, "stampede-readers", 500, "reads released at once in each stampede of -cache")
 	fs.BoolVar(&o.closedOnly, "closed-only", false, "in -throughput, only the closed loop (no open-loop phases)")
+	fs.BoolVar(&o.reference, "reference", false, "in -throughput, the closed loop as -rounds rounds each of the service, the Redis pre-deduction reference (issue #24) and GET /healthz, in turn, with ratios")
 	fs.IntVar(&o.pgbenchClients, "pgbench-clients", 8, "pgbench clients in -compare and -throughput")
 	fs.StringVar(&o.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres server to create the run's database on")
 	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis (the run uses a key prefix of its own and deletes it afterwards)")
@@ -238,7 +240,8 @@ func (f flagValues) options() options {
 		sale: sale.Options{Stock: f.stock, Rate: f.rate, Duration: f.duration, VUs: f.vus, RaceStock: f.raceStock,
 			Scenarios: f.scenarios, LockRetry: f.lockRetry, LockMaxRetries: f.lockMaxRetries, KillAfter: f.killAfter,
 			PGBenchClients: f.pgbenchClients},
-		throughput: benchmarks.ThroughputOptions{Duration: f.duration, Clients: f.clients, ClosedOnly: f.closedOnly, PGBenchClients: f.pgbenchClients},
+		throughput: benchmarks.ThroughputOptions{Duration: f.duration, Clients: f.clients, ClosedOnly: f.closedOnly, PGBenchClients: f.pgbenchClients,
+			Reference: f.reference, Rounds: f.rounds},
 		cache: benchmarks.CacheOptions{Duration: f.duration, Clients: f.clients, Rounds: f.rounds, StampedeRounds: f.stampedeRounds,
 			StampedeReaders: f.stampedeReaders},
 		async: faults.AsyncOptions{Stock: f.stock, Rate: f.rate, Duration: f.duration, KillAfter: f.killAfter, Baseline: f.asyncBaseline,

@@ -22,6 +22,10 @@ type ThroughputOptions struct {
 	Clients        int
 	ClosedOnly     bool
 	PGBenchClients int
+	// Reference runs the closed loop as Rounds rounds each of the service, the Redis
+	// pre-deduction reference (issue #24, reference.go) and GET /healthz, in turn.
+	Reference bool
+	Rounds    int
 }
 
 // CacheOptions configure -cache.
