@@ -220,13 +220,19 @@ type reference struct {
 func (r *reference) stockKey() string { return r.prefix + "stock:" + strconv.FormatInt(r.product, 10) }
 
 // ledger reads what the reference recorded: the orders in its stream and the units its stock
-// went down by (one unit per order in this load: they must be equal).
+// went down by (one unit per order in this load: they must be equal). Both in one transaction:
+// the orders still in flight when wrk stopped may be taken meanwhile.
 func (r *reference) ledger(ctx context.Context) (orders, taken int64, err error) {
-	if orders, err = r.rdb.XLen(ctx, r.prefix+"orders").Result(); err != nil {
-		return 0, 0, err
+	var xlen *redis.IntCmd
+	var left *redis.StringCmd
+	if _, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		xlen, left = p.XLen(ctx, r.prefix+"orders"), p.Get(ctx, r.stockKey())
+		return nil
+	}); err != nil {
+		return 0, 0, fmt.Errorf("read the reference's ledger: %w", err)
 	}
-	left, err := r.rdb.Get(ctx, r.stockKey()).Int64()
-	return orders, r.stock - left, err
+	n, err := left.Int64()
+	return xlen.Val(), r.stock - n, err
 }
 
 // sideBySide is the rounds of -throughput -reference, and what they measured.
