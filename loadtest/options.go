@@ -82,6 +82,7 @@ type flagValues struct {
 	stampedeReaders int
 	closedOnly      bool
 	postgresHA      bool
+	reference       bool
 	clients         int
 	pgbenchClients  int
 	databaseURL     string
@@ -136,11 +137,12 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.BoolVar(&o.asyncBaseline, "async-baseline", false, "in -async, first send the same load without the preference (on another product, no fault) and compare latencies")
 	fs.DurationVar(&o.pauseAfter, "pause-after", 0, "in -async, SIGSTOP the replica draining the product's line this long into the load (0: never)")
 	fs.DurationVar(&o.pauseFor, "pause-for", 20*time.Second, "in -async, how long -pause-after pauses it: past the line lock's lease (15 s), so another replica takes the line over")
-	fs.IntVar(&o.rounds, "rounds", 3, "rounds of each load in -cache (medians are reported)")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds of each load in -cache and -throughput -reference (medians are reported)")
 	fs.IntVar(&o.stampedeRounds, "stampede-rounds", 10, "stampedes in -cache (0: none)")
 	fs.IntVar(&o.stampedeReaders, "stampede-readers", 500, "reads released at once in each stampede of -cache")
 	fs.BoolVar(&o.closedOnly, "closed-only", false, "in -throughput, only the closed loop (no open-loop phases)")
 	fs.BoolVar(&o.postgresHA, "postgres-ha", false, "in -throughput, the deployment and pgbench on a Patroni topology of the run's own with a synchronous standby (patroni and etcd-server packages)")
+	fs.BoolVar(&o.reference, "reference", false, "in -throughput, the closed loop as -rounds rounds each of the service, the Redis pre-deduction reference (issue #24) and GET /healthz, in turn, with ratios")
 	fs.IntVar(&o.pgbenchClients, "pgbench-clients", 8, "pgbench clients in -compare and -throughput")
 	fs.StringVar(&o.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres server to create the run's database on")
 	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis (the run uses a key prefix of its own and deletes it afterwards)")
@@ -244,7 +246,7 @@ func (f flagValues) options() options {
 			Scenarios: f.scenarios, LockRetry: f.lockRetry, LockMaxRetries: f.lockMaxRetries, KillAfter: f.killAfter,
 			PGBenchClients: f.pgbenchClients},
 		throughput: benchmarks.ThroughputOptions{Duration: f.duration, Clients: f.clients, ClosedOnly: f.closedOnly, PGBenchClients: f.pgbenchClients,
-			PostgresHA: f.postgresHA},
+			PostgresHA: f.postgresHA, Reference: f.reference, Rounds: f.rounds},
 		cache: benchmarks.CacheOptions{Duration: f.duration, Clients: f.clients, Rounds: f.rounds, StampedeRounds: f.stampedeRounds,
 			StampedeReaders: f.stampedeReaders},
 		async: faults.AsyncOptions{Stock: f.stock, Rate: f.rate, Duration: f.duration, KillAfter: f.killAfter, Baseline: f.asyncBaseline,

@@ -7,13 +7,17 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/identity"
@@ -188,4 +192,107 @@ func BenchmarkBeforeOpening(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkPlaceOrderReplica is the per-order work inside one replica as a sale runs it: the
+// HTTP handler, the batcher and its lock in Redis, the view's update and the batch's write to
+// Postgres, with the real servers of STOCKSVC_TEST_DATABASE_URL and STOCKSVC_TEST_REDIS_URL
+// (issue #24). 64 buyers at once form the batches a replica forms under load. Besides ns/op
+// (wall time per order: mostly waiting for the batch's commit) it reports the CPU this process
+// spent per order (cpu-µs/op: the replica's work, plus the benchmark's making of requests,
+// which does not change) and the CPU the Postgres server spent per order (pg-µs/op: the
+// server is shared, so an upper bound). Run it as a replica runs, on one core, with a fixed
+// count of orders (each call of the function makes a new database):
+//
+//	go test -run '^$' -bench PlaceOrderReplica -benchmem -cpu 1 -benchtime 3000x -count 10 ./internal/http/ | tee new.txt
+//	benchstat old.txt new.txt
+func BenchmarkPlaceOrderReplica(b *testing.B) {
+	// A queue wait far above a batch's time: on a busy machine the default sheds orders (429),
+	// and a benchmark of the orders confirmed must not lose some.
+	in := newInstance(b, instanceOptions{lockWait: 10 * time.Second})
+	id := createProduct(b, in.URL, "hot", stock.MaxStock)
+	pg := postmasterOf(b, in.Pool)
+	var n atomic.Int64
+	b.SetParallelism(64)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0, pg0 := selfCPU(b), pg.cpu()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			body := fmt.Sprintf(`{"customer_id":"c%d","items":[{"product_id":%d,"quantity":1}]}`, n.Add(1), id)
+			r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(body))
+			r.Header.Set("Content-Type", "application/json")
+			r.Header.Set("Idempotency-Key", uuid.NewString())
+			w := httptest.NewRecorder()
+			in.API.ServeHTTP(w, r)
+			if w.Code != http.StatusCreated {
+				b.Errorf("status %d: %s", w.Code, w.Body)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64((selfCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64((pg.cpu()-pg0).Microseconds())/float64(b.N), "pg-µs/op")
+}
+
+// selfCPU is the user and system time this process has used.
+func selfCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// postmaster is the Postgres server's main process, on this machine.
+type postmaster int
+
+// postmasterOf finds the postmaster of pool's server: the parent of one of its backends. The
+// benchmark skips when it is not on this machine.
+func postmasterOf(b *testing.B, pool *pgxpool.Pool) postmaster {
+	var backend int
+	if err := pool.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+		b.Fatalf("backend pid: %v", err)
+	}
+	fields := procStat(backend)
+	if len(fields) < 2 {
+		b.Skip("the Postgres server is not on this machine: no CPU to count")
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return postmaster(ppid)
+}
+
+// cpu is the CPU time of the postmaster, of its live children and of those that ended (which
+// it reaps: cutime and cstime), so that a backend ending between two readings is not lost.
+func (p postmaster) cpu() time.Duration {
+	ticks := func(fields []string, from, to int) (n int64) {
+		for _, f := range fields[from:min(to, len(fields))] {
+			v, _ := strconv.ParseInt(f, 10, 64)
+			n += v
+		}
+		return n
+	}
+	total := ticks(procStat(int(p)), 11, 15)
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f := procStat(pid); len(f) > 12 && f[1] == strconv.Itoa(int(p)) {
+			total += ticks(f, 11, 13)
+		}
+	}
+	return time.Duration(total) * 10 * time.Millisecond // USER_HZ is 100
+}
+
+// procStat is /proc/<pid>/stat's fields after the command name (state first), or nil.
+func procStat(pid int) []string {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	s := string(raw)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 }

@@ -232,8 +232,9 @@ func (s *Server) writeConfirmed(w http.ResponseWriter, o stock.Order, replayed b
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	w.Header().Set("Location", "/v1/orders/"+o.ID.String())
-	writeJSON(w, http.StatusCreated, "application/json", toOrderResponse(o))
+	r := toOrderResponse(o)
+	w.Header().Set("Location", "/v1/orders/"+r.ID)
+	writeOrder(w, http.StatusCreated, r)
 }
 
 // writeAcceptance answers an order sent with Prefer: respond-async: 202 with where to watch
@@ -300,7 +301,7 @@ func (s *Server) handleGetOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if found.Confirmed != nil {
-		writeJSON(w, http.StatusOK, "application/json", toOrderResponse(*found.Confirmed))
+		writeOrder(w, http.StatusOK, toOrderResponse(*found.Confirmed))
 		return
 	}
 	// Confirmed between Find's two reads: shown as the confirmed order it now is.

@@ -25,6 +25,10 @@ type ThroughputOptions struct {
 	// PostgresHA runs the deployment, and pgbench, on a Patroni topology with a synchronous
 	// standby (cluster.PostgresHA): what synchronous replication costs.
 	PostgresHA bool
+	// Reference runs the closed loop as Rounds rounds each of the service, the Redis
+	// pre-deduction reference (issue #24, reference.go) and GET /healthz, in turn.
+	Reference bool
+	Rounds    int
 }
 
 // CacheOptions configure -cache.

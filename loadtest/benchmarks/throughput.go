@@ -123,7 +123,7 @@ const probeRate = 200
 // pacedLoad offers rate orders/s for d: wrk paced over pacedConnections carries the bulk, and a
 // vegeta probe sends probeRate of them on a schedule, recording every answer's status and
 // latency. Counts add up both; the latencies by status are the probe's.
-func (h *harness) pacedLoad(ctx context.Context, c *cluster.Cluster, name string, product int64, rate float64, d time.Duration) (phase, error) {
+func (h *harness) pacedLoad(ctx context.Context, c *deployment, name string, product int64, rate float64, d time.Duration) (phase, error) {
 	type probed struct {
 		p   phase
 		err error
@@ -166,19 +166,19 @@ func orderTargeter(front int, product int64) vegeta.Targeter {
 // probe sends rate orders/s for d on a fixed schedule (vegeta), recording every answer's status
 // and latency. Enough workers that an arrival rarely waits for a free one (latency is measured
 // from the send), but bounded like a real crowd's connections.
-func (h *harness) probe(ctx context.Context, c *cluster.Cluster, name string, product int64, rate float64, d time.Duration) (phase, error) {
+func (h *harness) probe(ctx context.Context, c *deployment, name string, product int64, rate float64, d time.Duration) (phase, error) {
 	opts := []func(*vegeta.Attacker){vegeta.KeepAlive(true), vegeta.MaxBody(0), vegeta.Timeout(30 * time.Second),
 		vegeta.Workers(64), vegeta.MaxWorkers(maxOpenLoopWorkers), vegeta.Connections(maxOpenLoopWorkers)}
 	pacer := vegeta.Rate{Freq: int(math.Round(rate)), Per: time.Second}
 	atk := vegeta.NewAttacker(opts...)
-	before, err := sampleCluster(ctx, c)
+	before, err := c.sample(ctx)
 	if err != nil {
 		return phase{}, err
 	}
 	p := phase{name: name, generator: "vegeta", offered: rate}
 	latencies := map[uint16][]time.Duration{}
 	var first, last time.Time
-	results := atk.Attack(orderTargeter(c.Front, product), pacer, d, name)
+	results := atk.Attack(orderTargeter(c.front, product), pacer, d, name)
 	stop := context.AfterFunc(ctx, func() { atk.Stop() })
 	defer stop()
 	for r := range results {
@@ -193,7 +193,7 @@ func (h *harness) probe(ctx context.Context, c *cluster.Cluster, name string, pr
 	if ctx.Err() != nil {
 		return phase{}, ctx.Err()
 	}
-	after, err := sampleCluster(ctx, c)
+	after, err := c.sample(ctx)
 	if err != nil {
 		return phase{}, err
 	}
@@ -237,36 +237,67 @@ func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
 		return err
 	}
 	clients, d := o.Clients, o.Duration
+	srv, err := findServers(ctx, c.DatabaseURL, c.RedisURL)
+	if err != nil {
+		// Then every postgres and redis-server process on the machine is counted.
+		h.Printf("[throughput]   the servers' pids: %v\n", err)
+	}
+	svc := serviceDeployment(c, srv)
+	var (
+		ref  *deployment
+		refS *reference
+	)
+	if o.Reference {
+		if ref, refS, err = h.startReference(ctx, c, srv, product, throughputStock); err != nil {
+			return err
+		}
+		defer refS.rdb.Close()
+	}
 	// The report page's plots: the replicas' counters, sampled through every load.
 	sampler := sampleCounters(ctx, c)
 	var loads []report.Window
 	load := func(name string, began time.Time) {
 		loads = append(loads, report.Window{Start: sampler.since(began), End: sampler.since(time.Now()), Label: name})
 	}
-	h.Printf("[throughput] warm-up: %d clients for 3s\n", clients)
-	began := time.Now()
-	if _, err := h.wrkLoop(ctx, c, "warm-up", product, clients, 0, 3*time.Second); err != nil {
-		return err
-	}
-	load("warm-up", began)
-	h.Printf("[throughput] closed loop: %d clients for %v\n", clients, d)
-	profiled := make(chan error, 1)
-	go func() { profiled <- c.Profile(ctx, 0, d-time.Second, "r1.cpu.pprof") }()
-	began = time.Now()
-	peak, err := h.wrkLoop(ctx, c, "closed loop", product, clients, 0, d)
-	if err != nil {
-		return err
-	}
-	load("closed loop", began)
-	if err := <-profiled; err != nil {
-		h.Printf("[throughput]   no CPU profile of r1: %v\n", err)
+	var (
+		peak phase
+		sbs  *sideBySide
+	)
+	if o.Reference {
+		began := time.Now()
+		s, err := h.sideBySideRounds(ctx, c, svc, ref, refS, product, clients, max(1, o.Rounds), d)
+		if err != nil {
+			return err
+		}
+		load("side by side", began)
+		sbs, peak = &s, medianPhase(s.service)
+		peak.name = "closed loop (the median round of stocksvc)"
 	} else {
+		h.Printf("[throughput] warm-up: %d clients for 3s\n", clients)
+		began := time.Now()
+		if _, err := h.wrkLoop(ctx, svc, "warm-up", product, clients, 0, 3*time.Second); err != nil {
+			return err
+		}
+		load("warm-up", began)
+		h.Printf("[throughput] closed loop: %d clients for %v\n", clients, d)
+		profiled := make(chan error, 1)
+		go func() { profiled <- c.Profile(ctx, 0, d-time.Second, "r1.cpu.pprof") }()
+		began = time.Now()
+		if peak, err = h.wrkLoop(ctx, svc, "closed loop", product, clients, 0, d); err != nil {
+			return err
+		}
+		load("closed loop", began)
+		if err := <-profiled; err != nil {
+			h.Printf("[throughput]   no CPU profile of r1: %v\n", err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.Dir, "r1.cpu.pprof")); err == nil {
 		h.Printf("[throughput]   CPU profile of r1: %s (go tool pprof -top %s %s)\n",
 			filepath.Join(c.Dir, "r1.cpu.pprof"), h.Binary, filepath.Join(c.Dir, "r1.cpu.pprof"))
 	}
 	// pgbench again, right after: its rate varies from run to run on a shared machine, and the
 	// ratio is taken against the better of the two.
-	began = time.Now()
+	began := time.Now()
 	after, err := anchor()
 	if err != nil {
 		return err
@@ -283,7 +314,7 @@ func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
 		rate := f * peak.confirmedPerS()
 		h.Printf("[throughput] paced load: %.0f orders/s (%.0f%% of the peak) for %v, and a probe\n", rate, 100*f, d)
 		began = time.Now()
-		p, err := h.pacedLoad(ctx, c, fmt.Sprintf("%.0f%% of the peak", 100*f), product, rate, d)
+		p, err := h.pacedLoad(ctx, svc, fmt.Sprintf("%.0f%% of the peak", 100*f), product, rate, d)
 		if err != nil {
 			return err
 		}
@@ -292,6 +323,9 @@ func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
 	}
 	samples := sampler.finish()
 	table := throughputReport(h.Cluster.Replicas, o, anchors, phases)
+	if sbs != nil {
+		table += sbs.report()
+	}
 	h.Printf("\n%s\n", table)
 	path := filepath.Join(h.Out, "throughput.md")
 	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
@@ -376,13 +410,14 @@ type clusterSample struct {
 	batches batchStats
 }
 
-func sampleCluster(ctx context.Context, c *cluster.Cluster) (clusterSample, error) {
+// sample reads the CPU of d's processes and of the servers, and its replicas' batches.
+func (d *deployment) sample(ctx context.Context) (clusterSample, error) {
 	var s clusterSample
 	var err error
-	if s.cpu, err = readCPU(ctx, c); err != nil {
+	if s.cpu, err = d.readCPU(ctx); err != nil {
 		return s, err
 	}
-	for _, port := range c.ReplicaPorts() {
+	for _, port := range d.metrics {
 		b, err := scrapeBatches(ctx, port)
 		if err != nil {
 			return s, err
@@ -430,23 +465,29 @@ func perOrder(d time.Duration, orders int) float64 {
 // servers, and of this process (the load generator), from /proc. Postgres and Redis are shared
 // with anything else using them, so their figures are upper bounds.
 func readCPU(ctx context.Context, c *cluster.Cluster) (cpuUse, error) {
+	return serviceDeployment(c, nil).readCPU(ctx)
+}
+
+// readCPU sums the CPU time of d's replicas and balancer, of this process (the load
+// generator), and of the Postgres and Redis servers, from /proc: the servers d uses when they
+// were found (d.servers), else every process named postgres or redis-server on the machine.
+// The servers are shared with anything else using them, so their figures are upper bounds.
+func (d *deployment) readCPU(ctx context.Context) (cpuUse, error) {
 	use := cpuUse{}
-	for _, r := range c.Replicas {
-		use["replicas"] += procCPU(r.Proc.Pid())
+	for _, p := range d.replicas {
+		use["replicas"] += procCPU(p.Pid())
 	}
-	use["haproxy"] = procCPU(c.Balancer.Pid())
+	use["haproxy"] = procCPU(d.balancer.Pid())
 	use["load generator"] = procCPU(os.Getpid())
-	pids, err := pidsNamed("postgres")
+	postgres, redis, err := d.servers.pids()
 	if err != nil {
 		return nil, err
 	}
-	for _, pid := range pids {
+	use["postgres"] = d.servers.postmasterCPU()
+	for _, pid := range postgres {
 		use["postgres"] += procCPU(pid)
 	}
-	if pids, err = pidsNamed("redis-server"); err != nil {
-		return nil, err
-	}
-	for _, pid := range pids {
+	for _, pid := range redis {
 		use["redis"] += procCPU(pid)
 	}
 	machine, err := machineCPU()

@@ -14,8 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/stocksvc/stocksvc/loadtest/cluster"
 )
 
 // The closed loop of the throughput benchmark is driven by wrk: written in C, it costs a few
@@ -105,40 +103,70 @@ var (
 	durationFor = map[string]time.Duration{"us": time.Microsecond, "ms": time.Millisecond, "s": time.Second, "m": time.Minute}
 )
 
-// wrkLoop runs clients connections of wrk against c for d, buying product: closed-loop when
-// rate is 0, else each connection paced to send one request every clients/rate seconds (an
-// arrival rate of about rate while answers are fast; a connection still waits for its answer,
-// so a deployment that falls behind is offered less, which sent/s then shows).
-func (h *harness) wrkLoop(ctx context.Context, c *cluster.Cluster, name string, product int64, clients int, rate float64, d time.Duration) (phase, error) {
-	script := filepath.Join(c.Dir, "order.lua")
+// wrkLoop runs clients connections of wrk against the deployment d for dur, buying product:
+// closed-loop when rate is 0, else each connection paced to send one request every
+// clients/rate seconds (an arrival rate of about rate while answers are fast; a connection
+// still waits for its answer, so a deployment that falls behind is offered less, which sent/s
+// then shows).
+func (h *harness) wrkLoop(ctx context.Context, d *deployment, name string, product int64, clients int, rate float64, dur time.Duration) (phase, error) {
+	script := filepath.Join(d.dir, "order.lua")
 	if err := os.WriteFile(script, []byte(orderLua), 0o644); err != nil {
 		return phase{}, err
 	}
-	before, err := sampleCluster(ctx, c)
+	env := []string{"PRODUCT=" + strconv.FormatInt(product, 10)}
+	if rate > 0 {
+		env = append(env, "DELAY_MS="+strconv.Itoa(max(1, int(float64(clients)*1000/rate))))
+	}
+	return h.wrkRun(ctx, d, name, []string{"-s", script}, "", env, clients, dur)
+}
+
+// wrkGets runs clients connections of wrk, each sending GET path in a closed loop, against the
+// deployment d for dur. wrk's own requests, without a script: the cheapest load it makes. Every
+// 2xx is counted as a 200.
+func (h *harness) wrkGets(ctx context.Context, d *deployment, name, path string, clients int, dur time.Duration) (phase, error) {
+	p, err := h.wrkRun(ctx, d, name, nil, path, nil, clients, dur)
 	if err != nil {
 		return phase{}, err
 	}
-	cmd := exec.CommandContext(ctx, h.Wrk, "-t", "2", "-c", strconv.Itoa(clients), "-d", fmt.Sprintf("%ds", int(d.Seconds())),
-		"--latency", "-s", script, fmt.Sprintf("http://127.0.0.1:%d", c.Front))
-	cmd.Env = append(os.Environ(), "PRODUCT="+strconv.FormatInt(product, 10))
-	if rate > 0 {
-		cmd.Env = append(cmd.Env, "DELAY_MS="+strconv.Itoa(max(1, int(float64(clients)*1000/rate))))
+	p.counts[http.StatusOK] = p.counts[http.StatusCreated]
+	delete(p.counts, http.StatusCreated)
+	p.pct[http.StatusOK] = p.pct[http.StatusCreated]
+	delete(p.pct, http.StatusCreated)
+	return p, nil
+}
+
+// wrkRun runs wrk with args (a script) against path on d's balancer, with env, and samples the
+// CPU and the batches around it.
+func (h *harness) wrkRun(ctx context.Context, d *deployment, name string, args []string, path string, env []string, clients int, dur time.Duration) (phase, error) {
+	before, err := d.sample(ctx)
+	if err != nil {
+		return phase{}, err
 	}
+	argv := append([]string{"-t", "2", "-c", strconv.Itoa(clients), "-d", fmt.Sprintf("%ds", int(dur.Seconds())), "--latency"}, args...)
+	argv = append(argv, fmt.Sprintf("http://127.0.0.1:%d%s", d.front, path))
+	cmd := exec.CommandContext(ctx, h.Wrk, argv...)
+	cmd.Env = append(os.Environ(), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		return phase{}, fmt.Errorf("wrk: %w: %s", err, out.String())
 	}
-	after, err := sampleCluster(ctx, c)
+	after, err := d.sample(ctx)
 	if err != nil {
 		return phase{}, err
 	}
-	_ = os.WriteFile(filepath.Join(c.Dir, strings.ReplaceAll(name, " ", "-")+".wrk.txt"), out.Bytes(), 0o644)
+	_ = os.WriteFile(filepath.Join(d.dir, strings.ReplaceAll(name, " ", "-")+".wrk.txt"), out.Bytes(), 0o644)
 	p, err := parseWrk(out.String())
 	if err != nil {
 		return phase{}, err
 	}
-	p.name, p.generator, p.offered = name, "wrk", rate
+	p.name, p.generator = name, "wrk"
+	for _, e := range env {
+		if ms, ok := strings.CutPrefix(e, "DELAY_MS="); ok {
+			n, _ := strconv.Atoi(ms)
+			p.offered = float64(clients) * 1000 / float64(n)
+		}
+	}
 	p.cpu = after.cpu.minus(before.cpu)
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		p.cpu["load generator"] += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
