@@ -105,9 +105,16 @@ func TestParseOptionsCutsFlagsByMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantThroughput := benchmarks.ThroughputOptions{Duration: 5 * time.Second, Clients: 64, ClosedOnly: true, PGBenchClients: 8}
+	wantThroughput := benchmarks.ThroughputOptions{Duration: 5 * time.Second, Clients: 64, ClosedOnly: true, PGBenchClients: 8, Rounds: 3}
 	if o.mode != modeThroughput || o.throughput != wantThroughput {
 		t.Errorf("-throughput: mode %v, options %+v; want %+v", o.mode, o.throughput, wantThroughput)
+	}
+	o, err = parseOptions([]string{"-throughput", "-reference", "-rounds", "5", "-postgres-ha"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.throughput.Reference || o.throughput.Rounds != 5 || !o.throughput.PostgresHA {
+		t.Errorf("-throughput -reference -rounds 5 -postgres-ha: options %+v", o.throughput)
 	}
 
 	o, err = parseOptions([]string{"-recheck", "history.json", "-loose-sold-out"}, io.Discard)
