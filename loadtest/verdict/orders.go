@@ -181,6 +181,15 @@ func reconcileRestocks(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op)
 			problems = append(problems, fmt.Sprintf("product %d received %d units, confirmed restocks add up to %d", id, got[id], low[id]))
 		}
 	}
+	// A product that received exactly its confirmed restocks received none of the unknown
+	// ones (each adds units): they never happened, and the model leaves them out rather than
+	// keep each open to the end of the run, where, among a scarce product's exact sold-out
+	// answers, it made Porcupine's search outlast its limit (pg-failover in CI).
+	for _, p := range ops {
+		if p.In.Kind == model.KindRestock && p.Out.Outcome == model.Unknown && got[p.In.Product] == low[p.In.Product] {
+			p.Out.Outcome = model.Refused
+		}
+	}
 	detail := "every product received between its confirmed restocks and those plus the unknown ones"
 	if len(problems) > 0 {
 		detail = strings.Join(problems, "; ")

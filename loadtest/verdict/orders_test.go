@@ -149,3 +149,34 @@ func TestOrdersOfOneTransaction(t *testing.T) {
 		t.Errorf("transactions %q and %q, want one, the same", ops[0].Txn, ops[1].Txn)
 	}
 }
+
+// TestUnknownRestockNotApplied: when a product received exactly its confirmed restocks, a
+// restock whose outcome was unknown never happened and is left out of the model; when it
+// received more, the unknown one stays unknown.
+func TestUnknownRestockNotApplied(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	ctx := context.Background()
+	var a, b int64
+	for _, p := range []*int64{&a, &b} {
+		if err := pool.QueryRow(ctx, `INSERT INTO products (sku, name, stock, initial_stock) VALUES (gen_random_uuid()::text, 'r', 1, 1) RETURNING id`).Scan(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO restocks (product_id, quantity) VALUES ($1, 2), ($2, 2), ($2, 3)`, a, b); err != nil {
+		t.Fatal(err)
+	}
+	restock := func(product, qty int64, oc model.Outcome) *model.Op {
+		return &model.Op{In: model.Input{Kind: model.KindRestock, Product: product, Quantity: qty}, Out: model.Output{Outcome: oc}}
+	}
+	ops := []*model.Op{restock(a, 2, model.Confirmed), restock(a, 3, model.Unknown), restock(b, 2, model.Confirmed), restock(b, 3, model.Unknown)}
+	if _, err := Orders(ctx, pool, ops, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if ops[1].Out.Outcome != model.Refused {
+		t.Errorf("unknown restock of a product that received only its confirmed ones: %v, want left out (refused)", ops[1].Out.Outcome)
+	}
+	if ops[3].Out.Outcome != model.Unknown {
+		t.Errorf("unknown restock of a product that received it: %v, want still unknown", ops[3].Out.Outcome)
+	}
+}
