@@ -5,9 +5,11 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
@@ -224,4 +226,95 @@ func noticePool(t *testing.T) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// TestCommitSkipsOnlyAfterAKeyFoundStored: a write that may leave orders out runs as the
+// cheaper all-or-nothing statement while no key turns up stored; the first that finds one
+// stored is sent again as the statement that leaves it out, and so are the next
+// skipAfterStored writes, straight away. Which statement ran is seen by a tracer on the pool,
+// not inferred from the outcome, which is the same either way.
+func TestCommitSkipsOnlyAfterAKeyFoundStored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := &statementLog{}
+	cfg.ConnConfig.Tracer = sent
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	s := New(pool)
+	p, err := s.CreateProduct(ctx, stock.NewProduct{SKU: "skip", Name: "skip", Stock: 100})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	runs := func() (whole, skipping int64) { return sent.count(commitSQL), sent.count(commitSkippingSQL) }
+	write := func(keys ...string) (stock.Write, []stock.Order) {
+		snap, err := s.Snapshot(ctx, []int64{p.ID}, nil, nil)
+		if err != nil {
+			t.Fatalf("snapshot: %v", err)
+		}
+		w := stock.Write{SkipStored: true, Decrements: []stock.Decrement{{ProductID: p.ID, Quantity: int64(len(keys)), Read: snap.Levels[p.ID], Fence: 1}}}
+		orders := make([]stock.Order, len(keys))
+		for i, k := range keys {
+			orders[i] = stock.Order{ID: uuid.Must(uuid.NewV7()), CustomerID: "c", Status: stock.OrderStatusConfirmed, Items: []stock.Item{{ProductID: p.ID, Quantity: 1}}}
+			w.Records = append(w.Records, stock.IdempotencyRecord{Key: k, Fingerprint: []byte(k), Order: &orders[i]})
+		}
+		w.Orders = orders
+		return w, orders
+	}
+	stored := "stored-" + uuid.NewString()
+	first, _ := write(stored, uuid.NewString())
+	if c, err := s.Commit(ctx, first); err != nil || len(c.Skipped) != 0 {
+		t.Fatalf("first write = %+v, %v; want both orders written", c, err)
+	}
+	if whole, skipping := runs(); whole != 1 || skipping != 0 || s.skipping.Load() != 0 {
+		t.Fatalf("after a write with no key stored: %d all-or-nothing, %d skipping statements, %d to skip; want 1, 0, 0", whole, skipping, s.skipping.Load())
+	}
+	retry, orders := write(stored, uuid.NewString())
+	c, err := s.Commit(ctx, retry)
+	if err != nil || len(c.Skipped) != 1 || c.Skipped[0] != orders[0].ID || c.Stored[stored].Order == nil {
+		t.Fatalf("write with a stored key = %+v, %v; want its order left out, with the record found", c, err)
+	}
+	if whole, skipping := runs(); whole != 2 || skipping != 1 || s.skipping.Load() != skipAfterStored {
+		t.Fatalf("after a write that found a key stored: %d all-or-nothing, %d skipping statements, %d to skip; want 2, 1, %d", whole, skipping, s.skipping.Load(), skipAfterStored)
+	}
+	next, _ := write(uuid.NewString())
+	if c, err := s.Commit(ctx, next); err != nil || len(c.Skipped) != 0 {
+		t.Fatalf("next write = %+v, %v; want it written", c, err)
+	}
+	if whole, skipping := runs(); whole != 2 || skipping != 2 || s.skipping.Load() != skipAfterStored-1 {
+		t.Fatalf("the write after: %d all-or-nothing, %d skipping statements, %d to skip; want 2, 2, %d", whole, skipping, s.skipping.Load(), skipAfterStored-1)
+	}
+	if got, err := s.Snapshot(ctx, []int64{p.ID}, nil, nil); err != nil || got.Levels[p.ID].Stock != 100-2-1-1 {
+		t.Errorf("stock = %+v, %v; want 96: the order left out took nothing", got.Levels[p.ID], err)
+	}
+}
+
+// statementLog is a pgx.QueryTracer that counts the statements sent, by their text.
+type statementLog struct {
+	mu   sync.Mutex
+	sent map[string]int64
+}
+
+func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, q pgx.TraceQueryStartData) context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sent == nil {
+		l.sent = map[string]int64{}
+	}
+	l.sent[q.SQL]++
+	return ctx
+}
+
+func (*statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (l *statementLog) count(sql string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sent[sql]
 }

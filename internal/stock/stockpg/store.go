@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -30,6 +31,9 @@ type Store struct {
 	// barrier is replicatedSQL (syncrep.go); a test puts in its place a statement that draws
 	// the warning of a commit whose wait for a synchronous standby was ended early.
 	barrier string
+	// skipping counts down the writes that may leave orders out which are still sent straight
+	// as commitSkipping since one found a key stored (Commit).
+	skipping atomic.Int64
 }
 
 var _ stock.Store = (*Store)(nil)
