@@ -62,18 +62,44 @@ func BenchmarkHealthz(b *testing.B) {
 
 func BenchmarkPlaceOrder(b *testing.B) {
 	srv, id := benchServer(b)
-	var n atomic.Int64
 	// Many buyers at once, as in a sale: the product's queue then has orders to batch, and
 	// ns/op is the cost of an order rather than the wait for its batch.
+	placeOrders(b, srv, (&buyers{product: id}).request)
+}
+
+// buyers make the requests of a sale's buyers of one product: each order one unit, a customer
+// of its own and a new idempotency key; with tokens, each customer's token (the customer is
+// then the token's subject, and the body names none).
+type buyers struct {
+	product int64
+	tokens  []string
+	n       atomic.Int64
+}
+
+func (bs *buyers) request() *http.Request {
+	i := bs.n.Add(1)
+	var body string
+	if bs.tokens == nil {
+		body = fmt.Sprintf(`{"customer_id":"c%d","items":[{"product_id":%d,"quantity":1}]}`, i, bs.product)
+	} else {
+		body = fmt.Sprintf(`{"items":[{"product_id":%d,"quantity":1}]}`, bs.product)
+	}
+	r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Idempotency-Key", uuid.NewString())
+	if bs.tokens != nil {
+		r.Header.Set("Authorization", "Bearer "+bs.tokens[int(i-1)%len(bs.tokens)])
+	}
+	return r
+}
+
+// placeOrders sends b.N orders made by next to h from 64 buyers at once, each expecting a 201.
+func placeOrders(b *testing.B, h http.Handler, next func() *http.Request) {
 	b.SetParallelism(64)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			body := fmt.Sprintf(`{"customer_id":"c%d","items":[{"product_id":%d,"quantity":1}]}`, n.Add(1), id)
-			r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(body))
-			r.Header.Set("Content-Type", "application/json")
-			r.Header.Set("Idempotency-Key", uuid.NewString())
 			w := httptest.NewRecorder()
-			srv.ServeHTTP(w, r)
+			h.ServeHTTP(w, next())
 			if w.Code != http.StatusCreated {
 				b.Errorf("status %d: %s", w.Code, w.Body)
 				return
@@ -206,34 +232,55 @@ func BenchmarkBeforeOpening(b *testing.B) {
 //
 //	go test -run '^$' -bench PlaceOrderReplica -benchmem -cpu 1 -benchtime 3000x -count 10 ./internal/http/ | tee new.txt
 //	benchstat old.txt new.txt
+//
+// The sub-benchmarks put one sale rule at a time on the product (issue #24's third part: the
+// cost of each rule per order): none, a sale window open now, a limit per customer (every
+// buyer a new customer, so a customer_purchases row per order), a hold (every order written
+// held), and customers known by their tokens (each buyer's token new to the replica, so its
+// signature is checked: a buyer's first order).
 func BenchmarkPlaceOrderReplica(b *testing.B) {
-	// A queue wait far above a batch's time: on a busy machine the default sheds orders (429),
-	// and a benchmark of the orders confirmed must not lose some.
-	in := newInstance(b, instanceOptions{lockWait: 10 * time.Second})
-	id := createProduct(b, in.URL, "hot", stock.MaxStock)
-	pg := postmasterOf(b, in.Pool)
-	var n atomic.Int64
-	b.SetParallelism(64)
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu0, pg0 := selfCPU(b), pg.cpu()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			body := fmt.Sprintf(`{"customer_id":"c%d","items":[{"product_id":%d,"quantity":1}]}`, n.Add(1), id)
-			r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(body))
-			r.Header.Set("Content-Type", "application/json")
-			r.Header.Set("Idempotency-Key", uuid.NewString())
-			w := httptest.NewRecorder()
-			in.API.ServeHTTP(w, r)
-			if w.Code != http.StatusCreated {
-				b.Errorf("status %d: %s", w.Code, w.Body)
-				return
+	past, future := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339)
+	for _, tc := range []struct {
+		name   string
+		rules  map[string]any
+		tokens bool
+	}{
+		{"rules=none", nil, false},
+		{"rules=window", map[string]any{"sale_starts_at": past, "sale_ends_at": future}, false},
+		{"rules=limit", map[string]any{"max_per_customer": 1000}, false},
+		{"rules=hold", map[string]any{"hold_for": 3600}, false},
+		{"rules=token", nil, true},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			// A queue wait far above a batch's time: on a busy machine the default sheds orders
+			// (429), and a benchmark of the orders confirmed must not lose some.
+			o := instanceOptions{lockWait: 10 * time.Second}
+			var tk *tokens
+			if tc.tokens {
+				tk = newTokens(b)
+				o.customers = tk.auth
 			}
-		}
-	})
-	b.StopTimer()
-	b.ReportMetric(float64((selfCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
-	b.ReportMetric(float64((pg.cpu()-pg0).Microseconds())/float64(b.N), "pg-µs/op")
+			in := newInstance(b, o)
+			bs := &buyers{product: createRuledProduct(b, in.URL, "hot", stock.MaxStock, tc.rules).ID}
+			if tk != nil {
+				bs.tokens = make([]string, b.N)
+				for i := range bs.tokens {
+					var err error
+					if bs.tokens[i], err = tk.issuer.Token(fmt.Sprintf("c%d", i), time.Hour); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			pg := postmasterOf(b, in.Pool)
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0, pg0 := selfCPU(b), pg.cpu()
+			placeOrders(b, in.API, bs.request)
+			b.StopTimer()
+			b.ReportMetric(float64((selfCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64((pg.cpu()-pg0).Microseconds())/float64(b.N), "pg-µs/op")
+		})
+	}
 }
 
 // selfCPU is the user and system time this process has used.
