@@ -102,7 +102,7 @@ func (s *Service) DecideAccepted(ctx context.Context, orders []Accepted) []Decis
 		for i, it := range first {
 			ids[i] = it.ProductID
 		}
-		outcomes = s.decide(ctx, ids, tickets, nil)
+		outcomes = s.decide(ctx, ids, tickets, nil, nil)
 		s.replayStored(ctx, tickets, outcomes)
 	case len(first) == 1 && sameProduct(orders):
 		outcomes = s.batches.submitAll(ctx, first[0].ProductID, tickets)

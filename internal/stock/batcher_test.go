@@ -3,6 +3,7 @@ package stock
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -26,7 +27,7 @@ func newHeldDecisions() *heldDecisions {
 	return &heldDecisions{arrived: make(chan int, 100), release: make(chan struct{}, 100)}
 }
 
-func (h *heldDecisions) decide(_ *productQueue, batch []*ticket) []outcome {
+func (h *heldDecisions) decide(_ *productQueue, batch []*ticket, _ func() []*ticket) []outcome {
 	h.mu.Lock()
 	h.batches = append(h.batches, batch)
 	h.mu.Unlock()
@@ -275,4 +276,61 @@ func TestBatcherSubmitAllCallerLeaving(t *testing.T) {
 		t.Errorf("gone = %t %t %t, want the two in the batch marked, the queued one not", tickets[0].gone.Load(), tickets[1].gone.Load(), tickets[2].gone.Load())
 	}
 	h.release <- struct{}{}
+}
+
+// TestBatcherLetsOrdersQueuedDuringTheLockWaitJoin: a batch's decision calls more once it holds
+// the lock; the orders that queued meanwhile join the batch, oldest first, within the caps on
+// orders and units, and every order is answered with its own outcome.
+func TestBatcherLetsOrdersQueuedDuringTheLockWaitJoin(t *testing.T) {
+	b := newBatcher(4, 5, time.Minute, nil)
+	asked, locked := make(chan struct{}, 10), make(chan struct{})
+	var (
+		mu    sync.Mutex
+		sizes [][2]int // each batch: the orders it was given, the orders that joined
+	)
+	b.decide = func(_ *productQueue, batch []*ticket, more func() []*ticket) []outcome {
+		asked <- struct{}{}
+		<-locked // waiting for the product's lock
+		joined := more()
+		mu.Lock()
+		sizes = append(sizes, [2]int{len(batch), len(joined)})
+		mu.Unlock()
+		all := append(append([]*ticket(nil), batch...), joined...)
+		out := make([]outcome, len(all))
+		for i, t := range all {
+			out[i].order = Order{ID: t.id}
+		}
+		return out
+	}
+	t.Cleanup(b.close)
+	type sent struct {
+		t   *ticket
+		out chan outcome
+	}
+	submit := func(qty int64) sent {
+		s := sent{tk("c", item(1, qty)), make(chan outcome, 1)}
+		go func() { s.out <- b.submit(context.Background(), 1, s.t) }()
+		return s
+	}
+	all := []sent{submit(1)}
+	<-asked // the first batch, one order, waits for the lock
+	// Meanwhile 2, 1, 3, 1 and 1 units queue. With the first order's unit, 2 and 1 fit the
+	// cap of 5 units; 3 does not, and the orders behind it do not jump it.
+	for i, qty := range []int64{2, 1, 3, 1, 1} {
+		all = append(all, submit(qty))
+		queued(t, b, i+1)
+	}
+	locked <- struct{}{}
+	close(locked) // the batches after it have the lock at once
+	for _, s := range all {
+		if o := <-s.out; o.err != nil || o.order.ID != s.t.id {
+			t.Errorf("order %s answered %+v, want its own outcome", s.t.id, o)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The next batch is what was left: 3 + 1 + 1 units.
+	if want := [][2]int{{1, 2}, {3, 0}}; !slices.Equal(sizes, want) {
+		t.Errorf("batches (given, joined) = %v, want %v", sizes, want)
+	}
 }

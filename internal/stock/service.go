@@ -369,7 +369,7 @@ func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderRe
 		for i, it := range items {
 			ids[i] = it.ProductID
 		}
-		out := s.decide(ctx, ids, []*ticket{t}, nil)
+		out := s.decide(ctx, ids, []*ticket{t}, nil, nil)
 		s.replayStored(ctx, []*ticket{t}, out)
 		o = out[0]
 	}
@@ -474,8 +474,8 @@ func (s *Service) keyUnclaimed(ctx context.Context, id int64, key string, versio
 
 // decideQueued decides one batch of a product's queue. It runs detached from every caller: a
 // client that leaves does not cancel its batch-mates.
-func (s *Service) decideQueued(q *productQueue, tickets []*ticket) []outcome {
-	return s.decide(context.Background(), []int64{q.id}, tickets, &q.hint)
+func (s *Service) decideQueued(q *productQueue, tickets []*ticket, more func() []*ticket) []outcome {
+	return s.decide(context.Background(), []int64{q.id}, tickets, &q.hint, more)
 }
 
 // decide decides tickets, which all want the products ids (ascending), and returns an outcome
@@ -484,8 +484,10 @@ func (s *Service) decideQueued(q *productQueue, tickets []*ticket) []outcome {
 // so (or there is none) it first reads the stock without the lock: a batch that would sell
 // nothing — products missing, too little stock, replays — is answered from that read, which is
 // true at the moment it was made, without locking. Everything that sells is decided under the
-// products' locks.
-func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h *hint) []outcome {
+// products' locks. more, when not nil, is called once the locks are held, before the read: the
+// tickets it returns (orders that queued while the lock was awaited) join the batch, and their
+// outcomes follow those of tickets.
+func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h *hint, more func() []*ticket) []outcome {
 	start := time.Now()
 	if h.worthLooking(tickets) {
 		if outcomes, ok := s.decideWithoutLock(ctx, ids, tickets, h); ok {
@@ -499,6 +501,10 @@ func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h 
 	)
 	err := s.locker.WithProducts(ctx, ids, func(ctx context.Context, g *Grant) error {
 		locked = len(g.Fences) > 0
+		if more != nil { // once, even if the lock layer runs this again
+			tickets = append(tickets, more()...)
+			more = nil
+		}
 		var err error
 		res, err = s.settle(ctx, ids, tickets, g, h)
 		return err
