@@ -24,6 +24,7 @@ import (
 	"github.com/stocksvc/stocksvc/internal/identity/identitytest"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/stocktest"
+	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
 // The replica's own work per request, with the database and Redis out of the picture (an
@@ -302,7 +303,7 @@ func postmasterOf(b *testing.B, pool *pgxpool.Pool) postmaster {
 	if err := pool.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&backend); err != nil {
 		b.Fatalf("backend pid: %v", err)
 	}
-	fields := procStat(backend)
+	fields := testenv.ProcStat(backend)
 	if len(fields) < 2 {
 		b.Skip("the Postgres server is not on this machine: no CPU to count")
 	}
@@ -320,26 +321,16 @@ func (p postmaster) cpu() time.Duration {
 		}
 		return n
 	}
-	total := ticks(procStat(int(p)), 11, 15)
+	total := ticks(testenv.ProcStat(int(p)), 11, 15)
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		if f := procStat(pid); len(f) > 12 && f[1] == strconv.Itoa(int(p)) {
+		if f := testenv.ProcStat(pid); len(f) > 12 && f[1] == strconv.Itoa(int(p)) {
 			total += ticks(f, 11, 13)
 		}
 	}
 	return time.Duration(total) * 10 * time.Millisecond // USER_HZ is 100
-}
-
-// procStat is /proc/<pid>/stat's fields after the command name (state first), or nil.
-func procStat(pid int) []string {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return nil
-	}
-	s := string(raw)
-	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 }

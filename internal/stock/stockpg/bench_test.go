@@ -2,9 +2,7 @@ package stockpg_test
 
 import (
 	"context"
-	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -120,12 +118,7 @@ func BenchmarkCommitBatch(b *testing.B) {
 // backendCPU is the user and system CPU time of a Postgres backend on this machine, -1 when
 // it is not on this machine.
 func backendCPU(pid int) time.Duration {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return -1
-	}
-	s := string(raw)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	fields := testenv.ProcStat(pid)
 	if len(fields) < 13 {
 		return -1
 	}
