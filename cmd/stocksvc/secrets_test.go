@@ -150,12 +150,12 @@ func TestConfigSecretsInPlainSight(t *testing.T) {
 	t.Parallel()
 	c, _, err := loadConfig(nil, envOf(map[string]string{
 		"DATABASE_URL":         "postgres://postgres:postgres@127.0.0.1:5432/stocksvc?sslmode=disable",
-		"STOCKSVC_ADMIN_TOKEN": "tok-Secret-77-abcd",
+		"STOCKSVC_ADMIN_TOKEN": "tok-Secret-77-8faab3cccff97e5a",
 	}), io.Discard)
 	if err != nil {
 		t.Fatalf("loadConfig: %v", err)
 	}
-	if got := c.secrets(); !slices.Equal(got, []string{"tok-Secret-77-abcd"}) {
+	if got := c.secrets(); !slices.Equal(got, []string{"tok-Secret-77-8faab3cccff97e5a"}) {
 		t.Errorf("secrets() = %q, want only the admin token", got)
 	}
 	var buf bytes.Buffer
@@ -183,25 +183,25 @@ func TestLoadConfigSecretFiles(t *testing.T) {
 	env := map[string]string{
 		"DATABASE_URL_FILE":         writeSecret(t, "postgres://shop:file-Pa55@db.example/shop\n"),
 		"REDIS_URL_FILE":            writeSecret(t, "  redis://:file-Redis@cache.example:6379/2\r\n"),
-		"STOCKSVC_ADMIN_TOKEN_FILE": writeSecret(t, "file-admin-token\n"),
+		"STOCKSVC_ADMIN_TOKEN_FILE": writeSecret(t, "file-admin-token-8faab3cccff97e5a\n"),
 	}
 	c, _, err := loadConfig(nil, envOf(env), io.Discard)
 	if err != nil {
 		t.Fatalf("loadConfig: %v", err)
 	}
-	if c.DatabaseURL != "postgres://shop:file-Pa55@db.example/shop" || c.RedisURL != "redis://:file-Redis@cache.example:6379/2" || c.AdminToken != "file-admin-token" {
+	if c.DatabaseURL != "postgres://shop:file-Pa55@db.example/shop" || c.RedisURL != "redis://:file-Redis@cache.example:6379/2" || c.AdminToken != "file-admin-token-8faab3cccff97e5a" {
 		t.Errorf("from files: database %q, redis %q, token %q", c.DatabaseURL, c.RedisURL, c.AdminToken)
 	}
 	line, _ := logLine(t, c)
-	for _, s := range []string{"file-Pa55", "file-Redis", "file-admin-token"} {
+	for _, s := range []string{"file-Pa55", "file-Redis", "file-admin-token-8faab3cccff97e5a"} {
 		if strings.Contains(line, s) {
 			t.Errorf("secret %q read from a file appears in the start-up line: %s", s, line)
 		}
 	}
 
 	// A flag still wins over both.
-	c, _, err = loadConfig([]string{"-admin-token", "flag-token-0123456"}, envOf(map[string]string{"STOCKSVC_ADMIN_TOKEN_FILE": "/nonexistent/token"}), io.Discard)
-	if err != nil || c.AdminToken != "flag-token-0123456" {
+	c, _, err = loadConfig([]string{"-admin-token", "flag-token-5f0c1e2d3b4a6978"}, envOf(map[string]string{"STOCKSVC_ADMIN_TOKEN_FILE": "/nonexistent/token"}), io.Discard)
+	if err != nil || c.AdminToken != "flag-token-5f0c1e2d3b4a6978" {
 		t.Errorf("flag over an unreadable file: token %q, err %v; want the flag's value", c.AdminToken, err)
 	}
 
@@ -408,7 +408,7 @@ func TestRunLogsNoSecrets(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			pgPass, redisPass, token := "Pg-"+randomHex(t, 6), "Rd-"+randomHex(t, 6), "Tok-"+randomHex(t, 6)
+			pgPass, redisPass, token := "Pg-"+randomHex(t, 6), "Rd-"+randomHex(t, 6), "Tok-"+randomHex(t, 16)
 			env := serveEnv(t, "stocksvc-secrets:"+randomHex(t, 4)+":", tt.env(pgPass, redisPass))
 			env["STOCKSVC_ADMIN_TOKEN"] = token
 			env["STOCKSVC_STARTUP_TIMEOUT"] = "1s"
