@@ -163,8 +163,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) Admin() http.Handler { return s.admin }
 
 // Public returns the API without the admin routes and /metrics, for a listener that clients
-// reach, when Admin is served on a listener that only operators and Prometheus reach. On Public those routes do not exist (404 not-found), so a public balancer cannot
-// expose them by mistake.
+// reach, when Admin is served on a listener that only operators and Prometheus reach. On
+// Public those routes do not exist (404 not-found), so a public balancer cannot expose them
+// by mistake.
 func (s *Server) Public() http.Handler { return s.public }
 
 // StartDraining makes /readyz answer 503 from now on, so that a load balancer stops sending
