@@ -74,9 +74,7 @@ func (d dependencies) checkRedis(ctx context.Context) error {
 	errs := d.watch.Check(ctx)
 	for _, err := range errs {
 		if errors.Is(err, keyspace.ErrForeign) {
-			return fmt.Errorf("%w. Two deployments must not share a Redis key prefix: give this one a prefix of its own (STOCKSVC_REDIS_PREFIX). "+
-				"If that database was this deployment's before it moved (pg_upgrade, a restore: its identity changed), stop every replica and delete the keys under the prefix, or use a new one",
-				err)
+			return foreign(err)
 		}
 	}
 	if d.nodes == nil {
@@ -86,13 +84,23 @@ func (d dependencies) checkRedis(ctx context.Context) error {
 	return quorum(errs[1:])
 }
 
+// foreign says what to do about err, a key space bound to another database.
+func foreign(err error) error {
+	return fmt.Errorf("%w. Two deployments must not share a Redis key prefix: give this one a prefix of its own (STOCKSVC_REDIS_PREFIX). "+
+		"If that database was this deployment's before it moved (pg_upgrade, a restore: its identity changed), stop every replica and delete the keys under the prefix, or use a new one",
+		err)
+}
+
 // settleLockSpace waits, as the replica starts, until no running replica of its database takes
 // its locks in another lock space (see keyspace.Watch.Settle), and says what to do if ctx ends
 // first.
 func (d dependencies) settleLockSpace(ctx context.Context) error {
 	err := d.watch.Settle(ctx)
-	if errors.Is(err, keyspace.ErrSplit) {
+	switch {
+	case errors.Is(err, keyspace.ErrSplit):
 		return fmt.Errorf("%w. Every replica of a database must use the same Redis (REDIS_URL, STOCKSVC_REDIS_MODE) and the same STOCKSVC_REDIS_PREFIX", err)
+	case errors.Is(err, keyspace.ErrForeign):
+		return foreign(err)
 	}
 	return err
 }

@@ -122,10 +122,10 @@ func (b *Binding) Check(ctx context.Context, c redis.StringCmdable) (space strin
 		return "", fmt.Errorf("keyspace: check %s: %w", b.key, err)
 	}
 	var bound record
-	if err := json.Unmarshal([]byte(old), &bound); err != nil || bound.Database == "" || bound.Space == "" {
-		bound = record{}
+	if err := json.Unmarshal([]byte(old), &bound); err != nil || bound.Space == "" {
+		bound = record{} // not a binding: whatever it is, the key space is not this owner's
 	}
-	if bound.Database != b.owner.ID || bound.Database == "" {
+	if bound.Database != b.owner.ID {
 		f := &ForeignError{Prefix: b.prefix, Key: b.key, Owner: b.owner, Bound: Owner{ID: bound.Database, Name: bound.Name}, Since: bound.Since}
 		b.state.Store(&status{foreign: f})
 		return "", f

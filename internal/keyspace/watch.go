@@ -127,11 +127,11 @@ func NewWatch(cfg Config) *Watch {
 	w := &Watch{cfg: cfg, known: make([]string, len(cfg.Nodes))}
 	w.spaces = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "stocksvc_lock_spaces",
-		Help: "Lock spaces (a key prefix on a Redis, or on Redlock's nodes) that the running replicas of this replica's database take their product locks in, as the last two beats both counted at least; 1 is right, more means that some replicas have every order refused by the fence and answer 429; 0 before this replica could check.",
+		Help: "Lock spaces (a key prefix on a Redis, or on Redlock's nodes) that the running replicas of this replica's database take their product locks in: the smaller of what this replica's last two beats counted. 1 is right; more means that some replicas have every order refused by the fence and answer 429; 0 until this replica could check.",
 	})
 	w.conflict = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "stocksvc_redis_key_space_conflict",
-		Help: "1 when the Redis keys under this replica's prefix (on one of its Redis nodes) belong to another database: the replica then uses no Redis, and answers orders 503 and reads from Postgres.",
+		Help: "1 when the Redis keys under this replica's prefix (on one of its Redis nodes) belong to another database: the replica then sends that Redis nothing (without its Redis, orders and restocks answer 503 and reads come from Postgres).",
 	}, func() float64 {
 		if w.Foreign() != nil {
 			return 1
@@ -184,8 +184,8 @@ func (w *Watch) Check(ctx context.Context) []error {
 // Settle is what a starting replica asks: it beats until no running replica of its database is
 // found in another lock space than this one, or ctx ends. A replica whose Redis keys were just
 // bound again (a Redis restarted empty) is recorded in the new lock space at its next beat, so
-// one beat that finds two does not decide. It returns nil at once when no node's key space
-// could be checked (Redis down: the running Watch records the replica once it can). Errors:
+// one beat that finds two does not decide. It returns nil at once when no lock node could be
+// asked (Redis down: the running Watch records the replica once it can). Errors:
 // *ForeignError (ErrForeign) when a key space turns out to be another database's, *SplitError
 // (ErrSplit) when ctx ends with the replicas still split, the Register's error.
 func (w *Watch) Settle(ctx context.Context) error {
@@ -253,8 +253,11 @@ func (w *Watch) beat(ctx context.Context) (self Replica, spaces int, others []Re
 	cancel()
 	self = w.cfg.Self
 	for i, n := range w.cfg.Nodes {
-		if errs[i] == nil {
+		switch {
+		case errs[i] == nil:
 			w.known[i] = n.Binding.Space()
+		case errors.Is(errs[i], ErrForeign):
+			w.known[i] = "" // its commands are refused: no lock is taken there
 		}
 		if n.Locks && w.known[i] != "" && !slices.Contains(self.Space, w.known[i]) {
 			self.Space = append(self.Space, w.known[i])
