@@ -112,9 +112,11 @@ func (s *Server) caller(r *http.Request, adminReads bool) (caller, error) {
 			return caller{customer: customer}, nil
 		}
 	}
-	guessed := false // the bearer token was compared with the admin token, and is not it
+	// The bearer token was compared with the admin token and is not it: a wrong guess at the
+	// admin token only if it is no customer's credential either.
+	guessed := false
 	if adminReads && hasBearer {
-		admin, err := s.admitAdmin(r, token)
+		admin, err := s.checkAdmin(r, token)
 		if err != nil || admin {
 			return caller{admin: admin}, err
 		}
@@ -147,8 +149,7 @@ func (s *Server) caller(r *http.Request, adminReads bool) (caller, error) {
 			return customer, nil
 		})
 	}
-	if guessed && errors.Is(err, identity.ErrUnauthenticated) {
-		// Neither the admin token nor a customer's: a wrong guess at the admin token too.
+	if guessed && s.limits.admin != nil && errors.Is(err, identity.ErrUnauthenticated) {
 		s.limits.adminFailed(r.Context(), s.limits.clientAddress(r))
 	}
 	return c, err

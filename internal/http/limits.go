@@ -194,22 +194,26 @@ func (l *limiter) rememberBlocked(addr string, wait time.Duration) {
 	}
 }
 
-// admitAdmin reports whether token is the admin token, compared in constant time, unless
-// the client address has spent its admin failures; a wrong token is counted against it.
-// Without an admin failure limit it only compares. Errors: a *limitedError.
+// admitAdmin reports whether token is the admin token, unless the client address has spent
+// its admin failures (checkAdmin), and counts a wrong token against the address. Errors: a
+// *limitedError.
 func (s *Server) admitAdmin(r *http.Request, token string) (bool, error) {
-	if s.limits.admin == nil {
-		return s.isAdminToken(token), nil
+	admin, err := s.checkAdmin(r, token)
+	if err == nil && !admin && s.limits.admin != nil {
+		s.limits.adminFailed(r.Context(), s.limits.clientAddress(r))
 	}
-	addr := s.limits.clientAddress(r)
-	if err := s.limits.adminBlocked(r.Context(), addr); err != nil {
-		return false, err
+	return admin, err
+}
+
+// checkAdmin reports whether token is the admin token, compared in constant time, unless the
+// client address has spent its admin failures; it counts nothing. Errors: a *limitedError.
+func (s *Server) checkAdmin(r *http.Request, token string) (bool, error) {
+	if s.limits.admin != nil {
+		if err := s.limits.adminBlocked(r.Context(), s.limits.clientAddress(r)); err != nil {
+			return false, err
+		}
 	}
-	if s.isAdminToken(token) {
-		return true, nil
-	}
-	s.limits.adminFailed(r.Context(), addr)
-	return false, nil
+	return s.isAdminToken(token), nil
 }
 
 // isAdminToken compares token with the admin token. Digests of equal length are compared in

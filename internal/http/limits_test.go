@@ -238,3 +238,29 @@ func TestAdminFailuresAcrossReplicas(t *testing.T) {
 		return product(a, attacker, adminToken).Status == http.StatusCreated
 	})
 }
+
+// TestAdminReadsCountOnlyRefusedTokens: where the admin token opens the order reads, a
+// customer's token is compared with it first; that is no wrong guess unless the token is no
+// customer's either.
+func TestAdminReadsCountOnlyRefusedTokens(t *testing.T) {
+	t.Parallel()
+	tk := newTokens(t)
+	in := newFakeInstance(t, fakeOptions{customers: tk.auth, limits: stockhttp.Limits{
+		AdminFailures: ratelimit.Limit{Events: 1, Per: time.Hour, Burst: 1}}})
+	list := func(h map[string]string) response {
+		return call(t, request{Method: http.MethodGet, URL: in.URL + "/v1/orders?customer_id=alice", Header: h})
+	}
+	for range 3 {
+		if res := list(tk.header(t, "alice")); res.Status != http.StatusOK {
+			t.Fatalf("a first read with a new token: %d %s", res.Status, res.Body)
+		}
+	}
+	if res := list(adminHeader()); res.Status != http.StatusOK {
+		t.Fatalf("the admin after three customers: %d %s", res.Status, res.Body)
+	}
+	wantProblem(t, list(map[string]string{"Authorization": "Bearer guess"}), "unauthenticated", "/v1/orders")
+	wantLimited(t, list(adminHeader()), "/v1/orders")
+	if res := list(tk.header(t, "alice")); res.Status != http.StatusTooManyRequests {
+		t.Fatalf("a new customer from the locked-out address: %d, want 429 (its token is compared with the admin token first)", res.Status)
+	}
+}
