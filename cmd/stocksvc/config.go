@@ -62,6 +62,7 @@ type config struct {
 	JWTAudience    string
 	JWTLeeway      time.Duration
 	CustomerHeader string
+	limitConfig    // rate limits, trusted proxies, plain-http JWKS: config_limits.go
 
 	defense stock.Defense
 	mode    identity.Mode // CustomerAuth, parsed
@@ -101,7 +102,7 @@ func settings() []setting {
 			return nil
 		}
 	}
-	return []setting{
+	all := []setting{
 		{"STOCKSVC_ADDR", "addr", ":8080", "address to listen on", str(func(c *config) *string { return &c.Addr }), false},
 		{"STOCKSVC_ADMIN_ADDR", "admin-addr", "", "address of a separate listener for the admin routes and /metrics, which STOCKSVC_ADDR then leaves out; empty serves them on STOCKSVC_ADDR", str(func(c *config) *string { return &c.AdminAddr }), false},
 		{"DATABASE_URL", "database-url", "postgres://postgres@localhost:5432/stocksvc?sslmode=disable", "Postgres URL or key=value settings; the database is created if missing and permitted", str(func(c *config) *string { return &c.DatabaseURL }), true},
@@ -145,6 +146,7 @@ func settings() []setting {
 		{"STOCKSVC_JWT_LEEWAY", "jwt-leeway", "30s", "token mode: clock skew allowed on a token's exp, nbf and iat", dur(func(c *config) *time.Duration { return &c.JWTLeeway }), false},
 		{"STOCKSVC_CUSTOMER_HEADER", "customer-header", "X-Customer-Id", "gateway mode: the header in which the trusted gateway names the customer", str(func(c *config) *string { return &c.CustomerHeader }), false},
 	}
+	return append(all, limitSettings()...)
 }
 
 // loadConfig reads the environment through getenv, then the flags in args.
@@ -303,6 +305,7 @@ func (c *config) validate() error {
 		errs = append(errs, fmt.Errorf("STOCKSVC_LOG_LEVEL: %w", err))
 	}
 	errs = append(errs, c.validateCustomerAuth()...)
+	errs = append(errs, c.validateLimits()...)
 	return errors.Join(errs...)
 }
 
@@ -437,7 +440,7 @@ func (c config) logAttrs() []any {
 	if c.AdminToken != "" {
 		masked = "***"
 	}
-	return []any{
+	return append([]any{
 		slog.String("addr", c.Addr),
 		slog.String("admin_addr", c.AdminAddr),
 		slog.String("database_url", maskDSN(c.DatabaseURL)),
@@ -472,7 +475,7 @@ func (c config) logAttrs() []any {
 		slog.String("jwt_audience", c.JWTAudience),
 		slog.String("jwt_leeway", c.JWTLeeway.String()),
 		slog.String("customer_header", c.CustomerHeader),
-	}
+	}, c.limitAttrs()...)
 }
 
 // secrets lists the secret values in the configuration that free text can be scrubbed of:

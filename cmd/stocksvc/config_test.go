@@ -68,6 +68,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		JWKSRefresh:    5 * time.Minute,
 		JWTLeeway:      30 * time.Second,
 		CustomerHeader: "X-Customer-Id",
+		limitConfig:    defaultLimits,
 		defense:        stock.DefaultDefense(),
 		mode:           identity.ModeToken,
 	}
@@ -227,6 +228,7 @@ func TestLoadConfigEnvironmentOverrides(t *testing.T) {
 		JWTIssuer:      "https://id.example",
 		JWTAudience:    "shop",
 		JWTLeeway:      5 * time.Second,
+		limitConfig:    defaultLimits,
 		defense:        stock.Defense{Version: true, Guard: true, Check: true},
 		mode:           identity.ModeGateway,
 	}

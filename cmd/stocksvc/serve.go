@@ -65,7 +65,10 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 		g.Go(func() error { return serveDebug(gctx, cfg.DebugAddr) })
 	}
 
-	customers, closeCustomers, err := customerAuth(gctx, cfg, log)
+	// One registry for the replica: the verifier, made before the dependencies, registers on
+	// it too.
+	reg := newRegistry()
+	customers, closeCustomers, err := customerAuth(gctx, cfg, reg, log)
 	if err != nil {
 		return startFailed(ctx, stopSignals, lis, g, stopGroup, err, log)
 	}
@@ -75,7 +78,7 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	if err != nil {
 		return startFailed(ctx, stopSignals, lis, g, stopGroup, err, log)
 	}
-	a, err := wire(ctx, cfg, deps, customers, log)
+	a, err := wire(ctx, cfg, deps, customers, reg, log)
 	if err != nil {
 		deps.close()
 		return startFailed(ctx, stopSignals, lis, g, stopGroup, err, log)
@@ -122,10 +125,10 @@ type app struct {
 	workers bool
 }
 
-// wire builds the service, the queue of orders accepted for later and the API over deps, and
-// starts the queue's workers. On error, what it built is closed again (deps are not).
-func wire(ctx context.Context, cfg config, deps dependencies, customers stockhttp.CustomerAuth, log *slog.Logger) (*app, error) {
-	reg := newRegistry()
+// wire builds the service, the queue of orders accepted for later and the API over deps, with
+// their metrics on reg, and starts the queue's workers. On error, what it built is closed
+// again (deps are not).
+func wire(ctx context.Context, cfg config, deps dependencies, customers stockhttp.CustomerAuth, reg *registry, log *slog.Logger) (*app, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	store := stockpg.New(deps.pool)
 	if cfg.defense != stock.DefaultDefense() {
@@ -184,6 +187,7 @@ func wire(ctx context.Context, cfg config, deps dependencies, customers stockhtt
 		Queue:      a.queue,
 		AdminToken: cfg.AdminToken,
 		Customers:  customers,
+		Limits:     cfg.limits(deps.rdb),
 		// Ready asks Postgres only. A replica without Redis still serves product reads (from
 		// Postgres, a few at a time) and answers orders 503 itself; taking every replica out
 		// of the balancer when the one Redis they share fails would turn that into 503 for

@@ -111,6 +111,7 @@ var contractStatus = map[string]int{
 	"order-cancelled":        http.StatusConflict,
 	"order-confirmed":        http.StatusConflict,
 	"idempotency-key-reused": http.StatusUnprocessableEntity,
+	"rate-limited":           http.StatusTooManyRequests,
 	"busy":                   http.StatusTooManyRequests,
 	"unavailable":            http.StatusServiceUnavailable,
 	"internal":               http.StatusInternalServerError,

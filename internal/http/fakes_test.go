@@ -215,15 +215,18 @@ type fakeOptions struct {
 	placeOrder func(context.Context, stock.OrderRequest) (stock.OrderResult, error)
 	// customers, when its mode is set, says who the customers are; else body mode.
 	customers stockhttp.CustomerAuth
+	// limits are the replica's rate limits; none by default.
+	limits stockhttp.Limits
 }
 
 // fakeInstance is a Server over fakes, served on a loopback listener of its own so that its
 // exchanges go through net/http (and api/openapi.yaml's checks) as a real replica's do.
 type fakeInstance struct {
-	URL   string
-	API   *stockhttp.Server
-	svc   *fakeService
-	queue *fakeQueue // nil with noQueue
+	URL      string
+	API      *stockhttp.Server
+	Registry *prometheus.Registry
+	svc      *fakeService
+	queue    *fakeQueue // nil with noQueue
 }
 
 func newFakeInstance(t testing.TB, o fakeOptions) *fakeInstance {
@@ -231,7 +234,7 @@ func newFakeInstance(t testing.TB, o fakeOptions) *fakeInstance {
 	reg := prometheus.NewRegistry()
 	svc := stock.NewService(stocktest.NewMemStore(), &stocktest.LocalLocker{},
 		stock.Config{MaxQuantity: o.maxQuantity}, stock.NewMetrics(reg))
-	in := &fakeInstance{svc: &fakeService{svc: svc, err: o.serviceErr, placeOrder: o.placeOrder}}
+	in := &fakeInstance{Registry: reg, svc: &fakeService{svc: svc, err: o.serviceErr, placeOrder: o.placeOrder}}
 	cfg := stockhttp.Config{
 		Service:    in.svc,
 		AdminToken: adminToken,
@@ -240,6 +243,7 @@ func newFakeInstance(t testing.TB, o fakeOptions) *fakeInstance {
 		Registerer: reg,
 		Gatherer:   reg,
 		Customers:  stockhttp.CustomerAuth{Mode: identity.ModeBody},
+		Limits:     o.limits,
 	}
 	if o.customers.Mode != "" {
 		cfg.Customers = o.customers

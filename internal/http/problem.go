@@ -75,6 +75,7 @@ var problemTypes = map[string]problemType{
 	"order-confirmed":        {409, "Order confirmed", "The order is confirmed (paid) and cannot be cancelled."},
 	"customer-limit":         {409, "Customer limit reached", "The order would take the customer above the product's limit per customer; nothing was sold and nothing is stored under the Idempotency-Key. `max_per_customer` is the limit, `bought` what the customer already has and `requested` what the order asked for."},
 	"idempotency-key-reused": {422, "Idempotency key reused", "This Idempotency-Key was first used with a different request body."},
+	"rate-limited":           {429, "Too many requests", "A rate limit refused the request before anything was done: a customer's requests (per replica), refused credentials from one client address (per replica), or wrong admin tokens from one client address (across replicas); `detail` says which. Retry after Retry-After seconds. The Compose nginx answers its own limit per address with the same code."},
 	"busy":                   {429, "Busy", "The product is contended and the order could not be attempted in time; nothing was sold (and an order sent with an Idempotency-Key has no stored outcome under it). Retry after Retry-After seconds."},
 	"unavailable":            {503, "Unavailable", "Postgres or Redis could not be reached, the request timed out, the replica is still starting, or the order's outcome is unknown. Nothing is promised either way: retry after Retry-After seconds, with the same Idempotency-Key."},
 	"internal":               {500, "Internal error", "Something unexpected failed; the request id identifies it in the logs."},
@@ -106,8 +107,8 @@ func badRequest(code, detail string) error { return &requestError{code: code, de
 // become statuses and codes, and it reads an error in this order, the first match winning:
 //
 //  1. what the transport found before the service was called (a customer credential missing
-//     or refused: 401 unauthenticated; malformed JSON, a customer_id that is not the
-//     verified customer's, ...);
+//     or refused: 401 unauthenticated; a rate limit: 429 rate-limited; malformed JSON, a
+//     customer_id that is not the verified customer's, ...);
 //  2. the request's own outcome: invalid input, sold out, a sale rule (not open, ended, the
 //     customer's limit), product or order not found, duplicate SKU, idempotency key reused;
 //  3. unavailable (503) — a dependency down or slow, a deadline, or a write whose outcome is
@@ -126,6 +127,11 @@ func problemFor(err error) *problem {
 		if !errors.Is(err, identity.ErrNoCredential) {
 			p.authenticate += `, error="invalid_token"`
 		}
+		return p
+	}
+	if limited, ok := errors.AsType[*limitedError](err); ok {
+		p := newProblem("rate-limited", limited.detail())
+		p.retryAfter = limited.retryAfter()
 		return p
 	}
 	if reqErr, ok := errors.AsType[*requestError](err); ok {

@@ -73,6 +73,9 @@ type Config struct {
 	// Customers says who the customer of an order route is (customers.go). The zero value is
 	// body mode: whatever the request says.
 	Customers CustomerAuth
+	// Limits throttle customers, refused credentials and wrong admin tokens (limits.go).
+	// The zero value limits nothing.
+	Limits Limits
 	// Ready reports whether the backing services answer; /readyz calls it with a 1s deadline.
 	// Nil means always ready.
 	Ready func(ctx context.Context) error
@@ -98,6 +101,7 @@ type Server struct {
 	ready       func(ctx context.Context) error
 	adminDigest []byte // sha256 of the admin token; nil when admin routes are off
 	customers   CustomerAuth
+	limits      *limiter
 	timeout     time.Duration
 	maxBody     int64
 	metrics     *httpMetrics
@@ -135,6 +139,7 @@ func New(cfg Config) *Server {
 		maxBody:   cfg.MaxBodyBytes,
 		metrics:   newHTTPMetrics(cfg.Registerer),
 		customers: cfg.Customers.withDefaults(),
+		limits:    newLimiter(cfg.Limits, cfg.Registerer),
 	}
 	s.findOrder = s.findConfirmed
 	if cfg.Queue != nil {
