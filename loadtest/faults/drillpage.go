@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -90,8 +91,8 @@ func (d *drillEnv) pageRun(ctx context.Context, pool *pgxpool.Pool, ops []*model
 func porcupineVerdict(c model.CheckResult) string {
 	v := map[porcupine.CheckResult]string{porcupine.Ok: "linearizable", porcupine.Illegal: "NOT LINEARIZABLE",
 		porcupine.Unknown: "undecided (the checker timed out)"}[c.Result]
-	return fmt.Sprintf("%s: %d operations in %d partitions, checked in %.1f s (%d configurations)", v, c.Ops, c.Partitions,
-		c.Elapsed.Seconds(), c.Explored)
+	return fmt.Sprintf("%s: %d operations in %d partitions, checked in %v (%d configurations)", v, c.Ops, c.Partitions,
+		c.Elapsed.Round(time.Millisecond), c.Explored)
 }
 
 func (d *drillEnv) pageParams(out drillOutcome) []report.Field {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -167,21 +168,20 @@ func newSearch(model porcupine.Model, ops []porcupine.Operation, limit int) *sea
 }
 
 // unlink takes operation op's events out of the list; relink puts them back.
-func (s *search) unlink(op int) {
-	for _, e := range []*event{s.calls[op], s.rets[op]} {
-		e.prev.next = e.next
-		if e.next != nil {
-			e.next.prev = e.prev
-		}
+func (s *search) unlink(op int) { s.calls[op].drop(); s.rets[op].drop() }
+func (s *search) relink(op int) { s.rets[op].restore(); s.calls[op].restore() }
+
+func (e *event) drop() {
+	e.prev.next = e.next
+	if e.next != nil {
+		e.next.prev = e.prev
 	}
 }
 
-func (s *search) relink(op int) {
-	for _, e := range []*event{s.rets[op], s.calls[op]} {
-		e.prev.next = e
-		if e.next != nil {
-			e.next.prev = e
-		}
+func (e *event) restore() {
+	e.prev.next = e
+	if e.next != nil {
+		e.next.prev = e
 	}
 }
 
@@ -194,12 +194,12 @@ func (s *search) visit(op int, state any) bool {
 		key ^= s.model.Hash(state)
 	}
 	for _, c := range s.cache[key] {
-		if c.placed.equal(s.placed) && s.model.Equal(c.state, state) {
+		if slices.Equal(c.placed, s.placed) && s.model.Equal(c.state, state) {
 			s.placed.clear(op)
 			return false
 		}
 	}
-	s.cache[key] = append(s.cache[key], cached{s.placed.clone(), state})
+	s.cache[key] = append(s.cache[key], cached{slices.Clone(s.placed), state})
 	s.explored++
 	if s.limit > 0 && s.explored > s.limit {
 		s.exhausted = true
@@ -305,17 +305,6 @@ func newBitset(n int) bitset { return make(bitset, (n+63)/64) }
 func (b bitset) set(i int)   { b[i/64] |= 1 << (i % 64) }
 func (b bitset) clear(i int) { b[i/64] &^= 1 << (i % 64) }
 
-func (b bitset) clone() bitset { return append(bitset(nil), b...) }
-
-func (b bitset) equal(o bitset) bool {
-	for i := range b {
-		if b[i] != o[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // hash mixes the words (FNV-1a over them, each word multiplied in whole).
 func (b bitset) hash() uint64 {
 	h := uint64(14695981039346656037)
@@ -347,8 +336,8 @@ type CheckResult struct {
 func (c CheckResult) String() string {
 	verdict := map[porcupine.CheckResult]string{porcupine.Ok: "linearizable", porcupine.Illegal: "NOT LINEARIZABLE",
 		porcupine.Unknown: "UNDECIDED (checker timed out)"}[c.Result]
-	s := fmt.Sprintf("%-16s %5d ops in %d partitions (products; customers of a limited one; holds), at most %d open at once: %s (%.1fs, %d configurations)", c.Name, c.Ops, c.Partitions, c.Concurrent, verdict,
-		c.Elapsed.Seconds(), c.Explored)
+	s := fmt.Sprintf("%-16s %5d ops in %d partitions (products; customers of a limited one; holds), at most %d open at once: %s (%v, %d configurations)", c.Name, c.Ops, c.Partitions, c.Concurrent, verdict,
+		c.Elapsed.Round(time.Millisecond), c.Explored)
 	if c.Visual != "" {
 		s += "; see " + c.Visual
 	}
