@@ -14,18 +14,18 @@ import (
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
-// holdKey stores an outcome under the Idempotency-Key key in a transaction left open, so that
-// a group that claims the key waits for it (a unique index waits for the transaction that
+// holdKey stores an outcome under customer's Idempotency-Key key in a transaction left open, so
+// that a group that claims the key waits for it (a unique index waits for the transaction that
 // wrote the other row). The returned function ends the transaction: rolled back, the group
 // gets the key; committed, it finds it taken.
-func holdKey(t *testing.T, pool *pgxpool.Pool, key string) (end func(commit bool)) {
+func holdKey(t *testing.T, pool *pgxpool.Pool, customer, key string) (end func(commit bool)) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatalf("begin: %v", err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (key, fingerprint, outcome) VALUES ($1, '\x00', 'sold_out')`, key); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome) VALUES ($1, $2, '\x00', 'sold_out')`, customer, key); err != nil {
 		t.Fatalf("hold key %q: %v", key, err)
 	}
 	ended := false
@@ -100,7 +100,7 @@ func TestAbandonedRequestIsNotAccepted(t *testing.T) {
 	w := newWorld(t)
 	r := w.replica(t, replicaOptions{})
 	id := createProduct(t, r, "LEFT-1", 10)
-	end := holdKey(t, r.pool, "held")
+	end := holdKey(t, r.pool, "c-first", "held")
 	first := r.acceptAsync(context.Background(), "c-first", "held", one(id, 1))
 	awaitGroupBlocked(t, r.pool) // the acceptor is busy with the first group
 
@@ -134,7 +134,7 @@ func TestRequestInACommittingGroupIsToldItsOutcome(t *testing.T) {
 	w := newWorld(t)
 	r := w.replica(t, replicaOptions{})
 	id := createProduct(t, r, "MIDCOMMIT-1", 10)
-	end := holdKey(t, r.pool, "held")
+	end := holdKey(t, r.pool, "c1", "held")
 	ctx, cancel := context.WithCancel(context.Background())
 	answer := r.acceptAsync(ctx, "c1", "held", one(id, 1))
 	awaitGroupBlocked(t, r.pool) // its group's transaction is under way
@@ -159,7 +159,7 @@ func TestAcceptQueueIsBounded(t *testing.T) {
 	w := newWorld(t)
 	r := w.replica(t, replicaOptions{acceptQueue: 2})
 	id := createProduct(t, r, "BOUND-1", 10)
-	end := holdKey(t, r.pool, "held")
+	end := holdKey(t, r.pool, "c0", "held")
 	answers := []<-chan acceptAnswer{r.acceptAsync(context.Background(), "c0", "held", one(id, 1))}
 	awaitGroupBlocked(t, r.pool)
 	answers = append(answers, r.acceptAsync(context.Background(), "c1", "", one(id, 1)),

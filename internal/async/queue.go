@@ -214,7 +214,7 @@ func (q *Queue) Accept(ctx context.Context, p stock.Prepared) (Acceptance, error
 	case r.state == stockpg.AcceptMissing:
 		return Acceptance{}, &stock.ProductNotFoundError{ProductID: p.Items[0].ProductID}
 	case r.state == stockpg.AcceptTaken:
-		rec, err := q.accepted.KeyRecord(ctx, p.Key)
+		rec, err := q.accepted.KeyRecord(ctx, stock.RecordKey{CustomerID: p.CustomerID, Key: p.Key})
 		if err != nil {
 			return Acceptance{}, err
 		}

@@ -27,18 +27,19 @@ INSERT INTO async_orders (id, customer_id, product_ids, quantities)
 VALUES ($1, $2, $3, $4)
 RETURNING accepted_at`
 
-// claimKeySQL records a client's Idempotency-Key as belonging to the accepted order, unless
-// the key already has an outcome (then nothing is written and no row returned).
+// claimKeySQL records a client's Idempotency-Key ($2, of customer $1) as belonging to the
+// accepted order, unless the key already has an outcome (then nothing is written and no row
+// returned).
 const claimKeySQL = `
-INSERT INTO idempotency_keys (key, fingerprint, outcome, async_order_id, product_id)
-VALUES ($1, $2, 'accepted', $3, $4)
-ON CONFLICT (key) DO NOTHING
+INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, async_order_id, product_id)
+VALUES ($1, $2, $3, 'accepted', $4, $5)
+ON CONFLICT (customer_id, key) DO NOTHING
 RETURNING key`
 
-// keyRecordSQL reads what a key already holds.
+// keyRecordSQL reads what a customer's key holds.
 const keyRecordSQL = `
 SELECT fingerprint, outcome, order_id, async_order_id, product_id, requested, available
-  FROM idempotency_keys WHERE key = $1`
+  FROM idempotency_keys WHERE customer_id = $1 AND key = $2`
 
 // lineSQL reads the front of a product's line.
 const lineSQL = `
@@ -49,22 +50,23 @@ SELECT id, customer_id, product_ids, quantities
  LIMIT $2`
 
 // orderSQL reads an accepted order and, while it is pending, the decision the purchase path
-// may already have stored for it (a replica can stop between the commit and the copy).
+// may already have stored for it (a replica can stop between the commit and the copy) under
+// its key ($2), its customer's.
 const orderSQL = `
 SELECT a.id, a.customer_id, a.product_ids, a.quantities, a.status, a.reason, a.rejected_product,
        a.requested, a.available, a.accepted_at, a.decided_at,
        k.outcome, k.product_id, k.requested, k.available, k.created_at
   FROM async_orders a
-  LEFT JOIN idempotency_keys k ON a.status = 'pending' AND k.key = $2
+  LEFT JOIN idempotency_keys k ON a.status = 'pending' AND k.customer_id = a.customer_id AND k.key = $2
  WHERE a.id = $1`
 
 // storeRefusalsSQL stores the refusals the purchase path answered without storing (it stores
 // those of a batch that also sells; a batch refused whole from a read stores them at best), so
 // that every decision is a record before it is copied. A key that has a record keeps it.
 const storeRefusalsSQL = `
-INSERT INTO idempotency_keys (key, fingerprint, outcome, product_id, requested, available)
-SELECT * FROM unnest($1::text[], $2::bytea[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[])
-ON CONFLICT (key) DO NOTHING`
+INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, product_id, requested, available)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[])
+ON CONFLICT (customer_id, key) DO NOTHING`
 
 // copyDecisionsSQL copies each order's decision — its key's record — into the order, once, and
 // returns the orders it decided with how long each waited (on Postgres's clock, the same one
@@ -76,7 +78,7 @@ UPDATE async_orders a
        rejected_product = k.product_id, requested = k.requested, available = k.available,
        decided_at = greatest(k.created_at, a.accepted_at)
   FROM idempotency_keys k
- WHERE a.id = ANY($1) AND a.status = 'pending' AND k.key = $2 || a.id::text
+ WHERE a.id = ANY($1) AND a.status = 'pending' AND k.customer_id = a.customer_id AND k.key = $2 || a.id::text
 RETURNING a.status, extract(epoch FROM a.decided_at - a.accepted_at)::float8`
 
 // rejectSQL rejects orders whose refusal is not an idempotency record (a product that went
@@ -98,7 +100,7 @@ UPDATE async_orders a
        reason = CASE WHEN a.attempts + 1 >= $2 THEN $5::text END,
        decided_at = CASE WHEN a.attempts + 1 >= $2 THEN greatest(now(), a.accepted_at) END
  WHERE a.id = $1 AND a.status = 'pending'
-   AND NOT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.key = $4)
+   AND NOT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.customer_id = a.customer_id AND k.key = $4)
 RETURNING a.status, a.attempts, extract(epoch FROM coalesce(a.decided_at, a.accepted_at) - a.accepted_at)::float8`
 
 // staleSQL finds what waits without being drained: the lines whose front is older than $1, and
@@ -140,11 +142,11 @@ WITH input AS (
     FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bytea[])
          WITH ORDINALITY AS u(id, customer_id, product_id, quantity, key, fingerprint, n)
 ), claimed AS (
-  INSERT INTO idempotency_keys (key, fingerprint, outcome, async_order_id, product_id)
-  SELECT key, fingerprint, 'accepted', id, product_id FROM input
+  INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, async_order_id, product_id)
+  SELECT customer_id, key, fingerprint, 'accepted', id, product_id FROM input
    WHERE found AND key IS NOT NULL
    ORDER BY n
-  ON CONFLICT (key) DO NOTHING
+  ON CONFLICT (customer_id, key) DO NOTHING
   RETURNING async_order_id
 ), placed AS (
   INSERT INTO async_orders (id, customer_id, product_ids, quantities, product_id, accepted_at)
@@ -223,13 +225,13 @@ type Querier interface {
 }
 
 // KeyRecord reads what key holds.
-func (s *Accepted) KeyRecord(ctx context.Context, key string) (KeyRecord, error) {
+func (s *Accepted) KeyRecord(ctx context.Context, key stock.RecordKey) (KeyRecord, error) {
 	return keyRecord(ctx, s.pool, key)
 }
 
-func keyRecord(ctx context.Context, q RowQuerier, key string) (KeyRecord, error) {
+func keyRecord(ctx context.Context, q RowQuerier, key stock.RecordKey) (KeyRecord, error) {
 	var r KeyRecord
-	err := q.QueryRow(ctx, keyRecordSQL, key).Scan(&r.Fingerprint, &r.Outcome, &r.OrderID, &r.AcceptedID, &r.ProductID, &r.Requested, &r.Available)
+	err := q.QueryRow(ctx, keyRecordSQL, key.CustomerID, key.Key).Scan(&r.Fingerprint, &r.Outcome, &r.OrderID, &r.AcceptedID, &r.ProductID, &r.Requested, &r.Available)
 	if err != nil {
 		return KeyRecord{}, queueError("read idempotency record", err)
 	}
@@ -289,9 +291,9 @@ func (s *Accepted) AcceptCart(ctx context.Context, tx pgx.Tx, id uuid.UUID, p st
 		return at, nil, nil
 	}
 	var claimed string
-	err = tx.QueryRow(ctx, claimKeySQL, p.Key, p.Fingerprint, id, nil).Scan(&claimed)
+	err = tx.QueryRow(ctx, claimKeySQL, p.CustomerID, p.Key, p.Fingerprint, id, nil).Scan(&claimed)
 	if errors.Is(err, pgx.ErrNoRows) {
-		rec, err := keyRecord(ctx, tx, p.Key)
+		rec, err := keyRecord(ctx, tx, stock.RecordKey{CustomerID: p.CustomerID, Key: p.Key})
 		if err != nil {
 			return time.Time{}, nil, err
 		}
@@ -485,7 +487,7 @@ type Decided struct {
 // record (rejects, by id, with their reason) are rejected with it. It returns what this call
 // decided.
 func (s *Accepted) Record(ctx context.Context, orders []PendingOrder, decisions []stock.Decision, rejects map[uuid.UUID]string) ([]Decided, error) {
-	var keys, outcomes []string
+	var customers, keys, outcomes []string
 	var fingerprints [][]byte
 	var products, requested, available []int64
 	ids := make([]uuid.UUID, 0, len(orders))
@@ -495,7 +497,7 @@ func (s *Accepted) Record(ctx context.Context, orders []PendingOrder, decisions 
 			continue
 		}
 		if soldOut, ok := errors.AsType[*stock.SoldOutError](d.Err); ok {
-			keys = append(keys, stock.AcceptedKey(o.ID))
+			customers, keys = append(customers, o.CustomerID), append(keys, stock.AcceptedKey(o.ID))
 			fingerprints = append(fingerprints, stock.Fingerprint(o.CustomerID, o.Items))
 			outcomes = append(outcomes, recordSoldOut)
 			products, requested, available = append(products, soldOut.ProductID), append(requested, soldOut.Requested), append(available, soldOut.Available)
@@ -508,7 +510,7 @@ func (s *Accepted) Record(ctx context.Context, orders []PendingOrder, decisions 
 	if len(ids) > 0 {
 		b := &pgx.Batch{}
 		if len(keys) > 0 {
-			b.Queue(storeRefusalsSQL, keys, fingerprints, outcomes, products, requested, available)
+			b.Queue(storeRefusalsSQL, customers, keys, fingerprints, outcomes, products, requested, available)
 		}
 		b.Queue(copyDecisionsSQL, ids, stock.AcceptedKeyPrefix, s.reasons.SoldOut).
 			Query(func(rows pgx.Rows) error {

@@ -91,13 +91,13 @@ func (s *Store) HighestProductID(ctx context.Context) (int64, error) {
 
 // StoredKeys implements Store. Refusals name their product in idempotency_keys (a partial
 // index, migration 3); confirmed orders are found through their items.
-func (s *Store) StoredKeys(ctx context.Context, id int64, limit int) ([]string, error) {
+func (s *Store) StoredKeys(ctx context.Context, id int64, limit int) ([]stock.RecordKey, error) {
 	rows, _ := s.pool.Query(ctx, `
-		(SELECT k.key FROM order_items i JOIN idempotency_keys k ON k.order_id = i.order_id WHERE i.product_id = $1)
+		(SELECT k.customer_id, k.key FROM order_items i JOIN idempotency_keys k ON k.order_id = i.order_id WHERE i.product_id = $1)
 		UNION ALL
-		(SELECT key FROM idempotency_keys WHERE product_id = $1)
+		(SELECT customer_id, key FROM idempotency_keys WHERE product_id = $1)
 		LIMIT $2`, id, limit)
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[stock.RecordKey])
 	if err != nil {
 		return nil, dbError("stored keys", err)
 	}
@@ -306,7 +306,9 @@ const purgeCutoffSQL = `SELECT now() - $1::interval`
 //
 // It keeps the records of orders accepted for later and still pending, however old: the
 // client's key (async_order_id: a retry must find its order, not buy again) and the order's
-// own decision record (key $3 || the order's id: stored, not yet copied; the copy needs it).
+// own decision record (key $3 || the order's id, of the order's customer: stored, not yet
+// copied; the copy needs it). Another customer's records under the same keys are theirs, and
+// go with their time.
 // Each is a NOT EXISTS on one equality with async_orders' primary key, so each is an index
 // probe per row (an OR of the two would be a join filter, evaluated against every pending
 // order for every row). Rows another purge (another replica) has locked are skipped: it is
@@ -321,7 +323,7 @@ WITH deleted AS (
            AND NOT EXISTS (SELECT 1 FROM async_orders a
                             WHERE a.id = CASE WHEN starts_with(k.key, $3)
                                               THEN substr(k.key, length($3) + 1)::uuid END
-                              AND a.status = 'pending')
+                              AND a.customer_id = k.customer_id AND a.status = 'pending')
          ORDER BY k.created_at
          LIMIT $4
          FOR UPDATE OF k SKIP LOCKED))
