@@ -194,3 +194,47 @@ func TestAcceptQueueIsBounded(t *testing.T) {
 	r.start(t)
 	r.awaitDecided(t, ids, 20*time.Second)
 }
+
+// An order accepted by a commit that Postgres answered without its synchronous standby (the
+// warning of a wait ended early, drawn here by a trigger in the acceptance's own statement) is
+// not acknowledged: unavailable, outcome unknown, for a single order and for a cart. A retry
+// under the same key answers with the order that commit wrote, replayed, once a standby has
+// it: nothing is accepted twice.
+func TestUnreplicatedAcceptanceIsNotAcknowledged(t *testing.T) {
+	w := newWorld(t)
+	r := w.replica(t, replicaOptions{})
+	a, b := createProduct(t, r, "UNREPL-A", 5), createProduct(t, r, "UNREPL-B", 5)
+	ctx := context.Background()
+	if _, err := r.pool.Exec(ctx, `
+		CREATE FUNCTION cut_short() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE WARNING 'canceling wait for synchronous replication due to user request'; RETURN NEW; END $$;
+		CREATE TRIGGER cut_short BEFORE INSERT ON async_orders FOR EACH ROW EXECUTE FUNCTION cut_short()`); err != nil {
+		t.Fatalf("create the trigger: %v", err)
+	}
+	orders := map[string][]stock.Item{"k-one": {one(a, 1)}, "k-cart": {one(a, 1), one(b, 1)}}
+	for key, items := range orders {
+		_, err := r.tryAccept("c", key, items...)
+		if !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, stock.ErrOutcomeUnknown) {
+			t.Errorf("%s answered with the warning: %v, want unavailable, outcome unknown", key, err)
+		}
+	}
+	if _, err := r.pool.Exec(ctx, `DROP TRIGGER cut_short ON async_orders`); err != nil {
+		t.Fatal(err)
+	}
+	var ids []uuid.UUID
+	for key, items := range orders {
+		acc := r.accept(t, "c", key, items...)
+		if !acc.Replayed || acc.Order.Status != async.StatusPending {
+			t.Errorf("%s retried: %+v, want the order its first attempt accepted, replayed", key, acc)
+		}
+		ids = append(ids, acc.Order.ID)
+	}
+	if n := ordersOf(t, r, "c"); n != 2 {
+		t.Errorf("%d orders of c accepted, want 2: each once", n)
+	}
+	r.start(t)
+	r.awaitDecided(t, ids, 20*time.Second)
+	if au := mustAudit(t, r, a); au.Sold != 2 {
+		t.Errorf("audit of %d = %+v, want 2 sold", a, au)
+	}
+}

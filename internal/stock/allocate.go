@@ -292,6 +292,9 @@ func replay(rec IdempotencyRecord, fingerprint []byte) outcome {
 		// A success: the key's outcome is that order, whatever it has become since.
 		return outcome{accepted: rec.Accepted, replayed: true}
 	}
+	if rec.GivenUp {
+		return outcome{err: ErrGivenUp}
+	}
 	if rec.SoldOut != nil {
 		refusal := *rec.SoldOut
 		refusal.Replayed = true

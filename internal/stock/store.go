@@ -159,6 +159,9 @@ type IdempotencyRecord struct {
 	// Accepted is the order accepted for later under the key (only read, never written by a
 	// batch): the key's outcome is that order, decided in its own time.
 	Accepted *uuid.UUID
+	// GivenUp says the order accepted for later whose AcceptedKey this is was given up (only
+	// read, never written by a batch): replayed as ErrGivenUp.
+	GivenUp bool
 }
 
 // Write is everything one batch commits.

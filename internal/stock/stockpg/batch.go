@@ -45,7 +45,7 @@ SELECT p.id, p.stock, p.version, p.fence, p.sale_starts_at, p.sale_ends_at, coal
 // customer and a key of theirs, one probe of the primary key — with the orders they confirmed,
 // so that a replay needs no further query.
 const recordsSQL = `
-SELECT k.customer_id, k.key, k.fingerprint, k.order_id, k.async_order_id, k.product_id, k.requested, k.available,
+SELECT k.customer_id, k.key, k.fingerprint, k.outcome, k.order_id, k.async_order_id, k.product_id, k.requested, k.available,
        o.customer_id, o.created_at, o.status, o.expires_at, o.decided_at,
        ARRAY(SELECT i.product_id FROM order_items i WHERE i.order_id = k.order_id ORDER BY i.product_id),
        ARRAY(SELECT i.quantity FROM order_items i WHERE i.order_id = k.order_id ORDER BY i.product_id)
@@ -170,8 +170,8 @@ WITH k AS (
     FROM unnest($11::text[], $12::text[], $13::bytea[], $14::uuid[]) AS x(customer_id, key, fingerprint, order_id)
    ORDER BY x.customer_id, x.key
   ON CONFLICT (customer_id, key) DO UPDATE SET fingerprint = r.fingerprint
-  RETURNING r.customer_id, r.key, r.fingerprint, r.order_id, r.async_order_id, r.product_id, r.requested, r.available,
-            r.created_at, r.xmax = 0 AS claimed
+  RETURNING r.customer_id, r.key, r.fingerprint, r.outcome, r.order_id, r.async_order_id, r.product_id, r.requested,
+            r.available, r.created_at, r.xmax = 0 AS claimed
 ), o AS (
   SELECT x.id, x.customer_id
     FROM unnest($5::uuid[], $6::text[], $7::bool[]) AS x(id, customer_id, keyed)
@@ -203,7 +203,7 @@ WITH k AS (
 ` + insertOrders + `
 RETURNING id, created_at, expires_at,
   (SELECT coalesce(json_agg(json_build_object('customer_id', k.customer_id, 'key', k.key, 'fingerprint', encode(k.fingerprint, 'base64'),
-          'order_id', k.order_id, 'async_order_id', k.async_order_id, 'product_id', k.product_id,
+          'outcome', k.outcome, 'order_id', k.order_id, 'async_order_id', k.async_order_id, 'product_id', k.product_id,
           'requested', k.requested, 'available', k.available, 'created_at', k.created_at,
           'status', so.status, 'expires_at', so.expires_at, 'decided_at', so.decided_at)), '[]')
      FROM k LEFT JOIN orders so ON so.id = k.order_id WHERE NOT k.claimed)`
@@ -219,6 +219,9 @@ const lockRowsSQL = `SELECT id FROM products WHERE id = ANY($1) ORDER BY id FOR 
 const (
 	recordConfirmed = "confirmed"
 	recordSoldOut   = "sold_out"
+	// recordFailed is the decision of an order accepted for later given up after failed
+	// attempts (Accepted.Fail): stock.ErrGivenUp.
+	recordFailed = "failed"
 )
 
 // lookupTimeout bounds the query that finds out whether a commit whose reply was lost happened.
@@ -289,10 +292,11 @@ func (s *Store) Records(ctx context.Context, keys []stock.RecordKey) (map[stock.
 	if err := rows.Err(); err != nil {
 		return nil, dbError("read idempotency records", err)
 	}
-	// A key's order is shown to its client again: only once a synchronous standby has it (see
-	// replicated), which it has unless its commit's wait was ended early.
+	// A key's order — confirmed, or accepted for later — is shown to its client again: only
+	// once a synchronous standby has it (see replicated), which it has unless its commit's
+	// wait was ended early.
 	for _, rec := range records {
-		if rec.Order != nil {
+		if rec.Order != nil || rec.Accepted != nil {
 			if err := s.replicated(ctx); err != nil {
 				return nil, notReplicated("read idempotency records", err)
 			}
@@ -305,6 +309,7 @@ func (s *Store) Records(ctx context.Context, keys []stock.RecordKey) (map[stock.
 func scanRecord(rows pgx.Rows) (stock.IdempotencyRecord, error) {
 	var (
 		rec                             stock.IdempotencyRecord
+		outcome                         string
 		orderID, acceptedID             *uuid.UUID
 		productID, requested, available *int64
 		customerID                      *string
@@ -313,10 +318,14 @@ func scanRecord(rows pgx.Rows) (stock.IdempotencyRecord, error) {
 	)
 	var status *string
 	var expiresAt, decidedAt *time.Time
-	err := rows.Scan(&rec.CustomerID, &rec.Key, &rec.Fingerprint, &orderID, &acceptedID, &productID, &requested, &available,
+	err := rows.Scan(&rec.CustomerID, &rec.Key, &rec.Fingerprint, &outcome, &orderID, &acceptedID, &productID, &requested, &available,
 		&customerID, &createdAt, &status, &expiresAt, &decidedAt, &itemProducts, &itemQuantities)
 	if err != nil {
 		return stock.IdempotencyRecord{}, err
+	}
+	if outcome == recordFailed {
+		rec.GivenUp = true
+		return rec, nil
 	}
 	if acceptedID != nil {
 		rec.Accepted = acceptedID
@@ -454,6 +463,7 @@ type storedJSON struct {
 	CustomerID   string     `json:"customer_id"`
 	Key          string     `json:"key"`
 	Fingerprint  []byte     `json:"fingerprint"` // base64, as encoding/json reads []byte
+	Outcome      string     `json:"outcome"`
 	OrderID      *uuid.UUID `json:"order_id"`
 	AsyncOrderID *uuid.UUID `json:"async_order_id"`
 	ProductID    *int64     `json:"product_id"`
@@ -477,6 +487,8 @@ func parseStored(raw []byte) (map[stock.RecordKey]stock.IdempotencyRecord, error
 	for _, r := range list {
 		rec := stock.IdempotencyRecord{RecordKey: stock.RecordKey{CustomerID: r.CustomerID, Key: r.Key}, Fingerprint: r.Fingerprint}
 		switch {
+		case r.Outcome == recordFailed:
+			rec.GivenUp = true
 		case r.AsyncOrderID != nil:
 			rec.Accepted = r.AsyncOrderID
 		case r.OrderID == nil:

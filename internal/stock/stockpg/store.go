@@ -153,6 +153,13 @@ func (s *Store) Restock(ctx context.Context, r stock.Restocking) (stock.RestockR
 	if err != nil {
 		return stock.RestockResult{}, err
 	}
+	if res.Replayed {
+		// The restock under the key is acknowledged again: only once a standby has it (its
+		// own commit's wait may have been ended early, and its admin told 503).
+		if err := s.replicated(ctx); err != nil {
+			return stock.RestockResult{}, notReplicated("replay restock", err)
+		}
+	}
 	return res, nil
 }
 
@@ -185,22 +192,26 @@ func storedRestock(ctx context.Context, tx pgx.Tx, r stock.Restocking) (stock.Re
 }
 
 // inTx runs fn in a transaction. fn returns the package's errors (it maps its own driver errors
-// with dbError); beginning and committing are mapped here.
+// with dbError); beginning and committing are mapped here. A commit Postgres answered without
+// its synchronous standby is ErrUnavailable with ErrOutcomeUnknown (writeReplicated): what fn
+// wrote is not acknowledged.
 func (s *Store) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return dbError(op+": begin", err)
-	}
-	if err := fn(tx); err != nil {
-		// A rollback that fails leaves nothing behind: Postgres ends the transaction when
-		// the connection goes, and the pool drops a connection it could not roll back.
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return dbError(op+": commit", err)
-	}
-	return nil
+	return writeReplicated(ctx, s.pool, op, func(conn *pgxpool.Conn) error {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return dbError(op+": begin", err)
+		}
+		if err := fn(tx); err != nil {
+			// A rollback that fails leaves nothing behind: Postgres ends the transaction when
+			// the connection goes, and the pool drops a connection it could not roll back.
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return dbError(op+": commit", err)
+		}
+		return nil
+	})
 }
 
 // restockRefusal explains why a restock updated no row: the product is missing, or a holder
