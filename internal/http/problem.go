@@ -77,7 +77,7 @@ var problemTypes = map[string]problemType{
 	"idempotency-key-reused": {422, "Idempotency key reused", "This Idempotency-Key was first used with a different request body."},
 	"rate-limited":           {429, "Too many requests", "A rate limit refused the request before anything was done: a customer's requests (per replica), refused credentials from one client address (per replica), or wrong admin tokens from one client address (across replicas); `detail` says which. Retry after Retry-After seconds. The Compose nginx answers its own limit per address with the same code."},
 	"busy":                   {429, "Busy", "The product is contended and the order could not be attempted in time; nothing was sold (and an order sent with an Idempotency-Key has no stored outcome under it). Retry after Retry-After seconds."},
-	"unavailable":            {503, "Unavailable", "Postgres or Redis could not be reached, the request timed out, the replica is still starting, or the order's outcome is unknown. Nothing is promised either way: retry after Retry-After seconds, with the same Idempotency-Key."},
+	"unavailable":            {503, "Unavailable", "Postgres or Redis could not be reached, the request timed out, the replica is still starting, or the outcome of a write is unknown. Nothing is promised either way: retry after Retry-After seconds, with the same Idempotency-Key."},
 	"internal":               {500, "Internal error", "Something unexpected failed; the request id identifies it in the logs."},
 }
 
@@ -194,7 +194,7 @@ func problemFor(err error) *problem {
 	case errors.Is(err, stock.ErrIdempotencyKeyReused):
 		return newProblem("idempotency-key-reused", "this Idempotency-Key was first used with a different request")
 	case errors.Is(err, stock.ErrOutcomeUnknown):
-		p := newProblem("unavailable", "the order's outcome is unknown: Postgres did not answer whether it was written; try again")
+		p := newProblem("unavailable", "the outcome is unknown: Postgres did not answer whether it was written, or cannot yet show its standby has it; try again")
 		p.retryAfter = 2
 		return p
 	case errors.Is(err, stock.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, identity.ErrKeysUnavailable):
