@@ -621,7 +621,7 @@ func viewArgs(epoch, next string, v View, ttl time.Duration) []any {
 		"sku", p.SKU, "name", p.Name, "stock", p.Stock, "version", p.Version,
 		"created", micros(p.CreatedAt), "updated", micros(p.UpdatedAt), "read", micros(v.Read),
 		"starts", optMicros(p.SaleStartsAt), "ends", optMicros(p.SaleEndsAt), "max", p.MaxPerCustomer,
-		"hold", int64(p.HoldFor / time.Second)}
+		"hold", int64(p.HoldFor / time.Second), "maxheld", p.MaxHeldPerCustomer}
 }
 
 // optMicros writes an optional time as microseconds since the epoch, 0 for none.
@@ -660,6 +660,7 @@ func parseView(id int64, f map[string]string) (View, error) {
 	v.Product.SaleStartsAt, v.Product.SaleEndsAt = optTime(num("starts")), optTime(num("ends"))
 	v.Product.MaxPerCustomer = num("max")
 	v.Product.HoldFor = time.Duration(num("hold")) * time.Second
+	v.Product.MaxHeldPerCustomer = num("maxheld")
 	if _, ok := f["sku"]; !ok {
 		errs = append(errs, errors.New("no sku"))
 	}
