@@ -105,6 +105,33 @@ var heldCases = []storeCase{
 			t.Errorf("a second held cart, above the plain product's cap = %v, want ErrConflict", err)
 		}
 	}},
+	{"a limit set after holds ended counts only the units held or bought", func(t *testing.T, s stock.Store, demo demos) {
+		ctx := context.Background()
+		p, err := s.CreateProduct(ctx, stock.NewProduct{SKU: "recount", Name: "recount", Stock: 10, Sale: stock.SaleRules{HoldFor: time.Hour}})
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		var orders []uuid.UUID
+		for range 3 {
+			w := heldWrite("c", customerLevels(t, s, "c", p.ID), stock.Item{ProductID: p.ID, Quantity: 1})
+			if _, err := s.Commit(ctx, w); err != nil {
+				t.Fatalf("hold: %v", err)
+			}
+			orders = append(orders, w.Orders[0].ID)
+		}
+		if _, err := s.ReleaseHolds(ctx, orders[:1], []int64{p.ID}, false); err != nil {
+			t.Fatalf("cancel: %v", err)
+		}
+		if _, err := s.ConfirmHold(ctx, orders[1]); err != nil {
+			t.Fatalf("confirm: %v", err)
+		}
+		if _, err := s.UpdateSale(ctx, p.ID, stock.SaleChange{MaxPerCustomer: ptr(int64(3))}); err != nil {
+			t.Fatalf("set a limit: %v", err)
+		}
+		if got := customerLevels(t, s, "c", p.ID)[p.ID].Bought["c"]; got != 2 {
+			t.Errorf("c has bought %d by the recount, want 2: one confirmed, one held, the cancelled one no more", got)
+		}
+	}},
 	{"a hold lasts at most an hour, and a sale change sets the cap or puts back its default", func(t *testing.T, s stock.Store, demo demos) {
 		ctx := context.Background()
 		var invalid *stock.ValidationError

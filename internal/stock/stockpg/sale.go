@@ -35,15 +35,16 @@ RETURNING ` + productColumns
 
 // forgetCountsSQL and recountLimitSQL count again, from the orders, what each customer bought of product $1, whose
 // limit is now $2: customer_purchases is kept only while a product has a limit, so a limit set
-// (or changed) starts from the truth. A customer already above the new limit keeps what they
-// have (max_units is their count) and can buy no more.
+// (or changed) starts from the truth — the units of orders confirmed or held, not those of
+// holds cancelled or expired, which went back. A customer already above the new limit keeps
+// what they have (max_units is their count) and can buy no more.
 const (
 	forgetCountsSQL = `DELETE FROM customer_purchases WHERE product_id = $1`
 	recountLimitSQL = `
 INSERT INTO customer_purchases (product_id, customer_id, bought, max_units)
 SELECT $1, o.customer_id, sum(i.quantity), greatest($2::bigint, sum(i.quantity))
   FROM order_items i JOIN orders o ON o.id = i.order_id
- WHERE i.product_id = $1
+ WHERE i.product_id = $1 AND o.status IN ('confirmed', 'held')
  GROUP BY o.customer_id`
 )
 

@@ -534,9 +534,12 @@ func (m *MemStore) UpdateSale(_ context.Context, id int64, c stock.SaleChange) (
 	p.Version++
 	p.UpdatedAt = m.now()
 	if c.MaxPerCustomer != nil {
-		// Counted again from the orders, as the Postgres store does.
+		// Counted again from the orders confirmed or held, as the Postgres store does.
 		x.bought = map[string]int64{}
 		for _, o := range m.orders {
+			if o.Status != stock.OrderStatusConfirmed && o.Status != stock.OrderStatusHeld {
+				continue
+			}
 			for _, it := range o.Items {
 				if it.ProductID == id {
 					x.bought[o.CustomerID] += it.Quantity
