@@ -1,9 +1,9 @@
 -- Holds cannot be hoarded (issue #31).
 --
 -- A hold lasts at most an hour: a checkout's time to pay (ticketing and shops reserve for 10 to
--- 15 minutes), not a reservation. Longer settings are clamped to it; the orders already held
--- keep the expires_at they were written with.
-UPDATE products SET hold_for_seconds = 3600 WHERE hold_for_seconds > 3600;
+-- 15 minutes), not a reservation. Longer settings are clamped to it (a change of the rules: the
+-- version moves, as for any); the orders already held keep the expires_at they were written with.
+UPDATE products SET hold_for_seconds = 3600, version = version + 1, updated_at = now() WHERE hold_for_seconds > 3600;
 ALTER TABLE products
     DROP CONSTRAINT products_hold_for_range,
     ADD CONSTRAINT products_hold_for_range CHECK (hold_for_seconds BETWEEN 1 AND 3600);

@@ -339,7 +339,8 @@ func (s *Service) PurgeIdempotencyKeys(ctx context.Context, retention time.Durat
 // is written in the same transaction as the order, so Postgres alone keeps one order per key.
 //
 // Errors: *ValidationError; *ProductNotFoundError; *SoldOutError (nothing was sold; Replayed
-// when it is a stored answer); ErrIdempotencyKeyReused; ErrBusy (the product's queue is full,
+// when it is a stored answer); a sale rule's refusal, nothing sold or stored under the key
+// (*SaleNotOpenError, *SaleEndedError, *CustomerLimitError, *HoldLimitError); ErrIdempotencyKeyReused; ErrBusy (the product's queue is full,
 // its lock could not be had in time, or writes kept conflicting; nothing was sold — a
 // *BusyError says when to retry); ErrLockLost (a lock expired mid-batch and a defense layer
 // refused the write; nothing was sold); ErrUnavailable (Postgres or Redis unreachable, or —

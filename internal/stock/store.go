@@ -16,7 +16,9 @@ import (
 // Store can be written, or faked, outside this package.
 type Store interface {
 	HoldStore
-	// CreateProduct stores a new product. Errors: ErrDuplicateSKU, ErrUnavailable.
+	// CreateProduct stores a new product. Errors: ErrDuplicateSKU, *ValidationError (a rule
+	// the table's CHECKs refuse: a window that ends before it opens, a hold outside 1s..
+	// MaxHoldFor, a cap on held units below 1), ErrUnavailable.
 	CreateProduct(ctx context.Context, p NewProduct) (Product, error)
 	// Product returns the product with id. Errors: *ProductNotFoundError, ErrUnavailable.
 	Product(ctx context.Context, id int64) (Product, error)
