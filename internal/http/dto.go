@@ -16,6 +16,8 @@ type createProductRequest struct {
 	SaleEndsAt     *time.Time `json:"sale_ends_at"`
 	MaxPerCustomer *int64     `json:"max_per_customer"`
 	HoldFor        *int64     `json:"hold_for"`
+	// MaxHeldPerCustomer: absent or null, the service's default.
+	MaxHeldPerCustomer *int64 `json:"max_held_per_customer"`
 }
 
 // toNewProduct converts the request; the rules themselves are the service's.
@@ -37,20 +39,28 @@ func (r createProductRequest) toNewProduct() (stock.NewProduct, error) {
 		}
 		p.Sale.HoldFor = holdSeconds(*r.HoldFor)
 	}
+	if r.MaxHeldPerCustomer != nil {
+		if *r.MaxHeldPerCustomer < 1 {
+			return stock.NewProduct{}, &stock.ValidationError{Field: "max_held_per_customer", Reason: "must be at least 1 (or null for the default)"}
+		}
+		p.Sale.MaxHeldPerCustomer = *r.MaxHeldPerCustomer
+	}
 	return p, nil
 }
 
 // updateSaleRequest is PATCH /v1/products/{id}/sale: a field present replaces the rule, null
-// removes it, and a field absent keeps it (JSON merge patch, RFC 7396, on the three rules).
+// removes it — for the cap on held units, which every product has, puts back its default — and
+// a field absent keeps it (JSON merge patch, RFC 7396, on the rules).
 type updateSaleRequest struct {
-	SaleStartsAt   optional[time.Time] `json:"sale_starts_at"`
-	SaleEndsAt     optional[time.Time] `json:"sale_ends_at"`
-	MaxPerCustomer optional[int64]     `json:"max_per_customer"`
-	HoldFor        optional[int64]     `json:"hold_for"`
+	SaleStartsAt       optional[time.Time] `json:"sale_starts_at"`
+	SaleEndsAt         optional[time.Time] `json:"sale_ends_at"`
+	MaxPerCustomer     optional[int64]     `json:"max_per_customer"`
+	HoldFor            optional[int64]     `json:"hold_for"`
+	MaxHeldPerCustomer optional[int64]     `json:"max_held_per_customer"`
 }
 
 // holdSeconds turns hold_for (seconds) into a duration, capped where no overflow can happen:
-// the service refuses anything above a day anyway.
+// the service refuses anything above an hour anyway.
 func holdSeconds(n int64) time.Duration {
 	return time.Duration(min(n, int64(100*stock.MaxHoldFor/time.Second))) * time.Second
 }
@@ -78,9 +88,13 @@ func (o *optional[T]) UnmarshalJSON(b []byte) error {
 
 func (r updateSaleRequest) toSaleChange() (stock.SaleChange, error) {
 	var c stock.SaleChange
-	if !r.SaleStartsAt.set && !r.SaleEndsAt.set && !r.MaxPerCustomer.set && !r.HoldFor.set {
-		return c, &stock.ValidationError{Field: "sale", Reason: "must change at least one of sale_starts_at, sale_ends_at, max_per_customer, hold_for"}
+	if !r.SaleStartsAt.set && !r.SaleEndsAt.set && !r.MaxPerCustomer.set && !r.HoldFor.set && !r.MaxHeldPerCustomer.set {
+		return c, &stock.ValidationError{Field: "sale", Reason: "must change at least one of sale_starts_at, sale_ends_at, max_per_customer, hold_for, max_held_per_customer"}
 	}
+	if r.MaxHeldPerCustomer.value != nil && *r.MaxHeldPerCustomer.value < 1 {
+		return c, &stock.ValidationError{Field: "max_held_per_customer", Reason: "must be at least 1 (or null for the default)"}
+	}
+	c.MaxHeldPerCustomer, c.ClearMaxHeldPerCustomer = r.MaxHeldPerCustomer.value, r.MaxHeldPerCustomer.set && r.MaxHeldPerCustomer.value == nil
 	if r.HoldFor.value != nil {
 		if *r.HoldFor.value < 1 {
 			return c, &stock.ValidationError{Field: "hold_for", Reason: "must be at least 1 second (or null for orders final at once)"}
@@ -116,6 +130,8 @@ type productResponse struct {
 	SaleEndsAt     *time.Time `json:"sale_ends_at"`
 	MaxPerCustomer *int64     `json:"max_per_customer"`
 	HoldFor        *int64     `json:"hold_for"`
+	// MaxHeldPerCustomer is always set: every product caps what one customer holds.
+	MaxHeldPerCustomer int64 `json:"max_held_per_customer"`
 }
 
 func toProductResponse(p stock.Product) productResponse {
@@ -123,6 +139,7 @@ func toProductResponse(p stock.Product) productResponse {
 		ID: p.ID, SKU: p.SKU, Name: p.Name, Stock: p.Stock, Version: p.Version,
 		CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(),
 		SaleStartsAt: utc(p.SaleStartsAt), SaleEndsAt: utc(p.SaleEndsAt),
+		MaxHeldPerCustomer: p.MaxHeldPerCustomer,
 	}
 	if p.MaxPerCustomer > 0 {
 		limit := p.MaxPerCustomer

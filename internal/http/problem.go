@@ -39,6 +39,9 @@ type problem struct {
 	SaleEndsAt     *time.Time `json:"sale_ends_at,omitempty"`
 	MaxPerCustomer int64      `json:"max_per_customer,omitempty"`
 	Bought         *int64     `json:"bought,omitempty"`
+	// The cap on a customer's held units and what the customer holds (hold-limit).
+	MaxHeldPerCustomer int64  `json:"max_held_per_customer,omitempty"`
+	Held               *int64 `json:"held,omitempty"`
 
 	retryAfter   int    // seconds; sent as the Retry-After header when positive
 	authenticate string // sent as the WWW-Authenticate header when set
@@ -74,6 +77,7 @@ var problemTypes = map[string]problemType{
 	"order-cancelled":        {409, "Order cancelled", "The order was cancelled: its units went back to the stock."},
 	"order-confirmed":        {409, "Order confirmed", "The order is confirmed (paid) and cannot be cancelled."},
 	"customer-limit":         {409, "Customer limit reached", "The order would take the customer above the product's limit per customer; nothing was sold and nothing is stored under the Idempotency-Key. `max_per_customer` is the limit, `bought` what the customer already has and `requested` what the order asked for."},
+	"hold-limit":             {409, "Hold limit reached", "The order would be held, and would take the units the customer holds of a product above what one customer may hold at once; nothing was sold and nothing is stored under the Idempotency-Key. `max_held_per_customer` is the cap, `held` what the customer holds now and `requested` what the order asked for: once a hold ends (confirmed, cancelled or expired), its units count no more."},
 	"idempotency-key-reused": {422, "Idempotency key reused", "This Idempotency-Key was first used with a different request body."},
 	"rate-limited":           {429, "Too many requests", "A rate limit refused the request before anything was done: a customer's requests (per replica), refused credentials from one client address (per replica), or wrong admin tokens from one client address (across replicas); `detail` says which. Retry after Retry-After seconds. The Compose nginx answers its own limit per address with the same code."},
 	"busy":                   {429, "Busy", "The product is contended and the order could not be attempted in time; nothing was sold (and an order sent with an Idempotency-Key has no stored outcome under it). Retry after Retry-After seconds."},
@@ -110,7 +114,8 @@ func badRequest(code, detail string) error { return &requestError{code: code, de
 //     or refused: 401 unauthenticated; a rate limit: 429 rate-limited; malformed JSON, a
 //     customer_id that is not the verified customer's, ...);
 //  2. the request's own outcome: invalid input, sold out, a sale rule (not open, ended, the
-//     customer's limit), product or order not found, duplicate SKU, idempotency key reused;
+//     customer's limit, the cap on what they hold), product or order not found, duplicate
+//     SKU, idempotency key reused;
 //  3. unavailable (503) — a dependency down or slow, a deadline, or a write whose outcome is
 //     unknown — whatever else the error holds: a lease lost while a commit's reply was lost
 //     is still unknown, and "busy" would tell the buyer that nothing was sold;
@@ -172,6 +177,13 @@ func problemFor(err error) *problem {
 		p.ProductID, p.MaxPerCustomer, p.Bought, p.Requested = limit.ProductID, limit.Limit, &bought, limit.Requested
 		return p
 	}
+	if hold, ok := errors.AsType[*stock.HoldLimitError](err); ok {
+		p := newProblem("hold-limit", fmt.Sprintf("a customer may hold at most %d of product %d at once and this one holds %d; %d requested",
+			hold.Limit, hold.ProductID, hold.Held, hold.Requested))
+		held := hold.Held
+		p.ProductID, p.MaxHeldPerCustomer, p.Held, p.Requested = hold.ProductID, hold.Limit, &held, hold.Requested
+		return p
+	}
 	if noProduct, ok := errors.AsType[*stock.ProductNotFoundError](err); ok {
 		p := newProblem("product-not-found", fmt.Sprintf("product %d does not exist", noProduct.ProductID))
 		p.ProductID = noProduct.ProductID
@@ -227,7 +239,7 @@ func rejectionCode(r async.Reason) string {
 		return "product-not-found"
 	case async.ReasonInvalid:
 		return "invalid-request"
-	case async.ReasonSaleNotOpen, async.ReasonSaleEnded, async.ReasonCustomerLimit:
+	case async.ReasonSaleNotOpen, async.ReasonSaleEnded, async.ReasonCustomerLimit, async.ReasonHoldLimit:
 		return string(r) // named as the problem codes are
 	}
 	return "internal"

@@ -622,7 +622,7 @@ func viewArgs(epoch, next string, v View, ttl time.Duration) []any {
 		"created", micros(p.CreatedAt), "updated", micros(p.UpdatedAt), "read", micros(v.Read),
 		"starts_at", optMicros(p.SaleStartsAt), "ends_at", optMicros(p.SaleEndsAt),
 		"starts", legacyMicros(p.SaleStartsAt), "ends", legacyMicros(p.SaleEndsAt), "max", p.MaxPerCustomer,
-		"hold", int64(p.HoldFor / time.Second)}
+		"hold", int64(p.HoldFor / time.Second), "maxheld", p.MaxHeldPerCustomer}
 }
 
 // optMicros writes an optional time as microseconds since the epoch, and none as the empty
@@ -666,6 +666,7 @@ func parseView(id int64, f map[string]string) (View, error) {
 	v.Product.SaleStartsAt, v.Product.SaleEndsAt = bound(f, "starts_at", "starts", &errs), bound(f, "ends_at", "ends", &errs)
 	v.Product.MaxPerCustomer = num("max")
 	v.Product.HoldFor = time.Duration(num("hold")) * time.Second
+	v.Product.MaxHeldPerCustomer = num("maxheld")
 	if _, ok := f["sku"]; !ok {
 		errs = append(errs, errors.New("no sku"))
 	}
