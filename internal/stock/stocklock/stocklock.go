@@ -154,7 +154,7 @@ func (r *Redlock) WithProducts(ctx context.Context, ids []int64, fn func(ctx con
 	waitCtx, cancel := context.WithTimeout(ctx, r.cfg.Wait)
 	defer cancel()
 	ran := false
-	err := r.locks.WithLocks(waitCtx, names, r.cfg.TTL, func(ctx context.Context, locks []*lock.QuorumLock) error {
+	err := r.locks.WithLocks(waitCtx, names, r.cfg.TTL, func(ctx context.Context, locks []*lock.Lock) error {
 		ran = true
 		g := &stock.Grant{Fences: make(map[int64]int64, len(locks)), Notes: map[int64]string{}, Leave: map[int64]string{}}
 		for i, l := range locks {
