@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -232,5 +233,33 @@ func TestDevKeysServe(t *testing.T) {
 	}
 	if err := json.Unmarshal(res.Body, &o); res.Status != http.StatusCreated || err != nil || o.CustomerID != "alice" {
 		t.Fatalf("order with alice's development token: status %d, %v: %s; want 201 for alice", res.Status, err, res.Body)
+	}
+}
+
+// TestComposeDevKeys: the Compose stack's replicas verify, by default, the tokens stocksvc
+// token mints by default, against the key set its devkeys service writes.
+func TestComposeDevKeys(t *testing.T) {
+	t.Parallel()
+	compose, err := os.ReadFile(filepath.Join("..", "..", "deploy", "docker-compose.yml"))
+	if err != nil {
+		t.Fatalf("read the Compose file: %v", err)
+	}
+	find := func(re string) string {
+		t.Helper()
+		m := regexp.MustCompile(re).FindSubmatch(compose)
+		if m == nil {
+			t.Fatalf("no %s in deploy/docker-compose.yml", re)
+		}
+		return string(m[1])
+	}
+	for setting, want := range map[string]string{
+		`STOCKSVC_CUSTOMER_AUTH:\s*\$\{STOCKSVC_CUSTOMER_AUTH:-(\S+)\}`: "token",
+		`STOCKSVC_JWT_ISSUER:\s*\$\{STOCKSVC_JWT_ISSUER:-(\S+)\}`:       devIssuer,
+		`STOCKSVC_JWT_AUDIENCE:\s*\$\{STOCKSVC_JWT_AUDIENCE:-(\S+)\}`:   devAudience,
+		`STOCKSVC_JWKS_FILE:\s*\$\{STOCKSVC_JWKS_FILE-(\S+)\}`:          find(`command: \["devkeys",.*"-jwks", "([^"]+)"`),
+	} {
+		if got := find(setting); got != want {
+			t.Errorf("%s: default %q, want %q", setting, got, want)
+		}
 	}
 }
