@@ -4,15 +4,15 @@
 // dropped, and nothing the tests made is left behind.
 //
 // The servers come from STOCKSVC_TEST_DATABASE_URL and STOCKSVC_TEST_REDIS_URL when set (CI,
-// or servers elsewhere); otherwise from testcontainers (postgres and redis modules) when a
-// Docker engine answers; otherwise the usual local servers are tried, on loopback only:
-// Postgres at 127.0.0.1:5432 as user postgres, Redis at 127.0.0.1:6379. With none of these,
-// tests skip with a message saying how to enable them, and the package fails at its end with
-// a line that says how many skipped: a skipped suite must not read "ok" in piped output or a
-// CI log, where go test shows nothing else of a passing package.
-// STOCKSVC_REQUIRE_INTEGRATION=0 (or -short) accepts the skips (the package passes, and the
-// line is still printed); STOCKSVC_REQUIRE_INTEGRATION=1 turns each skip into a failure at
-// once (CI).
+// or servers elsewhere); otherwise the usual local servers are used when they take a
+// connection, on loopback only: Postgres at 127.0.0.1:5432 as user postgres, Redis at
+// 127.0.0.1:6379; otherwise testcontainers (postgres and redis modules) starts them, when a
+// Docker engine answers. With none of these, tests skip with a message saying how to enable
+// them, and the package fails at its end with a line that says how many skipped: a skipped
+// suite must not read "ok" in piped output or a CI log, where go test shows nothing else of a
+// passing package. STOCKSVC_REQUIRE_INTEGRATION=0 (or -short) accepts the skips (the package
+// passes, and the line is still printed); STOCKSVC_REQUIRE_INTEGRATION=1 turns each skip into
+// a failure at once (CI).
 //
 // Every database and Redis key prefix a test binary makes is named STOCKSVC_TEST_PREFIX
 // (default DefaultPrefix), then an id of the binary's own, so that runs on the same servers
@@ -308,11 +308,18 @@ func (s *servers) locate(ctx context.Context) error {
 	if s.postgresURL != "" && s.redisURL != "" {
 		return nil
 	}
+	local := localErrs[0] // one per server neither named nor found
+	if len(localErrs) == 2 {
+		local = fmt.Errorf("%w, %w", localErrs[0], localErrs[1])
+	}
 	host, err := dockerHost(ctx)
 	if err != nil {
-		return fmt.Errorf("%s, %w, and no Docker engine for testcontainers (%w)", missing, errors.Join(localErrs...), err)
+		return fmt.Errorf("%s, %w, and no Docker engine for testcontainers (%w)", missing, local, err)
 	}
-	return s.startContainers(ctx, host)
+	if err := s.startContainers(ctx, host); err != nil {
+		return fmt.Errorf("%s, %w, and testcontainers failed: %w", missing, local, err)
+	}
+	return nil
 }
 
 // probeTimeout bounds each try of a usual local server: on loopback, a server that is there
