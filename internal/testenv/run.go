@@ -73,11 +73,9 @@ func ownerName(prefix string, run uint32) string { return fmt.Sprintf("%s%08x", 
 // runPrefix starts every name of this run.
 func (n names) runPrefix() string { return n.owner() + "_" }
 
-func (n names) template() string    { return n.runPrefix() + "tpl" }
-func (n names) newDatabase() string { return n.runPrefix() + randomHex(4) }
-func (n names) newKeyPrefix() string {
-	return n.runPrefix() + randomHex(4) + ":"
-}
+func (n names) template() string     { return n.runPrefix() + "tpl" }
+func (n names) newDatabase() string  { return n.runPrefix() + randomHex(4) }
+func (n names) newKeyPrefix() string { return n.runPrefix() + randomHex(4) + ":" }
 
 // runOf returns the run that made name, by pattern (n.database or n.key), if a run under the
 // same prefix made it.
