@@ -77,18 +77,18 @@ func newMetrics(reg prometheus.Registerer, now func() time.Time, pending, holds 
 	}
 	if reg != nil {
 		reg.MustRegister(m.accepted, m.acceptRefused, m.acceptWaiting, m.decisions, m.failed, m.waited, m.retries, m.swept, m.orphansEnded,
-			newPostgresGauges(scrapeEvery, now, pending, holds, oldest))
+			newStoreGauges(scrapeEvery, now, pending, holds, oldest))
 	}
 	return m
 }
 
-// postgresGauges exports the gauges read from Postgres — the pending orders and the open holds
+// storeGauges exports the gauges read from the stores — the pending orders and the open holds
 // across every replica, and the age of the oldest pending order of the lines that have waited
 // longest — computing them together at most once every `every`: a scrape within that time of
 // the last computation is answered the same figures, and scrapes that arrive together wait for
 // the one computing and share its result. A query that fails is -1 for a count, and no series
 // for the ages.
-type postgresGauges struct {
+type storeGauges struct {
 	pendingDesc, holdsDesc, oldestDesc *prometheus.Desc
 	pending, holds                     func() (float64, error)
 	oldest                             func() ([]LineAge, error)
@@ -100,8 +100,8 @@ type postgresGauges struct {
 	metrics []prometheus.Metric
 }
 
-func newPostgresGauges(every time.Duration, now func() time.Time, pending, holds func() (float64, error), oldest func() ([]LineAge, error)) *postgresGauges {
-	return &postgresGauges{
+func newStoreGauges(every time.Duration, now func() time.Time, pending, holds func() (float64, error), oldest func() ([]LineAge, error)) *storeGauges {
+	return &storeGauges{
 		pendingDesc: prometheus.NewDesc("stocksvc_async_orders_pending",
 			"Accepted orders not yet decided, across every replica (one indexed count at most once a second; -1 when Postgres did not answer within a second).", nil, nil),
 		holdsDesc: prometheus.NewDesc("stocksvc_holds_open",
@@ -113,7 +113,7 @@ func newPostgresGauges(every time.Duration, now func() time.Time, pending, holds
 	}
 }
 
-func (g *postgresGauges) Describe(ch chan<- *prometheus.Desc) {
+func (g *storeGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- g.pendingDesc
 	if g.holds != nil {
 		ch <- g.holdsDesc
@@ -121,7 +121,7 @@ func (g *postgresGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- g.oldestDesc
 }
 
-func (g *postgresGauges) Collect(ch chan<- prometheus.Metric) {
+func (g *storeGauges) Collect(ch chan<- prometheus.Metric) {
 	g.mu.Lock()
 	if g.at.IsZero() || g.now().Sub(g.at) >= g.every {
 		g.metrics, g.at = g.read(), g.now()
@@ -133,8 +133,8 @@ func (g *postgresGauges) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// read queries Postgres for every gauge, once.
-func (g *postgresGauges) read() []prometheus.Metric {
+// read queries the stores for every gauge, once.
+func (g *storeGauges) read() []prometheus.Metric {
 	var out []prometheus.Metric
 	for _, count := range []struct {
 		desc  *prometheus.Desc

@@ -166,8 +166,8 @@ func (q *Queue) decide(ctx context.Context, orders []stock.Accepted) error {
 
 // fail counts an unexpected failure to decide o, and rejects o (reason internal) once it has
 // failed MaxAttempts times: nil then, so that the line goes on. Until then it returns the
-// failure, and the job is retried. The count is in o's row, so it survives the job, which
-// River gives up after its own attempts (the sweep then makes another), and the replica. The
+// failure, and the job is retried. The count is in o's row, so it survives the job, which the
+// runner gives up after its own attempts (the sweep then makes another), and the replica. The
 // rejection is stored as o's decision record (Store.Fail), so that a drain deciding o
 // meanwhile — this replica paused, its line passed on — cannot sell it too.
 func (q *Queue) fail(ctx context.Context, o stock.Accepted, cause error) error {

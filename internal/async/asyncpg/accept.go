@@ -15,10 +15,10 @@ import (
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
-// The outcome column of idempotency_keys, as the schema names its values (migrations 4 and
-// 11): the records this package writes and reads beside the purchase path's.
+// The outcome column of idempotency_keys, as the schema names its values (migrations 1, 4 and
+// 11), where the statements here read or write them as arguments; those they write as literals
+// ('accepted', 'failed') are in the statements.
 const (
-	outcomeAccepted  = "accepted"
 	outcomeConfirmed = "confirmed"
 	outcomeSoldOut   = "sold_out"
 	outcomeFailed    = "failed"
