@@ -130,6 +130,8 @@ type line struct {
 	key     int64
 }
 
+var _ async.Line = (*line)(nil)
+
 // Front reads the line on the lock's own session, whose lease each read renews.
 func (l *line) Front(ctx context.Context, limit int) ([]stock.Accepted, error) {
 	return readLine(ctx, l.conn, l.product, limit)
