@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
+	"github.com/stocksvc/stocksvc/internal/syncrep"
 )
 
 // errCannotCreate says that the server answered but the database could not be created, or
@@ -109,8 +109,8 @@ func newPool(ctx context.Context, databaseURL string, maxConns int) (*pgxpool.Po
 	}
 	cfg.MaxConns = int32(maxConns)
 	failFast(&cfg.ConnConfig.Config)
-	// Notes a commit whose wait for a synchronous standby Postgres ended early (stockpg).
-	cfg.ConnConfig.OnNotice = stockpg.OnNotice
+	// Notes a commit whose wait for a synchronous standby Postgres ended early (syncrep).
+	cfg.ConnConfig.OnNotice = syncrep.OnNotice
 	for param, value := range map[string]string{
 		"application_name":                    "stocksvc",
 		"lock_timeout":                        "5s",

@@ -14,6 +14,7 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stocksvc/stocksvc/internal/async/asyncpg"
 	"github.com/stocksvc/stocksvc/migrations"
 )
 
@@ -195,9 +196,9 @@ func refusePendingOrders(ctx context.Context, databaseURL string) error {
 		return fmt.Errorf("connect to postgres: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	var n int64
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM async_orders WHERE status = 'pending'`).Scan(&n); err != nil {
-		return fmt.Errorf("count pending orders: %w", err)
+	n, err := asyncpg.CountPending(ctx, conn)
+	if err != nil {
+		return err
 	}
 	if n > 0 {
 		return fmt.Errorf("%w: rolling back migration %d drops async_orders, with %d pending orders whose buyers were told they would be decided; "+

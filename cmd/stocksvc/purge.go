@@ -17,7 +17,7 @@ const purgeInterval = time.Hour
 // purges, and then every purgeInterval. It exports when it last succeeded, so that a purge
 // that keeps failing is seen (deploy/alerts.yml) rather than found when the table is huge.
 type keyPurger struct {
-	purge     func(ctx context.Context, retention time.Duration) (int64, error)
+	purge     purgeFunc
 	retention time.Duration
 	interval  time.Duration
 	now       func() time.Time
@@ -27,9 +27,9 @@ type keyPurger struct {
 	deleted     prometheus.Counter
 }
 
-// newKeyPurger returns a purger that calls purge (stock.Service.PurgeIdempotencyKeys) with
-// retention, its metrics registered on reg.
-func newKeyPurger(purge func(context.Context, time.Duration) (int64, error), retention time.Duration, reg prometheus.Registerer, log *slog.Logger) *keyPurger {
+// newKeyPurger returns a purger that calls purge (purgeBoth) with retention, its metrics
+// registered on reg.
+func newKeyPurger(purge purgeFunc, retention time.Duration, reg prometheus.Registerer, log *slog.Logger) *keyPurger {
 	p := &keyPurger{
 		purge: purge, retention: retention, interval: purgeInterval, now: time.Now, log: log,
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -43,6 +43,23 @@ func newKeyPurger(purge func(context.Context, time.Duration) (int64, error), ret
 	}
 	reg.MustRegister(p.lastSuccess, p.deleted)
 	return p
+}
+
+// purgeFunc purges the idempotency records past retention and says how many it deleted.
+type purgeFunc = func(ctx context.Context, retention time.Duration) (int64, error)
+
+// purgeBoth purges the purchase path's records (stock.Service.PurgeIdempotencyKeys), then those
+// of orders accepted for later (async.Queue.PurgeRecords), which only their store knows to keep
+// while the order is pending; in that order, so that the second walks past fewer live rows.
+func purgeBoth(purchases, accepted purgeFunc) purgeFunc {
+	return func(ctx context.Context, retention time.Duration) (int64, error) {
+		n, err := purchases(ctx, retention)
+		if err != nil {
+			return n, err
+		}
+		m, err := accepted(ctx, retention)
+		return n + m, err
+	}
 }
 
 // run purges at once and then every interval, until ctx ends.

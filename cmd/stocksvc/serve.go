@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/stocksvc/stocksvc/internal/async"
+	"github.com/stocksvc/stocksvc/internal/async/asyncpg"
 	"github.com/stocksvc/stocksvc/internal/clock"
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/keyspace"
@@ -168,10 +169,12 @@ func wire(ctx context.Context, cfg config, deps dependencies, customers stockhtt
 		return nil, err
 	}
 	var err error
-	a.queue, err = async.New(deps.pool, a.svc, async.Config{Workers: cfg.AsyncWorkers, Round: cfg.MaxBatch, Registerer: reg, Logger: log})
+	orders, err := asyncpg.New(deps.pool)
 	if err != nil {
 		return fail(err)
 	}
+	a.queue = async.New(orders, store, a.svc, async.Config{Workers: cfg.AsyncWorkers, Round: cfg.MaxBatch, Registerer: reg, Logger: log,
+		OpenHolds: func(ctx context.Context) (int64, error) { return stockpg.OpenHolds(ctx, deps.pool) }})
 	// The holds' expiries are River jobs: the queue, made from the service, schedules them.
 	a.svc.UseHoldScheduler(a.queue)
 	if cfg.AsyncWorkers > 0 {
@@ -203,7 +206,7 @@ func wire(ctx context.Context, cfg config, deps dependencies, customers stockhtt
 		Gatherer:       reg,
 		RequestTimeout: cfg.RequestTimeout,
 	})
-	a.purger = newKeyPurger(a.svc.PurgeIdempotencyKeys, cfg.IdempotencyTTL, reg, log)
+	a.purger = newKeyPurger(purgeBoth(a.svc.PurgeIdempotencyKeys, a.queue.PurgeRecords), cfg.IdempotencyTTL, reg, log)
 	return a, nil
 }
 

@@ -2,48 +2,25 @@ package async
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
-	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 )
 
 // Accepting an order is a commit, and a commit per order is what the purchase path learned not
 // to pay (docs/design.md, "Why batches"): at a thousand orders a second the accepts' own
 // commits, not the sale, become the bottleneck. So orders of one product each are accepted in
 // groups: every request that arrives while a group commits joins the next one, and a group is
-// one transaction of one statement (stockpg.Accepted.AcceptGroup) and one insert of River jobs, one per product
-// in it, whatever its size. A quiet replica's lone order is accepted at once, as before.
+// one transaction (Store.Accept) with a drain job per product in it, whatever its size. A quiet
+// replica's lone order is accepted at once, as before.
 
 // maxAcceptGroup caps the orders accepted in one transaction.
 const maxAcceptGroup = 256
-
-// distinct returns ids without repeats, in first-seen order.
-func distinct(ids []int64) []int64 {
-	var out []int64
-	for _, id := range ids {
-		if !slices.Contains(out, id) {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-// acceptLockKeys returns the two int4 keys of products' accept locks, each product once.
-func acceptLockKeys(products []int64) (hi, lo []int32) {
-	for _, id := range distinct(products) {
-		hi, lo = append(hi, int32(id>>32)), append(lo, int32(id))
-	}
-	return hi, lo
-}
 
 // acceptTimeout bounds a group's transaction. It is also how long after its own deadline a
 // request may still be answered (see acceptor.accept): cmd/stocksvc gives the HTTP server a
@@ -62,7 +39,7 @@ type acceptRequest struct {
 }
 
 type acceptResult struct {
-	state stockpg.AcceptState
+	state AcceptState
 	at    time.Time
 	err   error
 }
@@ -158,56 +135,24 @@ func (a *acceptor) work() {
 	}
 }
 
-// acceptGroup writes a group in one transaction: the orders and their keys (AcceptGroup), and a
+// acceptGroup writes a group in one transaction (Store.Accept): the orders, their keys, and a
 // drain job for each product in the group.
 func (q *Queue) acceptGroup(ctx context.Context, group []*acceptRequest) ([]acceptResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, acceptTimeout)
 	defer cancel()
-	n := len(group)
-	orders, products := make([]stockpg.NewAcceptance, n), make([]int64, n)
+	orders := make([]NewOrder, len(group))
 	for i, req := range group {
-		it := req.p.Items[0]
-		orders[i] = stockpg.NewAcceptance{ID: req.id, CustomerID: req.p.CustomerID, ProductID: it.ProductID,
-			Quantity: it.Quantity, Key: req.p.Key, Fingerprint: req.p.Fingerprint}
-		products[i] = it.ProductID
+		orders[i] = NewOrder{ID: req.id, Request: req.p}
 	}
-	results := make([]acceptResult, n)
-	err := q.accepted.Tx(ctx, func(tx pgx.Tx) error {
-		// The drain jobs first, for every product of the group (a job for a product that
-		// turns out missing finds an empty line): they need no lock, and the lock below is
-		// held until the commit, so what runs under it is kept to one round trip.
-		var jobs []river.InsertManyParams
-		for _, id := range distinct(products) {
-			jobs = append(jobs, river.InsertManyParams{Args: drainArgs{ProductID: id}})
-		}
-		if _, err := q.river.InsertManyTx(ctx, tx, jobs); err != nil {
-			return fmt.Errorf("enqueue drains: %w", err)
-		}
-		// A line's order is its seq, and a drain reads the committed front of the line: so a
-		// product's groups must commit in the order they draw seq, or a drain could decide a
-		// later group before an earlier one became visible. Each group therefore holds its
-		// products' accept locks (ascending, so groups never deadlock) until it commits; the
-		// groups of one product follow each other, each as large as what gathered meanwhile.
-		// The lock and the inserts go in one round trip. A replica paused between them and its
-		// COMMIT (its connection stays up) would hold every other replica's groups of these
-		// products; Postgres ends a transaction left idle that long, and the lock with it.
-		hi, lo := acceptLockKeys(products)
-		out, err := q.accepted.AcceptGroup(ctx, tx, orders, hi, lo)
-		if err != nil {
-			return err
-		}
-		for i, o := range out {
-			results[i].state, results[i].at = o.State, o.At
-		}
-		return nil
-	})
+	out, err := q.store.Accept(ctx, orders)
 	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			return nil, fmt.Errorf("accept orders: %w", err)
-		}
 		// Nothing was accepted, or — a commit on the primary alone (stock.ErrOutcomeUnknown) —
 		// nothing is promised yet: either way the client may try again, with its key.
-		return nil, fmt.Errorf("%w: accept orders: %w", stock.ErrUnavailable, err)
+		return nil, fmt.Errorf("accept orders: %w", err)
+	}
+	results := make([]acceptResult, len(group))
+	for i, o := range out {
+		results[i].state, results[i].at = o.State, o.At
 	}
 	return results, nil
 }

@@ -3,53 +3,35 @@ package async
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/riverqueue/river"
+
+	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
-// The holds' delay queue: each batch's holds get a River job due at their expires_at, inserted
-// once the batch has committed, and a periodic sweep behind them ends any hold whose job was
-// never made (a replica that died between its commit and the insert) or failed for good. Both
-// call the Service, whose release is decided in Postgres by the hold's status: a job that runs
-// twice, or races a confirm or a cancel, gives nothing back twice.
+// The holds' delay queue: each batch's holds get a job due at their expires_at, made once the
+// batch has committed, and a periodic sweep behind them ends any hold whose job was never made
+// (a replica that died between its commit and the insert) or failed for good. Both call the
+// Service, whose release is decided in Postgres by the hold's status: a job that runs twice, or
+// races a confirm or a cancel, gives nothing back twice.
 
-var _ interface {
-	ScheduleExpiries(context.Context, map[uuid.UUID]time.Time) error
-} = (*Queue)(nil)
+var _ stock.HoldScheduler = (*Queue)(nil)
 
-// expireArgs asks for the holds of one batch that expire at one moment to be ended.
-type expireArgs struct {
-	Orders []uuid.UUID `json:"orders"`
-}
-
-func (expireArgs) Kind() string                 { return "stocksvc_expire_holds" }
-func (expireArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: queueName} }
-
-// holdSweepArgs is the periodic look for holds past their time.
-type holdSweepArgs struct{}
-
-func (holdSweepArgs) Kind() string { return "stocksvc_sweep_holds" }
-func (holdSweepArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: queueName, MaxAttempts: 1}
-}
-
-// holdGrace is how long past its expires_at the sweep leaves a hold to its own job. River
-// makes a scheduled job available when its scheduler next runs — every 5 s, its default, which
-// it does not let a client change — so a hold's own job ends it within about 5 s, durably; the
-// sweep, every Config.Sweep (1 s), ends most holds within about a second of their time.
+// holdGrace is how long past its expires_at the sweep leaves a hold to its own job. The job
+// runner (River, in asyncpg) makes a scheduled job available when its scheduler next runs —
+// every 5 s — so a hold's own job ends it within about 5 s, durably; the sweep, every
+// Config.Sweep (1 s), ends most holds within about a second of their time.
 const holdGrace = 250 * time.Millisecond
 
 // sweepBatch is the most holds one round of the sweep ends.
 const sweepBatch = 500
 
 // orphanGrace is how long past its expires_at a hold must be before every replica's own sweep
-// (sweepOrphans) ends it. River's scheduler and its periodic jobs run on its leader only, and a
-// leader that dies without resigning is replaced only when its lease lapses (15 s in River,
-// not settable by a client): for that long neither the holds' jobs nor the leader's sweep
-// would end a hold, and its units would stay out of the sale. Three sweep periods is well
+// (sweepOrphans) ends it. The runner's scheduler and its periodic jobs run on one replica, its
+// leader, and a leader that dies without resigning is replaced only when its lease lapses (15 s
+// in River, not settable by a client): for that long neither the holds' jobs nor the leader's
+// sweep would end a hold, and its units would stay out of the sale. Three sweep periods is well
 // past what a live leader leaves, so the replicas' sweeps find nothing while it lives.
 const orphanGrace = 3 * time.Second
 
@@ -76,26 +58,16 @@ func (q *Queue) sweepOrphans(ctx context.Context, period time.Duration) {
 	}
 }
 
-type expireWorker struct {
-	river.WorkerDefaults[expireArgs]
-	q *Queue
-}
-
-func (w *expireWorker) Work(ctx context.Context, job *river.Job[expireArgs]) error {
-	if _, err := w.q.svc.ExpireDue(ctx, job.Args.Orders, 0, len(job.Args.Orders)); err != nil {
+func (j jobs) ExpireHolds(ctx context.Context, orders []uuid.UUID) error {
+	if _, err := j.q.svc.ExpireDue(ctx, orders, 0, len(orders)); err != nil {
 		return fmt.Errorf("async: expire holds: %w", err)
 	}
 	return nil
 }
 
-type holdSweepWorker struct {
-	river.WorkerDefaults[holdSweepArgs]
-	q *Queue
-}
-
-func (w *holdSweepWorker) Work(ctx context.Context, _ *river.Job[holdSweepArgs]) error {
+func (j jobs) SweepHolds(ctx context.Context) error {
 	for {
-		n, err := w.q.svc.ExpireDue(ctx, nil, holdGrace, sweepBatch)
+		n, err := j.q.svc.ExpireDue(ctx, nil, holdGrace, sweepBatch)
 		if err != nil {
 			return fmt.Errorf("async: sweep holds: %w", err)
 		}
@@ -105,20 +77,10 @@ func (w *holdSweepWorker) Work(ctx context.Context, _ *river.Job[holdSweepArgs])
 	}
 }
 
-// ScheduleExpiries implements stock.HoldScheduler: one job per moment of expiry (a batch's
-// holds of one product share it), due then.
+// ScheduleExpiries implements stock.HoldScheduler: a job per moment of expiry (a batch's holds
+// of one product share it), due then.
 func (q *Queue) ScheduleExpiries(ctx context.Context, holds map[uuid.UUID]time.Time) error {
-	byTime := map[time.Time][]uuid.UUID{}
-	for id, at := range holds {
-		byTime[at] = append(byTime[at], id)
-	}
-	params := make([]river.InsertManyParams, 0, len(byTime))
-	for at, ids := range byTime {
-		slices.SortFunc(ids, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
-		params = append(params, river.InsertManyParams{Args: expireArgs{Orders: ids},
-			InsertOpts: &river.InsertOpts{Queue: queueName, ScheduledAt: at}})
-	}
-	if _, err := q.river.InsertMany(ctx, params); err != nil {
+	if err := q.store.ScheduleExpiries(ctx, holds); err != nil {
 		return fmt.Errorf("async: schedule hold expiries: %w", err)
 	}
 	return nil

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 )
 
 // oldestLines is how many lines stocksvc_async_oldest_pending_seconds exports at most: the
@@ -14,7 +12,7 @@ import (
 // alert on it needs, and the label's values stay bounded however many products are on sale.
 const oldestLines = 10
 
-// scrapeEvery is how often, at most, the gauges read from Postgres are computed, whatever the
+// scrapeEvery is how often, at most, the gauges read from the stores are computed, whatever the
 // scrape rate: each computation is three indexed queries on the pool the purchases use, and a
 // scrape flood must not become a query flood (issue #31: 1,454 scrapes a second took an
 // order's latency from 3 ms to 10–33 ms). Prometheus scrapes every 10 s.
@@ -34,9 +32,10 @@ type metrics struct {
 	orphansEnded  prometheus.Counter
 }
 
-// newMetrics makes the queue's metrics. pending, holds and oldest query Postgres; their gauges
-// are computed at most every scrapeEvery by now's clock.
-func newMetrics(reg prometheus.Registerer, now func() time.Time, pending, holds func() (float64, error), oldest func() ([]stockpg.LineAge, error)) *metrics {
+// newMetrics makes the queue's metrics. pending, holds and oldest query the stores; their gauges
+// are computed at most every scrapeEvery by now's clock. Without holds, stocksvc_holds_open is
+// not exported.
+func newMetrics(reg prometheus.Registerer, now func() time.Time, pending, holds func() (float64, error), oldest func() ([]LineAge, error)) *metrics {
 	m := &metrics{
 		accepted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stocksvc_async_orders_accepted_total",
@@ -78,21 +77,21 @@ func newMetrics(reg prometheus.Registerer, now func() time.Time, pending, holds 
 	}
 	if reg != nil {
 		reg.MustRegister(m.accepted, m.acceptRefused, m.acceptWaiting, m.decisions, m.failed, m.waited, m.retries, m.swept, m.orphansEnded,
-			newPostgresGauges(scrapeEvery, now, pending, holds, oldest))
+			newStoreGauges(scrapeEvery, now, pending, holds, oldest))
 	}
 	return m
 }
 
-// postgresGauges exports the gauges read from Postgres — the pending orders and the open holds
+// storeGauges exports the gauges read from the stores — the pending orders and the open holds
 // across every replica, and the age of the oldest pending order of the lines that have waited
 // longest — computing them together at most once every `every`: a scrape within that time of
 // the last computation is answered the same figures, and scrapes that arrive together wait for
 // the one computing and share its result. A query that fails is -1 for a count, and no series
 // for the ages.
-type postgresGauges struct {
+type storeGauges struct {
 	pendingDesc, holdsDesc, oldestDesc *prometheus.Desc
 	pending, holds                     func() (float64, error)
-	oldest                             func() ([]stockpg.LineAge, error)
+	oldest                             func() ([]LineAge, error)
 	every                              time.Duration
 	now                                func() time.Time
 
@@ -101,8 +100,8 @@ type postgresGauges struct {
 	metrics []prometheus.Metric
 }
 
-func newPostgresGauges(every time.Duration, now func() time.Time, pending, holds func() (float64, error), oldest func() ([]stockpg.LineAge, error)) *postgresGauges {
-	return &postgresGauges{
+func newStoreGauges(every time.Duration, now func() time.Time, pending, holds func() (float64, error), oldest func() ([]LineAge, error)) *storeGauges {
+	return &storeGauges{
 		pendingDesc: prometheus.NewDesc("stocksvc_async_orders_pending",
 			"Accepted orders not yet decided, across every replica (one indexed count at most once a second; -1 when Postgres did not answer within a second).", nil, nil),
 		holdsDesc: prometheus.NewDesc("stocksvc_holds_open",
@@ -114,13 +113,15 @@ func newPostgresGauges(every time.Duration, now func() time.Time, pending, holds
 	}
 }
 
-func (g *postgresGauges) Describe(ch chan<- *prometheus.Desc) {
+func (g *storeGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- g.pendingDesc
-	ch <- g.holdsDesc
+	if g.holds != nil {
+		ch <- g.holdsDesc
+	}
 	ch <- g.oldestDesc
 }
 
-func (g *postgresGauges) Collect(ch chan<- prometheus.Metric) {
+func (g *storeGauges) Collect(ch chan<- prometheus.Metric) {
 	g.mu.Lock()
 	if g.at.IsZero() || g.now().Sub(g.at) >= g.every {
 		g.metrics, g.at = g.read(), g.now()
@@ -132,13 +133,16 @@ func (g *postgresGauges) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// read queries Postgres for every gauge, once.
-func (g *postgresGauges) read() []prometheus.Metric {
+// read queries the stores for every gauge, once.
+func (g *storeGauges) read() []prometheus.Metric {
 	var out []prometheus.Metric
 	for _, count := range []struct {
 		desc  *prometheus.Desc
 		query func() (float64, error)
 	}{{g.pendingDesc, g.pending}, {g.holdsDesc, g.holds}} {
+		if count.query == nil {
+			continue
+		}
 		n, err := count.query()
 		if err != nil {
 			n = -1
@@ -156,7 +160,7 @@ func (g *postgresGauges) read() []prometheus.Metric {
 	return out
 }
 
-func (m *metrics) decided(d stockpg.Decided) {
+func (m *metrics) decided(d Decided) {
 	m.decisions.WithLabelValues(d.Status).Inc()
 	m.waited.Observe(d.Waited.Seconds())
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
@@ -37,9 +36,9 @@ func TestPostgresGaugesOncePerSecond(t *testing.T) {
 	newMetrics(reg, now,
 		func() (float64, error) { pendingQueries.Add(1); return float64(figure.Load()), nil },
 		func() (float64, error) { holdQueries.Add(1); return float64(figure.Load()), nil },
-		func() ([]stockpg.LineAge, error) {
+		func() ([]LineAge, error) {
 			oldestQueries.Add(1)
-			return []stockpg.LineAge{{Line: "42", Seconds: float64(figure.Load())}}, nil
+			return []LineAge{{Line: "42", Seconds: float64(figure.Load())}}, nil
 		})
 
 	scrapes := func(n int) {

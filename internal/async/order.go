@@ -40,10 +40,9 @@ type Rejection struct {
 	Available int64
 }
 
-// Reason is why an accepted order was rejected. Its values are what async_orders.reason holds,
-// as they have since the table was made (so that rows written before the type existed read the
-// same); the store writes the two it decides itself as it is told (stockpg.Reasons). The
-// transport chooses what each means to a client.
+// Reason is why an accepted order was rejected. Its values are what the store keeps (in
+// Postgres, async_orders.reason), as they have since the table was made, so that rows written
+// before the type existed read the same. The transport chooses what each means to a client.
 type Reason string
 
 // The reasons an accepted order is rejected for.

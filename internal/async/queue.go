@@ -5,24 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
-	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 )
-
-// queueName is the River queue the order jobs run on.
-const queueName = "stocksvc_orders"
 
 // Config tunes a Queue. Zero fields take the defaults documented on each.
 type Config struct {
@@ -56,7 +46,12 @@ type Config struct {
 	MaxAttempts int
 	// Registerer, when set, registers the queue's metrics.
 	Registerer prometheus.Registerer
-	// Logger logs River's own messages (warnings and above) and the queue's. Default: none.
+	// OpenHolds, when set, counts the orders held now across every replica, for the gauge
+	// stocksvc_holds_open, read with the queue's other gauges (the count is the stock
+	// domain's: its store's). Without it the gauge is not exported.
+	OpenHolds func(ctx context.Context) (int64, error)
+	// Logger logs the job runner's own messages (warnings and above) and the queue's.
+	// Default: none.
 	Logger *slog.Logger
 }
 
@@ -87,81 +82,44 @@ func (c Config) withDefaults() Config {
 
 // Queue accepts orders for later and decides them.
 type Queue struct {
-	pool *pgxpool.Pool
-	// accepted is the store of orders accepted for later (all of this package's SQL).
-	accepted *stockpg.Accepted
-	svc      *stock.Service
-	cfg      Config
-	river    *river.Client[pgx.Tx]
-	metrics  *metrics
+	// store keeps the orders and runs their jobs; records reads the keys' outcomes.
+	store   Store
+	records Records
+	svc     *stock.Service
+	cfg     Config
+	metrics *metrics
 	// acceptor gathers single-product orders into groups accepted in one transaction.
 	acceptor acceptor
 	// stopOrphans ends this replica's sweep of the holds a dead leader left (sweepOrphans),
 	// and orphansDone is closed when it has returned; both are set by Start.
 	stopOrphans context.CancelFunc
 	orphansDone chan struct{}
-	// stopping tells drains to hand their lines on at the end of the round: River's soft stop
-	// waits for jobs without cancelling them, and a long line would outlast the grace.
+	// stopping tells drains to hand their lines on at the end of the round: the runner's soft
+	// stop waits for jobs without cancelling them, and a long line would outlast the grace.
 	stopping atomic.Bool
 }
 
-// New returns a Queue over pool, whose database has the service's and River's migrations
-// applied; it decides orders through svc. Start it to decide orders; a Queue that is not
-// started still accepts them (another replica decides them).
-func New(pool *pgxpool.Pool, svc *stock.Service, cfg Config) (*Queue, error) {
+// New returns a Queue that keeps its orders in store and decides them through svc, whose store
+// is records. Start it to decide orders; a Queue that is not started still accepts them (another
+// replica decides them).
+func New(store Store, records Records, svc *stock.Service, cfg Config) *Queue {
 	cfg = cfg.withDefaults()
-	q := &Queue{pool: pool, accepted: stockpg.NewAccepted(pool, stockpg.Reasons{SoldOut: string(ReasonSoldOut), Internal: string(ReasonInternal)}), svc: svc, cfg: cfg}
+	q := &Queue{store: store, records: records, svc: svc, cfg: cfg}
 	q.acceptor.q, q.acceptor.limit = q, cfg.AcceptQueue
-	q.metrics = newMetrics(cfg.Registerer, time.Now, q.pendingCount, q.openHolds, q.oldestPending)
-	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, &drainWorker{q: q}); err != nil {
-		return nil, fmt.Errorf("async: add drain worker: %w", err)
+	var holds func() (float64, error)
+	if cfg.OpenHolds != nil {
+		holds = q.openHolds
 	}
-	if err := river.AddWorkerSafely(workers, &cartWorker{q: q}); err != nil {
-		return nil, fmt.Errorf("async: add cart worker: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, &sweepWorker{q: q}); err != nil {
-		return nil, fmt.Errorf("async: add sweep worker: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, &expireWorker{q: q}); err != nil {
-		return nil, fmt.Errorf("async: add hold expiry worker: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, &holdSweepWorker{q: q}); err != nil {
-		return nil, fmt.Errorf("async: add hold sweep worker: %w", err)
-	}
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:  map[string]river.QueueConfig{queueName: {MaxWorkers: cfg.Workers}},
-		Workers: workers,
-		PeriodicJobs: []*river.PeriodicJob{
-			river.NewPeriodicJob(river.PeriodicInterval(cfg.Sweep),
-				func() (river.JobArgs, *river.InsertOpts) { return sweepArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true}),
-			river.NewPeriodicJob(river.PeriodicInterval(cfg.Sweep),
-				func() (river.JobArgs, *river.InsertOpts) { return holdSweepArgs{}, nil }, &river.PeriodicJobOpts{RunOnStart: true}),
-		},
-		// A new job is announced (LISTEN/NOTIFY) and fetched within a few milliseconds; River's
-		// defaults (100 ms between fetches, a poll a second) suit slower work than a sale.
-		FetchCooldown:        5 * time.Millisecond,
-		FetchPollInterval:    250 * time.Millisecond,
-		JobTimeout:           cfg.JobTimeout,
-		RescueStuckJobsAfter: cfg.JobTimeout + 30*time.Second,
-		RetryPolicy:          retryPolicy{},
-		Logger:               slog.New(&levelHandler{min: slog.LevelWarn, h: cfg.Logger.Handler()}),
-		// River takes advisory locks only for a kind of unique job this service does not use;
-		// should it ever, its keys then begin with this prefix, positive, clear of the line
-		// locks' negative keys (see lineLockKey).
-		AdvisoryLockPrefix: riverLockPrefix,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("async: river client: %w", err)
-	}
-	q.river = client
-	return q, nil
+	q.metrics = newMetrics(cfg.Registerer, time.Now, q.pendingCount, holds, q.oldestPending)
+	return q
 }
 
 // Start starts deciding orders: this replica's workers join the others in draining lines.
+// Errors: stock.ErrUnavailable.
 func (q *Queue) Start(ctx context.Context) error {
-	if err := q.river.Start(ctx); err != nil {
-		return fmt.Errorf("async: start river: %w", err)
+	if err := q.store.Start(ctx, jobs{q}, RunConfig{Workers: q.cfg.Workers, JobTimeout: q.cfg.JobTimeout,
+		Sweep: q.cfg.Sweep, Logger: q.cfg.Logger}); err != nil {
+		return fmt.Errorf("async: start: %w", err)
 	}
 	sweepCtx, cancel := context.WithCancel(ctx)
 	q.stopOrphans, q.orphansDone = cancel, make(chan struct{})
@@ -180,20 +138,11 @@ func (q *Queue) Stop(ctx context.Context) error {
 		q.stopOrphans()
 		<-q.orphansDone
 	}
-	err := q.river.Stop(ctx)
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		err = q.river.StopAndCancel(cctx)
-	}
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("async: stop river: %w", err)
+	if err := q.store.Stop(ctx); err != nil {
+		return fmt.Errorf("async: stop: %w", err)
 	}
 	return nil
 }
-
-// errTaken leaves a cart's acceptance when its key already has an outcome: nothing is written.
-var errTaken = errors.New("async: the idempotency key already has an outcome")
 
 // Accept puts p in its line and returns the pending order; it is decided later. With a key
 // that already has an outcome, nothing is accepted and that outcome is answered instead: the
@@ -209,9 +158,9 @@ func (q *Queue) Accept(ctx context.Context, p stock.Prepared) (Acceptance, error
 	switch {
 	case r.err != nil:
 		return Acceptance{}, r.err
-	case r.state == stockpg.AcceptMissing:
+	case r.state == NoSuchProduct:
 		return Acceptance{}, &stock.ProductNotFoundError{ProductID: p.Items[0].ProductID}
-	case r.state == stockpg.AcceptTaken:
+	case r.state == KeyTaken:
 		return q.replay(ctx, p)
 	}
 	q.metrics.accepted.Inc()
@@ -222,84 +171,59 @@ func (q *Queue) Accept(ctx context.Context, p stock.Prepared) (Acceptance, error
 // line, and are rare beside a hot product's crowd.
 func (q *Queue) acceptCart(ctx context.Context, p stock.Prepared) (Acceptance, error) {
 	id := uuid.Must(uuid.NewV7())
-	var acc Acceptance
-	err := q.accepted.Tx(ctx, func(tx pgx.Tx) error {
-		at, taken, err := q.accepted.AcceptCart(ctx, tx, id, p)
-		if err != nil {
-			return err
-		}
-		if taken {
-			return errTaken
-		}
-		if _, err := q.river.InsertTx(ctx, tx, cartArgs{OrderID: id}, nil); err != nil {
-			return fmt.Errorf("%w: enqueue order: %w", stock.ErrUnavailable, err)
-		}
-		acc = Acceptance{Order: Order{ID: id, CustomerID: p.CustomerID, Items: p.Items, Status: StatusPending, AcceptedAt: at}}
-		return nil
-	})
-	if errors.Is(err, errTaken) {
+	at, err := q.store.AcceptCart(ctx, NewOrder{ID: id, Request: p})
+	if errors.Is(err, ErrKeyTaken) {
 		return q.replay(ctx, p)
 	}
 	if err != nil {
 		return Acceptance{}, err
 	}
 	q.metrics.accepted.Inc()
-	return acc, nil
+	return Acceptance{Order: Order{ID: id, CustomerID: p.CustomerID, Items: p.Items, Status: StatusPending, AcceptedAt: at}}, nil
 }
 
 // replay answers an order whose key already has an outcome with that outcome, read once a
-// synchronous standby has it (KeyRecord).
+// synchronous standby has it (Records).
 func (q *Queue) replay(ctx context.Context, p stock.Prepared) (Acceptance, error) {
-	rec, err := q.accepted.KeyRecord(ctx, stock.RecordKey{CustomerID: p.CustomerID, Key: p.Key})
+	key := stock.RecordKey{CustomerID: p.CustomerID, Key: p.Key}
+	records, err := q.records.Records(ctx, []stock.RecordKey{key})
 	if err != nil {
 		return Acceptance{}, err
+	}
+	rec, ok := records[key]
+	if !ok {
+		// Found taken, and purged since: a retry claims the key afresh.
+		return Acceptance{}, fmt.Errorf("%w: the idempotency key's outcome has gone since it was found taken", stock.ErrUnavailable)
 	}
 	if string(rec.Fingerprint) != string(p.Fingerprint) {
 		return Acceptance{}, stock.ErrIdempotencyKeyReused
 	}
 	switch {
-	case rec.AcceptedID != nil:
-		o, err := q.order(ctx, *rec.AcceptedID)
+	case rec.Accepted != nil:
+		o, err := q.store.Order(ctx, *rec.Accepted)
 		if err != nil {
 			return Acceptance{}, err
 		}
-		return Acceptance{Order: o, Replayed: true}, nil
-	case rec.OrderID != nil:
-		o, err := q.svc.Order(ctx, *rec.OrderID)
+		return Acceptance{Order: o.Order, Replayed: true}, nil
+	case rec.Order != nil:
+		o, err := q.svc.Order(ctx, rec.Order.ID)
 		if err != nil {
 			return Acceptance{}, err
 		}
 		return Acceptance{Confirmed: &o, Replayed: true}, nil
-	default:
-		return Acceptance{}, &stock.SoldOutError{ProductID: deref(rec.ProductID), Requested: deref(rec.Requested), Available: deref(rec.Available), Replayed: true}
+	case rec.SoldOut != nil:
+		refusal := *rec.SoldOut
+		refusal.Replayed = true
+		return Acceptance{}, &refusal
 	}
+	return Acceptance{}, fmt.Errorf("async: the record under the key is no client's outcome")
 }
 
 // Order returns the accepted order id as it stands. Errors: stock.ErrOrderNotFound (no order
 // was accepted with id), stock.ErrUnavailable.
 func (q *Queue) Order(ctx context.Context, id uuid.UUID) (Order, error) {
-	return q.order(ctx, id)
-}
-
-// order reads the accepted order id from its store.
-func (q *Queue) order(ctx context.Context, id uuid.UUID) (Order, error) {
-	o, err := q.accepted.Order(ctx, id)
-	if err != nil {
-		return Order{}, err
-	}
-	out := Order{ID: o.ID, CustomerID: o.CustomerID, Items: o.Items, Status: o.Status,
-		AcceptedAt: o.AcceptedAt, DecidedAt: o.DecidedAt, copied: o.Copied}
-	if o.Reason != "" {
-		out.Rejection = &Rejection{Reason: Reason(o.Reason), ProductID: o.ProductID, Requested: o.Requested, Available: o.Available}
-	}
-	return out, nil
-}
-
-func deref(p *int64) int64 {
-	if p == nil {
-		return 0
-	}
-	return *p
+	o, err := q.store.Order(ctx, id)
+	return o.Order, err
 }
 
 // Place accepts req to be decided later, or refuses it now. It is validated as the purchase
@@ -335,58 +259,38 @@ func (q *Queue) Find(ctx context.Context, id uuid.UUID) (Found, error) {
 		return Found{}, err
 	}
 	// Not an order (yet): perhaps one accepted for later, pending or rejected.
-	accepted, err := q.order(ctx, id)
+	accepted, err := q.Order(ctx, id)
 	if err != nil {
 		return Found{}, err
 	}
 	return Found{Order: accepted}, nil
 }
 
-func (q *Queue) oldestPending() ([]stockpg.LineAge, error) {
+// PurgeRecords forgets the records of orders accepted for later — the client keys they
+// claimed, their decision records — created more than retention ago on the store's clock,
+// except those of orders still pending, and reports how many it deleted, also when it fails
+// part way. The purchase path's records are stock.Service.PurgeIdempotencyKeys's. Errors:
+// stock.ErrUnavailable, the context's error.
+func (q *Queue) PurgeRecords(ctx context.Context, retention time.Duration) (int64, error) {
+	return q.store.PurgeRecords(ctx, retention)
+}
+
+func (q *Queue) oldestPending() ([]LineAge, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	return q.accepted.OldestPending(ctx, oldestLines)
+	return q.store.OldestPending(ctx, oldestLines)
 }
 
 func (q *Queue) pendingCount() (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	n, err := q.accepted.PendingCount(ctx)
+	n, err := q.store.Pending(ctx)
 	return float64(n), err
 }
 
 func (q *Queue) openHolds() (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	n, err := stockpg.OpenHolds(ctx, q.pool)
+	n, err := q.cfg.OpenHolds(ctx)
 	return float64(n), err
-}
-
-// retryPolicy retries a job that failed (Postgres or Redis unreachable, a lock lost) soon: a
-// sale lasts seconds, and River's default (attempt⁴ seconds) would leave a line waiting for
-// minutes after the dependency came back. 100 ms doubling to at most 5 s, with jitter.
-type retryPolicy struct{}
-
-func (retryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
-	d := 100 * time.Millisecond << min(max(job.Attempt-1, 0), 6)
-	d = min(d, 5*time.Second)
-	return time.Now().Add(d/2 + rand.N(d/2+1))
-}
-
-// levelHandler passes on only records at or above min: River's info logs (every leader
-// election, every queue start) are noise in a service's log.
-type levelHandler struct {
-	min slog.Level
-	h   slog.Handler
-}
-
-func (l *levelHandler) Enabled(ctx context.Context, level slog.Level) bool {
-	return level >= l.min && l.h.Enabled(ctx, level)
-}
-func (l *levelHandler) Handle(ctx context.Context, r slog.Record) error { return l.h.Handle(ctx, r) }
-func (l *levelHandler) WithAttrs(a []slog.Attr) slog.Handler {
-	return &levelHandler{min: l.min, h: l.h.WithAttrs(a)}
-}
-func (l *levelHandler) WithGroup(name string) slog.Handler {
-	return &levelHandler{min: l.min, h: l.h.WithGroup(name)}
 }

@@ -15,10 +15,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stocksvc/stocksvc/internal/async"
+	"github.com/stocksvc/stocksvc/internal/async/asyncpg"
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
+	"github.com/stocksvc/stocksvc/internal/syncrep"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
@@ -66,7 +68,7 @@ func (w *world) replica(t *testing.T, o replicaOptions) *replica {
 	// workers draining a line holds a connection for its lock, and its purchases need more.
 	// pgxpool's default, 4 on a 2-core machine, lets 4 lines take every connection.
 	pcfg.MaxConns = 10
-	pcfg.ConnConfig.OnNotice = stockpg.OnNotice // as cmd sets it
+	pcfg.ConnConfig.OnNotice = syncrep.OnNotice // as cmd sets it
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		t.Fatalf("connect postgres: %v", err)
@@ -81,13 +83,16 @@ func (w *world) replica(t *testing.T, o replicaOptions) *replica {
 		o.lockWait = 5 * time.Second
 	}
 	reg := prometheus.NewRegistry()
-	svc := stock.NewService(stockpg.New(pool), stocklock.NewRedis(locks, stocklock.Config{Wait: o.lockWait}),
+	store := stockpg.New(pool)
+	svc := stock.NewService(store, stocklock.NewRedis(locks, stocklock.Config{Wait: o.lockWait}),
 		stock.Config{QueueWait: o.lockWait}, stock.NewMetrics(reg))
-	q, err := async.New(pool, svc, async.Config{Registerer: reg, Round: o.round, Sweep: 200 * time.Millisecond,
-		AcceptQueue: o.acceptQueue, MaxAttempts: o.maxAttempts})
+	orders, err := asyncpg.New(pool)
 	if err != nil {
-		t.Fatalf("new queue: %v", err)
+		t.Fatalf("new store: %v", err)
 	}
+	q := async.New(orders, store, svc, async.Config{Registerer: reg, Round: o.round, Sweep: 200 * time.Millisecond,
+		AcceptQueue: o.acceptQueue, MaxAttempts: o.maxAttempts,
+		OpenHolds: func(ctx context.Context) (int64, error) { return stockpg.OpenHolds(ctx, pool) }})
 	r := &replica{svc: svc, queue: q, pool: pool, locks: locks, registry: reg}
 	t.Cleanup(func() {
 		if r.started {
@@ -496,7 +501,9 @@ func TestSweepRestartsALineWithoutAJob(t *testing.T) {
 }
 
 // Purging old idempotency records keeps those of orders still pending, however old — the
-// client's key and the order's decision record — and purges them once the order is decided.
+// client's key and the order's decision record — and purges them once the order is decided:
+// the purchase path's purge leaves every record of an order accepted for later to the queue's,
+// which alone knows which orders are pending.
 func TestPurgeKeepsPendingOrdersKeys(t *testing.T) {
 	w := newWorld(t)
 	r := w.replica(t, replicaOptions{})
@@ -539,7 +546,13 @@ func TestPurgeKeepsPendingOrdersKeys(t *testing.T) {
 		t.Fatalf("age the records: %v", err)
 	}
 	if _, err := r.svc.PurgeIdempotencyKeys(ctx, time.Hour); err != nil {
-		t.Fatalf("purge: %v", err)
+		t.Fatalf("purge the purchase path's records: %v", err)
+	}
+	if got := keys(); len(got) != 4 {
+		t.Fatalf("keys after the purchase path's purge = %q, want the 4 of the orders accepted for later", got)
+	}
+	if _, err := r.queue.PurgeRecords(ctx, time.Hour); err != nil {
+		t.Fatalf("purge the records of orders accepted for later: %v", err)
 	}
 	want := []string{stock.AcceptedKey(pending.Order.ID), "k-pending"}
 	if got := keys(); !slices.Equal(got, want) {

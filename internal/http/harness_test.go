@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stocksvc/stocksvc/internal/async"
+	"github.com/stocksvc/stocksvc/internal/async/asyncpg"
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/identity"
 	"github.com/stocksvc/stocksvc/internal/lock"
@@ -174,10 +175,11 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 			return rdb.Ping(ctx).Err()
 		}
 	}
-	queue, err := async.New(pool, svc, async.Config{Registerer: reg, Sweep: 200 * time.Millisecond})
+	orders, err := asyncpg.New(pool)
 	if err != nil {
-		t.Fatalf("new queue: %v", err)
+		t.Fatalf("new async store: %v", err)
 	}
+	queue := async.New(orders, store, svc, async.Config{Registerer: reg, Sweep: 200 * time.Millisecond})
 	svc.UseHoldScheduler(queue)
 	customers := stockhttp.CustomerAuth{Mode: identity.ModeBody}
 	if o.customers.Mode != "" {

@@ -325,8 +325,8 @@ func (s *Service) raising(id int64, restock func(context.Context) (RestockResult
 }
 
 // PurgeIdempotencyKeys forgets idempotency keys older than retention on the store's clock,
-// except those of orders accepted for later and still pending, and reports how many it
-// deleted (also when it fails part way). Errors: as Store.PurgeIdempotencyKeys.
+// except those of orders accepted for later (package async purges those), and reports how many
+// it deleted (also when it fails part way). Errors: as Store.PurgeIdempotencyKeys.
 func (s *Service) PurgeIdempotencyKeys(ctx context.Context, retention time.Duration) (int64, error) {
 	return s.store.PurgeIdempotencyKeys(ctx, retention)
 }

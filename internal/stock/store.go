@@ -85,9 +85,10 @@ type Store interface {
 
 	// PurgeIdempotencyKeys deletes the records created more than retention ago, on the
 	// store's own clock (the one that stamped them), except those of orders accepted for later
-	// and still pending, and reports how many it deleted, also when it fails part way. It
-	// deletes in bounded batches, so that no statement or lock lasts long however many have
-	// piled up. Errors: ErrUnavailable, ErrBusy, the context's error.
+	// (a client's key an order claimed, an order's AcceptedKey: package async purges those,
+	// knowing which orders are still pending), and reports how many it deleted, also when it
+	// fails part way. It deletes in bounded batches, so that no statement or lock lasts long
+	// however many have piled up. Errors: ErrUnavailable, ErrBusy, the context's error.
 	PurgeIdempotencyKeys(ctx context.Context, retention time.Duration) (int64, error)
 
 	// OrderLister lists a customer's orders (orders_list.go).

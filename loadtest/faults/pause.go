@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/stocksvc/stocksvc/internal/async"
+	"github.com/stocksvc/stocksvc/internal/async/asyncpg"
 	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 )
@@ -24,7 +24,7 @@ import (
 // (idle_session_timeout) can hand the line to another replica; the run then shows how long
 // that took. It returns the paused replica's name.
 func pauseLineHolder(ctx context.Context, d *drillEnv, pool *pgxpool.Pool, product int64, pause time.Duration) (string, error) {
-	classID, objID, objSubID := async.LineLockKeys(product)
+	classID, objID, objSubID := asyncpg.LineLockKeys(product)
 	var victim *cluster.Replica
 	deadline := time.Now().Add(5 * time.Second)
 	for victim == nil {

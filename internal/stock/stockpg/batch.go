@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/syncrep"
 )
 
 // The purchase path's SQL. A batch costs two round trips to Postgres, whatever its size: one
@@ -563,29 +564,29 @@ func (s *Store) commitCart(ctx context.Context, w stock.Write, sql string, args 
 	if res, err = writeBatch(ctx, tx, sql, w.SkipStored, args); err != nil || refused() {
 		return res, err
 	}
-	cancelledSyncWait(tx.Conn().PgConn())
+	syncrep.Cancelled(tx.Conn().PgConn())
 	if err := tx.Commit(ctx); err != nil {
 		return res, err
 	}
-	if cancelledSyncWait(tx.Conn().PgConn()) {
-		return batchResult{}, errNotReplicated // looked up, as a commit whose answer was lost
+	if syncrep.Cancelled(tx.Conn().PgConn()) {
+		return batchResult{}, syncrep.ErrNotReplicated // looked up, as a commit whose answer was lost
 	}
 	return res, nil
 }
 
 // commitOne runs a single product's write, one statement, on a connection of its own, so as
 // to know whether Postgres ended its commit's wait for a synchronous standby early: such a
-// commit is treated as one whose answer was lost (errNotReplicated), and looked up.
+// commit is treated as one whose answer was lost (syncrep.ErrNotReplicated), and looked up.
 func (s *Store) commitOne(ctx context.Context, w stock.Write, sql string, args []any) (batchResult, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return batchResult{}, err
 	}
 	defer conn.Release()
-	cancelledSyncWait(conn.Conn().PgConn())
+	syncrep.Cancelled(conn.Conn().PgConn())
 	res, err := writeBatch(ctx, conn, sql, w.SkipStored, args)
-	if err == nil && cancelledSyncWait(conn.Conn().PgConn()) {
-		return batchResult{}, errNotReplicated
+	if err == nil && syncrep.Cancelled(conn.Conn().PgConn()) {
+		return batchResult{}, syncrep.ErrNotReplicated
 	}
 	return res, err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/syncrep"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
@@ -147,10 +148,10 @@ func TestUnreplicatedOrderIsNotConfirmed(t *testing.T) {
 
 	s.barrier = `DO $$ BEGIN RAISE WARNING 'canceling wait for synchronous replication due to user request'; END $$`
 	_, err = s.findCommit(ctx, w, io.ErrUnexpectedEOF)
-	if !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, stock.ErrOutcomeUnknown) || !errors.Is(err, errNotReplicated) {
+	if !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, stock.ErrOutcomeUnknown) || !errors.Is(err, syncrep.ErrNotReplicated) {
 		t.Errorf("lookup of an order not known to be replicated = %v, want unavailable, outcome unknown, not replicated", err)
 	}
-	if recs, err := s.Records(ctx, []stock.RecordKey{key}); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, errNotReplicated) {
+	if recs, err := s.Records(ctx, []stock.RecordKey{key}); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, syncrep.ErrNotReplicated) {
 		t.Errorf("records of an order not known to be replicated = %v, %v; want unavailable, not replicated", recs, err)
 	}
 	// Another warning is not that one.
@@ -192,7 +193,7 @@ func TestUnreplicatedConfirmIsNotAcknowledged(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := hold()
-	if _, err := s.ConfirmHold(ctx, first); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, stock.ErrOutcomeUnknown) || !errors.Is(err, errNotReplicated) {
+	if _, err := s.ConfirmHold(ctx, first); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, stock.ErrOutcomeUnknown) || !errors.Is(err, syncrep.ErrNotReplicated) {
 		t.Fatalf("confirm answered with the warning = %v, want unavailable, outcome unknown, not replicated", err)
 	}
 	if _, err := pool.Exec(ctx, `DROP TRIGGER cut_short ON orders`); err != nil {
@@ -203,7 +204,7 @@ func TestUnreplicatedConfirmIsNotAcknowledged(t *testing.T) {
 		t.Errorf("confirm again with the barrier passing = %+v, %v; want confirmed", o, err)
 	}
 	s.barrier = `DO $$ BEGIN RAISE WARNING '` + warning + `'; END $$`
-	if _, err := s.ConfirmHold(ctx, first); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, errNotReplicated) {
+	if _, err := s.ConfirmHold(ctx, first); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, syncrep.ErrNotReplicated) {
 		t.Errorf("confirm again, the barrier cut short = %v, want unavailable, not replicated", err)
 	}
 	// A confirm that commits itself, answered without the warning, needs no barrier.
@@ -219,7 +220,7 @@ func noticePool(t *testing.T) *pgxpool.Pool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ConnConfig.OnNotice = OnNotice
+	cfg.ConnConfig.OnNotice = syncrep.OnNotice
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("connect: %v", err)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/syncrep"
 )
 
 // NewDemo returns a Store whose purchase writes carry only the conditions d selects — the
@@ -17,7 +18,7 @@ func NewDemo(pool *pgxpool.Pool, d stock.Defense) *Store {
 		commit:         commitHead + dec + commitTail,
 		commitSkipping: commitSkippingHead + dec + commitSkippingTail,
 		conditions:     d,
-		barrier:        replicatedSQL}
+		barrier:        syncrep.Barrier}
 }
 
 // demoDecrement is the decrement with the conditions d selects. Every setting but the naive one

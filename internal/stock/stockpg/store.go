@@ -18,10 +18,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/puddle/v2"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/syncrep"
 )
 
 // Store is the stock.Store on Postgres: the only package that knows the schema of products,
-// orders, order items, restocks and idempotency records.
+// orders, order items, restocks and idempotency records (but the records of orders accepted for
+// later, package asyncpg's).
 type Store struct {
 	pool *pgxpool.Pool
 	// commit and commitSkipping are the purchase path's two write statements: commitSQL and
@@ -29,8 +31,8 @@ type Store struct {
 	commit, commitSkipping string
 	// conditions are those the purchase writes carry, named in their refusals.
 	conditions stock.Defense
-	// barrier is replicatedSQL (syncrep.go); a test puts in its place a statement that draws
-	// the warning of a commit whose wait for a synchronous standby was ended early.
+	// barrier is syncrep.Barrier; a test puts in its place a statement that draws the warning
+	// of a commit whose wait for a synchronous standby was ended early.
 	barrier string
 	// skipping counts down the writes that may leave orders out which are still sent straight
 	// as commitSkipping since one found a key stored (Commit).
@@ -39,10 +41,15 @@ type Store struct {
 
 var _ stock.Store = (*Store)(nil)
 
+// RowQuerier is a pool, a connection or a transaction.
+type RowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // New returns the production Store over pool, whose every purchase write carries every
 // condition of the defense. The schema comes from package migrations.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, commit: commitSQL, commitSkipping: commitSkippingSQL, conditions: stock.DefaultDefense(), barrier: replicatedSQL}
+	return &Store{pool: pool, commit: commitSQL, commitSkipping: commitSkippingSQL, conditions: stock.DefaultDefense(), barrier: syncrep.Barrier}
 }
 
 const productColumns = `id, sku, name, stock, version, created_at, updated_at, sale_starts_at, sale_ends_at,
@@ -252,7 +259,7 @@ func (s *Store) restockRefusal(ctx context.Context, tx pgx.Tx, id, fence int64) 
 // auditLockKey is the advisory lock a recount holds for its transaction, so that one recount
 // runs at a time across every replica: a recount of a product with a million orders keeps a
 // core of Postgres busy for seconds, and one per replica at once would take the sale's. The
-// key is a bigint of its own among the service's advisory locks (see internal/async's
+// key is a bigint of its own among the service's advisory locks (see internal/async/asyncpg's
 // lineLockKey for the others): positive, above every uint32 (golang-migrate's), and not under
 // River's prefix (0x5707c5); its bytes spell "StkAudit".
 const auditLockKey int64 = 0x53746b4175646974
@@ -323,9 +330,9 @@ func (s *Store) Order(ctx context.Context, id uuid.UUID) (stock.Order, error) {
 }
 
 // purgeBatch is the most idempotency records one purge statement deletes. A batch of a few
-// thousand takes tens of milliseconds (an index range of idempotency_keys_created_at_idx, two
-// primary-key probes of async_orders per row, a TID scan), far below the pool's statement
-// timeout, and holds its row locks only that long, however many records have piled up.
+// thousand takes tens of milliseconds (an index range of idempotency_keys_created_at_idx, a TID
+// scan), far below the pool's statement timeout, and holds its row locks only that long,
+// however many records have piled up.
 const purgeBatch = 5000
 
 // purgeCutoffSQL is the purge's cutoff on Postgres's clock, the clock created_at was stamped
@@ -336,26 +343,17 @@ const purgeCutoffSQL = `SELECT now() - $1::interval`
 // newest, so that each batch starts where the previous one stopped instead of walking over the
 // rows it deleted), oldest first, and returns how many and the newest created_at deleted.
 //
-// It keeps the records of orders accepted for later and still pending, however old: the
-// client's key (async_order_id: a retry must find its order, not buy again) and the order's
-// own decision record (key $3 || the order's id, of the order's customer: stored, not yet
-// copied; the copy needs it). Another customer's records under the same keys are theirs, and
-// go with their time.
-// Each is a NOT EXISTS on one equality with async_orders' primary key, so each is an index
-// probe per row (an OR of the two would be a join filter, evaluated against every pending
-// order for every row). Rows another purge (another replica) has locked are skipped: it is
-// deleting them.
+// It leaves the records of orders accepted for later — a client's key claimed by one
+// (async_order_id), an order's decision record (key $3 || the order's id) — to package
+// asyncpg's purge, which alone reads whether their order is still pending. Another customer's
+// records under the same client keys are theirs, and go with their time. Rows another purge
+// (another replica) has locked are skipped: it is deleting them.
 const purgeKeysSQL = `
 WITH deleted AS (
     DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(
         SELECT k.ctid FROM idempotency_keys k
          WHERE k.created_at < $1 AND k.created_at >= $2
-           AND NOT EXISTS (SELECT 1 FROM async_orders a
-                            WHERE a.id = k.async_order_id AND a.status = 'pending')
-           AND NOT EXISTS (SELECT 1 FROM async_orders a
-                            WHERE a.id = CASE WHEN starts_with(k.key, $3)
-                                              THEN substr(k.key, length($3) + 1)::uuid END
-                              AND a.customer_id = k.customer_id AND a.status = 'pending')
+           AND k.async_order_id IS NULL AND NOT starts_with(k.key, $3)
          ORDER BY k.created_at
          LIMIT $4
          FOR UPDATE OF k SKIP LOCKED))

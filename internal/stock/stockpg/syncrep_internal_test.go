@@ -10,16 +10,19 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stocksvc/stocksvc/internal/async"
+	"github.com/stocksvc/stocksvc/internal/async/asyncpg"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/stocktest"
+	"github.com/stocksvc/stocksvc/internal/syncrep"
 )
 
 // syncCancelWarning is the warning Postgres sends with a commit whose wait for its synchronous
 // standby was ended early.
 const syncCancelWarning = `canceling wait for synchronous replication due to user request`
 
-// cutBarrier is a barrier (Store.barrier, Accepted.barrier) that draws the warning, as a
-// standby that never answers would.
+// cutBarrier is a barrier (Store.barrier) that draws the warning, as a standby that never
+// answers would.
 const cutBarrier = `DO $$ BEGIN RAISE WARNING '` + syncCancelWarning + `'; END $$`
 
 // cutShort makes every event (INSERT, UPDATE) on table draw the warning inside the write's own
@@ -46,7 +49,7 @@ func cutShort(t *testing.T, pool *pgxpool.Pool, table, event string) (drop func(
 // synchronous standby: unavailable, outcome unknown, not replicated.
 func wantUnknown(t *testing.T, what string, err error) {
 	t.Helper()
-	if !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, stock.ErrOutcomeUnknown) || !errors.Is(err, errNotReplicated) {
+	if !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, stock.ErrOutcomeUnknown) || !errors.Is(err, syncrep.ErrNotReplicated) {
 		t.Fatalf("%s = %v, want unavailable, outcome unknown, not replicated", what, err)
 	}
 }
@@ -55,7 +58,7 @@ func wantUnknown(t *testing.T, what string, err error) {
 // synchronous standby.
 func wantNotReplicated(t *testing.T, what string, err error) {
 	t.Helper()
-	if !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, errNotReplicated) {
+	if !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, syncrep.ErrNotReplicated) {
 		t.Errorf("%s = %v, want unavailable, not replicated", what, err)
 	}
 }
@@ -98,7 +101,7 @@ func TestUnreplicatedRestockIsNotAcknowledged(t *testing.T) {
 	s.barrier = cutBarrier
 	_, err = svc.Restock(ctx, req)
 	wantNotReplicated(t, "its retry, the barrier cut short", err)
-	s.barrier = replicatedSQL
+	s.barrier = syncrep.Barrier
 	if res, err := svc.Restock(ctx, req); err != nil || !res.Replayed || res.Product.Stock != 6 {
 		t.Errorf("its retry with the barrier passing = %+v, %v; want the restock replayed, stock 6", res, err)
 	}
@@ -132,7 +135,7 @@ func TestUnreplicatedCancelIsNotAcknowledged(t *testing.T) {
 	s.barrier = cutBarrier
 	_, err = svc.Cancel(ctx, id)
 	wantNotReplicated(t, "cancel again, the barrier cut short", err)
-	s.barrier = replicatedSQL
+	s.barrier = syncrep.Barrier
 	if o, err := svc.Cancel(ctx, id); err != nil || o.Status != stock.OrderStatusCancelled {
 		t.Errorf("cancel again with the barrier passing = %+v, %v; want cancelled", o, err)
 	}
@@ -141,32 +144,30 @@ func TestUnreplicatedCancelIsNotAcknowledged(t *testing.T) {
 	}
 }
 
-// TestUnreplicatedAcceptanceIsNotAcknowledged: an order accepted for later whose commit
-// Postgres answered with the warning is not acknowledged (Tx: unavailable, outcome unknown),
-// and its key's record — read for a retry on either route — is answered only once the barrier
-// shows a standby has it.
-func TestUnreplicatedAcceptanceIsNotAcknowledged(t *testing.T) {
+// TestUnreplicatedAcceptedRecordIsNotReplayed: the key of an order accepted for later (written
+// by package asyncpg, with the order) is answered to a retry, on either route, only once the
+// barrier shows a standby has it.
+func TestUnreplicatedAcceptedRecordIsNotReplayed(t *testing.T) {
 	t.Parallel()
 	pool := noticePool(t)
-	s, a := New(pool), NewAccepted(pool, Reasons{SoldOut: "sold-out", Internal: "internal"})
+	s := New(pool)
+	orders, err := asyncpg.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	p := mustCreate(t, s, stock.NewProduct{SKU: "accepted", Name: "accepted", Stock: 5})
 	id, key := uuid.Must(uuid.NewV7()), stock.RecordKey{CustomerID: "c", Key: "k"}
-	group := []NewAcceptance{{ID: id, CustomerID: key.CustomerID, ProductID: p.ID, Quantity: 1, Key: key.Key, Fingerprint: []byte("f")}}
-	accept := func(tx pgx.Tx) error {
-		_, err := a.AcceptGroup(ctx, tx, group, []int32{int32(p.ID >> 32)}, []int32{int32(p.ID)})
-		return err
+	out, err := orders.Accept(ctx, []async.NewOrder{{ID: id, Request: stock.Prepared{CustomerID: key.CustomerID,
+		Items: []stock.Item{{ProductID: p.ID, Quantity: 1}}, Key: key.Key, Fingerprint: []byte("f")}}})
+	if err != nil || out[0].State != async.Accepted {
+		t.Fatalf("accept = %+v, %v", out, err)
 	}
-	drop := cutShort(t, pool, "async_orders", "INSERT")
-	wantUnknown(t, "acceptance answered with the warning", a.Tx(ctx, accept))
-	drop()
 
-	if rec, err := a.KeyRecord(ctx, key); err != nil || rec.AcceptedID == nil || *rec.AcceptedID != id {
-		t.Errorf("the key's record with the barrier passing = %+v, %v; want order %s", rec, err, id)
+	if recs, err := s.Records(ctx, []stock.RecordKey{key}); err != nil || recs[key].Accepted == nil || *recs[key].Accepted != id {
+		t.Errorf("the key's record with the barrier passing = %+v, %v; want order %s", recs, err, id)
 	}
-	a.barrier, s.barrier = cutBarrier, cutBarrier
-	_, err := a.KeyRecord(ctx, key)
-	wantNotReplicated(t, "the key's record, the barrier cut short", err)
+	s.barrier = cutBarrier
 	_, err = s.Records(ctx, []stock.RecordKey{key})
-	wantNotReplicated(t, "the key's record for a synchronous retry, the barrier cut short", err)
+	wantNotReplicated(t, "the key's record for a retry, the barrier cut short", err)
 }

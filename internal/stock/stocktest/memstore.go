@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -408,15 +409,15 @@ func (m *MemStore) StoredKeys(_ context.Context, id int64, limit int) ([]stock.R
 	return keys, nil
 }
 
-// PurgeIdempotencyKeys implements stock.Store. The store knows no accepted orders, so it keeps
-// none for them.
+// PurgeIdempotencyKeys implements stock.Store: the records of orders accepted for later are
+// left to package async, as stock.Store says.
 func (m *MemStore) PurgeIdempotencyKeys(_ context.Context, retention time.Duration) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cutoff := m.now().Add(-retention)
 	var n int64
 	for k, r := range m.records {
-		if r.created.Before(cutoff) {
+		if r.created.Before(cutoff) && r.rec.Accepted == nil && !strings.HasPrefix(k.Key, stock.AcceptedKeyPrefix) {
 			delete(m.records, k)
 			n++
 		}

@@ -1,10 +1,12 @@
-package async
+package async_test
 
 import (
 	"context"
 	"errors"
 	"testing"
 
+	"github.com/stocksvc/stocksvc/internal/async"
+	"github.com/stocksvc/stocksvc/internal/async/asyncpg"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/stock/stocktest"
@@ -19,18 +21,20 @@ import (
 // purchase is copied. The interleavings are made by calling the two drains' steps in turn.
 func TestGivenUpOrderIsNotSoldByAnotherDrain(t *testing.T) {
 	pool := testenv.Pool(t)
-	svc := stock.NewService(stockpg.New(pool), &stocktest.LocalLocker{}, stock.Config{}, nil)
+	store := stockpg.New(pool)
+	svc := stock.NewService(store, &stocktest.LocalLocker{}, stock.Config{}, nil)
 	t.Cleanup(svc.Close)
-	q, err := New(pool, svc, Config{MaxAttempts: 1})
+	orders, err := asyncpg.New(pool)
 	if err != nil {
-		t.Fatalf("new queue: %v", err)
+		t.Fatalf("new store: %v", err)
 	}
+	q := async.New(orders, store, svc, async.Config{MaxAttempts: 1})
 	ctx := context.Background()
 	p, err := svc.CreateProduct(ctx, stock.NewProduct{SKU: "given-up", Name: "given-up", Stock: 5})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	accept := func(customer string) stockpg.PendingOrder {
+	accept := func(customer string) stock.Accepted {
 		t.Helper()
 		prepared, err := svc.Prepare(stock.OrderRequest{CustomerID: customer, Items: []stock.Item{{ProductID: p.ID, Quantity: 1}}})
 		if err != nil {
@@ -40,22 +44,22 @@ func TestGivenUpOrderIsNotSoldByAnotherDrain(t *testing.T) {
 		if err != nil {
 			t.Fatalf("accept: %v", err)
 		}
-		return stockpg.PendingOrder{ID: acc.Order.ID, CustomerID: customer, Items: acc.Order.Items}
+		return stock.Accepted{ID: acc.Order.ID, CustomerID: customer, Items: acc.Order.Items}
 	}
 	unexpected := errors.New("an error nobody expected")
 
 	// Given up first: the paused drain resumes at its last attempt; then the drain that read
 	// the order before that decides it.
 	x := accept("cx")
-	if err := q.fail(ctx, x, unexpected); err != nil {
+	if err := async.Fail(q, ctx, x, unexpected); err != nil {
 		t.Fatalf("give up: %v, want nil (rejected at the cap)", err)
 	}
-	if err := q.decide(ctx, []stockpg.PendingOrder{x}); err != nil {
+	if err := async.Decide(q, ctx, []stock.Accepted{x}); err != nil {
 		t.Fatalf("the other drain's round: %v", err)
 	}
 	found, err := q.Find(ctx, x.ID)
-	if err != nil || found.Confirmed != nil || found.Order.Status != StatusRejected || found.Order.Rejection == nil ||
-		found.Order.Rejection.Reason != ReasonInternal {
+	if err != nil || found.Confirmed != nil || found.Order.Status != async.StatusRejected || found.Order.Rejection == nil ||
+		found.Order.Rejection.Reason != async.ReasonInternal {
 		t.Errorf("order given up, then decided by another drain: Find = %+v (confirmed %+v), %v; want rejected, internal, no order",
 			found.Order, found.Confirmed, err)
 	}
@@ -69,10 +73,10 @@ func TestGivenUpOrderIsNotSoldByAnotherDrain(t *testing.T) {
 	if d := svc.DecideAccepted(ctx, []stock.Accepted{{ID: y.ID, CustomerID: y.CustomerID, Items: y.Items}}); d[0].Err != nil {
 		t.Fatalf("the other drain's purchase: %v", d[0].Err)
 	}
-	if err := q.fail(ctx, y, unexpected); err != nil {
+	if err := async.Fail(q, ctx, y, unexpected); err != nil {
 		t.Fatalf("give up after the purchase: %v, want nil (decided after all)", err)
 	}
-	if err := q.decide(ctx, []stockpg.PendingOrder{y}); err != nil {
+	if err := async.Decide(q, ctx, []stock.Accepted{y}); err != nil {
 		t.Fatalf("the copy: %v", err)
 	}
 	if found, err := q.Find(ctx, y.ID); err != nil || found.Confirmed == nil {
