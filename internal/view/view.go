@@ -621,7 +621,7 @@ func viewArgs(epoch, next string, v View, ttl time.Duration) []any {
 		"sku", p.SKU, "name", p.Name, "stock", p.Stock, "version", p.Version,
 		"created", micros(p.CreatedAt), "updated", micros(p.UpdatedAt), "read", micros(v.Read),
 		"starts", optMicros(p.SaleStartsAt), "ends", optMicros(p.SaleEndsAt), "max", p.MaxPerCustomer,
-		"hold", int64(p.HoldFor / time.Second)}
+		"hold", int64(p.HoldFor / time.Second), "line", p.LineAdmit, "line_for", int64(p.LineAdmissionFor / time.Second)}
 }
 
 // optMicros writes an optional time as microseconds since the epoch, 0 for none.
@@ -660,6 +660,15 @@ func parseView(id int64, f map[string]string) (View, error) {
 	v.Product.SaleStartsAt, v.Product.SaleEndsAt = optTime(num("starts")), optTime(num("ends"))
 	v.Product.MaxPerCustomer = num("max")
 	v.Product.HoldFor = time.Duration(num("hold")) * time.Second
+	// The line's settings, which tell the order path that an order needs an admission
+	// (package line). A view from a replica before the line has none, and is read as a
+	// product without a line rather than rebuilt: such a replica, during a rolling upgrade,
+	// would write it back at once, and every read here would go to Postgres. No line is
+	// enforced until every replica knows lines (docs/operations.md).
+	if _, ok := f["line"]; ok {
+		v.Product.LineAdmit = num("line")
+		v.Product.LineAdmissionFor = time.Duration(num("line_for")) * time.Second
+	}
 	if _, ok := f["sku"]; !ok {
 		errs = append(errs, errors.New("no sku"))
 	}

@@ -15,7 +15,8 @@ import (
 // the row is written: clock_timestamp, not now(), the transaction's start — a sale that held
 // the row while this waited for it committed first, and its orders, stamped with its own
 // now(), must fall inside the window this leaves); $9 sets
-// the hold (seconds), $10 clears it (orders already held keep theirs). The version
+// the hold (seconds), $10 clears it (orders already held keep theirs); $11 and $12 set the
+// line (admit, admission seconds: both or neither), $13 removes it. The version
 // moves, so that a batch decided from the rules before is refused by its version check and
 // decided again.
 const updateSaleSQL = `
@@ -24,6 +25,8 @@ UPDATE products
        sale_ends_at     = CASE WHEN $8 THEN clock_timestamp() WHEN $6 THEN NULL ELSE coalesce($3, sale_ends_at) END,
        max_per_customer = CASE WHEN $7 THEN NULL ELSE coalesce($4, max_per_customer) END,
        hold_for_seconds = CASE WHEN $10 THEN NULL ELSE coalesce($9, hold_for_seconds) END,
+       line_admit       = CASE WHEN $13 THEN NULL ELSE coalesce($11, line_admit) END,
+       line_admission_seconds = CASE WHEN $13 THEN NULL ELSE coalesce($12, line_admission_seconds) END,
        version = version + 1, updated_at = now()
  WHERE id = $1
 RETURNING ` + productColumns
@@ -47,13 +50,18 @@ SELECT $1, o.customer_id, sum(i.quantity), greatest($2::bigint, sum(i.quantity))
 func (s *Store) UpdateSale(ctx context.Context, id int64, c stock.SaleChange) (stock.Product, error) {
 	var p stock.Product
 	err := s.inTx(ctx, "update sale", func(tx pgx.Tx) error {
-		var holdFor *int64
+		var holdFor, admit, admission *int64
 		if c.HoldFor != nil {
 			secs := int64(*c.HoldFor / time.Second)
 			holdFor = &secs
 		}
+		if c.Line != nil {
+			secs := int64(c.Line.AdmissionFor / time.Second)
+			admit, admission = &c.Line.Admit, &secs
+		}
 		rows, _ := tx.Query(ctx, updateSaleSQL, id, c.StartsAt, c.EndsAt, c.MaxPerCustomer,
-			c.ClearStartsAt, c.ClearEndsAt, c.ClearMaxPerCustomer, c.EndNow, holdFor, c.ClearHoldFor)
+			c.ClearStartsAt, c.ClearEndsAt, c.ClearMaxPerCustomer, c.EndNow, holdFor, c.ClearHoldFor,
+			admit, admission, c.ClearLine)
 		var err error
 		p, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[stock.Product])
 		switch {

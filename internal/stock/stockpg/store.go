@@ -45,15 +45,17 @@ func New(pool *pgxpool.Pool) *Store {
 }
 
 const productColumns = `id, sku, name, stock, version, created_at, updated_at, sale_starts_at, sale_ends_at,
-	coalesce(max_per_customer, 0) AS max_per_customer, coalesce(hold_for_seconds, 0)::bigint * 1000000000 AS hold_for`
+	coalesce(max_per_customer, 0) AS max_per_customer, coalesce(hold_for_seconds, 0)::bigint * 1000000000 AS hold_for,
+	coalesce(line_admit, 0)::bigint AS line_admit, coalesce(line_admission_seconds, 0)::bigint * 1000000000 AS line_admission_for`
 
 // CreateProduct implements Store.
 func (s *Store) CreateProduct(ctx context.Context, p stock.NewProduct) (stock.Product, error) {
 	rows, _ := s.pool.Query(ctx, `
-		INSERT INTO products (sku, name, stock, initial_stock, sale_starts_at, sale_ends_at, max_per_customer, hold_for_seconds)
-		VALUES ($1, $2, $3, $3, $4, $5, nullif($6, 0), nullif($7, 0))
+		INSERT INTO products (sku, name, stock, initial_stock, sale_starts_at, sale_ends_at, max_per_customer, hold_for_seconds,
+		                      line_admit, line_admission_seconds)
+		VALUES ($1, $2, $3, $3, $4, $5, nullif($6, 0), nullif($7, 0), nullif($8, 0), nullif($9, 0))
 		RETURNING `+productColumns, p.SKU, p.Name, p.Stock, p.Sale.StartsAt, p.Sale.EndsAt, p.Sale.MaxPerCustomer,
-		int64(p.Sale.HoldFor/time.Second))
+		int64(p.Sale.HoldFor/time.Second), p.Sale.Line.Admit, int64(p.Sale.Line.AdmissionFor/time.Second))
 	prod, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[stock.Product])
 	if err != nil {
 		if constraintViolated(err, "23505", "products_sku_key") {

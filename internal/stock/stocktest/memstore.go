@@ -68,7 +68,8 @@ func (m *MemStore) CreateProduct(_ context.Context, p stock.NewProduct) (stock.P
 	m.nextID++
 	now := m.now()
 	x := &product{p: stock.Product{ID: m.nextID, SKU: p.SKU, Name: p.Name, Stock: p.Stock, CreatedAt: now, UpdatedAt: now,
-		SaleStartsAt: p.Sale.StartsAt, SaleEndsAt: p.Sale.EndsAt, MaxPerCustomer: p.Sale.MaxPerCustomer, HoldFor: p.Sale.HoldFor}, received: p.Stock,
+		SaleStartsAt: p.Sale.StartsAt, SaleEndsAt: p.Sale.EndsAt, MaxPerCustomer: p.Sale.MaxPerCustomer, HoldFor: p.Sale.HoldFor,
+		LineAdmit: p.Sale.Line.Admit, LineAdmissionFor: p.Sale.Line.AdmissionFor}, received: p.Stock,
 		bought: map[string]int64{}}
 	m.products[x.p.ID] = x
 	return x.p, nil
@@ -468,6 +469,12 @@ func (m *MemStore) UpdateSale(_ context.Context, id int64, c stock.SaleChange) (
 	case c.HoldFor != nil:
 		p.HoldFor = *c.HoldFor
 	}
+	switch {
+	case c.ClearLine:
+		p.LineAdmit, p.LineAdmissionFor = 0, 0
+	case c.Line != nil:
+		p.LineAdmit, p.LineAdmissionFor = c.Line.Admit, c.Line.AdmissionFor
+	}
 	if p.SaleStartsAt != nil && p.SaleEndsAt != nil && !p.SaleEndsAt.After(*p.SaleStartsAt) {
 		return stock.Product{}, &stock.ValidationError{Field: "sale_ends_at", Reason: "must be after sale_starts_at"}
 	}
@@ -505,4 +512,21 @@ func (m *MemStore) Products(_ context.Context, after int64, limit int, onSale bo
 		list = list[:limit]
 	}
 	return list, nil
+}
+
+// Holding reports whether units of product id are held now, as stockpg.Store.Holding does.
+func (m *MemStore) Holding(_ context.Context, id int64) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, o := range m.orders {
+		if o.Status != stock.OrderStatusHeld {
+			continue
+		}
+		for _, it := range o.Items {
+			if it.ProductID == id {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
