@@ -379,15 +379,16 @@ func dbError(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, err)
 	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("%s: %w", op, err)
-	case unreachable(err):
+	case Unreachable(err):
 		return fmt.Errorf("%w: %s: %w", stock.ErrUnavailable, op, err)
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// unreachable reports whether err says Postgres could not be reached or did not answer: a
-// failed dial, a broken or closed connection, a deadline, a closed pool.
-func unreachable(err error) bool {
+// Unreachable reports whether err says Postgres could not be reached or did not answer: a
+// failed dial, a broken or closed connection, a deadline, a closed pool. (linepg classes the
+// line's driver errors by it too.)
+func Unreachable(err error) bool {
 	var (
 		connectErr *pgconn.ConnectError
 		netErr     net.Error
