@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -316,7 +317,8 @@ func (c *config) validateCustomerAuth() []error {
 	}
 	if c.JWKSURL != "" {
 		if err := identity.CheckJWKSURL(c.JWKSURL); err != nil {
-			errs = append(errs, fmt.Errorf("STOCKSVC_JWKS_URL: %w", err))
+			// Printed before the log's scrubber exists: the URL's credentials are hidden here.
+			errs = append(errs, parseHTTPURL(c.JWKSURL).hideError(fmt.Errorf("STOCKSVC_JWKS_URL: %w", err), c.JWKSURL))
 		}
 	}
 	if c.JWKSRefresh < time.Second {
@@ -464,7 +466,7 @@ func (c config) logAttrs() []any {
 		slog.String("debug_addr", c.DebugAddr),
 		slog.String("customer_auth", string(c.mode)),
 		slog.String("jwks_file", c.JWKSFile),
-		slog.String("jwks_url", maskDSN(c.JWKSURL)),
+		slog.String("jwks_url", maskHTTPURL(c.JWKSURL)),
 		slog.String("jwks_refresh", c.JWKSRefresh.String()),
 		slog.String("jwt_issuer", c.JWTIssuer),
 		slog.String("jwt_audience", c.JWTAudience),
@@ -473,16 +475,18 @@ func (c config) logAttrs() []any {
 	}
 }
 
-// secrets lists the secret values in the configuration that free text can be scrubbed of. A
-// password that is also written in plain sight in its connection string, such as "postgres"
-// in postgres://postgres:postgres@..., is left out: scrubbing it would garble every line that
-// names the database, the user or the scheme, and the masked configuration line hides it
-// anyway.
+// secrets lists the secret values in the configuration that free text can be scrubbed of:
+// the admin token, the connection strings' passwords, and the JWKS URL's user information and
+// query values. A password that is also written in plain sight in its connection string, such
+// as "postgres" in postgres://postgres:postgres@..., is left out: scrubbing it would garble
+// every line that names the database, the user or the scheme, and the masked configuration
+// line hides it anyway.
 func (c config) secrets() []string {
-	db, rd := parseDSN(c.DatabaseURL), parseDSN(c.RedisURL)
+	db, rd, jwks := parseDSN(c.DatabaseURL), parseDSN(c.RedisURL), parseHTTPURL(c.JWKSURL)
+	shown := []string{db.masked, rd.masked, jwks.masked}
 	var keep []string
-	for _, s := range append(append([]string{c.AdminToken}, db.secrets...), rd.secrets...) {
-		if s != "" && !strings.Contains(db.masked, s) && !strings.Contains(rd.masked, s) {
+	for _, s := range slices.Concat([]string{c.AdminToken}, db.secrets, rd.secrets, jwks.secrets) {
+		if s != "" && !slices.ContainsFunc(shown, func(m string) bool { return strings.Contains(m, s) }) {
 			keep = append(keep, s)
 		}
 	}

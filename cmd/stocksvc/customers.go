@@ -16,7 +16,7 @@ func logCustomerAuth(ctx context.Context, cfg config, log *slog.Logger) {
 	case identity.ModeToken:
 		source := slog.String("jwks_file", cfg.JWKSFile)
 		if cfg.JWKSURL != "" {
-			source = slog.String("jwks_url", maskDSN(cfg.JWKSURL))
+			source = slog.String("jwks_url", maskHTTPURL(cfg.JWKSURL))
 		}
 		log.InfoContext(ctx, "customer identity", slog.String("customer_auth", string(cfg.mode)), source,
 			slog.String("jwt_issuer", cfg.JWTIssuer), slog.String("jwt_audience", cfg.JWTAudience))
@@ -32,12 +32,14 @@ func logCustomerAuth(ctx context.Context, cfg config, log *slog.Logger) {
 // customerAuth builds what the API names customers with: in token mode a Verifier over the
 // configured keys (a JWKS URL fetched once within the start-up timeout), whose failures to
 // reload are logged as warnings while the keys read before stay in use. The returned close
-// stops the Verifier's refresh.
+// stops the Verifier's refresh. The errors it returns and logs show the JWKS URL masked: jwx,
+// httprc and net/http quote it whole, credentials included.
 func customerAuth(ctx context.Context, cfg config, log *slog.Logger) (stockhttp.CustomerAuth, func(), error) {
 	auth := stockhttp.CustomerAuth{Mode: cfg.mode, Header: cfg.CustomerHeader}
 	if cfg.mode != identity.ModeToken {
 		return auth, func() {}, nil
 	}
+	keysURL := parseHTTPURL(cfg.JWKSURL)
 	sctx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
 	defer cancel()
 	v, err := identity.NewVerifier(sctx, identity.Config{
@@ -48,11 +50,11 @@ func customerAuth(ctx context.Context, cfg config, log *slog.Logger) (stockhttp.
 		Refresh:  cfg.JWKSRefresh,
 		Leeway:   cfg.JWTLeeway,
 		OnError: func(err error) {
-			log.Warn("customer keys not reloaded; the keys read before stay in use", slog.Any("error", err))
+			log.Warn("customer keys not reloaded; the keys read before stay in use", slog.Any("error", keysURL.hideError(err, cfg.JWKSURL)))
 		},
 	})
 	if err != nil {
-		return auth, nil, fmt.Errorf("customer keys: %w", err)
+		return auth, nil, keysURL.hideError(fmt.Errorf("customer keys: %w", err), cfg.JWKSURL)
 	}
 	auth.Verifier = v
 	return auth, func() { _ = v.Close() }, nil

@@ -145,7 +145,7 @@ func serveEnv(t testing.TB, prefix string, extra map[string]string) map[string]s
 		"DATABASE_URL":          testenv.DatabaseURL(t),
 		"REDIS_URL":             testenv.RedisURL(t),
 		"STOCKSVC_REDIS_PREFIX": prefix,
-		"STOCKSVC_ADMIN_TOKEN":  "admin-secret-" + randomHex(t, 8),
+		"STOCKSVC_ADMIN_TOKEN":  "admin-secret-" + randomHex(t, 16),
 		"STOCKSVC_LOG_FORMAT":   "json",
 		"STOCKSVC_LOG_LEVEL":    "debug",
 		// The API's customers are named by the body here; TestRunTokenMode serves with tokens.

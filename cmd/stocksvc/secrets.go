@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -86,25 +87,123 @@ func maskURL(rest string) dsn {
 	b.WriteString(base)
 	if hasQuery {
 		b.WriteString("?")
-		for i, param := range strings.Split(query, "&") {
-			if i > 0 {
-				b.WriteString("&")
-			}
-			key, value, hasValue := strings.Cut(param, "=")
-			name, err := url.QueryUnescape(key)
-			if err != nil {
-				name = key
-			}
-			if !hasValue || value == "" || !isSecretKey(name) {
-				b.WriteString(param)
-				continue
-			}
-			b.WriteString(key + "=" + mask)
-			d.addSecret(value, url.QueryUnescape)
-		}
+		d.maskQuery(&b, query, func(name, _ string) bool { return isSecretKey(name) }, func(string, string) bool { return true })
 	}
 	d.masked = b.String()
 	return d
+}
+
+// maskQuery writes query to b with the value of each parameter that hide selects, by its
+// decoded name and its value, replaced by the mask (a parameter without "=" is all value, under
+// an empty name); scrub says which of the hidden values to remember as secrets.
+func (d *dsn) maskQuery(b *strings.Builder, query string, hide, scrub func(name, value string) bool) {
+	for i, param := range strings.Split(query, "&") {
+		if i > 0 {
+			b.WriteString("&")
+		}
+		key, value, hasValue := strings.Cut(param, "=")
+		if !hasValue {
+			key, value = "", param
+		}
+		name, err := url.QueryUnescape(key)
+		if err != nil {
+			name = key
+		}
+		if value == "" || !hide(name, value) {
+			b.WriteString(param)
+			continue
+		}
+		if hasValue {
+			b.WriteString(key + "=")
+		}
+		b.WriteString(mask)
+		if scrub(name, value) {
+			d.addSecret(value, url.QueryUnescape)
+		}
+	}
+}
+
+// parseHTTPURL takes apart an http(s) URL the service fetches (STOCKSVC_JWKS_URL), as
+// parseDSN does a connection string, but hides more: the whole user information, since the
+// user name of a URL fetched over HTTP is as often a token as a name, and the value of every
+// query parameter, since what a key server takes as a credential (access_token, api_key, a
+// signed URL's signature) is not always named as one. The scheme, host, port and path stay
+// readable. Text that is not such a URL is hidden whole.
+func parseHTTPURL(s string) dsn {
+	d := dsn{malformedAt: -1}
+	if s == "" {
+		return d
+	}
+	scheme, rest, ok := cutScheme(s)
+	if !ok {
+		d.hideFrom(new(strings.Builder), s, 0)
+		d.masked = mask
+		return d
+	}
+	d.scheme = scheme
+	var b strings.Builder
+	b.WriteString(scheme + "://")
+	// The user information ends at the last "@", as for maskURL: more hidden, never less.
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		userinfo := rest[:at]
+		user, password, _ := strings.Cut(userinfo, ":")
+		b.WriteString(mask + "@")
+		d.addSecret(userinfo, url.PathUnescape)
+		d.addSecret(user, url.PathUnescape)
+		d.addSecret(password, url.PathUnescape)
+		rest = rest[at+1:]
+	}
+	base, query, hasQuery := strings.Cut(rest, "?")
+	b.WriteString(base)
+	if hasQuery {
+		b.WriteString("?")
+		// Every value is hidden, a bare parameter whole (it may be the credential itself).
+		// Scrubbed from other text: a value whose name says credential, and any long enough to
+		// be one; a short value under another name (format=json) is masked here but not
+		// scrubbed, where it would garble every word it spells.
+		d.maskQuery(&b, query, func(string, string) bool { return true }, func(name, value string) bool {
+			return isCredentialParam(name) || len(value) >= minScrubbedQuery
+		})
+	}
+	d.masked = b.String()
+	return d
+}
+
+// minScrubbedQuery is the shortest value of a query parameter not named as a credential that
+// parseHTTPURL has scrubbed from free text: any credential worth the name is longer.
+const minScrubbedQuery = 8
+
+// isCredentialParam reports whether a query parameter of a URL fetched over HTTP is named as a
+// credential: what isSecretKey finds, and any key, signature, credential, auth or session.
+func isCredentialParam(name string) bool {
+	n := strings.ToLower(name)
+	return isSecretKey(n) || slices.ContainsFunc([]string{"key", "sig", "cred", "auth", "session"}, func(w string) bool { return strings.Contains(n, w) })
+}
+
+// maskHTTPURL returns the URL s with its user information and query values hidden.
+func maskHTTPURL(s string) string { return parseHTTPURL(s).masked }
+
+// hide replaces raw, the value d was parsed from, wherever text quotes it, by the masked form,
+// then scrubs the secrets left: errors and log lines of the libraries that use a URL quote it
+// whole, as written or with Go's quoting.
+func (d dsn) hide(text, raw string) string {
+	if raw != "" {
+		quoted := strconv.Quote(raw)
+		text = strings.ReplaceAll(text, quoted[1:len(quoted)-1], d.masked)
+		text = strings.ReplaceAll(text, raw, d.masked)
+	}
+	return newRedactor(d.secrets).scrub(text)
+}
+
+// hideError is hide for an error's text; errors.Is and errors.As still see err's chain.
+func (d dsn) hideError(err error, raw string) error {
+	if err == nil {
+		return nil
+	}
+	if text := d.hide(err.Error(), raw); text != err.Error() {
+		return scrubbedError{err: err, text: text}
+	}
+	return err
 }
 
 // maskKeywordValue hides the secret settings of the key=value form: "host=db password=s3cret"

@@ -7,15 +7,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stocksvc/stocksvc/internal/identity/identitytest"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
@@ -146,12 +150,12 @@ func TestConfigSecretsInPlainSight(t *testing.T) {
 	t.Parallel()
 	c, _, err := loadConfig(nil, envOf(map[string]string{
 		"DATABASE_URL":         "postgres://postgres:postgres@127.0.0.1:5432/stocksvc?sslmode=disable",
-		"STOCKSVC_ADMIN_TOKEN": "tok-Secret-77-abcd",
+		"STOCKSVC_ADMIN_TOKEN": "tok-Secret-77-8faab3cccff97e5a",
 	}), io.Discard)
 	if err != nil {
 		t.Fatalf("loadConfig: %v", err)
 	}
-	if got := c.secrets(); !slices.Equal(got, []string{"tok-Secret-77-abcd"}) {
+	if got := c.secrets(); !slices.Equal(got, []string{"tok-Secret-77-8faab3cccff97e5a"}) {
 		t.Errorf("secrets() = %q, want only the admin token", got)
 	}
 	var buf bytes.Buffer
@@ -179,25 +183,25 @@ func TestLoadConfigSecretFiles(t *testing.T) {
 	env := map[string]string{
 		"DATABASE_URL_FILE":         writeSecret(t, "postgres://shop:file-Pa55@db.example/shop\n"),
 		"REDIS_URL_FILE":            writeSecret(t, "  redis://:file-Redis@cache.example:6379/2\r\n"),
-		"STOCKSVC_ADMIN_TOKEN_FILE": writeSecret(t, "file-admin-token\n"),
+		"STOCKSVC_ADMIN_TOKEN_FILE": writeSecret(t, "file-admin-token-8faab3cccff97e5a\n"),
 	}
 	c, _, err := loadConfig(nil, envOf(env), io.Discard)
 	if err != nil {
 		t.Fatalf("loadConfig: %v", err)
 	}
-	if c.DatabaseURL != "postgres://shop:file-Pa55@db.example/shop" || c.RedisURL != "redis://:file-Redis@cache.example:6379/2" || c.AdminToken != "file-admin-token" {
+	if c.DatabaseURL != "postgres://shop:file-Pa55@db.example/shop" || c.RedisURL != "redis://:file-Redis@cache.example:6379/2" || c.AdminToken != "file-admin-token-8faab3cccff97e5a" {
 		t.Errorf("from files: database %q, redis %q, token %q", c.DatabaseURL, c.RedisURL, c.AdminToken)
 	}
 	line, _ := logLine(t, c)
-	for _, s := range []string{"file-Pa55", "file-Redis", "file-admin-token"} {
+	for _, s := range []string{"file-Pa55", "file-Redis", "file-admin-token-8faab3cccff97e5a"} {
 		if strings.Contains(line, s) {
 			t.Errorf("secret %q read from a file appears in the start-up line: %s", s, line)
 		}
 	}
 
 	// A flag still wins over both.
-	c, _, err = loadConfig([]string{"-admin-token", "flag-token-0123456"}, envOf(map[string]string{"STOCKSVC_ADMIN_TOKEN_FILE": "/nonexistent/token"}), io.Discard)
-	if err != nil || c.AdminToken != "flag-token-0123456" {
+	c, _, err = loadConfig([]string{"-admin-token", "flag-token-5f0c1e2d3b4a6978"}, envOf(map[string]string{"STOCKSVC_ADMIN_TOKEN_FILE": "/nonexistent/token"}), io.Discard)
+	if err != nil || c.AdminToken != "flag-token-5f0c1e2d3b4a6978" {
 		t.Errorf("flag over an unreadable file: token %q, err %v; want the flag's value", c.AdminToken, err)
 	}
 
@@ -404,7 +408,7 @@ func TestRunLogsNoSecrets(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			pgPass, redisPass, token := "Pg-"+randomHex(t, 6), "Rd-"+randomHex(t, 6), "Tok-"+randomHex(t, 6)
+			pgPass, redisPass, token := "Pg-"+randomHex(t, 6), "Rd-"+randomHex(t, 6), "Tok-"+randomHex(t, 16)
 			env := serveEnv(t, "stocksvc-secrets:"+randomHex(t, 4)+":", tt.env(pgPass, redisPass))
 			env["STOCKSVC_ADMIN_TOKEN"] = token
 			env["STOCKSVC_STARTUP_TIMEOUT"] = "1s"
@@ -472,5 +476,210 @@ func TestMigratorURL(t *testing.T) {
 		if got := migratorURL(tt.in); got != tt.want {
 			t.Errorf("migratorURL(%q)\n got %q\nwant %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestMaskHTTPURL: the JWKS URL is shown with its whole user information and every query
+// value hidden, the rest readable; the hidden values are reported for scrubbing, but for a
+// short one under a name that says nothing of a credential.
+func TestMaskHTTPURL(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		in       string
+		want     string
+		secrets  []string // each must be hidden, and reported for scrubbing
+		shownNot []string // hidden, and not scrubbed from other text
+	}{
+		{"plain", "https://id.example/.well-known/jwks.json", "https://id.example/.well-known/jwks.json", nil, nil},
+		{"user and password", "https://jwks-user:jwks-Pa55@id.example:8443/jwks", "https://xxxxx@id.example:8443/jwks", []string{"jwks-user", "jwks-Pa55", "jwks-user:jwks-Pa55"}, nil},
+		{"a token as the user", "https://ghp-Token-0123456789@id.example/jwks", "https://xxxxx@id.example/jwks", []string{"ghp-Token-0123456789"}, nil},
+		{"percent-encoded password", "https://u:p%40ss-W0rd-X@id.example/jwks", "https://xxxxx@id.example/jwks", []string{"p%40ss-W0rd-X", "p@ss-W0rd-X"}, nil},
+		{"access_token", "https://id.example/jwks?access_token=at-Secret-42", "https://id.example/jwks?access_token=xxxxx", []string{"at-Secret-42"}, nil},
+		{"any query value", "https://bucket.example/jwks.json?X-Amz-Credential=AKIA0123456789%2F2026&X-Amz-Signature=0f1e2d3c4b5a6978&format=json",
+			"https://bucket.example/jwks.json?X-Amz-Credential=xxxxx&X-Amz-Signature=xxxxx&format=xxxxx",
+			[]string{"AKIA0123456789%2F2026", "AKIA0123456789/2026", "0f1e2d3c4b5a6978"}, []string{"json"}},
+		{"a bare parameter", "https://id.example/jwks?bare-Secret-77", "https://id.example/jwks?xxxxx", []string{"bare-Secret-77"}, nil},
+		{"short value named as a credential", "https://id.example/jwks?api_key=ab12&sig=cd34&v=k1", "https://id.example/jwks?api_key=xxxxx&sig=xxxxx&v=xxxxx", []string{"ab12", "cd34"}, []string{"k1"}},
+		{"everything", "http://svc:basic-Pa55@127.0.0.1:9999/keys?token=tok-Query-9&v=2", "http://xxxxx@127.0.0.1:9999/keys?token=xxxxx&v=xxxxx",
+			[]string{"basic-Pa55", "tok-Query-9"}, []string{"2"}},
+		{"not a URL", "id.example/jwks?access_token=x", "xxxxx", []string{"id.example/jwks?access_token=x"}, nil},
+		{"empty", "", "", nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d := parseHTTPURL(tt.in)
+			if d.masked != tt.want {
+				t.Errorf("parseHTTPURL(%q)\n got %q\nwant %q", tt.in, d.masked, tt.want)
+			}
+			for _, s := range tt.secrets {
+				if strings.Contains(d.masked, s) {
+					t.Errorf("secret %q shown in %q", s, d.masked)
+				}
+				if !slices.Contains(d.secrets, s) {
+					t.Errorf("secret %q not reported for scrubbing: %q", s, d.secrets)
+				}
+			}
+			for _, s := range tt.shownNot {
+				if slices.Contains(d.secrets, s) {
+					t.Errorf("%q reported for scrubbing: it would garble every line that spells it", s)
+				}
+			}
+		})
+	}
+}
+
+// TestJWKSURLSecrets: the JWKS URL's credentials are masked in the configuration line and
+// scrubbed from every other line, and an error that quotes the URL whole, as jwx, httprc and
+// net/http do, shows it masked.
+func TestJWKSURLSecrets(t *testing.T) {
+	t.Parallel()
+	raw := "https://jwks-user:jwks-Pa55-0@id.example/jwks?access_token=at-Secret-42&format=json"
+	c, _, err := loadConfig(nil, envOf(map[string]string{"STOCKSVC_JWKS_URL": raw}), io.Discard)
+	if err != nil {
+		t.Fatalf("loadConfig: %v", err)
+	}
+	for _, s := range []string{"jwks-user", "jwks-Pa55-0", "at-Secret-42"} {
+		if !slices.Contains(c.secrets(), s) {
+			t.Errorf("secrets() = %q, want %q among them", c.secrets(), s)
+		}
+	}
+	var buf bytes.Buffer
+	log := newLogger(c, &buf, newRedactor(c.secrets()))
+	log.Info("starting", c.logAttrs()...)
+	log.Warn("customer keys not reloaded", slog.Any("error", fmt.Errorf("JWKS URL refresh: %w",
+		errors.New(`Get "https://jwks-user:***@id.example/jwks?access_token=at-Secret-42&format=json": dial tcp: connection refused`))))
+	out := buf.String()
+	for _, s := range []string{"jwks-user", "jwks-Pa55-0", "at-Secret-42"} {
+		if strings.Contains(out, s) {
+			t.Errorf("%q in the log:\n%s", s, out)
+		}
+	}
+	if !strings.Contains(out, `"jwks_url":"https://xxxxx@id.example/jwks?access_token=xxxxx&format=xxxxx"`) || !strings.Contains(out, `&format=json`) {
+		t.Errorf("the configuration line is not masked and otherwise readable:\n%s", out)
+	}
+
+	sentinel := errors.New("first fetch failed")
+	hidden := parseHTTPURL(raw).hideError(fmt.Errorf("customer keys: JWKS URL %s: %w; fetching %q", raw, sentinel, raw), raw)
+	const want = `customer keys: JWKS URL https://xxxxx@id.example/jwks?access_token=xxxxx&format=xxxxx: first fetch failed; fetching "https://xxxxx@id.example/jwks?access_token=xxxxx&format=xxxxx"`
+	if hidden.Error() != want || !errors.Is(hidden, sentinel) {
+		t.Errorf("hideError = %q (Is the cause: %v)\nwant %q with the chain kept", hidden, errors.Is(hidden, sentinel), want)
+	}
+}
+
+// TestLoadConfigBadJWKSURL: a JWKS URL refused while the configuration is read is shown
+// masked in the error run prints, before any log exists to scrub it.
+func TestLoadConfigBadJWKSURL(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{
+		"ftp://jwks-user:jwks-Pa55-0@id.example/jwks?access_token=at-Secret-42",
+		"https://jwks-user:jwks-Pa55-0@id example/jwks?access_token=at-Secret-42",
+		"https://jwks-user:jwks-Pa55-0@/jwks?access_token=at-Secret-42",
+	} {
+		_, _, err := loadConfig(nil, envOf(map[string]string{"STOCKSVC_JWKS_URL": raw}), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "STOCKSVC_JWKS_URL") {
+			t.Errorf("loadConfig with STOCKSVC_JWKS_URL=%s = %v, want it refused", raw, err)
+			continue
+		}
+		for _, s := range []string{"jwks-user", "jwks-Pa55-0", "at-Secret-42"} {
+			if strings.Contains(err.Error(), s) {
+				t.Errorf("error shows %q: %v", s, err)
+			}
+		}
+	}
+}
+
+// TestRunLogsNoJWKSURLSecrets serves in token mode with credentials in STOCKSVC_JWKS_URL (a
+// user and password, an access_token, a signature) against a key server of the test's own,
+// and checks every line written, and run's error, for them: when the first fetch fails (the
+// `exiting` line), when nothing listens, and when a refresh fails after a good start (the
+// warning that the keys read before stay in use). jwx, httprc and net/http quote the URL in
+// their errors.
+func TestRunLogsNoJWKSURLSecrets(t *testing.T) {
+	t.Parallel()
+	is, err := identitytest.NewIssuer("https://id.test", "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, password, token, sig := "ku-"+randomHex(t, 6), "Kp-"+randomHex(t, 6), "At-"+randomHex(t, 6), "Sg-"+randomHex(t, 6)
+	var broken atomic.Bool
+	keys := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, _ := r.BasicAuth()
+		if broken.Load() || u != user || p != password || r.URL.Query().Get("access_token") != token || r.URL.Query().Get("sig") != sig {
+			http.Error(w, "no keys for you", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(is.JWKS())
+	}))
+	t.Cleanup(keys.Close)
+	withCredentials := func(base string) string {
+		u, err := url.Parse(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.UserPassword(user, password)
+		u.Path = "/jwks"
+		u.RawQuery = url.Values{"access_token": {token}, "sig": {sig}}.Encode()
+		return u.String()
+	}
+	secrets := []string{user, password, token, sig}
+
+	tests := []struct {
+		name      string
+		url       string
+		breakKeys bool // the first fetch fails
+		wantWarn  bool // start, then fail a refresh
+	}{
+		{name: "first fetch refused", url: withCredentials(keys.URL), breakKeys: true},
+		{name: "nothing listening", url: withCredentials(fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t)))},
+		{name: "refresh fails", url: withCredentials(keys.URL), wantWarn: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Not parallel: the cases share the key server's state.
+			broken.Store(tt.breakKeys)
+			_, prefix := testenv.Redis(t)
+			env := serveEnv(t, prefix, map[string]string{
+				"STOCKSVC_CUSTOMER_AUTH":   "token",
+				"STOCKSVC_JWKS_URL":        tt.url,
+				"STOCKSVC_JWKS_REFRESH":    "1s",
+				"STOCKSVC_JWT_ISSUER":      "https://id.test",
+				"STOCKSVC_JWT_AUDIENCE":    "shop",
+				"STOCKSVC_STARTUP_TIMEOUT": "3s",
+				"STOCKSVC_SHUTDOWN_DELAY":  "0s",
+			})
+			in := launch(t, env)
+			wctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+			defer cancel()
+			if tt.wantWarn {
+				if _, err := in.Logs.wait(wctx, in.done, "customer identity"); err != nil {
+					t.Fatalf("%v; logs:\n%s", err, in.Logs)
+				}
+				broken.Store(true)
+				if _, err := in.Logs.wait(wctx, in.done, "customer keys not reloaded; the keys read before stay in use"); err != nil {
+					t.Fatalf("%v; logs:\n%s", err, in.Logs)
+				}
+			} else if _, err := in.Logs.wait(wctx, in.done, "exiting"); err != nil {
+				t.Fatalf("%v; logs:\n%s", err, in.Logs)
+			}
+			runErr := in.stop(t)
+			output := in.Logs.String()
+			if runErr != nil {
+				output += "\nrun: " + runErr.Error()
+			}
+			for _, s := range secrets {
+				if strings.Contains(output, s) {
+					t.Errorf("secret %q written:\n%s", s, output)
+				}
+			}
+			if rec, ok := in.Logs.find("customer identity"); !ok || !strings.Contains(fmt.Sprint(rec["jwks_url"]), "xxxxx@127.0.0.1:") {
+				t.Errorf("customer identity line %v, want the JWKS URL masked and otherwise readable", rec)
+			}
+			if tt.wantWarn == (runErr != nil) {
+				t.Errorf("run = %v; want an error only when start-up failed; logs:\n%s", runErr, output)
+			}
+		})
 	}
 }

@@ -374,11 +374,11 @@ func (l *listeners) serve(g *errgroup.Group, h http.Handler) {
 
 // route switches the listeners from the start-up answers to the API: the whole of it on the
 // admin listener, the public part on the public one; everything on the public one when there
-// is no admin listener.
+// is no admin listener, /metrics there behind the admin token as the admin routes are.
 func (l *listeners) route(api *stockhttp.Server) {
 	if l.admin != nil {
 		l.public.handler.set(api.Public())
-		l.admin.handler.set(api)
+		l.admin.handler.set(api.Admin())
 		return
 	}
 	l.public.handler.set(api)

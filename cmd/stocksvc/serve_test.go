@@ -63,9 +63,13 @@ func TestRunServesAndStops(t *testing.T) {
 		t.Errorf("order beyond the stock: status %d, want %d: %s", res.Status, http.StatusConflict, res.Body)
 	}
 
+	// /metrics on the only listener is the admin's: a scrape runs queries (issue #31).
+	if res := in.call(t, http.MethodGet, "/metrics", nil, nil); res.Status != http.StatusUnauthorized {
+		t.Errorf("GET /metrics without the admin token: status %d, want 401: %.300s", res.Status, res.Body)
+	}
 	// The idempotency keys are purged as the replica starts, and the metrics say when.
 	eventually(t, 10*time.Second, func() (bool, string) {
-		res := in.call(t, http.MethodGet, "/metrics", nil, nil)
+		res := in.call(t, http.MethodGet, "/metrics", nil, http.Header{"Authorization": {"Bearer " + token}})
 		const gauge = "stocksvc_idempotency_purge_last_success_timestamp_seconds "
 		for line := range strings.Lines(string(res.Body)) {
 			if v, ok := strings.CutPrefix(line, gauge); ok {

@@ -132,7 +132,7 @@ func TestBinaryShutdownWithinBudget(t *testing.T) {
 			const budget = 3 * time.Second
 			rdb, prefix := testenv.Redis(t)
 			port := testenv.FreePort(t)
-			token := "admin-" + randomHex(t, 8)
+			token := "admin-" + randomHex(t, 16)
 			var stderr lockedBuffer
 			cmd := exec.Command(bin)
 			cmd.Env = []string{

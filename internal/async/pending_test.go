@@ -88,11 +88,17 @@ func TestOldestPendingPerLine(t *testing.T) {
 		t.Fatalf("age the cart: %v", err)
 	}
 
-	got := testenv.Samples(t, r.registry, "stocksvc_async_oldest_pending_seconds", "product_id")
 	want := map[string]float64{"cart": 5000}
 	for i := 3; i < 12; i++ { // the nine oldest products' lines
 		want[strconv.FormatInt(products[i], 10)] = float64(100 * (i + 1))
 	}
+	// The gauges read from Postgres are computed at most once a second: the scrape above
+	// answers for a second.
+	var got map[string]float64
+	testenv.Poll(t, 10*time.Second, "the pending lines to be exported", func() bool {
+		got = testenv.Samples(t, r.registry, "stocksvc_async_oldest_pending_seconds", "product_id")
+		return len(got) > 0
+	})
 	if len(got) != len(want) {
 		t.Errorf("%d lines exported, want %d: %v", len(got), len(want), got)
 	}

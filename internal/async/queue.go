@@ -112,7 +112,7 @@ func New(pool *pgxpool.Pool, svc *stock.Service, cfg Config) (*Queue, error) {
 	cfg = cfg.withDefaults()
 	q := &Queue{pool: pool, accepted: stockpg.NewAccepted(pool, stockpg.Reasons{SoldOut: string(ReasonSoldOut), Internal: string(ReasonInternal)}), svc: svc, cfg: cfg}
 	q.acceptor.q, q.acceptor.limit = q, cfg.AcceptQueue
-	q.metrics = newMetrics(cfg.Registerer, q.pendingCount, q.openHolds, q.oldestPending)
+	q.metrics = newMetrics(cfg.Registerer, time.Now, q.pendingCount, q.openHolds, q.oldestPending)
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &drainWorker{q: q}); err != nil {
 		return nil, fmt.Errorf("async: add drain worker: %w", err)

@@ -176,7 +176,7 @@ func TestPlaceOrderMalformed(t *testing.T) {
 		{name: "body is null", body: `null`},
 		{name: "body is null with spaces", body: ` null `},
 		{name: "unknown field", body: `{"customer_id": "c", "coupon": "FREE", "items": []}`, wantField: "coupon"},
-		{name: "unknown item field", body: `{"customer_id": "c", "items": [{"product_id": 1, "quantity": 1, "price": 0}]}`, wantField: "price"},
+		{name: "unknown item field", body: `{"customer_id": "c", "items": [{"product_id": 1, "quantity": 1, "price": 0}]}`, wantField: "items.price"},
 		{name: "trailing object", body: valid + `{}`},
 		{name: "trailing garbage", body: valid + ` x`},
 		{name: "empty body", body: ``},

@@ -8,13 +8,14 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 )
 
 // decodeJSON reads the request body into dst, strictly: JSON only, exactly one object (not
-// null, not an array), no unknown fields, no name twice in one object, no trailing data, at
-// most the server's body limit.
+// null, not an array), no name that is not exactly one of dst's fields, no name twice in one
+// object, no trailing data, at most the server's body limit.
 func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	// The plain value, which almost every client sends, needs no parsing (nor its map).
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
@@ -32,7 +33,7 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) err
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	if err != nil {
-		return s.decodeError(err)
+		return decodeError(err)
 	}
 	// encoding/json would quietly turn invalid UTF-8 into U+FFFD and store what was not sent.
 	if !utf8.Valid(body) {
@@ -42,7 +43,7 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) err
 	// malformed, not an object with every field empty.
 	if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] != '{' {
 		if err := json.Unmarshal(body, new(any)); err != nil {
-			return s.decodeError(err)
+			return decodeError(err)
 		}
 		return badRequest("malformed-json", "the body must be a JSON object")
 	}
@@ -51,21 +52,30 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, dst any) err
 	if f, ok := dst.(fastDecoder); ok && f.decodeFast(body) {
 		return nil
 	}
+	return decodeGeneral(body, dst)
+}
+
+// decodeGeneral is decodeJSON's general path, for a body that is valid UTF-8: its names first
+// (checkNames: encoding/json would read a name that is not exactly a field's, and keep the
+// last of two), then encoding/json's decode, then nothing after the object.
+func decodeGeneral(body []byte, dst any) error {
+	if err := checkNames(body, reflect.TypeOf(dst)); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
+	// checkNames refused every name that is not one of dst's fields; this stays a second
+	// line behind it, should a type ever hold a field it cannot see into.
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		return s.decodeError(err)
+		return decodeError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return badRequest("malformed-json", "the body must hold a single JSON object and nothing after it")
 	}
-	if name, ok := duplicateKey(body); ok {
-		return &requestError{code: "malformed-json", detail: fmt.Sprintf("field %s appears twice in one object", name), field: name}
-	}
 	return nil
 }
 
-func (s *Server) decodeError(err error) error {
+func decodeError(err error) error {
 	var (
 		syntax    *json.SyntaxError
 		typeErr   *json.UnmarshalTypeError

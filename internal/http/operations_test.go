@@ -131,7 +131,7 @@ func TestMetrics(t *testing.T) {
 	wantJSON(t, postOrder(t, in.URL, newOrder("c", orderItem{id, 1}), nil), http.StatusCreated, nil)
 	wantProblem(t, call(t, request{Method: http.MethodGet, URL: in.URL + "/nope"}), "not-found", "/nope")
 
-	res := call(t, request{Method: http.MethodGet, URL: in.URL + "/metrics"})
+	res := call(t, request{Method: http.MethodGet, URL: in.URL + "/metrics", Header: adminHeader()})
 	if res.Status != http.StatusOK {
 		t.Fatalf("status = %d, want 200: %s", res.Status, res.Body)
 	}

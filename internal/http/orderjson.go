@@ -4,11 +4,12 @@ import "math"
 
 // An order's body is small and almost always has one shape: {"customer_id": "...", "items":
 // [{"product_id": N, "quantity": N}, ...]}. decodeJSON's general path reads a body twice —
-// encoding/json's decode, then duplicateKey's tokenizer, which it needs because encoding/json
-// keeps the last of two equal names — and the two cost more of a replica's CPU per order than
-// the purchase's own decision (issue #24). decodeFast reads that shape in one pass, duplicates
-// included, and declines everything else: the general path then decodes the body and words the
-// problem, so that what a client is told never depends on which path read its body.
+// checkNames's tokenizer, which it needs because encoding/json matches names regardless of
+// case and keeps the last of two, then encoding/json's decode — and the two cost more of a
+// replica's CPU per order than the purchase's own decision (issue #24). decodeFast reads that
+// shape in one pass, names and duplicates included, and declines everything else: the general
+// path then decodes the body and words the problem, so that what a client is told never
+// depends on which path read its body.
 
 // fastDecoder is a request body that can read its usual shape in one pass.
 type fastDecoder interface {
@@ -19,8 +20,8 @@ type fastDecoder interface {
 	decodeFast(body []byte) bool
 }
 
-// decodeFast accepts the order's names spelled exactly (encoding/json would also take other
-// cases of them), strings without escapes, and integers without fraction or exponent; it
+// decodeFast accepts the order's names spelled exactly (any other spelling is the general
+// path's to refuse), strings without escapes, and integers without fraction or exponent; it
 // declines null, escapes, and anything it does not know.
 func (r *placeOrderRequest) decodeFast(body []byte) bool {
 	d := fastJSON{b: body}

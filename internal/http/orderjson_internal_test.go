@@ -1,10 +1,6 @@
 package stockhttp
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"io"
 	"reflect"
 	"testing"
 	"unicode/utf8"
@@ -14,18 +10,8 @@ import (
 // agree with whenever it accepts a body.
 func generalDecode(body []byte) (placeOrderRequest, bool) {
 	var r placeOrderRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		return r, false
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return r, false
-	}
-	if _, dup := duplicateKey(body); dup {
-		return r, false
-	}
-	return r, true
+	err := decodeGeneral(body, &r)
+	return r, err == nil
 }
 
 // orderBodies are the seeds of both tests: the shapes clients send, and the edges where the

@@ -55,7 +55,7 @@ type problemType struct {
 
 var problemTypes = map[string]problemType{
 	"invalid-request":        {422, "Invalid request", "A field breaks a rule; `field` names it and `detail` says which rule."},
-	"malformed-json":         {400, "Malformed JSON", "The body is not a JSON object of the expected shape: a syntax error, a wrong type, an unknown field, or trailing data."},
+	"malformed-json":         {400, "Malformed JSON", "The body is not a JSON object of the expected shape: a syntax error, a wrong type, an unknown field (names are case-sensitive: any name that is not exactly a field's), a field twice in one object, or trailing data."},
 	"unsupported-media-type": {415, "Unsupported media type", "Request bodies must be sent as Content-Type: application/json."},
 	"body-too-large":         {413, "Body too large", "Request bodies are limited to 1 MiB."},
 	"unauthorized":           {401, "Unauthorized", "Admin routes need Authorization: Bearer <STOCKSVC_ADMIN_TOKEN>."},

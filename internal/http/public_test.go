@@ -54,8 +54,49 @@ func TestPublicLeavesOutAdminAndMetrics(t *testing.T) {
 
 	// The full API still has everything, and its metrics saw the public requests too: both
 	// listeners serve one Server.
-	metrics := call(t, request{Method: http.MethodGet, URL: in.URL + "/metrics"})
+	metrics := call(t, request{Method: http.MethodGet, URL: in.URL + "/metrics", Header: adminHeader()})
 	if metrics.Status != http.StatusOK || !strings.Contains(string(metrics.Body), `stocksvc_http_requests_total{code="201",method="POST",route="/v1/orders"}`) {
 		t.Errorf("GET /metrics on the full API: status %d, want 200 counting the public order:\n%.2000s", metrics.Status, metrics.Body)
 	}
+}
+
+// TestMetricsWhereAdminsAre: /metrics is no public read (a scrape runs Postgres queries). On
+// the only listener (ServeHTTP) it needs the admin token, as the admin routes do; on a
+// listener of operators (Admin) it answers without one while the admin routes still need it;
+// on the public listener (Public) it does not exist.
+func TestMetricsWhereAdminsAre(t *testing.T) {
+	t.Parallel()
+	in := newFakeInstance(t, fakeOptions{})
+	admin := httptest.NewServer(in.API.Admin())
+	t.Cleanup(admin.Close)
+	public := httptest.NewServer(in.API.Public())
+	t.Cleanup(public.Close)
+	wrong := map[string]string{"Authorization": "Bearer not-" + adminToken}
+
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		for _, header := range []map[string]string{nil, wrong} {
+			res := call(t, request{Method: method, URL: in.URL + "/metrics", Header: header})
+			if res.Status != http.StatusUnauthorized || res.Header.Get("WWW-Authenticate") != `Bearer realm="stocksvc admin"` {
+				t.Errorf("%s /metrics on the only listener with %v: status %d, WWW-Authenticate %q; want 401 asking for the admin token",
+					method, header, res.Status, res.Header.Get("WWW-Authenticate"))
+			}
+		}
+		if res := call(t, request{Method: method, URL: in.URL + "/metrics", Header: adminHeader()}); res.Status != http.StatusOK {
+			t.Errorf("%s /metrics on the only listener with the admin token: status %d, want 200", method, res.Status)
+		}
+		if res := call(t, request{Method: method, URL: admin.URL + "/metrics"}); res.Status != http.StatusOK {
+			t.Errorf("%s /metrics on the admin listener without a token: status %d, want 200", method, res.Status)
+		}
+		if res := call(t, request{Method: method, URL: public.URL + "/metrics", Header: adminHeader()}); res.Status != http.StatusNotFound {
+			t.Errorf("%s /metrics on the public listener: status %d, want 404", method, res.Status)
+		}
+	}
+	wantProblem(t, call(t, request{Method: http.MethodGet, URL: in.URL + "/metrics"}), "unauthorized", "/metrics")
+	// The admin listener leaves only /metrics open.
+	wantProblem(t, call(t, request{Method: http.MethodPost, URL: admin.URL + "/v1/products",
+		Body: map[string]any{"sku": "x", "name": "x", "stock": 1}, Invalid: true}), "unauthorized", "/v1/products")
+
+	// Without an admin token the admin routes are off, and /metrics on the only listener with them.
+	off := newFakeInstance(t, fakeOptions{adminToken: "-"})
+	wantProblem(t, call(t, request{Method: http.MethodGet, URL: off.URL + "/metrics"}), "admin-disabled", "/metrics")
 }

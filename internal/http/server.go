@@ -103,7 +103,8 @@ type Server struct {
 	metrics     *httpMetrics
 	draining    atomic.Bool
 	unready     atomic.Bool // the last readiness check failed
-	router      *chi.Mux    // every route
+	router      *chi.Mux    // every route, /metrics behind the admin token
+	admin       *chi.Mux    // every route, /metrics open: for a listener of operators only
 	public      *chi.Mux    // every route but the admin ones and /metrics
 }
 
@@ -142,20 +143,29 @@ func New(cfg Config) *Server {
 	if cfg.AdminToken != "" {
 		s.adminDigest = digest(cfg.AdminToken)
 	}
-	s.router = s.routes(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}), true)
-	s.public = s.routes(nil, false)
+	metrics := promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
+	s.router = s.routes(metrics, onlyListener)
+	s.admin = s.routes(metrics, adminListener)
+	s.public = s.routes(nil, publicListener)
 	return s
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler: the whole API, for a replica's only listener, which
+// clients reach. /metrics there needs the admin token, like the admin routes: a scrape runs
+// Postgres queries, and it is no public read (issue #31).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.router.ServeHTTP(w, r)
 }
 
+// Admin returns the whole API for a listener that only operators and Prometheus reach, when
+// clients are served Public on another: the admin routes need the admin token as everywhere,
+// and /metrics answers without it, as a Prometheus on the operators' network scrapes it.
+func (s *Server) Admin() http.Handler { return s.admin }
+
 // Public returns the API without the admin routes and /metrics, for a listener that clients
-// reach, when the Server itself is served on a listener that only operators and Prometheus
-// reach. On Public those routes do not exist (404 not-found), so a public balancer cannot
-// expose them by mistake.
+// reach, when Admin is served on a listener that only operators and Prometheus reach. On
+// Public those routes do not exist (404 not-found), so a public balancer cannot expose them
+// by mistake.
 func (s *Server) Public() http.Handler { return s.public }
 
 // StartDraining makes /readyz answer 503 from now on, so that a load balancer stops sending
@@ -164,9 +174,19 @@ func (s *Server) StartDraining() {
 	s.draining.Store(true)
 }
 
-// routes is the one place where the middleware stack and the routes are defined. Without
-// admin, the admin routes and metricsHandler are left out.
-func (s *Server) routes(metricsHandler http.Handler, admin bool) *chi.Mux {
+// listener is what a router is built for.
+type listener int
+
+const (
+	onlyListener   listener = iota // every route; /metrics needs the admin token
+	adminListener                  // every route; /metrics open (operators only reach it)
+	publicListener                 // no admin route and no /metrics
+)
+
+// routes is the one place where the middleware stack and the routes are defined, for the
+// listener l. Without the admin routes (publicListener), metricsHandler is left out too.
+func (s *Server) routes(metricsHandler http.Handler, l listener) *chi.Mux {
+	admin := l != publicListener
 	r := chi.NewRouter()
 	// GetHead answers HEAD on every GET route, as HTTP requires.
 	r.Use(s.withRequestID, s.withAccessLog, s.withRecover, middleware.GetHead)
@@ -190,7 +210,10 @@ func (s *Server) routes(metricsHandler http.Handler, admin bool) *chi.Mux {
 
 	r.Get("/healthz", s.handleHealth)
 	r.Get("/readyz", s.handleReady)
-	if admin {
+	switch l {
+	case onlyListener:
+		r.With(s.requireAdmin).Method(http.MethodGet, "/metrics", metricsHandler)
+	case adminListener:
 		r.Method(http.MethodGet, "/metrics", metricsHandler)
 	}
 	r.Get("/problems/{code}", s.handleProblemType)

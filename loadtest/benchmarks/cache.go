@@ -172,7 +172,7 @@ func (h *harness) cache(ctx context.Context, o CacheOptions) error {
 		MaxIdleConns: readers, MaxIdleConnsPerHost: readers, IdleConnTimeout: time.Minute}}
 	defer b.client.CloseIdleConnections()
 
-	if s, err := scrapeViews(ctx, c.ReplicaPorts()); err != nil {
+	if s, err := scrapeViews(ctx, c); err != nil {
 		return err
 	} else if missing := missingMetrics(s); len(missing) > 0 {
 		h.Printf("[cache] warning: the replicas export no %s: this build has no view cache, and those figures will be absent\n", strings.Join(missing, ", "))
@@ -419,7 +419,7 @@ func (b *cacheBench) sample(ctx context.Context, background *cluster.Proc) (cach
 	if background != nil {
 		s.cpu["load generator"] += procCPU(background.Pid())
 	}
-	if s.view, err = scrapeViews(ctx, b.c.ReplicaPorts()); err != nil {
+	if s.view, err = scrapeViews(ctx, b.c); err != nil {
 		return s, err
 	}
 	s.buyers = s.view.outcomes["confirmed"]

@@ -141,11 +141,11 @@ func (a viewStats) has(names ...string) bool {
 	return true
 }
 
-// scrapeViews sums viewStats over the replicas listening on ports.
-func scrapeViews(ctx context.Context, ports []int) (viewStats, error) {
+// scrapeViews sums viewStats over c's replicas.
+func scrapeViews(ctx context.Context, c *cluster.Cluster) (viewStats, error) {
 	var sum viewStats
-	for i, port := range ports {
-		families, err := cluster.ScrapeFamilies(ctx, port)
+	for i, port := range c.ReplicaPorts() {
+		families, err := cluster.ScrapeFamilies(ctx, port, c.Token)
 		if err != nil {
 			return viewStats{}, fmt.Errorf("scrape :%d: %w", port, err)
 		}

@@ -34,12 +34,13 @@ type deployment struct {
 	replicas []*cluster.Proc // their CPU is the "replicas" row
 	balancer *cluster.Proc
 	metrics  []int    // replicas' ports whose batch histograms are read (none for the reference)
+	token    string   // the admin token the replicas' /metrics asks for
 	servers  *servers // nil: every postgres and redis-server process on the machine
 }
 
 // serviceDeployment is the service's replicas and balancer.
 func serviceDeployment(c *cluster.Cluster, srv *servers) *deployment {
-	d := &deployment{name: "stocksvc", front: c.Front, dir: c.Dir, balancer: c.Balancer, metrics: c.ReplicaPorts(), servers: srv}
+	d := &deployment{name: "stocksvc", front: c.Front, dir: c.Dir, balancer: c.Balancer, metrics: c.ReplicaPorts(), token: c.Token, servers: srv}
 	for _, r := range c.Replicas {
 		d.replicas = append(d.replicas, r.Proc)
 	}

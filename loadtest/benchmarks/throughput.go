@@ -418,7 +418,7 @@ func (d *deployment) sample(ctx context.Context) (clusterSample, error) {
 		return s, err
 	}
 	for _, port := range d.metrics {
-		b, err := scrapeBatches(ctx, port)
+		b, err := scrapeBatches(ctx, port, d.token)
 		if err != nil {
 			return s, err
 		}
@@ -610,8 +610,8 @@ func (a batchStats) String() string {
 		a.count, a.sum/a.count, at(0.5), at(0.9), a.locked)
 }
 
-func scrapeBatches(ctx context.Context, port int) (batchStats, error) {
-	families, err := cluster.ScrapeFamilies(ctx, port)
+func scrapeBatches(ctx context.Context, port int, token string) (batchStats, error) {
+	families, err := cluster.ScrapeFamilies(ctx, port, token)
 	if err != nil {
 		return batchStats{}, err
 	}

@@ -80,7 +80,7 @@ func (s *counterSampler) finish() []orderCounters {
 func scrapeOrderCounters(ctx context.Context, c *cluster.Cluster) (orderCounters, error) {
 	out := orderCounters{codes: map[int]float64{}}
 	for _, port := range c.ReplicaPorts() {
-		families, err := cluster.ScrapeFamilies(ctx, port)
+		families, err := cluster.ScrapeFamilies(ctx, port, c.Token)
 		if err != nil {
 			return orderCounters{}, err
 		}

@@ -271,7 +271,7 @@ func (c *Cluster) Close() {
 		c.Postgres.stop()
 	}
 	if c.HA != nil {
-		c.HA.stop()
+		c.HA.stop(agentGrace)
 	}
 }
 

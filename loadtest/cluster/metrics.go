@@ -18,19 +18,24 @@ type ReplicaMetrics struct {
 	Outcomes map[string]float64 // stocksvc_orders_total by outcome
 }
 
-// ScrapeFamilies reads a replica's /metrics.
-func ScrapeFamilies(ctx context.Context, port int) (map[string]*dto.MetricFamily, error) {
+// ScrapeFamilies reads a replica's /metrics, on its only listener: with the admin token, which
+// the service asks for there (token is the deployment's, Config.Token).
+func ScrapeFamilies(ctx context.Context, port int, token string) (map[string]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", port), nil)
 	if err != nil {
 		return nil, err
 	}
+	req.Header.Set("Authorization", "Bearer "+token)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("metrics of :%d: status %d", port, res.StatusCode)
+	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(res.Body)
 	if err != nil {
@@ -41,8 +46,8 @@ func ScrapeFamilies(ctx context.Context, port int) (map[string]*dto.MetricFamily
 
 // ScrapeReplica reads what the harness follows of a replica: orders answered, defense
 // catches by layer, order outcomes.
-func ScrapeReplica(ctx context.Context, port int) (ReplicaMetrics, error) {
-	families, err := ScrapeFamilies(ctx, port)
+func ScrapeReplica(ctx context.Context, port int, token string) (ReplicaMetrics, error) {
+	families, err := ScrapeFamilies(ctx, port, token)
 	if err != nil {
 		return ReplicaMetrics{}, err
 	}

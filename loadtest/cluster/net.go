@@ -23,7 +23,7 @@ func WaitReady(ctx context.Context, p *Proc, url string, timeout time.Duration) 
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s exited before it was ready (%v); see %s", p.Name, p.err, p.Log)
+			return fmt.Errorf("%s exited before it was ready (%v); the end of %s:\n%s", p.Name, p.err, p.Log, p.tail(tailLines))
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready at %s within %v; see %s", p.Name, url, timeout, p.Log)
 		case <-time.After(100 * time.Millisecond):

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,9 +21,14 @@ import (
 // A highly available Postgres of the run's own (issue #22), from Debian's packages: one etcd
 // member and three Patroni nodes — a primary and two standbys — with synchronous replication
 // that refuses to acknowledge a commit no standby has (synchronous_mode_strict). Everything
-// listens on 127.0.0.1, on free ports; the data directories live in one temporary directory,
-// removed when the topology stops. The failover manager is Patroni: nothing here decides who is
-// primary, it only asks Patroni's REST API who is.
+// listens on 127.0.0.1, on free ports; the data directories live in one temporary directory
+// owned by postgres, removed when the topology stops, and every process runs in its own
+// directory there (issue #34: the harness's working directory may be closed to postgres). The
+// failover manager is Patroni: nothing here decides who is primary, it only asks Patroni's
+// REST API who is.
+
+// agentGrace is how long an agent is given to stop its Postgres and itself.
+const agentGrace = 20 * time.Second
 
 // PatroniTiming is Patroni's timing (its dynamic configuration), in seconds: the leader key
 // lives TTL after its last renewal, each node's loop runs every LoopWait, and a node gives up
@@ -41,7 +45,7 @@ func (t PatroniTiming) String() string {
 	return fmt.Sprintf("ttl %ds, loop_wait %ds, retry_timeout %ds", t.TTL, t.LoopWait, t.RetryTimeout)
 }
 
-// PostgresHA is the run's Patroni topology.
+// PostgresHA is the run's Patroni topology. Its methods are for one goroutine at a time.
 type PostgresHA struct {
 	Nodes  []*PatroniNode
 	Timing PatroniTiming
@@ -66,6 +70,9 @@ type PatroniNode struct {
 	log     string
 	Proc    *Proc // the agent; Postgres runs in a session of its own (Patroni starts it so)
 	dataDir string
+
+	starting bool // started, and not yet reported running by Patroni: its log is watched
+	killed   bool // ended by KillNode: its agent's exit is no failure
 }
 
 // Member is one node as Patroni's GET /cluster describes it.
@@ -80,8 +87,26 @@ type Member struct {
 // startPostgresHA starts etcd, then the first Patroni node (which bootstraps the cluster with
 // initdb), then the two others (which clone it with pg_basebackup), and waits until the
 // primary has a synchronous standby and both standbys stream. progress gets the package
-// installation's output, if patroni or etcd is missing.
-func startPostgresHA(ctx context.Context, logDir string, timing PatroniTiming, fsync bool, progress io.Writer) (_ *PostgresHA, err error) {
+// installation's output, if patroni or etcd is missing. A node that cannot start ends it at
+// once, with the reason from its log (errNodeFailed).
+func startPostgresHA(ctx context.Context, logDir string, timing PatroniTiming, fsync bool, progress io.Writer) (*PostgresHA, error) {
+	ha, err := newPostgresHA(ctx, logDir, timing, fsync, progress)
+	if err != nil {
+		return nil, err
+	}
+	if err := ha.bootstrap(ctx); err != nil {
+		ha.stop(0)
+		return nil, err
+	}
+	return ha, nil
+}
+
+// newPostgresHA lays the topology out and starts etcd: a temporary directory owned by
+// postgres, mode 0700, holding etcd's data directory and one directory per node (its
+// patroni.yml, its data directory, its socket), each process's working directory. Nothing
+// they run needs the harness's working directory, which may be closed to postgres; their
+// logs are files the harness opens in logDir.
+func newPostgresHA(ctx context.Context, logDir string, timing PatroniTiming, fsync bool, progress io.Writer) (_ *PostgresHA, err error) {
 	patroni, err := FindTool(ctx, "patroni", "patroni", progress)
 	if err != nil {
 		return nil, err
@@ -94,21 +119,19 @@ func startPostgresHA(ctx context.Context, logDir string, timing PatroniTiming, f
 	if err != nil {
 		return nil, err
 	}
-	u, err := user.Lookup("postgres")
+	cred, err := postgresUser()
 	if err != nil {
-		return nil, fmt.Errorf("patroni runs Postgres, which refuses root, as the postgres user: %w", err)
+		return nil, err
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	root, err := os.MkdirTemp("", "stocksvc-ha-")
+	root, err := runDir("stocksvc-ha-", cred)
 	if err != nil {
 		return nil, err
 	}
 	ha := &PostgresHA{Timing: timing, sup: &Supervisor{}, root: root, logDir: logDir, patroni: patroni,
-		cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, http: &http.Client{Timeout: 3 * time.Second}}
+		cred: cred, http: &http.Client{Timeout: 3 * time.Second}}
 	defer func() {
 		if err != nil {
-			ha.stop()
+			ha.stop(0)
 		}
 	}()
 	ports, err := FreePorts(2 + 3*2)
@@ -117,9 +140,12 @@ func startPostgresHA(ctx context.Context, logDir string, timing PatroniTiming, f
 	}
 	ha.etcdPort = ports[0]
 	etcdDir := filepath.Join(root, "etcd")
+	if err := os.Mkdir(etcdDir, 0o700); err != nil {
+		return nil, err
+	}
 	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	client := fmt.Sprintf("http://127.0.0.1:%d", ha.etcdPort)
-	if ha.etcd, err = ha.sup.Start("etcd", filepath.Join(logDir, "etcd.log"), nil, etcd, "--name", "e1", "--data-dir", etcdDir,
+	if ha.etcd, err = ha.sup.StartAs("etcd", filepath.Join(logDir, "etcd.log"), etcdDir, nil, nil, etcd, "--name", "e1", "--data-dir", etcdDir,
 		"--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
 		"--initial-advertise-peer-urls", peer, "--initial-cluster", "e1="+peer, "--initial-cluster-state", "new",
 		"--logger", "zap", "--log-level", "warn"); err != nil {
@@ -127,9 +153,6 @@ func startPostgresHA(ctx context.Context, logDir string, timing PatroniTiming, f
 	}
 	if err := WaitReady(ctx, ha.etcd, client+"/health", 30*time.Second); err != nil {
 		return nil, err
-	}
-	if err := os.Chown(root, uid, gid); err != nil {
-		return nil, fmt.Errorf("hand %s to postgres: %w", root, err)
 	}
 	scope := fmt.Sprintf("stocksvc-%d", time.Now().UnixNano())
 	for i := range 3 {
@@ -141,7 +164,7 @@ func startPostgresHA(ctx context.Context, logDir string, timing PatroniTiming, f
 		if err := os.Mkdir(n.dir, 0o700); err != nil {
 			return nil, err
 		}
-		if err := os.Chown(n.dir, uid, gid); err != nil {
+		if err := os.Chown(n.dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			return nil, err
 		}
 		if err := os.WriteFile(n.config, patroniConfig(scope, n, bin, client, timing, fsync), 0o644); err != nil {
@@ -149,22 +172,24 @@ func startPostgresHA(ctx context.Context, logDir string, timing PatroniTiming, f
 		}
 		ha.Nodes = append(ha.Nodes, n)
 	}
-	// The first node alone, so that it is the one that bootstraps: the others clone it.
+	return ha, nil
+}
+
+// bootstrap starts the first node alone, so that it is the one that bootstraps (the others
+// clone it), then the others, and waits until the topology is whole.
+func (ha *PostgresHA) bootstrap(ctx context.Context) error {
 	if err := ha.StartNode(ha.Nodes[0]); err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := ha.waitLeader(ctx, "", false, 60*time.Second); err != nil {
-		return nil, err
+		return err
 	}
 	for _, n := range ha.Nodes[1:] {
 		if err := ha.StartNode(n); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := ha.WaitHealthy(ctx, 90*time.Second); err != nil {
-		return nil, err
-	}
-	return ha, nil
+	return ha.WaitHealthy(ctx, 90*time.Second)
 }
 
 // patroniConfig is node n's patroni.yml (JSON, which YAML reads). Authentication is trust on
@@ -222,13 +247,15 @@ func patroniConfig(scope string, n *PatroniNode, bin, etcd string, t PatroniTimi
 	return b
 }
 
-// StartNode starts n's Patroni agent (again, after KillNode), as the postgres user.
+// StartNode starts n's Patroni agent (again, after KillNode), as the postgres user, in n's
+// directory. Until Patroni reports its Postgres running, the waits watch its start
+// (nodeFailure).
 func (ha *PostgresHA) StartNode(n *PatroniNode) error {
-	p, err := ha.sup.StartAs("patroni-"+n.Name, n.log, []string{"HOME=" + n.dir}, ha.cred, ha.patroni, n.config)
+	p, err := ha.sup.StartAs("patroni-"+n.Name, n.log, n.dir, ha.cred, []string{"HOME=" + n.dir}, ha.patroni, n.config)
 	if err != nil {
 		return err
 	}
-	n.Proc = p
+	n.Proc, n.starting, n.killed = p, true, false
 	return nil
 }
 
@@ -297,6 +324,13 @@ func (ha *PostgresHA) Roles(ctx context.Context) (leader, sync string, err error
 	if err != nil {
 		return "", "", err
 	}
+	leader, sync = roles(ms)
+	return leader, sync, nil
+}
+
+// roles names, among ms, the leader with Postgres running and the synchronous standby ("" for
+// none).
+func roles(ms []Member) (leader, sync string) {
 	for _, m := range ms {
 		switch m.Role {
 		case "leader":
@@ -307,29 +341,34 @@ func (ha *PostgresHA) Roles(ctx context.Context) (leader, sync string, err error
 			sync = m.Name
 		}
 	}
-	return leader, sync, nil
+	return leader, sync
 }
 
 // waitLeader waits until a node other than not leads, with Postgres running and (withSync) a
-// synchronous standby named, and returns its name.
+// synchronous standby named, and returns its name. It returns errNodeFailed, at once, when a
+// node cannot start (nodeFailure).
 func (ha *PostgresHA) waitLeader(ctx context.Context, not string, withSync bool, timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
-	var last error
 	for {
-		leader, sync, err := ha.Roles(ctx)
+		ms, err := ha.Members(ctx)
+		leader, sync := roles(ms)
 		if err == nil && leader != "" && leader != not && (!withSync || sync != "") {
 			return leader, nil
 		}
-		last = err
+		if err := ha.nodeFailure(ms); err != nil {
+			return "", err
+		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return "", fmt.Errorf("no new patroni leader within %v (last: leader %q, sync %q, %v); see %s", timeout, leader, sync, last, ha.logDir)
+			return "", fmt.Errorf("no new patroni leader within %v (last: leader %q, sync %q, %v); see %s%s", timeout, leader, sync, err, ha.logDir, ha.startingLogs())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
 // WaitLeader waits until a node other than not leads with a synchronous standby, so that it can
-// acknowledge a commit again, and returns the leader's name.
+// acknowledge a commit again, and returns the leader's name. Like WaitPrimary and
+// WaitHealthy, it fails at once, with the reason from the node's log, when a node fails
+// (nodeFailure): a restarted one that cannot start, an agent or etcd that ended by itself.
 func (ha *PostgresHA) WaitLeader(ctx context.Context, not string, timeout time.Duration) (string, error) {
 	return ha.waitLeader(ctx, not, true, timeout)
 }
@@ -341,25 +380,30 @@ func (ha *PostgresHA) WaitPrimary(ctx context.Context, not string, timeout time.
 }
 
 // WaitHealthy waits until the leader's Postgres streams to every other node, one of them
-// synchronously, and Patroni names that one sync_standby.
+// synchronously, and Patroni names that one sync_standby. It fails at once when a node fails
+// (nodeFailure).
 func (ha *PostgresHA) WaitHealthy(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	var last string
 	for {
-		ok, why := ha.healthy(ctx)
+		ms, err := ha.Members(ctx)
+		ok, why := ha.healthy(ctx, ms, err)
 		if ok {
 			return nil
 		}
-		last = why
+		if err := ha.nodeFailure(ms); err != nil {
+			return err
+		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("patroni cluster not healthy within %v: %s; see %s", timeout, last, ha.logDir)
+			return fmt.Errorf("patroni cluster not healthy within %v: %s; see %s%s", timeout, why, ha.logDir, ha.startingLogs())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
-func (ha *PostgresHA) healthy(ctx context.Context) (bool, string) {
-	leader, sync, err := ha.Roles(ctx)
+// healthy reports whether the topology is whole, given the members (or the error asking for
+// them), and what it lacks if not.
+func (ha *PostgresHA) healthy(ctx context.Context, ms []Member, err error) (bool, string) {
+	leader, sync := roles(ms)
 	if err != nil || leader == "" || sync == "" {
 		return false, fmt.Sprintf("leader %q, sync standby %q (%v)", leader, sync, err)
 	}
@@ -421,6 +465,7 @@ func (ha *PostgresHA) KillPostgres(n *PatroniNode) (int, error) {
 // KillNode SIGKILLs node n whole: its Patroni agent, then its Postgres, as if the machine were
 // gone. StartNode brings the agent back, which restarts Postgres as a standby.
 func (ha *PostgresHA) KillNode(n *PatroniNode) {
+	n.killed, n.starting = true, false
 	n.Proc.Signal(syscall.SIGKILL)
 	<-n.Proc.Done()
 	_, _ = ha.KillPostgres(n)
@@ -470,10 +515,12 @@ func childrenOf(pid int) []int {
 	return out
 }
 
-// stop stops the agents (each stops its Postgres, fast), kills any Postgres an agent left
-// behind (one killed with KillNode, or that did not stop in time), stops etcd, and removes the
-// temporary directory. Safe to call twice.
-func (ha *PostgresHA) stop() {
+// stop stops the agents (each stops its Postgres, fast), each within grace, kills any Postgres
+// an agent left behind (one killed with KillNode, or that did not stop in time), stops etcd,
+// and removes the temporary directory. Safe to call twice. A topology that failed to start
+// has nothing to keep and is stopped with no grace: an agent whose bootstrap hangs (it waits
+// for a postmaster that never came) ignores SIGTERM.
+func (ha *PostgresHA) stop(grace time.Duration) {
 	var agents []*Proc
 	for _, n := range ha.Nodes {
 		if n.Proc != nil {
@@ -483,7 +530,7 @@ func (ha *PostgresHA) stop() {
 	done := make(chan struct{})
 	go func() {
 		for _, p := range agents {
-			go func() { _ = p.Stop(20 * time.Second) }()
+			go func() { _ = p.Stop(grace) }()
 		}
 		for _, p := range agents {
 			<-p.Done()
@@ -492,7 +539,7 @@ func (ha *PostgresHA) stop() {
 	}()
 	select {
 	case <-done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(grace + 10*time.Second):
 	}
 	for _, n := range ha.Nodes {
 		if pid, err := postmasterPid(n.dataDir); err == nil && isPostgres(pid) {

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -13,11 +15,14 @@ import (
 
 // The topology comes up with a synchronous standby, the multi-host URL reaches whichever node
 // leads, a crashed primary's synchronous standby takes over with the commits acknowledged
-// before, and stop leaves no process and no file behind.
+// before, and stop leaves no process and no file behind. It runs from a working directory the
+// postgres user may not enter, as a checkout under /root or in a mktemp -d folder is (issue
+// #34): nothing Patroni runs may need it.
 func TestPostgresHAFailsOverAndCleansUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd and three Patroni nodes (about 30 s)")
 	}
+	t.Chdir(t.TempDir()) // mode 0700, the harness's user's
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ha, err := startPostgresHA(ctx, t.TempDir(), DefaultPatroniTiming, false, os.Stderr)
@@ -27,7 +32,7 @@ func TestPostgresHAFailsOverAndCleansUp(t *testing.T) {
 	stopped := false
 	defer func() {
 		if !stopped {
-			ha.stop()
+			ha.stop(agentGrace)
 		}
 	}()
 	dbURL, err := CreateDatabase(ctx, ha.URL("postgres"), "hatest")
@@ -78,7 +83,7 @@ func TestPostgresHAFailsOverAndCleansUp(t *testing.T) {
 			pids = append(pids, pid)
 		}
 	}
-	ha.stop()
+	ha.stop(agentGrace)
 	stopped = true
 	if _, err := os.Stat(ha.root); !os.IsNotExist(err) {
 		t.Errorf("%s left behind (%v)", ha.root, err)
@@ -91,6 +96,51 @@ func TestPostgresHAFailsOverAndCleansUp(t *testing.T) {
 	for _, node := range ha.Nodes {
 		if !node.Proc.Exited() {
 			t.Errorf("patroni %s left running", node.Name)
+		}
+	}
+}
+
+// A node that cannot start is reported while the harness waits for the leader, with the
+// reason from its log: here Postgres refuses a setting of its patroni.yml, and Patroni gives
+// up the bootstrap.
+func TestPostgresHAReportsANodeThatCannotStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and a Patroni node")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ha, err := newPostgresHA(ctx, t.TempDir(), DefaultPatroniTiming, false, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ha.stop(0)
+	n := ha.Nodes[0]
+	b, err := os.ReadFile(n.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	pg := cfg["postgresql"].(map[string]any)
+	pg["parameters"].(map[string]any)["shared_preload_libraries"] = "stocksvc_no_such_library"
+	if b, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(n.config, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	err = ha.bootstrap(ctx)
+	if !errors.Is(err, errNodeFailed) {
+		t.Fatalf("bootstrap: %v, want errNodeFailed", err)
+	}
+	// Patroni dies of the failed bootstrap: its exit, or its traceback, whichever is seen
+	// first, is reported, with Postgres's reason.
+	for _, want := range []string{"pg1", `could not access file "stocksvc_no_such_library"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("bootstrap: %v\nwant the reason from the log: %q", err, want)
 		}
 	}
 }

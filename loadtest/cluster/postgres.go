@@ -25,7 +25,8 @@ import (
 type Postgres struct {
 	sup     *Supervisor
 	bin     string
-	dataDir string
+	root    string // the temporary directory, owned by postgres: the server's working directory
+	dataDir string // root/data
 	port    int
 	log     string
 	cred    *syscall.Credential
@@ -48,37 +49,66 @@ func postgresBin() (string, error) {
 	return "", errors.New("no Postgres server binaries under /usr/lib/postgresql/*/bin")
 }
 
-// startPostgres makes and starts a cluster of the run's own, its log in logDir.
+// postgresUser is the account the harness runs Postgres (and Patroni) as: Postgres and
+// initdb refuse root.
+func postgresUser() (*syscall.Credential, error) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("postgres refuses to run as root and needs a postgres user: %w", err)
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("postgres user's uid %q: %w", u.Uid, err)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("postgres user's gid %q: %w", u.Gid, err)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// runDir makes a temporary directory (pattern as in os.MkdirTemp) owned by cred's user, mode
+// 0700: the working directory of the processes run as that user, and the parent of their data
+// directories, since the harness's own working directory may be closed to them.
+func runDir(pattern string, cred *syscall.Credential) (string, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("hand %s to uid %d: %w", dir, cred.Uid, err)
+	}
+	return dir, nil
+}
+
+// startPostgres makes and starts a cluster of the run's own, its log in logDir. initdb and the
+// postmaster run in a directory of their own, the data directory's parent.
 func startPostgres(ctx context.Context, sup *Supervisor, logDir string) (*Postgres, error) {
 	bin, err := postgresBin()
 	if err != nil {
 		return nil, err
 	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("initdb refuses root and needs a postgres user: %w", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-	data, err := os.MkdirTemp("", "stocksvc-drill-pg-")
+	cred, err := postgresUser()
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chown(data, uid, gid); err != nil {
-		os.RemoveAll(data)
-		return nil, fmt.Errorf("hand %s to postgres: %w", data, err)
+	root, err := runDir("stocksvc-drill-pg-", cred)
+	if err != nil {
+		return nil, err
 	}
 	ports, err := FreePorts(1)
 	if err != nil {
-		os.RemoveAll(data)
+		os.RemoveAll(root)
 		return nil, err
 	}
-	c := &Postgres{sup: sup, bin: bin, dataDir: data, port: ports[0], log: filepath.Join(logDir, "postgres.log"), cred: cred}
-	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
+	c := &Postgres{sup: sup, bin: bin, root: root, dataDir: filepath.Join(root, "data"), port: ports[0],
+		log: filepath.Join(logDir, "postgres.log"), cred: cred}
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", c.dataDir, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
+	initdb.Dir = root
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
-		os.RemoveAll(data)
+		c.remove()
 		return nil, fmt.Errorf("initdb: %w: %s", err, out)
 	}
 	if err := c.Start(ctx); err != nil {
@@ -98,7 +128,7 @@ func (c *Postgres) addr() string { return net.JoinHostPort("127.0.0.1", strconv.
 // Start runs the postmaster in the foreground (again, after Crash). fsync is off: the drills crash the server
 // process, never the machine, so the operating system keeps every write a commit made.
 func (c *Postgres) Start(ctx context.Context) error {
-	p, err := c.sup.StartAs("postgres", c.log, nil, c.cred, filepath.Join(c.bin, "postgres"), "-D", c.dataDir,
+	p, err := c.sup.StartAs("postgres", c.log, c.root, c.cred, nil, filepath.Join(c.bin, "postgres"), "-D", c.dataDir,
 		"-p", strconv.Itoa(c.port), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+c.dataDir,
 		"-c", "fsync=off", "-c", "max_connections=60", "-c", "shared_buffers=32MB")
 	if err != nil {
@@ -112,7 +142,10 @@ func (c *Postgres) Start(ctx context.Context) error {
 			conn.Close(ctx)
 			return nil
 		}
-		if p.Exited() || time.Now().After(deadline) || ctx.Err() != nil {
+		if p.Exited() {
+			return fmt.Errorf("postgres on %s exited at start (%v); the end of %s:\n%s", c.addr(), p.Err(), c.log, p.tail(tailLines))
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("postgres on %s did not answer (see %s): %w", c.addr(), c.log, err)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -147,4 +180,4 @@ func (c *Postgres) stop() {
 	c.remove()
 }
 
-func (c *Postgres) remove() { os.RemoveAll(c.dataDir) }
+func (c *Postgres) remove() { os.RemoveAll(c.root) }

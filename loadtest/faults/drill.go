@@ -594,7 +594,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 	// replica's are lost with it): whether the fault made the fence, say, earn its keep.
 	out.catches = map[string]float64{}
 	for _, r := range d.c.Replicas {
-		if m, err := cluster.ScrapeReplica(ctx, r.Port); err == nil {
+		if m, err := cluster.ScrapeReplica(ctx, r.Port, d.c.Token); err == nil {
 			for layer, n := range m.Catches {
 				out.catches[layer] += n
 			}

@@ -14,7 +14,7 @@ import (
 )
 
 // progress prints a line every five seconds while k6 runs: what the replicas have answered.
-func (h *harness) progress(ctx context.Context, label string, start time.Time, ports []int) {
+func (h *harness) progress(ctx context.Context, label string, start time.Time, ports []int, token string) {
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
 	for {
@@ -27,7 +27,7 @@ func (h *harness) progress(ctx context.Context, label string, start time.Time, p
 		outcomes := map[string]float64{}
 		up := 0
 		for _, p := range ports {
-			m, err := cluster.ScrapeReplica(ctx, p)
+			m, err := cluster.ScrapeReplica(ctx, p, token)
 			if err != nil {
 				continue
 			}

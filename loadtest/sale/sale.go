@@ -174,7 +174,7 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec, o Options) (*saleR
 
 	var wg sync.WaitGroup
 	progressCtx, stopProgress := context.WithCancel(ctx)
-	wg.Go(func() { h.progress(progressCtx, spec.label, run.k6Started, c.ReplicaPorts()) })
+	wg.Go(func() { h.progress(progressCtx, spec.label, run.k6Started, c.ReplicaPorts(), c.Token) })
 	if o.KillAfter > 0 {
 		victim := len(c.Replicas) / 2
 		wg.Go(func() {
@@ -209,7 +209,7 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec, o Options) (*saleR
 			r.killed = true
 			continue
 		}
-		if m, err := cluster.ScrapeReplica(scrapeCtx, r.port); err == nil {
+		if m, err := cluster.ScrapeReplica(scrapeCtx, r.port, c.Token); err == nil {
 			r.orders, r.catches, r.outcomes = m.Orders, m.Catches, m.Outcomes
 		}
 	}
