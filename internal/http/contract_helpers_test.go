@@ -86,6 +86,12 @@ type problemBody struct {
 	SaleEndsAt     *time.Time `json:"sale_ends_at"`
 	MaxPerCustomer int64      `json:"max_per_customer"`
 	Bought         *int64     `json:"bought"`
+	// The line's refusals.
+	Line          string     `json:"line"`
+	TicketStatus  string     `json:"ticket_status"`
+	Place         *int64     `json:"place"`
+	Ahead         *int64     `json:"ahead"`
+	AdmittedUntil *time.Time `json:"admitted_until"`
 }
 
 // contractStatus is the status the contract gives each problem code.
@@ -110,6 +116,13 @@ var contractStatus = map[string]int{
 	"hold-expired":           http.StatusConflict,
 	"order-cancelled":        http.StatusConflict,
 	"order-confirmed":        http.StatusConflict,
+	"not-admitted":           http.StatusConflict,
+	"admission-expired":      http.StatusConflict,
+	"admission-used":         http.StatusConflict,
+	"invalid-ticket":         http.StatusBadRequest,
+	"ticket-not-found":       http.StatusNotFound,
+	"line-not-found":         http.StatusNotFound,
+	"line-not-drawn":         http.StatusConflict,
 	"idempotency-key-reused": http.StatusUnprocessableEntity,
 	"busy":                   http.StatusTooManyRequests,
 	"unavailable":            http.StatusServiceUnavailable,

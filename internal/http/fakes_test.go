@@ -16,6 +16,8 @@ import (
 	"github.com/stocksvc/stocksvc/internal/async"
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/identity"
+	"github.com/stocksvc/stocksvc/internal/line"
+	"github.com/stocksvc/stocksvc/internal/line/linetest"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/stocktest"
 )
@@ -215,6 +217,8 @@ type fakeOptions struct {
 	placeOrder func(context.Context, stock.OrderRequest) (stock.OrderResult, error)
 	// customers, when its mode is set, says who the customers are; else body mode.
 	customers stockhttp.CustomerAuth
+	// noLines leaves the line out (Config.Lines nil).
+	noLines bool
 }
 
 // fakeInstance is a Server over fakes, served on a loopback listener of its own so that its
@@ -224,12 +228,16 @@ type fakeInstance struct {
 	API   *stockhttp.Server
 	svc   *fakeService
 	queue *fakeQueue // nil with noQueue
+	// lines is the line's service over memory (nil with noLines), and lineStore its store.
+	lines     *line.Service
+	lineStore *linetest.MemStore
 }
 
 func newFakeInstance(t testing.TB, o fakeOptions) *fakeInstance {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	svc := stock.NewService(stocktest.NewMemStore(), &stocktest.LocalLocker{},
+	products := stocktest.NewMemStore()
+	svc := stock.NewService(products, &stocktest.LocalLocker{},
 		stock.Config{MaxQuantity: o.maxQuantity}, stock.NewMetrics(reg))
 	in := &fakeInstance{svc: &fakeService{svc: svc, err: o.serviceErr, placeOrder: o.placeOrder}}
 	cfg := stockhttp.Config{
@@ -253,11 +261,25 @@ func newFakeInstance(t testing.TB, o fakeOptions) *fakeInstance {
 		in.queue = &fakeQueue{svc: svc, err: o.queueErr, orders: map[uuid.UUID]async.Order{}, keys: map[string]fakeKey{}}
 		cfg.Queue = in.queue
 	}
+	if !o.noLines {
+		in.lineStore = linetest.NewMemStore()
+		lines, err := line.New(context.Background(), in.lineStore, products, svc,
+			line.Config{MaxQuantity: o.maxQuantity, Poll: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+			line.NewMetrics(reg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines.Start()
+		in.lines, cfg.Lines = lines, lines
+	}
 	in.API = stockhttp.New(cfg)
 	srv := httptest.NewServer(in.API)
 	in.URL = srv.URL
 	t.Cleanup(func() {
 		srv.Close()
+		if in.lines != nil {
+			in.lines.Stop()
+		}
 		svc.Close()
 	})
 	return in

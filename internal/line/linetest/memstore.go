@@ -352,3 +352,11 @@ func (m *MemStore) Update(id int64, change func(t *line.Ticket)) {
 	t.Changed = l.version
 	m.announce(t.ProductID, l.version)
 }
+
+// Lose deletes ticket id, as a failover that lost its join would: the ticket's token verifies,
+// and the store no longer knows it.
+func (m *MemStore) Lose(id int64) {
+	m.mu.Lock()
+	delete(m.tickets, id)
+	m.mu.Unlock()
+}
