@@ -276,6 +276,19 @@ func TestLineProblems(t *testing.T) {
 	})
 }
 
+// TestLineLongPollOutlastsTheRequestTimeout: a long-poll is given its wait on top of the
+// request timeout, and answers 304 at its end rather than timing out.
+func TestLineLongPollOutlastsTheRequestTimeout(t *testing.T) {
+	t.Parallel()
+	in := newFakeInstance(t, fakeOptions{requestTimeout: 300 * time.Millisecond})
+	id := lined(t, in.URL, "patient", 5, 1, map[string]any{"sale_starts_at": time.Now().Add(time.Hour).UTC()})
+	j := joinAs(t, in.URL, id, "patient", nil)
+	res := j.get(t, map[string]string{"If-None-Match": j.etag, "Prefer": "wait=1"})
+	if res.Status != http.StatusNotModified {
+		t.Errorf("a 1s long-poll with a 300ms request timeout = %d %s; want 304 at its end", res.Status, res.Body)
+	}
+}
+
 // TestLineTicketTheStoreLost: a ticket a failover lost (its token verifies, the store no
 // longer has it) is told so once drawn: join again.
 func TestLineTicketTheStoreLost(t *testing.T) {

@@ -219,6 +219,8 @@ type fakeOptions struct {
 	customers stockhttp.CustomerAuth
 	// noLines leaves the line out (Config.Lines nil).
 	noLines bool
+	// requestTimeout is Config.RequestTimeout.
+	requestTimeout time.Duration
 }
 
 // fakeInstance is a Server over fakes, served on a loopback listener of its own so that its
@@ -241,13 +243,14 @@ func newFakeInstance(t testing.TB, o fakeOptions) *fakeInstance {
 		stock.Config{MaxQuantity: o.maxQuantity}, stock.NewMetrics(reg))
 	in := &fakeInstance{svc: &fakeService{svc: svc, err: o.serviceErr, placeOrder: o.placeOrder}}
 	cfg := stockhttp.Config{
-		Service:    in.svc,
-		AdminToken: adminToken,
-		Ready:      o.ready,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Registerer: reg,
-		Gatherer:   reg,
-		Customers:  stockhttp.CustomerAuth{Mode: identity.ModeBody},
+		Service:        in.svc,
+		AdminToken:     adminToken,
+		Ready:          o.ready,
+		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Registerer:     reg,
+		Gatherer:       reg,
+		Customers:      stockhttp.CustomerAuth{Mode: identity.ModeBody},
+		RequestTimeout: o.requestTimeout,
 	}
 	if o.customers.Mode != "" {
 		cfg.Customers = o.customers

@@ -168,6 +168,31 @@ func (s *Server) handleDraw(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, "application/json", resp)
 }
 
+// maxLongPoll caps a ticket's long-poll here: the line's own cap (line.Config.MaxWait,
+// STOCKSVC_LINE_MAX_WAIT, at most this) answers first.
+const maxLongPoll = time.Minute
+
+// longPoll returns how long a ticket's long-poll (GET .../line/ticket with If-None-Match and
+// Prefer: wait) may wait, which the request's timeout adds to its own, and moves the
+// connection's write deadline (the server's WriteTimeout, set from the request timeout) as far;
+// 0 for any other request.
+func (s *Server) longPoll(w http.ResponseWriter, r *http.Request) time.Duration {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead || !strings.HasSuffix(r.URL.Path, "/line/ticket") ||
+		r.Header.Get("If-None-Match") == "" {
+		return 0
+	}
+	wait := preferredWait(r.Header)
+	if wait > 0 {
+		// A server without a write deadline (a test's) has none to move.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + s.timeout + writeMargin))
+	}
+	return wait
+}
+
+// writeMargin is how long past a long-poll's deadline its answer may take to be written, as
+// cmd/stocksvc's WriteTimeout leaves past the request timeout.
+const writeMargin = 5 * time.Second
+
 // preferredWait reads Prefer: wait=N (RFC 7240), in seconds; 0 when absent or not a number.
 func preferredWait(h http.Header) time.Duration {
 	for _, v := range h.Values("Prefer") {
@@ -176,7 +201,7 @@ func preferredWait(h http.Header) time.Duration {
 			if strings.EqualFold(strings.TrimSpace(name), "wait") {
 				value, _, _ = strings.Cut(value, ";")
 				if n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(value), `"`)); err == nil && n > 0 {
-					return time.Duration(min(n, 3600)) * time.Second
+					return time.Duration(min(n, int(maxLongPoll/time.Second))) * time.Second
 				}
 			}
 		}

@@ -153,3 +153,37 @@ func TestLineAdmittingTooManyOversellsNothing(t *testing.T) {
 		t.Errorf("%d confirmed of %d admitted, audit %+v: want exactly the 4 units", confirmed.Load(), crowd, a)
 	}
 }
+
+// TestLineWithoutRedis: with Redis gone, a line keeps its statuses, long-polls, joins and
+// leaves (they need Postgres and the replica's memory), and its check still refuses an order
+// without a pass from memory; orders with one fail unavailable (the product's lock is Redis's)
+// and sell nothing.
+func TestLineWithoutRedis(t *testing.T) {
+	t.Parallel()
+	needsServers(t)
+	rs := testenv.StartRedis(t)
+	c := newCluster(t)
+	in := c.start(t, instanceOptions{redisURL: "redis://" + rs.Addr() + "/0", lockWait: 200 * time.Millisecond})
+	id := lined(t, in.URL, "no-redis", 5, 1, map[string]any{"max_per_customer": 1})
+	first := joinAs(t, in.URL, id, "first", nil)
+	first.until(t, in.URL, "admitted")
+	second := joinAs(t, in.URL, id, "second", nil)
+	second.placed(t, in.URL)
+
+	rs.Kill()
+	third := joinAs(t, in.URL, id, "third", nil)
+	third.placed(t, in.URL)
+	if st := third.status; st.Status != "waiting" || st.Ahead == nil || *st.Ahead != 1 {
+		t.Errorf("a join with Redis gone: %+v, want waiting behind the second", st)
+	}
+	wantProblem(t, lineOrder(t, in.URL, "second", nil, id), "not-admitted", "/v1/orders")
+	wantProblem(t, lineOrder(t, in.URL, "first", map[string]string{"Line-Pass": first.pass}, id), "unavailable", "/v1/orders")
+	res := call(t, request{Method: http.MethodDelete, URL: lineURL(in.URL, id) + "/ticket", Header: map[string]string{"Line-Ticket": first.ticket}})
+	if res.Status != http.StatusOK {
+		t.Fatalf("leave with Redis gone: %d %s", res.Status, res.Body)
+	}
+	second.until(t, in.URL, "admitted")
+	if a := audit(t, in.URL, id); a.Sold != 0 || !a.Consistent {
+		t.Errorf("audit %+v, want nothing sold", a)
+	}
+}

@@ -44,8 +44,9 @@ type lineView struct {
 	pending []Use
 	waiters waiters
 	pace    pace
-	// product is the product as this replica's views last showed it.
-	product stock.Product
+	// product is the product as this replica's views last showed it, at productAt.
+	product   stock.Product
+	productAt time.Time
 	// touched is when a request last asked about the line.
 	touched time.Time
 

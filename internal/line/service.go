@@ -107,18 +107,40 @@ func New(ctx context.Context, store Store, products Products, views Views, cfg C
 	return s, nil
 }
 
-// lined returns product id as this replica's views show it, or ErrNoLine if it has no line.
-// Errors: ErrNoLine, the Views' errors.
+// lined returns product id, or ErrNoLine if it has no line: as this replica's view of its line
+// last read it (the keeper reads it every Config.Poll), when that is under productFresh old and
+// says it has one, else as the views show it. So a crowd asking about a line costs the views
+// nothing, and Redis failing does not fail the line (the keeper's read falls back to Postgres);
+// a line set on a product is seen at once, one removed within productFresh. Errors: ErrNoLine,
+// the Views' errors.
 func (s *Service) lined(ctx context.Context, id int64) (stock.Product, error) {
-	v, err := s.views.Product(ctx, id)
+	now := s.cfg.Now()
+	v := s.known(id)
+	if v != nil {
+		v.mu.Lock()
+		p, at := v.product, v.productAt
+		v.mu.Unlock()
+		if p.Sale().Line.Lined() && now.Sub(at) < productFresh {
+			return p, nil
+		}
+	}
+	pv, err := s.views.Product(ctx, id)
 	if err != nil {
 		return stock.Product{}, err
 	}
-	if !v.Sale().Line.Lined() {
+	if v != nil {
+		v.mu.Lock()
+		v.product, v.productAt = pv.Product, now
+		v.mu.Unlock()
+	}
+	if !pv.Sale().Line.Lined() {
 		return stock.Product{}, ErrNoLine
 	}
-	return v.Product, nil
+	return pv.Product, nil
 }
+
+// productFresh is how long a line's view of its product answers for it (lined).
+const productFresh = 2 * time.Second
 
 // Join puts customer in product's line, or answers the ticket it has there, with its status.
 // Errors: ErrNoLine, *stock.SaleEndedError (by this replica's clock), ErrUnavailable, the

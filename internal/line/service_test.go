@@ -416,3 +416,32 @@ func TestLongPollAnswersOnChangeOrAtTheEnd(t *testing.T) {
 		t.Errorf("the long-poll answered %+v, want admitted", st)
 	}
 }
+
+// TestFlushWritesTheUsedMarksOnTheWayOut: a replica stopping writes the admissions its last
+// orders spent, so that the next in line is admitted at once rather than when they run out.
+func TestFlushWritesTheUsedMarksOnTheWayOut(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	a, _ := w.replica(t)
+	id := w.product(t, 10, 1, stock.SaleRules{MaxPerCustomer: 1})
+	in := joinAll(t, a, id, "first", "second")
+	var first *joined
+	for _, j := range in {
+		if j.placed(t, a, id).State == line.Admitted {
+			first = j
+		}
+	}
+	a.Stop() // its keeper writes nothing from now on
+	if err := buy(t, w, a, id, first); err != nil {
+		t.Fatal(err)
+	}
+	if tk, _ := w.lines.Ticket(context.Background(), id, first.status.Ticket); tk.Status != line.TicketAdmitted {
+		t.Fatalf("before the flush the store has %s, want admitted", tk.Status)
+	}
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if tk, _ := w.lines.Ticket(context.Background(), id, first.status.Ticket); tk.Status != line.TicketUsed {
+		t.Errorf("after the flush the store has %s, want used", tk.Status)
+	}
+}

@@ -107,8 +107,17 @@ func (s *Store) Join(ctx context.Context, product int64, customer string) (line.
 	case !errors.Is(err, pgx.ErrNoRows):
 		return line.Ticket{}, false, false, dbError("join", err)
 	}
+	// The join's commit on a connection of its own, to see Postgres's warning of a wait for
+	// the synchronous standby ended early (stockpg.OnNotice marks the connection): a place
+	// promised from the primary alone would be lost by a failover.
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return line.Ticket{}, false, false, dbError("join", err)
+	}
+	defer conn.Release()
+	stockpg.SyncWaitCancelled(conn.Conn().PgConn()) // only this commit's warning counts
 	var j joined
-	err = s.inTx(ctx, "join", func(tx pgx.Tx) error {
+	err = inTx(ctx, conn, "join", func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, shareLineSQL, product).Scan(&j.drawn)
 		if errors.Is(err, pgx.ErrNoRows) {
 			if _, err := tx.Exec(ctx, makeLineSQL, product); err != nil {
@@ -141,8 +150,14 @@ func (s *Store) Join(ctx context.Context, product int64, customer string) (line.
 	if err != nil {
 		return line.Ticket{}, false, false, err
 	}
+	if j.created && stockpg.SyncWaitCancelled(conn.Conn().PgConn()) {
+		return line.Ticket{}, false, false, fmt.Errorf("%w: join: %s", line.ErrUnavailable, errNotReplicated)
+	}
 	return j.ticket, j.created, j.drawn, nil
 }
+
+// errNotReplicated says a join's commit was answered without its synchronous standby.
+const errNotReplicated = "postgres ended the commit's wait for a synchronous standby early: the ticket may be on the primary alone; join again"
 
 type joined struct {
 	ticket         line.Ticket
@@ -370,10 +385,17 @@ func parsePayload(p string) (product, version int64, ok bool) {
 	return product, version, err1 == nil && err2 == nil
 }
 
-// inTx runs fn in a transaction; fn returns the package's errors, and beginning and
-// committing are mapped here.
+// inTx runs fn in a transaction on a connection of the pool; fn returns the package's errors,
+// and beginning and committing are mapped here.
 func (s *Store) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
-	tx, err := s.pool.Begin(ctx)
+	return inTx(ctx, s.pool, op, fn)
+}
+
+// inTx runs fn in a transaction of db.
+func inTx(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, op string, fn func(tx pgx.Tx) error) error {
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		return dbError(op+": begin", err)
 	}

@@ -36,6 +36,11 @@ func OnNotice(c *pgconn.PgConn, n *pgconn.Notice) {
 	}
 }
 
+// SyncWaitCancelled reports whether Postgres ended a commit's wait for its synchronous standby
+// early on c since it was last asked (OnNotice marks it), and clears the mark: linepg holds a
+// join to what the purchase path holds an order to.
+func SyncWaitCancelled(c *pgconn.PgConn) bool { return cancelledSyncWait(c) }
+
 // cancelledSyncWait reports whether c received the warning since it was last asked.
 func cancelledSyncWait(c *pgconn.PgConn) bool {
 	data := c.CustomData()
