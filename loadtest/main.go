@@ -9,7 +9,7 @@
 //	go run -C loadtest . -compare                # the comparison for docs/benchmarks.md
 //	go run -C loadtest . -cache -duration 10s    # reads and sold-out answers against healthz
 //	go run -C loadtest . -async -kill-after 3s   # every order Prefer: respond-async, a replica killed
-//	go run -C loadtest . -flood                  # buyers beside floods of audits, missing ids and healthz
+//	go run -C loadtest . -flood                  # buyers beside floods of audits, missing ids, forged tokens, one customer, healthz
 //	go run -C loadtest . -replays                # fresh keys against every key sent twice
 //	go run -C loadtest . -opening                # the opening: a crowd through a sale's opening, a limit per customer
 //	go run -C loadtest . -holds -duration 20s    # holds beside the plain sale: buyers who never pay, units sold again

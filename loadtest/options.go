@@ -156,7 +156,7 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.Float64Var(&o.drillRate, "drill-rate", 40, "operations per second a drill sends (orders, reads) besides its restocks")
 	fs.DurationVar(&o.lockTTL, "lock-ttl", 2*time.Second, "STOCKSVC_LOCK_TTL of the replicas in drills (pauses last twice as long)")
 	fs.DurationVar(&o.clientTimeout, "client-timeout", 5*time.Second, "drill clients give up on an answer after this long (the outcome is then unknown)")
-	fs.DurationVar(&o.checkTimeout, "check-timeout", 5*time.Minute, "longest Porcupine may take on one history before the run is called undecided")
+	fs.DurationVar(&o.checkTimeout, "check-timeout", 5*time.Minute, "longest the linearizability checker may take on one history before the run is called undecided")
 	fs.DurationVar(&o.readSlack, "read-slack", 50*time.Millisecond, "how stale a product read may be: the replicas' view lease (STOCKSVC_CACHE_LEASE, 50ms); 0: reads must be linearizable")
 	fs.StringVar(&o.recheck, "recheck", "", "check a drill's saved history.json again (with -read-slack, -loose-sold-out, -check-timeout) and exit")
 	fs.IntVar(&o.redlock, "redlock", 0, "run the sale or drills with STOCKSVC_REDIS_MODE=redlock over this many redis-servers of the run's own, on free loopback ports (0: the one Redis of -redis-url)")

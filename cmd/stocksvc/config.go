@@ -64,6 +64,7 @@ type config struct {
 	JWTAudience    string
 	JWTLeeway      time.Duration
 	CustomerHeader string
+	limitConfig    // rate limits, trusted proxies, plain-http JWKS: config_limits.go
 
 	defense stock.Defense
 	mode    identity.Mode // CustomerAuth, parsed
@@ -103,13 +104,13 @@ func settings() []setting {
 			return nil
 		}
 	}
-	return []setting{
+	all := []setting{
 		{"STOCKSVC_ADDR", "addr", ":8080", "address to listen on", str(func(c *config) *string { return &c.Addr }), false},
 		{"STOCKSVC_ADMIN_ADDR", "admin-addr", "", "address of a separate listener for the admin routes and /metrics, which STOCKSVC_ADDR then leaves out; empty serves them on STOCKSVC_ADDR", str(func(c *config) *string { return &c.AdminAddr }), false},
 		{"DATABASE_URL", "database-url", "postgres://postgres@localhost:5432/stocksvc?sslmode=disable", "Postgres URL or key=value settings; the database is created if missing and permitted", str(func(c *config) *string { return &c.DatabaseURL }), true},
 		{"REDIS_URL", "redis-url", "redis://localhost:6379/0", "Redis URL; for sentinel, cluster and redlock, more nodes as ?addr=host:port&addr=... and the sentinel master as ?master_name=", str(func(c *config) *string { return &c.RedisURL }), true},
 		{"STOCKSVC_REDIS_MODE", "redis-mode", "single", "Redis topology: single, sentinel, cluster, or redlock (product locks on a quorum of independent nodes)", str(func(c *config) *string { return &c.RedisMode }), false},
-		{"STOCKSVC_REDIS_PREFIX", "redis-prefix", "stocksvc:", "prefix of every Redis key the service writes", str(func(c *config) *string { return &c.RedisPrefix }), false},
+		{"STOCKSVC_REDIS_PREFIX", "redis-prefix", "stocksvc:", "prefix of every Redis key the service writes: one per deployment (the keys under it are bound to one database), the same for all its replicas", str(func(c *config) *string { return &c.RedisPrefix }), false},
 		{"STOCKSVC_ADMIN_TOKEN", "admin-token", "", "bearer token for the admin routes; empty disables them", str(func(c *config) *string { return &c.AdminToken }), true},
 		{"STOCKSVC_DB_MAX_CONNS", "db-max-conns", "20", "Postgres connection pool size", integer(func(c *config, n int64) { c.DBMaxConns = int(n) }), false},
 		{"STOCKSVC_LOCK_TTL", "lock-ttl", "10s", "lease of a product lock; refreshed every third of it while held", dur(func(c *config) *time.Duration { return &c.LockTTL }), false},
@@ -128,7 +129,7 @@ func settings() []setting {
 		{"STOCKSVC_REQUEST_TIMEOUT", "request-timeout", "10s", "bound on each API request", dur(func(c *config) *time.Duration { return &c.RequestTimeout }), false},
 		{"STOCKSVC_SHUTDOWN_GRACE", "shutdown-grace", "15s", "the whole shutdown after SIGTERM: the shutdown delay, requests in flight, the async workers, queued orders and closing connections, under one deadline; keep it below the orchestrator's grace period (Compose: 20s)", dur(func(c *config) *time.Duration { return &c.ShutdownGrace }), false},
 		{"STOCKSVC_SHUTDOWN_DELAY", "shutdown-delay", "2s", "how long /readyz answers 503 before the listener closes, so a balancer can notice; part of STOCKSVC_SHUTDOWN_GRACE, and shorter than it", dur(func(c *config) *time.Duration { return &c.ShutdownDelay }), false},
-		{"STOCKSVC_STARTUP_TIMEOUT", "startup-timeout", "30s", "how long start-up may take to reach Postgres and migrate before giving up (Redis is not waited for)", dur(func(c *config) *time.Duration { return &c.StartupTimeout }), false},
+		{"STOCKSVC_STARTUP_TIMEOUT", "startup-timeout", "30s", "how long start-up may take to reach Postgres, migrate and, when Redis answers, find the running replicas of the database in this one's lock space before giving up (Redis is not waited for)", dur(func(c *config) *time.Duration { return &c.StartupTimeout }), false},
 		{"STOCKSVC_IDEMPOTENCY_TTL", "idempotency-ttl", "24h", "how long idempotency keys are kept (at least)", dur(func(c *config) *time.Duration { return &c.IdempotencyTTL }), false},
 		{"STOCKSVC_DEFENSE", "defense", "lock,version,guard", "defense layers; anything else needs STOCKSVC_DEMO_UNSAFE=1", str(func(c *config) *string { return &c.Defense }), false},
 		{"STOCKSVC_DEMO_UNSAFE", "demo-unsafe", "", "set to 1 to allow a non-default STOCKSVC_DEFENSE (demonstrations only)", func(c *config, v string) error {
@@ -149,6 +150,7 @@ func settings() []setting {
 		{"STOCKSVC_JWT_LEEWAY", "jwt-leeway", "30s", "token mode: clock skew allowed on a token's exp, nbf and iat", dur(func(c *config) *time.Duration { return &c.JWTLeeway }), false},
 		{"STOCKSVC_CUSTOMER_HEADER", "customer-header", "X-Customer-Id", "gateway mode: the header in which the trusted gateway names the customer", str(func(c *config) *string { return &c.CustomerHeader }), false},
 	}
+	return append(all, limitSettings()...)
 }
 
 // loadConfig reads the environment through getenv, then the flags in args.
@@ -313,6 +315,7 @@ func (c *config) validate() error {
 		errs = append(errs, fmt.Errorf("STOCKSVC_LOG_LEVEL: %w", err))
 	}
 	errs = append(errs, c.validateCustomerAuth()...)
+	errs = append(errs, c.validateLimits()...)
 	return errors.Join(errs...)
 }
 
@@ -447,7 +450,7 @@ func (c config) logAttrs() []any {
 	if c.AdminToken != "" {
 		masked = "***"
 	}
-	return []any{
+	return append([]any{
 		slog.String("addr", c.Addr),
 		slog.String("admin_addr", c.AdminAddr),
 		slog.String("database_url", maskDSN(c.DatabaseURL)),
@@ -484,7 +487,7 @@ func (c config) logAttrs() []any {
 		slog.String("jwt_audience", c.JWTAudience),
 		slog.String("jwt_leeway", c.JWTLeeway.String()),
 		slog.String("customer_header", c.CustomerHeader),
-	}
+	}, c.limitAttrs()...)
 }
 
 // secrets lists the secret values in the configuration that free text can be scrubbed of:

@@ -70,6 +70,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		JWKSRefresh:    5 * time.Minute,
 		JWTLeeway:      30 * time.Second,
 		CustomerHeader: "X-Customer-Id",
+		limitConfig:    defaultLimits,
 		defense:        stock.DefaultDefense(),
 		mode:           identity.ModeToken,
 	}
@@ -233,6 +234,7 @@ func TestLoadConfigEnvironmentOverrides(t *testing.T) {
 		JWTIssuer:      "https://id.example",
 		JWTAudience:    "shop",
 		JWTLeeway:      5 * time.Second,
+		limitConfig:    defaultLimits,
 		defense:        stock.Defense{Version: true, Guard: true, Check: true},
 		mode:           identity.ModeGateway,
 	}
@@ -741,14 +743,15 @@ func TestRedisModes(t *testing.T) {
 		{"redlock", "redis://127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7000", "error"}, // one node twice
 	}
 	for _, tt := range tests {
-		rdb, err := newRedis(tt.url, tt.mode)
+		opts, err := parseRedisURL(tt.url, tt.mode)
 		got := "error"
 		if err == nil {
+			rdb := opts.client()
 			got = fmt.Sprintf("%T", rdb)
 			_ = rdb.Close()
 		}
 		if got != tt.want {
-			t.Errorf("newRedis(%q, %s) = %s (%v), want %s", tt.url, tt.mode, got, err, tt.want)
+			t.Errorf("parseRedisURL(%q, %s).client() = %s (%v), want %s", tt.url, tt.mode, got, err, tt.want)
 		}
 	}
 }

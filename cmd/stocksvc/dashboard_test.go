@@ -133,7 +133,7 @@ func registeredMetrics(t *testing.T) func(string) bool {
 	t.Cleanup(pool.Close)
 	rdb, _ := testenv.Redis(t)
 	log := slog.New(slog.DiscardHandler)
-	a, err := wire(t.Context(), cfg, dependencies{pool: pool, rdb: rdb}, stockhttp.CustomerAuth{}, log)
+	a, err := wire(t.Context(), cfg, dependencies{pool: pool, rdb: rdb}, stockhttp.CustomerAuth{}, newRegistry(), log)
 	if err != nil {
 		t.Fatal(err)
 	}

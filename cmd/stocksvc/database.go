@@ -157,16 +157,6 @@ func failFast(cfg *pgconn.Config) {
 	cfg.DialFunc = d.DialContext
 }
 
-// newRedis returns the client for mode (single, sentinel or cluster). Every client bounds its
-// commands by their contexts, so a lock's wait budget holds even when Redis hangs.
-func newRedis(redisURL, mode string) (redis.UniversalClient, error) {
-	opts, err := parseRedisURL(redisURL, mode)
-	if err != nil {
-		return nil, err
-	}
-	return opts.client(), nil
-}
-
 // redisOptions holds the options of one of the topologies.
 type redisOptions struct {
 	single   *redis.Options
@@ -177,6 +167,9 @@ type redisOptions struct {
 	nodes []*redis.Options
 }
 
+// client returns the client for the topology (single, sentinel or cluster; in redlock mode, the
+// first node's). Every client bounds its commands by their contexts, so a lock's wait budget
+// holds even when Redis hangs.
 func (o redisOptions) client() redis.UniversalClient {
 	switch {
 	case o.failover != nil:

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/url"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,10 +13,10 @@ import (
 )
 
 // STOCKSVC_REDIS_MODE=redlock puts the product locks on a Redlock over every node REDIS_URL
-// names. Everything else that uses Redis — the views cache and its rebuild lock — stays on the
-// first node: a view is a hint that is rebuilt from Postgres whenever it is missing or stale,
-// so its correctness never depended on Redis keeping anything, and spreading it over a quorum
-// would buy nothing but round trips.
+// names (each node's client made by redisClients). Everything else that uses Redis — the views
+// cache and its rebuild lock — stays on the first node: a view is a hint that is rebuilt from
+// Postgres whenever it is missing or stale, so its correctness never depended on Redis keeping
+// anything, and spreading it over a quorum would buy nothing but round trips.
 
 // minRedlockNodes is the fewest nodes a Redlock deployment takes: fewer survive the loss of
 // none, which is the one thing Redlock adds over a single node.
@@ -65,40 +62,18 @@ func redlockOptions(redisURL string, ownDialRetries bool) (redisOptions, error) 
 	return redisOptions{single: first, nodes: nodes}, nil
 }
 
-// redlockNodes returns a client of each Redlock node, or nil outside redlock mode.
-func redlockNodes(redisURL, mode string) ([]*redis.Client, error) {
-	if mode != "redlock" {
-		return nil, nil
+// quorum is the outcome of asking every Redlock node, from each node's: nil when a majority
+// answered. A Redlock works with a minority of its nodes down, so start-up does not wait for
+// them.
+func quorum(errs []error) error {
+	answered := 0
+	for _, err := range errs {
+		if err == nil {
+			answered++
+		}
 	}
-	opts, err := parseRedisURL(redisURL, mode)
-	if err != nil {
-		return nil, err
-	}
-	clients := make([]*redis.Client, len(opts.nodes))
-	for i, o := range opts.nodes {
-		clients[i] = redis.NewClient(o)
-	}
-	return clients, nil
-}
-
-// pingQuorum pings every node at once and succeeds when a majority answered: a Redlock works
-// with a minority of its nodes down, so start-up does not wait for them.
-func pingQuorum(ctx context.Context, nodes []*redis.Client) error {
-	var answered atomic.Int64
-	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Go(func() {
-			if err := n.Ping(ctx).Err(); err != nil {
-				errs[i] = fmt.Errorf("%s: %w", n.Options().Addr, err)
-				return
-			}
-			answered.Add(1)
-		})
-	}
-	wg.Wait()
-	if need := len(nodes)/2 + 1; int(answered.Load()) < need {
-		return fmt.Errorf("%d of %d redlock nodes answered, %d needed: %w", answered.Load(), len(nodes), need, errors.Join(errs...))
+	if need := len(errs)/2 + 1; answered < need {
+		return fmt.Errorf("%d of %d redlock nodes answered, %d needed: %w", answered, len(errs), need, errors.Join(errs...))
 	}
 	return nil
 }

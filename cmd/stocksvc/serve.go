@@ -19,6 +19,7 @@ import (
 	"github.com/stocksvc/stocksvc/internal/async"
 	"github.com/stocksvc/stocksvc/internal/clock"
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
+	"github.com/stocksvc/stocksvc/internal/keyspace"
 	"github.com/stocksvc/stocksvc/internal/line"
 	"github.com/stocksvc/stocksvc/internal/line/linepg"
 	"github.com/stocksvc/stocksvc/internal/lock"
@@ -66,7 +67,10 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 		g.Go(func() error { return serveDebug(gctx, cfg.DebugAddr) })
 	}
 
-	customers, closeCustomers, err := customerAuth(gctx, cfg, log)
+	// One registry for the replica: the verifier, made before the dependencies, registers on
+	// it too.
+	reg := newRegistry()
+	customers, closeCustomers, err := customerAuth(gctx, cfg, reg, log)
 	if err != nil {
 		return startFailed(ctx, stopSignals, lis, g, stopGroup, err, log)
 	}
@@ -76,7 +80,7 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 	if err != nil {
 		return startFailed(ctx, stopSignals, lis, g, stopGroup, err, log)
 	}
-	a, err := wire(ctx, cfg, deps, customers, log)
+	a, err := wire(ctx, cfg, deps, customers, reg, log)
 	if err != nil {
 		deps.close()
 		return startFailed(ctx, stopSignals, lis, g, stopGroup, err, log)
@@ -127,16 +131,19 @@ type app struct {
 	workers bool
 }
 
-// wire builds the service, the queue of orders accepted for later and the API over deps, and
-// starts the queue's workers. On error, what it built is closed again (deps are not).
-func wire(ctx context.Context, cfg config, deps dependencies, customers stockhttp.CustomerAuth, log *slog.Logger) (*app, error) {
-	reg := newRegistry()
+// wire builds the service, the queue of orders accepted for later and the API over deps, with
+// their metrics on reg, and starts the queue's workers. On error, what it built is closed
+// again (deps are not).
+func wire(ctx context.Context, cfg config, deps dependencies, customers stockhttp.CustomerAuth, reg *registry, log *slog.Logger) (*app, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	store := stockpg.New(deps.pool)
 	if cfg.defense != stock.DefaultDefense() {
 		// A demonstration mode (STOCKSVC_DEFENSE): its own write, its own locker and views
 		// below; the production path never builds them.
 		store = stockpg.NewDemo(deps.pool, cfg.defense)
+	}
+	if deps.watch != nil {
+		reg.MustRegister(deps.watch)
 	}
 	lockObs := lockprom.New(reg, "stocksvc")
 	a := &app{metrics: reg, locks: lock.New(deps.rdb, lock.WithNamespace(cfg.RedisPrefix), lock.WithObserver(lockObs))}
@@ -199,6 +206,7 @@ func wire(ctx context.Context, cfg config, deps dependencies, customers stockhtt
 		AdminToken: cfg.AdminToken,
 		Customers:  customers,
 		Lines:      a.lines,
+		Limits:     cfg.limits(deps.rdb),
 		// Ready asks Postgres only. A replica without Redis still serves product reads (from
 		// Postgres, a few at a time) and answers orders 503 itself; taking every replica out
 		// of the balancer when the one Redis they share fails would turn that into 503 for
@@ -219,15 +227,20 @@ func wire(ctx context.Context, cfg config, deps dependencies, customers stockhtt
 }
 
 // runHousekeeping starts, in g, what runs beside the API until ctx ends: the purge of old
-// idempotency keys, and, when Redis did not answer at start, the watch that says when it does.
+// idempotency keys, the watch over the Redis key spaces and the lock space, and, when Redis
+// did not answer at start, the watch that says when it does.
 func (a *app) runHousekeeping(ctx context.Context, g *errgroup.Group, deps dependencies, log *slog.Logger) {
 	g.Go(func() error {
 		a.purger.run(ctx)
 		return nil
 	})
+	g.Go(func() error {
+		deps.watch.Run(ctx)
+		return nil
+	})
 	if deps.redisDown {
 		g.Go(func() error {
-			watchRedis(ctx, deps.pingRedis, log)
+			watchRedis(ctx, deps.checkRedis, log)
 			return nil
 		})
 	}
@@ -238,6 +251,9 @@ type dependencies struct {
 	pool  *pgxpool.Pool
 	rdb   redis.UniversalClient
 	nodes []*redis.Client // the Redlock's nodes in redlock mode, else nil
+	// watch keeps the key spaces of rdb and nodes this database's, and records the replica's
+	// lock space (keyspace.go).
+	watch *keyspace.Watch
 	// redisDown says that Redis (in redlock mode, a quorum of its nodes) did not answer when
 	// the replica started.
 	redisDown bool
@@ -251,14 +267,6 @@ func (d dependencies) close() {
 	d.pool.Close()
 }
 
-// pingRedis asks Redis, or in redlock mode a quorum of its nodes, whether it answers.
-func (d dependencies) pingRedis(ctx context.Context) error {
-	if d.nodes != nil {
-		return pingQuorum(ctx, d.nodes)
-	}
-	return d.rdb.Ping(ctx).Err()
-}
-
 // openDependencies waits until the service's own database answers (creating it on the way if
 // need be, so that replicas started together with Postgres do not give up on the first
 // refusal), migrates it and opens the pools, all within STOCKSVC_STARTUP_TIMEOUT.
@@ -266,7 +274,10 @@ func (d dependencies) pingRedis(ctx context.Context) error {
 // Redis is asked once, not waited for: a replica runs without it — product reads from
 // Postgres, orders and restocks answered 503 — as it does when Redis goes down later, and
 // readiness asks Postgres only. Starting without it is logged as a warning; only an answer
-// that waiting cannot fix (credentials refused, say) ends start-up.
+// that waiting cannot fix (credentials refused, say, or a key space that holds another
+// database's data) ends start-up. When Redis answers, the replica also waits until no running
+// replica of its database takes its locks in another lock space (keyspace.go), and gives up
+// at the start-up timeout.
 func openDependencies(ctx context.Context, cfg config, log *slog.Logger) (dependencies, error) {
 	sctx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
 	defer cancel()
@@ -285,22 +296,23 @@ func openDependencies(ctx context.Context, cfg config, log *slog.Logger) (depend
 	if err != nil {
 		return dependencies{}, err
 	}
-	rdb, err := newRedis(cfg.RedisURL, cfg.RedisMode)
+	if err := waitFor(sctx, "postgres", cfg.StartupTimeout, pool.Ping, log); err != nil {
+		pool.Close()
+		return dependencies{}, err
+	}
+	replicas := stockpg.NewReplicas(pool)
+	owner, err := replicas.Owner(sctx)
 	if err != nil {
 		pool.Close()
 		return dependencies{}, err
 	}
-	d := dependencies{pool: pool, rdb: rdb}
-	if d.nodes, err = redlockNodes(cfg.RedisURL, cfg.RedisMode); err != nil {
-		d.close()
-		return dependencies{}, err
-	}
-	if err := waitFor(sctx, "postgres", cfg.StartupTimeout, pool.Ping, log); err != nil {
-		d.close()
+	d := dependencies{pool: pool}
+	if d.rdb, d.nodes, d.watch, err = redisClients(cfg, owner, replicas, log); err != nil {
+		pool.Close()
 		return dependencies{}, err
 	}
 	pctx, pcancel := context.WithTimeout(sctx, redisStartPing)
-	err = d.pingRedis(pctx)
+	err = d.checkRedis(pctx)
 	pcancel()
 	switch {
 	case err == nil:
@@ -314,6 +326,14 @@ func openDependencies(ctx context.Context, cfg config, log *slog.Logger) (depend
 		d.redisDown = true
 		log.WarnContext(ctx, "starting without redis: orders and restocks answer 503 until it answers, product reads come from postgres",
 			slog.String("redis_mode", cfg.RedisMode), slog.Any("error", err))
+		return d, nil
+	}
+	if err := d.settleLockSpace(sctx); err != nil {
+		d.close()
+		if ctx.Err() != nil {
+			return dependencies{}, ctx.Err()
+		}
+		return dependencies{}, err
 	}
 	return d, nil
 }

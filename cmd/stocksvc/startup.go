@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stocksvc/stocksvc/internal/clock"
+	"github.com/stocksvc/stocksvc/internal/keyspace"
 )
 
 // permanentError marks a start-up failure that waiting cannot fix.
@@ -23,11 +24,12 @@ func permanent(err error) error { return permanentError{err} }
 
 // isPermanent reports whether err, met while connecting to Postgres or Redis at start-up, will
 // not go away by waiting: credentials refused, a role or pg_hba entry missing, no right to
-// connect, a Redis database number the server does not have. Everything else — refused
+// connect, a Redis database number the server does not have, Redis keys under the prefix that
+// belong to another database. Everything else — refused
 // connections, timeouts, a server still starting, unknown host names (a container not created
 // yet) — may be a dependency that is not up yet.
 func isPermanent(err error) bool {
-	if errors.As(err, new(permanentError)) {
+	if errors.As(err, new(permanentError)) || errors.Is(err, keyspace.ErrForeign) {
 		return true
 	}
 	switch pgCode(err) {

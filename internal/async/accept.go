@@ -172,7 +172,7 @@ func (q *Queue) acceptGroup(ctx context.Context, group []*acceptRequest) ([]acce
 		products[i] = it.ProductID
 	}
 	results := make([]acceptResult, n)
-	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+	err := q.accepted.Tx(ctx, func(tx pgx.Tx) error {
 		// The drain jobs first, for every product of the group (a job for a product that
 		// turns out missing finds an empty line): they need no lock, and the lock below is
 		// held until the commit, so what runs under it is kept to one round trip.
@@ -205,7 +205,8 @@ func (q *Queue) acceptGroup(ctx context.Context, group []*acceptRequest) ([]acce
 		if errors.Is(err, context.Canceled) {
 			return nil, fmt.Errorf("accept orders: %w", err)
 		}
-		// Nothing was accepted; whatever failed, the client may try again.
+		// Nothing was accepted, or — a commit on the primary alone (stock.ErrOutcomeUnknown) —
+		// nothing is promised yet: either way the client may try again, with its key.
 		return nil, fmt.Errorf("%w: accept orders: %w", stock.ErrUnavailable, err)
 	}
 	return results, nil

@@ -14,18 +14,18 @@ import (
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
-// holdKey stores an outcome under the Idempotency-Key key in a transaction left open, so that
-// a group that claims the key waits for it (a unique index waits for the transaction that
+// holdKey stores an outcome under customer's Idempotency-Key key in a transaction left open, so
+// that a group that claims the key waits for it (a unique index waits for the transaction that
 // wrote the other row). The returned function ends the transaction: rolled back, the group
 // gets the key; committed, it finds it taken.
-func holdKey(t *testing.T, pool *pgxpool.Pool, key string) (end func(commit bool)) {
+func holdKey(t *testing.T, pool *pgxpool.Pool, customer, key string) (end func(commit bool)) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatalf("begin: %v", err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (key, fingerprint, outcome) VALUES ($1, '\x00', 'sold_out')`, key); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome) VALUES ($1, $2, '\x00', 'sold_out')`, customer, key); err != nil {
 		t.Fatalf("hold key %q: %v", key, err)
 	}
 	ended := false
@@ -100,7 +100,7 @@ func TestAbandonedRequestIsNotAccepted(t *testing.T) {
 	w := newWorld(t)
 	r := w.replica(t, replicaOptions{})
 	id := createProduct(t, r, "LEFT-1", 10)
-	end := holdKey(t, r.pool, "held")
+	end := holdKey(t, r.pool, "c-first", "held")
 	first := r.acceptAsync(context.Background(), "c-first", "held", one(id, 1))
 	awaitGroupBlocked(t, r.pool) // the acceptor is busy with the first group
 
@@ -134,7 +134,7 @@ func TestRequestInACommittingGroupIsToldItsOutcome(t *testing.T) {
 	w := newWorld(t)
 	r := w.replica(t, replicaOptions{})
 	id := createProduct(t, r, "MIDCOMMIT-1", 10)
-	end := holdKey(t, r.pool, "held")
+	end := holdKey(t, r.pool, "c1", "held")
 	ctx, cancel := context.WithCancel(context.Background())
 	answer := r.acceptAsync(ctx, "c1", "held", one(id, 1))
 	awaitGroupBlocked(t, r.pool) // its group's transaction is under way
@@ -159,7 +159,7 @@ func TestAcceptQueueIsBounded(t *testing.T) {
 	w := newWorld(t)
 	r := w.replica(t, replicaOptions{acceptQueue: 2})
 	id := createProduct(t, r, "BOUND-1", 10)
-	end := holdKey(t, r.pool, "held")
+	end := holdKey(t, r.pool, "c0", "held")
 	answers := []<-chan acceptAnswer{r.acceptAsync(context.Background(), "c0", "held", one(id, 1))}
 	awaitGroupBlocked(t, r.pool)
 	answers = append(answers, r.acceptAsync(context.Background(), "c1", "", one(id, 1)),
@@ -193,4 +193,48 @@ func TestAcceptQueueIsBounded(t *testing.T) {
 	}
 	r.start(t)
 	r.awaitDecided(t, ids, 20*time.Second)
+}
+
+// An order accepted by a commit that Postgres answered without its synchronous standby (the
+// warning of a wait ended early, drawn here by a trigger in the acceptance's own statement) is
+// not acknowledged: unavailable, outcome unknown, for a single order and for a cart. A retry
+// under the same key answers with the order that commit wrote, replayed, once a standby has
+// it: nothing is accepted twice.
+func TestUnreplicatedAcceptanceIsNotAcknowledged(t *testing.T) {
+	w := newWorld(t)
+	r := w.replica(t, replicaOptions{})
+	a, b := createProduct(t, r, "UNREPL-A", 5), createProduct(t, r, "UNREPL-B", 5)
+	ctx := context.Background()
+	if _, err := r.pool.Exec(ctx, `
+		CREATE FUNCTION cut_short() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE WARNING 'canceling wait for synchronous replication due to user request'; RETURN NEW; END $$;
+		CREATE TRIGGER cut_short BEFORE INSERT ON async_orders FOR EACH ROW EXECUTE FUNCTION cut_short()`); err != nil {
+		t.Fatalf("create the trigger: %v", err)
+	}
+	orders := map[string][]stock.Item{"k-one": {one(a, 1)}, "k-cart": {one(a, 1), one(b, 1)}}
+	for key, items := range orders {
+		_, err := r.tryAccept("c", key, items...)
+		if !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, stock.ErrOutcomeUnknown) {
+			t.Errorf("%s answered with the warning: %v, want unavailable, outcome unknown", key, err)
+		}
+	}
+	if _, err := r.pool.Exec(ctx, `DROP TRIGGER cut_short ON async_orders`); err != nil {
+		t.Fatal(err)
+	}
+	var ids []uuid.UUID
+	for key, items := range orders {
+		acc := r.accept(t, "c", key, items...)
+		if !acc.Replayed || acc.Order.Status != async.StatusPending {
+			t.Errorf("%s retried: %+v, want the order its first attempt accepted, replayed", key, acc)
+		}
+		ids = append(ids, acc.Order.ID)
+	}
+	if n := ordersOf(t, r, "c"); n != 2 {
+		t.Errorf("%d orders of c accepted, want 2: each once", n)
+	}
+	r.start(t)
+	r.awaitDecided(t, ids, 20*time.Second)
+	if au := mustAudit(t, r, a); au.Sold != 2 {
+		t.Errorf("audit of %d = %+v, want 2 sold", a, au)
+	}
 }

@@ -192,10 +192,8 @@ func (q *Queue) Stop(ctx context.Context) error {
 	return nil
 }
 
-// errReplay leaves Accept's transaction when the key already has an outcome.
-type errReplay struct{ rec stockpg.KeyRecord }
-
-func (e *errReplay) Error() string { return "async: the idempotency key already has an outcome" }
+// errTaken leaves a cart's acceptance when its key already has an outcome: nothing is written.
+var errTaken = errors.New("async: the idempotency key already has an outcome")
 
 // Accept puts p in its line and returns the pending order; it is decided later. With a key
 // that already has an outcome, nothing is accepted and that outcome is answered instead: the
@@ -214,11 +212,7 @@ func (q *Queue) Accept(ctx context.Context, p stock.Prepared) (Acceptance, error
 	case r.state == stockpg.AcceptMissing:
 		return Acceptance{}, &stock.ProductNotFoundError{ProductID: p.Items[0].ProductID}
 	case r.state == stockpg.AcceptTaken:
-		rec, err := q.accepted.KeyRecord(ctx, p.Key)
-		if err != nil {
-			return Acceptance{}, err
-		}
-		return q.replay(ctx, p, rec)
+		return q.replay(ctx, p)
 	}
 	q.metrics.accepted.Inc()
 	return Acceptance{Order: Order{ID: req.id, CustomerID: p.CustomerID, Items: p.Items, Status: StatusPending, AcceptedAt: r.at}}, nil
@@ -229,13 +223,13 @@ func (q *Queue) Accept(ctx context.Context, p stock.Prepared) (Acceptance, error
 func (q *Queue) acceptCart(ctx context.Context, p stock.Prepared) (Acceptance, error) {
 	id := uuid.Must(uuid.NewV7())
 	var acc Acceptance
-	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+	err := q.accepted.Tx(ctx, func(tx pgx.Tx) error {
 		at, taken, err := q.accepted.AcceptCart(ctx, tx, id, p)
 		if err != nil {
 			return err
 		}
-		if taken != nil {
-			return &errReplay{rec: *taken}
+		if taken {
+			return errTaken
 		}
 		if _, err := q.river.InsertTx(ctx, tx, cartArgs{OrderID: id}, nil); err != nil {
 			return fmt.Errorf("%w: enqueue order: %w", stock.ErrUnavailable, err)
@@ -243,8 +237,8 @@ func (q *Queue) acceptCart(ctx context.Context, p stock.Prepared) (Acceptance, e
 		acc = Acceptance{Order: Order{ID: id, CustomerID: p.CustomerID, Items: p.Items, Status: StatusPending, AcceptedAt: at}}
 		return nil
 	})
-	if replay, ok := errors.AsType[*errReplay](err); ok {
-		return q.replay(ctx, p, replay.rec)
+	if errors.Is(err, errTaken) {
+		return q.replay(ctx, p)
 	}
 	if err != nil {
 		return Acceptance{}, err
@@ -253,8 +247,13 @@ func (q *Queue) acceptCart(ctx context.Context, p stock.Prepared) (Acceptance, e
 	return acc, nil
 }
 
-// replay answers an order whose key already has an outcome with that outcome.
-func (q *Queue) replay(ctx context.Context, p stock.Prepared, rec stockpg.KeyRecord) (Acceptance, error) {
+// replay answers an order whose key already has an outcome with that outcome, read once a
+// synchronous standby has it (KeyRecord).
+func (q *Queue) replay(ctx context.Context, p stock.Prepared) (Acceptance, error) {
+	rec, err := q.accepted.KeyRecord(ctx, stock.RecordKey{CustomerID: p.CustomerID, Key: p.Key})
+	if err != nil {
+		return Acceptance{}, err
+	}
 	if string(rec.Fingerprint) != string(p.Fingerprint) {
 		return Acceptance{}, stock.ErrIdempotencyKeyReused
 	}

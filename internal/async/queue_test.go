@@ -66,6 +66,7 @@ func (w *world) replica(t *testing.T, o replicaOptions) *replica {
 	// workers draining a line holds a connection for its lock, and its purchases need more.
 	// pgxpool's default, 4 on a 2-core machine, lets 4 lines take every connection.
 	pcfg.MaxConns = 10
+	pcfg.ConnConfig.OnNotice = stockpg.OnNotice // as cmd sets it
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		t.Fatalf("connect postgres: %v", err)

@@ -200,7 +200,8 @@ func (q *Queue) decide(ctx context.Context, orders []stockpg.PendingOrder) error
 	var failed, unexpected error
 	for i, d := range decisions {
 		switch {
-		case d.Err == nil, errors.Is(d.Err, stock.ErrSoldOut):
+		case d.Err == nil, errors.Is(d.Err, stock.ErrSoldOut), errors.Is(d.Err, stock.ErrGivenUp):
+			// Decided: its record is copied below (a given-up order's was copied when stored).
 		case errors.Is(d.Err, stock.ErrProductNotFound):
 			rejects[orders[i].ID] = string(ReasonProductNotFound)
 		case errors.Is(d.Err, stock.ErrInvalid):
@@ -246,9 +247,11 @@ func (q *Queue) decide(ctx context.Context, orders []stockpg.PendingOrder) error
 // fail counts an unexpected failure to decide o, and rejects o (reason internal) once it has
 // failed MaxAttempts times: nil then, so that the line goes on. Until then it returns the
 // failure, and the job is retried. The count is in o's row, so it survives the job, which
-// River gives up after its own attempts (the sweep then makes another), and the replica.
+// River gives up after its own attempts (the sweep then makes another), and the replica. The
+// rejection is stored as o's decision record (Accepted.Fail), so that a drain deciding o
+// meanwhile — this replica paused, its line passed on — cannot sell it too.
 func (q *Queue) fail(ctx context.Context, o stockpg.PendingOrder, cause error) error {
-	f, err := q.accepted.Fail(ctx, o.ID, q.cfg.MaxAttempts, cause.Error())
+	f, err := q.accepted.Fail(ctx, o, q.cfg.MaxAttempts, cause.Error())
 	switch {
 	case err != nil:
 		return err

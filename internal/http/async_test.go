@@ -193,6 +193,44 @@ func TestAsyncIdempotency(t *testing.T) {
 	}
 }
 
+// An Idempotency-Key sent with an order accepted for later is its customer's (issue #31): the
+// same key from another customer is another order, accepted on its own; each customer's retry,
+// on either route, is answered with their own order, and another body is 422.
+func TestAsyncIdempotencyKeyIsTheCustomers(t *testing.T) {
+	t.Parallel()
+	in := newInstance(t, instanceOptions{})
+	id := createProduct(t, in.URL, "async-scoped-key", 5)
+	alice := wantAccepted(t, postOrder(t, in.URL, newOrder("alice", orderItem{id, 1}), withKey(respondAsync, "k")))
+	res := postOrder(t, in.URL, newOrder("bob", orderItem{id, 1}), withKey(respondAsync, "k"))
+	bob := wantAccepted(t, res)
+	wantHeader(t, res, "Idempotent-Replayed", "")
+	if bob.ID == alice.ID || bob.CustomerID != "bob" {
+		t.Errorf("bob's order under alice's key = %+v, want an order of his own (alice's is %s)", bob, alice.ID)
+	}
+	for _, c := range []struct {
+		customer string
+		want     string
+		header   map[string]string
+	}{
+		{"alice", alice.ID, withKey(respondAsync, "k")},
+		{"bob", bob.ID, withKey(respondAsync, "k")},
+		{"bob", bob.ID, keyHeader("k")},
+	} {
+		res := postOrder(t, in.URL, newOrder(c.customer, orderItem{id, 1}), c.header)
+		if got := wantAccepted(t, res); got.ID != c.want {
+			t.Errorf("%s's retry (%v) answered order %s, want their own %s", c.customer, c.header, got.ID, c.want)
+		}
+		wantHeader(t, res, "Idempotent-Replayed", "true")
+	}
+	wantProblem(t, postOrder(t, in.URL, newOrder("bob", orderItem{id, 2}), withKey(respondAsync, "k")), "idempotency-key-reused", "/v1/orders")
+	in.startQueue(t)
+	awaitDecision(t, in.URL, alice.ID)
+	awaitDecision(t, in.URL, bob.ID)
+	if a := audit(t, in.URL, id); a.Sold != 2 {
+		t.Errorf("audit = %+v, want 2 sold: one order per customer under the key", a)
+	}
+}
+
 // The asynchronous route refuses what the synchronous one refuses, before accepting anything:
 // a malformed body, an invalid order. (A missing product: TestAsyncOrderErrors.)
 func TestAsyncOrderInvalid(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/identity"
 	"github.com/stocksvc/stocksvc/internal/identity/identitytest"
+	"github.com/stocksvc/stocksvc/internal/ratelimit"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/stocktest"
 	"github.com/stocksvc/stocksvc/internal/testenv"
@@ -333,4 +334,73 @@ func (p postmaster) cpu() time.Duration {
 		}
 	}
 	return time.Duration(total) * 10 * time.Millisecond // USER_HZ is 100
+}
+
+// BenchmarkRateLimited is a request answered 429 rate-limited, with the default limits, to set
+// beside BenchmarkHealthz (docs/benchmarks.md §6): an order with a forged token (a known kid,
+// a bad signature, a new one each time) from an address that has spent its refusals, and an
+// order of one customer past its budget.
+func BenchmarkRateLimited(b *testing.B) {
+	svc := stock.NewService(stocktest.NewMemStore(), &stocktest.LocalLocker{}, stock.Config{}, nil)
+	b.Cleanup(svc.Close)
+	is, err := identitytest.NewIssuer("https://issuer.bench", "stocksvc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(b.TempDir(), "jwks.json")
+	if err := is.WriteJWKS(path); err != nil {
+		b.Fatal(err)
+	}
+	v, err := identity.NewVerifier(context.Background(), identity.Config{Issuer: "https://issuer.bench", Audience: "stocksvc", JWKSFile: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = v.Close() })
+	tok, err := is.Token("flooder", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	frozen := time.Now()
+	head := tok[:strings.LastIndexByte(tok, '.')+1]
+	forged := func(i int64) string { return head + fmt.Sprintf("%085d", i) + tok[len(tok)-1:] }
+	order := func(token string) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(`{"items":[{"product_id":1,"quantity":1}]}`))
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Authorization", "Bearer "+token)
+		return r
+	}
+	for _, tc := range []struct {
+		name  string
+		token func(i int64) string
+	}{
+		{"forged-token", forged},
+		{"one-customer", func(int64) string { return tok }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			srv := stockhttp.New(stockhttp.Config{Service: svc, Logger: slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})),
+				Customers: stockhttp.CustomerAuth{Mode: identity.ModeToken, Verifier: v},
+				Limits: stockhttp.Limits{
+					Customer: ratelimit.Limit{Events: 5, Per: time.Second, Burst: 20},
+					Address:  ratelimit.Limit{Events: 20, Per: time.Second, Burst: 100},
+					// A clock that stands still: no budget is earned back during the run.
+					Now: func() time.Time { return frozen }}})
+			// Spend the budget first: what follows is answered 429.
+			var n atomic.Int64
+			for range 200 {
+				srv.ServeHTTP(httptest.NewRecorder(), order(tc.token(n.Add(1))))
+			}
+			b.SetParallelism(64)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					w := httptest.NewRecorder()
+					srv.ServeHTTP(w, order(tc.token(n.Add(1))))
+					if w.Code != http.StatusTooManyRequests {
+						b.Errorf("status %d: %s", w.Code, w.Body)
+						return
+					}
+				}
+			})
+		})
+	}
 }

@@ -124,6 +124,7 @@ var contractStatus = map[string]int{
 	"line-not-found":         http.StatusNotFound,
 	"line-not-drawn":         http.StatusConflict,
 	"idempotency-key-reused": http.StatusUnprocessableEntity,
+	"rate-limited":           http.StatusTooManyRequests,
 	"busy":                   http.StatusTooManyRequests,
 	"unavailable":            http.StatusServiceUnavailable,
 	"internal":               http.StatusInternalServerError,

@@ -11,6 +11,7 @@ import (
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/identity"
 	"github.com/stocksvc/stocksvc/internal/line"
+	"github.com/stocksvc/stocksvc/internal/ratelimit"
 )
 
 // The line's routes and the pass check on the order routes, server-free (fakes_test.go: the
@@ -412,34 +413,42 @@ func TestLineRoutesOnAServerWithoutLines(t *testing.T) {
 	wantJSON(t, lineOrder(t, in.URL, "x", nil, id), http.StatusCreated, nil)
 }
 
-// countingVerifier counts the tokens verified.
-type countingVerifier struct {
+// lookingVerifier counts the tokens looked at: verified, or looked up among those verified
+// before.
+type lookingVerifier struct {
 	stockhttp.Verifier
 	n atomic.Int64
 }
 
-func (v *countingVerifier) Verify(ctx context.Context, token string) (string, error) {
+func (v *lookingVerifier) Verify(ctx context.Context, token string) (string, error) {
 	v.n.Add(1)
 	return v.Verifier.Verify(ctx, token)
 }
 
+func (v *lookingVerifier) Remembered(ctx context.Context, token string) (string, error) {
+	v.n.Add(1)
+	return v.Verifier.Remembered(ctx, token)
+}
+
 // TestLinePassCheckedBeforeTheToken: in token mode, an order for a lined product without a
-// pass is refused before its token is verified (however valid the token), and one with a valid
-// pass needs no token at all: the pass names the customer it was issued to, whose token was
-// verified when it joined. An order for a product without a line verifies its token as always.
+// pass is refused before its token is looked at (verified, or looked up among those verified),
+// however valid the token, and one with a valid pass needs no token at all: the pass names the
+// customer it was issued to, whose token was verified when it joined. An order for a product
+// without a line has its token looked at as always.
 func TestLinePassCheckedBeforeTheToken(t *testing.T) {
 	t.Parallel()
 	tk := newTokens(t)
-	verifier := &countingVerifier{Verifier: tk.auth.Verifier}
+	verifier := &lookingVerifier{Verifier: tk.auth.Verifier}
 	in := newFakeInstance(t, fakeOptions{customers: stockhttp.CustomerAuth{Mode: identity.ModeToken, Verifier: verifier}})
 	id := lined(t, in.URL, "tokens", 5, 2, nil)
 	plain := createProduct(t, in.URL, "tokens-plain", 5)
 	alice := tk.header(t, "alice")
 
-	ann := joinAs(t, in.URL, id, "alice", alice) // the join verifies alice's token: one
+	ann := joinAs(t, in.URL, id, "alice", alice) // the join looks alice's token up, then verifies it
 	ann.until(t, in.URL, "admitted")
-	if n := verifier.n.Load(); n != 1 {
-		t.Fatalf("%d verifications for the join, want 1", n)
+	joined := verifier.n.Load()
+	if joined == 0 {
+		t.Fatal("the join looked at no token")
 	}
 	for range 5 {
 		res := postOrder(t, in.URL, items(id), alice)
@@ -447,8 +456,8 @@ func TestLinePassCheckedBeforeTheToken(t *testing.T) {
 	}
 	res := postOrder(t, in.URL, items(id), map[string]string{"Authorization": "Bearer not.a.token"})
 	wantProblem(t, res, "not-admitted", "/v1/orders")
-	if n := verifier.n.Load(); n != 1 {
-		t.Errorf("%d verifications after 6 orders without a pass, want none of theirs", n)
+	if n := verifier.n.Load(); n != joined {
+		t.Errorf("%d tokens looked at after 6 orders without a pass, want %d: none of theirs", n, joined)
 	}
 	// Bob's token beside alice's pass: the pass decides, and a body naming bob contradicts it.
 	bob := tk.header(t, "bob")
@@ -458,11 +467,40 @@ func TestLinePassCheckedBeforeTheToken(t *testing.T) {
 	var o orderBody
 	res = call(t, request{Method: http.MethodPost, URL: in.URL + "/v1/orders", Body: items(id), Header: map[string]string{"Line-Pass": ann.pass}})
 	wantJSON(t, res, http.StatusCreated, &o)
-	if o.CustomerID != "alice" || verifier.n.Load() != 1 {
-		t.Errorf("an order with the pass and no token: %s's, %d verifications; want alice's, still 1", o.CustomerID, verifier.n.Load())
+	if o.CustomerID != "alice" || verifier.n.Load() != joined {
+		t.Errorf("an order with the pass and no token: %s's, %d tokens looked at; want alice's, still %d", o.CustomerID, verifier.n.Load(), joined)
 	}
 	wantJSON(t, postOrder(t, in.URL, items(plain), alice), http.StatusCreated, nil)
-	if n := verifier.n.Load(); n != 2 {
-		t.Errorf("%d verifications, want 2: the order of a product without a line verifies its token", n)
+	if n := verifier.n.Load(); n <= joined {
+		t.Errorf("%d tokens looked at, want more than %d: the order of a product without a line has its token looked at", n, joined)
 	}
+}
+
+// TestLineRoutesUnderTheCustomerLimit: the line's routes spend the customer's budget as the
+// order routes do — a join by the customer's credential, a ticket's status and leave by the
+// customer the ticket names, an order by the pass's customer — so a script polling in a loop
+// is held to it.
+func TestLineRoutesUnderTheCustomerLimit(t *testing.T) {
+	t.Parallel()
+	tk := newTokens(t)
+	clock := newTestClock()
+	in := newFakeInstance(t, fakeOptions{customers: tk.auth, limits: stockhttp.Limits{
+		Customer: ratelimit.Limit{Events: 1, Per: time.Second, Burst: 3}, Now: clock.now}})
+	id := lined(t, in.URL, "limited", 5, 2, nil)
+	ann := joinAs(t, in.URL, id, "ann", tk.header(t, "ann")) // 1
+	for ann.status.Status != "admitted" {
+		clock.advance(time.Second) // the budget back, each time
+		ann.next(t, in.URL)
+	}
+	clock.advance(5 * time.Second)
+	ann.get(t, nil) // 1
+	ann.get(t, nil) // 2
+	ann.get(t, nil) // 3
+	wantLimited(t, ann.get(t, nil), "/v1/products/"+itoa(id)+"/line/ticket")
+	wantLimited(t, call(t, request{Method: http.MethodDelete, URL: lineURL(in.URL, id) + "/ticket", Header: map[string]string{"Line-Ticket": ann.ticket}}),
+		"/v1/products/"+itoa(id)+"/line/ticket")
+	wantLimited(t, call(t, request{Method: http.MethodPost, URL: in.URL + "/v1/orders", Body: items(id), Header: map[string]string{"Line-Pass": ann.pass}}), "/v1/orders")
+	wantLimited(t, call(t, request{Method: http.MethodPost, URL: lineURL(in.URL, id), Header: tk.header(t, "ann")}), "/v1/products/"+itoa(id)+"/line")
+	clock.advance(time.Second)
+	wantJSON(t, call(t, request{Method: http.MethodPost, URL: in.URL + "/v1/orders", Body: items(id), Header: map[string]string{"Line-Pass": ann.pass}}), http.StatusCreated, nil)
 }

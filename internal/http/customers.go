@@ -2,7 +2,6 @@ package stockhttp
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
@@ -29,6 +28,9 @@ type Verifier interface {
 	// Verify returns the customer token names. Errors: identity.ErrUnauthenticated (and a
 	// narrower identity sentinel saying why), identity.ErrKeysUnavailable.
 	Verify(ctx context.Context, token string) (string, error)
+	// Remembered returns what Verify concluded of token before, checking nothing. Errors:
+	// identity.ErrNotRemembered when it has no judgement of token; Verify's.
+	Remembered(ctx context.Context, token string) (string, error)
 }
 
 var _ Verifier = (*identity.Verifier)(nil)
@@ -75,57 +77,106 @@ type authError struct {
 func (e *authError) Error() string { return e.detail + ": " + e.err.Error() }
 func (e *authError) Unwrap() error { return e.err }
 
-// withCustomer names the caller of a customer route (docs/api.md, "Customer identity").
-// With adminReads, the admin bearer token is recognised first (read routes on the listener
-// that serves the admin routes): an admin reads any order and any customer's list. Otherwise,
-// by mode: a verified token's subject, the gateway's header, or, in body mode, no one (the
-// handler takes the body's customer_id, as before identities existed).
+// withCustomer names the caller of a customer route (docs/api.md, "Customer identity"), and
+// holds a verified customer to its rate limit (limits.go). With adminReads, the admin bearer
+// token is recognised too (read routes on the listener that serves the admin routes): an
+// admin reads any order and any customer's list. Otherwise, by mode: a verified token's
+// subject, the gateway's header, or, in body mode, no one (the handler takes the body's
+// customer_id, as before identities existed).
 func (s *Server) withCustomer(adminReads bool) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			var c caller
-			switch {
-			case adminReads && s.isAdmin(r):
-				c.admin = true
-			case s.customers.Mode == identity.ModeToken && admittedOf(r.Context()) != nil && admittedOf(r.Context()).cleared.Customer != "":
-				// The order's passes name the customer: they were issued to a ticket that was
-				// issued to a verified customer, and were checked already (withAdmission).
-				c.customer = admittedOf(r.Context()).cleared.Customer
-			case s.customers.Mode == identity.ModeToken:
-				token, ok := bearer(r.Header.Get("Authorization"))
-				if !ok {
-					s.writeError(w, r, &authError{detail: "a customer token is required: Authorization: Bearer <token>", err: identity.ErrNoCredential})
-					return
-				}
-				customer, err := s.customers.Verifier.Verify(r.Context(), token)
-				if err != nil {
-					if errors.Is(err, identity.ErrUnauthenticated) {
-						err = &authError{detail: "the bearer token is refused: " + tokenRefusal(err), err: err}
-					}
-					s.writeError(w, r, err)
-					return
-				}
-				c.customer = customer
-			case s.customers.Mode == identity.ModeGateway:
-				customer, err := identity.FromHeader(r.Header.Get(s.customers.Header))
-				if err != nil {
-					s.writeError(w, r, &authError{detail: "the gateway named no valid customer in " + s.customers.Header, err: err})
-					return
-				}
-				c.customer = customer
+			c, err := s.caller(r, adminReads)
+			if err == nil && c.customer != "" {
+				err = s.limits.takeCustomer(c.customer)
+			}
+			if err != nil {
+				s.writeError(w, r, err)
+				return
 			}
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
 		})
 	}
 }
 
-// isAdmin reports whether r carries the admin bearer token, compared as requireAdmin does.
-func (s *Server) isAdmin(r *http.Request) bool {
-	if s.adminDigest == nil {
-		return false
+// caller names the caller of r. An order whose passes were checked is their customer's
+// (token mode: no token is looked at); a token verified before is a customer at the cost of a
+// lookup; anything else is checked — an admin token where adminReads lets one in, then the
+// customer's credential — unless its client address has spent a budget of failures. Errors:
+// an *authError (401), a *limitedError (429), identity.ErrKeysUnavailable.
+func (s *Server) caller(r *http.Request, adminReads bool) (caller, error) {
+	if a := admittedOf(r.Context()); a != nil && a.cleared.Customer != "" && s.customers.Mode == identity.ModeToken {
+		// The order's passes name the customer: they were issued to a ticket that was issued
+		// to a verified customer, and were checked already (withAdmission).
+		return caller{customer: a.cleared.Customer}, nil
 	}
-	token, ok := bearer(r.Header.Get("Authorization"))
-	return ok && subtle.ConstantTimeCompare(digest(token), s.adminDigest) == 1
+	token, hasBearer := bearer(r.Header.Get("Authorization"))
+	remembered := identity.ErrNotRemembered
+	if s.customers.Mode == identity.ModeToken && hasBearer {
+		var customer string
+		if customer, remembered = s.customers.Verifier.Remembered(r.Context(), token); remembered == nil {
+			return caller{customer: customer}, nil
+		}
+	}
+	// The bearer token was compared with the admin token and is not it: a wrong guess at the
+	// admin token only if it is no customer's credential either.
+	guessed := false
+	if adminReads && hasBearer {
+		admin, err := s.checkAdmin(r, token)
+		if err != nil || admin {
+			return caller{admin: admin}, err
+		}
+		guessed = true
+	}
+	var c caller
+	var err error
+	switch s.customers.Mode {
+	case identity.ModeToken:
+		c.customer, err = s.checked(r, func() (string, error) {
+			switch {
+			case !hasBearer:
+				return "", &authError{detail: "a customer token is required: Authorization: Bearer <token>", err: identity.ErrNoCredential}
+			case errors.Is(remembered, identity.ErrNotRemembered):
+				return s.customers.Verifier.Verify(r.Context(), token)
+			}
+			return "", remembered
+		})
+		if errors.Is(err, identity.ErrUnauthenticated) {
+			if _, ok := errors.AsType[*authError](err); !ok {
+				err = &authError{detail: "the bearer token is refused: " + tokenRefusal(err), err: err}
+			}
+		}
+	case identity.ModeGateway:
+		c.customer, err = s.checked(r, func() (string, error) {
+			customer, err := identity.FromHeader(r.Header.Get(s.customers.Header))
+			if err != nil {
+				return "", &authError{detail: "the gateway named no valid customer in " + s.customers.Header, err: err}
+			}
+			return customer, nil
+		})
+	}
+	if guessed && s.limits.admin != nil && errors.Is(err, identity.ErrUnauthenticated) {
+		s.limits.adminFailed(r.Context(), s.limits.clientAddress(r))
+	}
+	return c, err
+}
+
+// checked runs check, the check of a credential not known good, unless the client address
+// has spent its budget of refused credentials, and counts a refusal against it. Errors:
+// check's, a *limitedError.
+func (s *Server) checked(r *http.Request, check func() (string, error)) (string, error) {
+	if s.limits.address == nil {
+		return check()
+	}
+	addr := s.limits.clientAddress(r)
+	if err := s.limits.addressBlocked(addr); err != nil {
+		return "", err
+	}
+	customer, err := check()
+	if errors.Is(err, identity.ErrUnauthenticated) {
+		s.limits.address.Take(addr)
+	}
+	return customer, err
 }
 
 // bearer reads an Authorization header's bearer token (RFC 6750: the scheme in any case).

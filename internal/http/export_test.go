@@ -1,6 +1,11 @@
 package stockhttp
 
-import "github.com/go-chi/chi/v5"
+import (
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Routes exposes every route of s, admin ones included, for the test that holds them to
 // api/openapi.yaml.
@@ -14,4 +19,9 @@ func ProblemStatuses() map[string]int {
 		statuses[code] = pt.Status
 	}
 	return statuses
+}
+
+// ClientAddress is the key the rate limits of l count r under.
+func ClientAddress(l Limits, r *http.Request) string {
+	return newLimiter(l, prometheus.NewRegistry()).clientAddress(r)
 }

@@ -221,15 +221,18 @@ type fakeOptions struct {
 	noLines bool
 	// requestTimeout is Config.RequestTimeout.
 	requestTimeout time.Duration
+	// limits are the replica's rate limits; none by default.
+	limits stockhttp.Limits
 }
 
 // fakeInstance is a Server over fakes, served on a loopback listener of its own so that its
 // exchanges go through net/http (and api/openapi.yaml's checks) as a real replica's do.
 type fakeInstance struct {
-	URL   string
-	API   *stockhttp.Server
-	svc   *fakeService
-	queue *fakeQueue // nil with noQueue
+	URL      string
+	API      *stockhttp.Server
+	Registry *prometheus.Registry
+	svc      *fakeService
+	queue    *fakeQueue // nil with noQueue
 	// lines is the line's service over memory (nil with noLines), and lineStore its store.
 	lines     *line.Service
 	lineStore *linetest.MemStore
@@ -241,7 +244,7 @@ func newFakeInstance(t testing.TB, o fakeOptions) *fakeInstance {
 	products := stocktest.NewMemStore()
 	svc := stock.NewService(products, &stocktest.LocalLocker{},
 		stock.Config{MaxQuantity: o.maxQuantity}, stock.NewMetrics(reg))
-	in := &fakeInstance{svc: &fakeService{svc: svc, err: o.serviceErr, placeOrder: o.placeOrder}}
+	in := &fakeInstance{Registry: reg, svc: &fakeService{svc: svc, err: o.serviceErr, placeOrder: o.placeOrder}}
 	cfg := stockhttp.Config{
 		Service:        in.svc,
 		AdminToken:     adminToken,
@@ -251,6 +254,7 @@ func newFakeInstance(t testing.TB, o fakeOptions) *fakeInstance {
 		Gatherer:       reg,
 		Customers:      stockhttp.CustomerAuth{Mode: identity.ModeBody},
 		RequestTimeout: o.requestTimeout,
+		Limits:         o.limits,
 	}
 	if o.customers.Mode != "" {
 		cfg.Customers = o.customers

@@ -71,7 +71,6 @@ func TestIdempotencyKeyReused(t *testing.T) {
 	}{
 		{name: "other quantity", body: newOrder("c", orderItem{a, 2})},
 		{name: "other product", body: newOrder("c", orderItem{b, 1})},
-		{name: "other customer", body: newOrder("d", orderItem{a, 1})},
 		{name: "extra item", body: newOrder("c", orderItem{a, 1}, orderItem{b, 1})},
 	}
 	t.Run("cases", func(t *testing.T) {
@@ -88,6 +87,42 @@ func TestIdempotencyKeyReused(t *testing.T) {
 		t.Errorf("audit of a = %+v, want only the first sale", got)
 	}
 	wantUntouched(t, in.URL, b, 10)
+}
+
+// TestIdempotencyKeyIsTheCustomers: a key is its customer's own (issue #31). Another customer
+// who sends the same key — reusing, guessing or claiming it first — places an order of their
+// own and learns nothing of the first; each customer's retry replays their own order, and
+// another body from the same customer is still 422.
+func TestIdempotencyKeyIsTheCustomers(t *testing.T) {
+	t.Parallel()
+	in := newInstance(t, instanceOptions{})
+	id := createProduct(t, in.URL, "scoped-key", 10)
+	const key = "shared-key"
+	var alice, bob orderBody
+	first := postOrder(t, in.URL, newOrder("alice", orderItem{id, 1}), keyHeader(key))
+	wantJSON(t, first, http.StatusCreated, &alice)
+	res := postOrder(t, in.URL, newOrder("bob", orderItem{id, 1}), keyHeader(key))
+	wantJSON(t, res, http.StatusCreated, &bob)
+	wantHeader(t, res, "Idempotent-Replayed", "")
+	if bob.ID == alice.ID || bob.CustomerID != "bob" {
+		t.Errorf("bob's order under alice's key = %+v, want an order of his own (alice's is %s)", bob, alice.ID)
+	}
+	for _, c := range []struct {
+		customer string
+		want     orderBody
+	}{{"alice", alice}, {"bob", bob}} {
+		var got orderBody
+		res := postOrder(t, in.URL, newOrder(c.customer, orderItem{id, 1}), keyHeader(key))
+		wantJSON(t, res, http.StatusCreated, &got)
+		wantHeader(t, res, "Idempotent-Replayed", "true")
+		if got.ID != c.want.ID {
+			t.Errorf("%s's retry answered order %s, want their own %s", c.customer, got.ID, c.want.ID)
+		}
+	}
+	wantProblem(t, postOrder(t, in.URL, newOrder("bob", orderItem{id, 2}), keyHeader(key)), "idempotency-key-reused", "/v1/orders")
+	if a := audit(t, in.URL, id); a.Sold != 2 {
+		t.Errorf("audit = %+v, want 2 sold: one order per customer under the key", a)
+	}
 }
 
 // TestIdempotencyKeyWhileFirstIsQueued sends the same keyed request twice while the product's

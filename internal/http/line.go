@@ -23,6 +23,8 @@ type Lines interface {
 	Wait(ctx context.Context, product int64, ticket, etag string, wait time.Duration) (line.Status, error)
 	Leave(ctx context.Context, product int64, ticket string) (line.Status, error)
 	Summary(ctx context.Context, product int64) (line.Summary, error)
+	// Customer returns the customer a ticket was issued to (its signature checked only).
+	Customer(ctx context.Context, product int64, ticket string) (string, error)
 	Draw(ctx context.Context, product int64) (line.Draw, error)
 	// Admit checks an order's passes for the products of the order that have a line.
 	Admit(ctx context.Context, products []int64, passes []string, ticket, key string) (line.Cleared, error)
@@ -37,6 +39,20 @@ const (
 	ticketHeader = "Line-Ticket"
 	passHeader   = "Line-Pass"
 )
+
+// limitTicket holds a ticket's requests to its customer's rate limit, as the customer's orders
+// and joins are (Limits.Customer): a script polling its status in a loop spends its own budget.
+// Errors: line.ErrInvalidTicket, a *limitedError.
+func (s *Server) limitTicket(r *http.Request, product int64) error {
+	if s.limits.customer == nil {
+		return nil
+	}
+	customer, err := s.lines.Customer(r.Context(), product, r.Header.Get(ticketHeader))
+	if err != nil {
+		return err
+	}
+	return s.limits.takeCustomer(customer)
+}
 
 // lineRoute is h, or, on a server without lines, a handler that answers that no product has one.
 func (s *Server) lineRoute(h http.HandlerFunc) http.HandlerFunc {
@@ -96,6 +112,10 @@ func (s *Server) handleTicket(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if err := s.limitTicket(r, id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	etag := r.Header.Get("If-None-Match")
 	var wait time.Duration
 	if etag != "" {
@@ -118,6 +138,10 @@ func (s *Server) handleTicket(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleLeave(w http.ResponseWriter, r *http.Request) {
 	id, err := productID(r)
 	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.limitTicket(r, id); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

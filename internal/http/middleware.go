@@ -3,12 +3,10 @@ package stockhttp
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -109,16 +107,24 @@ func (s *Server) withTimeout(next http.Handler) http.Handler {
 	})
 }
 
-// requireAdmin lets a request through only with the admin bearer token. Digests of equal length
-// are compared in constant time, so neither the token nor its length leaks through timing.
+// requireAdmin lets a request through only with the admin bearer token. A wrong token counts
+// against its client address's admin failures, and while they are spent no token from the
+// address is compared (429 rate-limited).
 func (s *Server) requireAdmin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.adminDigest == nil {
 			s.writeError(w, r, badRequest("admin-disabled", "admin routes are disabled: no admin token is configured"))
 			return
 		}
-		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(digest(strings.TrimSpace(token)), s.adminDigest) != 1 {
+		admin := false
+		if token, ok := bearer(r.Header.Get("Authorization")); ok {
+			var err error
+			if admin, err = s.admitAdmin(r, token); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+		}
+		if !admin {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="stocksvc admin"`)
 			s.writeError(w, r, badRequest("unauthorized", "a valid admin bearer token is required"))
 			return

@@ -90,8 +90,9 @@ var problemTypes = map[string]problemType{
 	"line-not-found":         {404, "Line not found", "The product has no line: its orders need no admission."},
 	"line-not-drawn":         {409, "Line not drawn", "The line has not been drawn yet: its seed is shown only once the opening has drawn it."},
 	"idempotency-key-reused": {422, "Idempotency key reused", "This Idempotency-Key was first used with a different request body."},
+	"rate-limited":           {429, "Too many requests", "A rate limit refused the request before anything was done: a customer's requests (per replica), refused credentials from one client address (per replica), or wrong admin tokens from one client address (across replicas); `detail` says which. Retry after Retry-After seconds. The Compose nginx answers its own limit per address with the same code."},
 	"busy":                   {429, "Busy", "The product is contended and the order could not be attempted in time; nothing was sold (and an order sent with an Idempotency-Key has no stored outcome under it). Retry after Retry-After seconds."},
-	"unavailable":            {503, "Unavailable", "Postgres or Redis could not be reached, the request timed out, the replica is still starting, or the order's outcome is unknown. Nothing is promised either way: retry after Retry-After seconds, with the same Idempotency-Key."},
+	"unavailable":            {503, "Unavailable", "Postgres or Redis could not be reached, the request timed out, the replica is still starting, or the outcome of a write is unknown. Nothing is promised either way: retry after Retry-After seconds, with the same Idempotency-Key."},
 	"internal":               {500, "Internal error", "Something unexpected failed; the request id identifies it in the logs."},
 }
 
@@ -121,8 +122,8 @@ func badRequest(code, detail string) error { return &requestError{code: code, de
 // become statuses and codes, and it reads an error in this order, the first match winning:
 //
 //  1. what the transport found before the service was called (a customer credential missing
-//     or refused: 401 unauthenticated; malformed JSON, a customer_id that is not the
-//     verified customer's, ...);
+//     or refused: 401 unauthenticated; a rate limit: 429 rate-limited; malformed JSON, a
+//     customer_id that is not the verified customer's, ...);
 //  2. the request's own outcome: invalid input, sold out, a sale rule (not open, ended, the
 //     customer's limit), the line's refusals (not admitted, an admission run out or used, a
 //     ticket invalid or lost, no line), product or order not found, duplicate SKU,
@@ -143,6 +144,11 @@ func problemFor(err error) *problem {
 		if !errors.Is(err, identity.ErrNoCredential) {
 			p.authenticate += `, error="invalid_token"`
 		}
+		return p
+	}
+	if limited, ok := errors.AsType[*limitedError](err); ok {
+		p := newProblem("rate-limited", limited.detail())
+		p.retryAfter = limited.retryAfter()
 		return p
 	}
 	if reqErr, ok := errors.AsType[*requestError](err); ok {
@@ -208,7 +214,7 @@ func problemFor(err error) *problem {
 	case errors.Is(err, stock.ErrIdempotencyKeyReused):
 		return newProblem("idempotency-key-reused", "this Idempotency-Key was first used with a different request")
 	case errors.Is(err, stock.ErrOutcomeUnknown):
-		p := newProblem("unavailable", "the order's outcome is unknown: Postgres did not answer whether it was written; try again")
+		p := newProblem("unavailable", "the outcome is unknown: Postgres did not answer whether it was written, or cannot yet show its standby has it; try again")
 		p.retryAfter = 2
 		return p
 	case errors.Is(err, stock.ErrUnavailable), errors.Is(err, line.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, identity.ErrKeysUnavailable):

@@ -77,6 +77,9 @@ type Config struct {
 	// for a lined product before its customer's credential. Without it the line routes answer
 	// 404 line-not-found and orders are not checked.
 	Lines Lines
+	// Limits throttle customers, refused credentials and wrong admin tokens (limits.go).
+	// The zero value limits nothing.
+	Limits Limits
 	// Ready reports whether the backing services answer; /readyz calls it with a 1s deadline.
 	// Nil means always ready.
 	Ready func(ctx context.Context) error
@@ -103,6 +106,7 @@ type Server struct {
 	adminDigest []byte // sha256 of the admin token; nil when admin routes are off
 	customers   CustomerAuth
 	lines       Lines // nil: no lines
+	limits      *limiter
 	timeout     time.Duration
 	maxBody     int64
 	metrics     *httpMetrics
@@ -141,6 +145,7 @@ func New(cfg Config) *Server {
 		metrics:   newHTTPMetrics(cfg.Registerer),
 		customers: cfg.Customers.withDefaults(),
 		lines:     cfg.Lines,
+		limits:    newLimiter(cfg.Limits, cfg.Registerer),
 	}
 	s.findOrder = s.findConfirmed
 	if cfg.Queue != nil {

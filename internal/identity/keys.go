@@ -1,7 +1,9 @@
 package identity
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"sync"
@@ -38,6 +40,18 @@ func publicKeys(set jwk.Set) (jwk.Set, error) {
 		return nil, fmt.Errorf("the JWKS holds no key this service can verify with")
 	}
 	return pub, nil
+}
+
+// sameKeys reports whether a and b hold the same keys, so that a refresh or a rewrite that
+// changed nothing keeps the set it found: the Verifier forgets what it remembered of tokens
+// when the set changes.
+func sameKeys(a, b jwk.Set) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
 
 // fileKeys reads the keys from a file, and again when the file changes.
@@ -122,7 +136,10 @@ func (k *fileKeys) reloadLocked() {
 		k.onError(err)
 		return
 	}
-	k.set, k.info = set, info
+	k.info = info
+	if !sameKeys(set, k.set) {
+		k.set = set
+	}
 }
 
 func (k *fileKeys) close() error { return nil }
@@ -196,8 +213,11 @@ func (k *urlKeys) current(ctx context.Context) (jwk.Set, error) {
 		k.raw = raw
 		return k.pub, nil
 	}
-	k.raw, k.pub = raw, pub
-	return pub, nil
+	k.raw = raw
+	if !sameKeys(pub, k.pub) {
+		k.pub = pub
+	}
+	return k.pub, nil
 }
 
 func (k *urlKeys) lookAgain(ctx context.Context) (jwk.Set, error) {

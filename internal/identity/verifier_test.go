@@ -38,7 +38,7 @@ func newIssuer(t *testing.T) *identitytest.Issuer {
 }
 
 // fileVerifier returns a Verifier over a JWKS file written by is, and the file's path.
-func fileVerifier(t *testing.T, is *identitytest.Issuer, mod func(*identity.Config)) (*identity.Verifier, string) {
+func fileVerifier(t testing.TB, is *identitytest.Issuer, mod func(*identity.Config)) (*identity.Verifier, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "jwks.json")
 	if err := is.WriteJWKS(path); err != nil {
@@ -396,6 +396,7 @@ func TestNewVerifierRefuses(t *testing.T) {
 		{"no keys", identity.Config{Issuer: issuer, Audience: audience}, true},
 		{"file and URL", identity.Config{Issuer: issuer, Audience: audience, JWKSFile: good, JWKSURL: "http://127.0.0.1:1/jwks"}, true},
 		{"URL not http", identity.Config{Issuer: issuer, Audience: audience, JWKSURL: "file:///etc/jwks.json"}, true},
+		{"plain http to another host", identity.Config{Issuer: issuer, Audience: audience, JWKSURL: "http://keys.example/jwks.json"}, true},
 		{"negative leeway", identity.Config{Issuer: issuer, Audience: audience, JWKSFile: good, Leeway: -time.Second}, true},
 		{"missing file", identity.Config{Issuer: issuer, Audience: audience, JWKSFile: filepath.Join(dir, "none.json")}, false},
 		{"symmetric key", identity.Config{Issuer: issuer, Audience: audience, JWKSFile: symmetric}, false},

@@ -437,6 +437,13 @@ func (s *Service) Used(cl Cleared, key string) {
 	}
 }
 
+// Customer returns the customer the ticket token of product's line was issued to, checking
+// only its signature: what a rate limit per customer is keyed on. Errors: ErrInvalidTicket.
+func (s *Service) Customer(ctx context.Context, product int64, token string) (string, error) {
+	c, err := s.ticket(ctx, token, product)
+	return c.customer, err
+}
+
 // Draw returns product's draw, for an admin to show how the places were given. Errors:
 // ErrNotDrawn, ErrUnavailable, the context's.
 func (s *Service) Draw(ctx context.Context, product int64) (Draw, error) {

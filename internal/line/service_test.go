@@ -294,8 +294,12 @@ func TestPassChecks(t *testing.T) {
 	if _, err := a.Admit(ctx, []int64{id}, []string{ann.pass}, "", "k1"); err != nil {
 		t.Errorf("ann's retry with the same key: %v, want it let through", err)
 	}
-	ann.until(t, a, id, line.Used)
+	ann.until(t, a, id, line.Used) // at once, from a's memory of the use
 	// Once the store has the use, another replica (with no memory of it) refuses it too.
+	testenv.Poll(t, 5*time.Second, "the use written", func() bool {
+		tk, err := w.lines.Ticket(ctx, id, ann.status.Ticket)
+		return err == nil && tk.Status == line.TicketUsed
+	})
 	b, _ := w.replica(t)
 	if _, err := b.Admit(ctx, []int64{id}, []string{ann.pass}, "", "k2"); !errors.Is(err, line.ErrAdmissionUsed) {
 		t.Errorf("ann's pass on another replica: %v, want admission used", err)

@@ -2,6 +2,7 @@ package stock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -20,8 +21,15 @@ import (
 const AcceptedKeyPrefix = "\x1eaccepted:"
 
 // AcceptedKey is the idempotency key under which the decision of the accepted order id is
-// stored: a confirmed order (whose id is also id), or a refusal for lack of stock.
+// stored: a confirmed order (whose id is also id), a refusal for lack of stock, or the order
+// given up (ErrGivenUp).
 func AcceptedKey(id uuid.UUID) string { return AcceptedKeyPrefix + id.String() }
+
+// ErrGivenUp is the decision of an order accepted for later whose deciding failed too many
+// times: it is rejected for it, nothing sold (package async stores that decision under the
+// order's AcceptedKey, so that a decision made by another drain meanwhile cannot also be
+// stored). DecideAccepted answers it to a drain that comes to the order afterwards.
+var ErrGivenUp = errors.New("stock: the order was given up after failed attempts to decide it")
 
 // Prepared is an order request that passed validation, in canonical form.
 type Prepared struct {
@@ -73,8 +81,8 @@ type Accepted struct {
 }
 
 // Decision is what deciding an accepted order gave: Result, or Err as PlaceOrder's errors
-// (*SoldOutError is a decision; ErrBusy, ErrUnavailable, ErrLockLost and the context's error
-// leave the order undecided, to be tried again).
+// (*SoldOutError and ErrGivenUp are decisions; ErrBusy, ErrUnavailable, ErrLockLost and the
+// context's error leave the order undecided, to be tried again).
 type Decision struct {
 	Result OrderResult
 	Err    error

@@ -22,6 +22,9 @@ type ticket struct {
 	gone atomic.Bool
 }
 
+// recordKey is the name of t's idempotency record: its key, in its customer's scope.
+func (t *ticket) recordKey() RecordKey { return RecordKey{CustomerID: t.customerID, Key: t.key} }
+
 // outcome is what a ticket was told: an order (new or replayed), the order its key was accepted
 // as for later (accepted, replayed), or err — a refusal (*SoldOutError, *ProductNotFoundError,
 // ErrIdempotencyKeyReused) or the failure of its batch.
@@ -67,20 +70,20 @@ func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, rules bo
 		left[id] = l.Stock
 	}
 	taken := map[int64]int64{}
-	refused := false          // some ticket was refused for want of stock, or for its limit
-	bought := a.units         // per limited product, what each customer has with this batch
-	first := map[string]int{} // key → the ticket of this batch whose outcome it stores
+	refused := false             // some ticket was refused for want of stock, or for its limit
+	bought := a.units            // per limited product, what each customer has with this batch
+	first := map[RecordKey]int{} // key → the ticket of this batch whose outcome it stores
 	for i, t := range tickets {
 		if t.gone.Load() {
 			a.outcomes[i] = outcome{err: errGone}
 			continue
 		}
 		if t.key != "" {
-			if rec, ok := snap.Records[t.key]; ok {
+			if rec, ok := snap.Records[t.recordKey()]; ok {
 				a.outcomes[i] = replay(rec, t.fingerprint)
 				continue
 			}
-			if j, ok := first[t.key]; ok {
+			if j, ok := first[t.recordKey()]; ok {
 				a.outcomes[i] = replayTicket(a.outcomes[j], tickets[j].fingerprint, t.fingerprint)
 				continue
 			}
@@ -106,13 +109,13 @@ func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, rules bo
 			continue
 		}
 		if t.key != "" {
-			first[t.key] = i
+			first[t.recordKey()] = i
 		}
 		if short := firstShort(t.items, left); short != nil {
 			refused = true
 			a.outcomes[i] = outcome{err: short}
 			if t.key != "" {
-				a.write.Records = append(a.write.Records, IdempotencyRecord{Key: t.key, Fingerprint: t.fingerprint, SoldOut: short})
+				a.write.Records = append(a.write.Records, IdempotencyRecord{RecordKey: t.recordKey(), Fingerprint: t.fingerprint, SoldOut: short})
 			}
 			continue
 		}
@@ -125,7 +128,7 @@ func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, rules bo
 		a.outcomes[i] = outcome{order: order}
 		a.write.Orders = append(a.write.Orders, order)
 		if t.key != "" {
-			a.write.Records = append(a.write.Records, IdempotencyRecord{Key: t.key, Fingerprint: t.fingerprint, Order: &order})
+			a.write.Records = append(a.write.Records, IdempotencyRecord{RecordKey: t.recordKey(), Fingerprint: t.fingerprint, Order: &order})
 		}
 	}
 	for id, qty := range taken {
@@ -177,18 +180,18 @@ func (w Write) Without(skipped []uuid.UUID) Write {
 // key — from its key's record: from stored (the records the write found; see
 // Committed.Stored), or, for a key not there, from a read of it later (errStoredMeanwhile,
 // for replayStored).
-func leaveOut(tickets []*ticket, outcomes []outcome, skipped []uuid.UUID, stored map[string]IdempotencyRecord) {
-	keys := map[string]bool{}
+func leaveOut(tickets []*ticket, outcomes []outcome, skipped []uuid.UUID, stored map[RecordKey]IdempotencyRecord) {
+	keys := map[RecordKey]bool{}
 	for i, o := range outcomes {
 		if o.err == nil && tickets[i].key != "" && slices.Contains(skipped, o.order.ID) {
-			keys[tickets[i].key] = true
+			keys[tickets[i].recordKey()] = true
 		}
 	}
 	for i, t := range tickets {
-		if !keys[t.key] {
+		if !keys[t.recordKey()] {
 			continue
 		}
-		rec, ok := stored[t.key]
+		rec, ok := stored[t.recordKey()]
 		if !ok {
 			outcomes[i] = outcome{err: errStoredMeanwhile}
 			continue
@@ -288,6 +291,9 @@ func replay(rec IdempotencyRecord, fingerprint []byte) outcome {
 	if rec.Accepted != nil {
 		// A success: the key's outcome is that order, whatever it has become since.
 		return outcome{accepted: rec.Accepted, replayed: true}
+	}
+	if rec.GivenUp {
+		return outcome{err: ErrGivenUp}
 	}
 	if rec.SoldOut != nil {
 		refusal := *rec.SoldOut

@@ -25,7 +25,7 @@ func keyed(t *ticket, key string) *ticket {
 func item(product, qty int64) Item { return Item{ProductID: product, Quantity: qty} }
 
 func levels(l map[int64]int64) Snapshot {
-	s := Snapshot{Levels: map[int64]Level{}, Records: map[string]IdempotencyRecord{}}
+	s := Snapshot{Levels: map[int64]Level{}, Records: map[RecordKey]IdempotencyRecord{}}
 	for id, stock := range l {
 		s.Levels[id] = Level{Stock: stock, Version: 7, Fence: 3}
 	}
@@ -136,57 +136,68 @@ func TestAllocateCartIsAllOrNothing(t *testing.T) {
 	}
 }
 
+// TestAllocateIdempotencyKeys: a key is its customer's own (issue #31). Within one customer a
+// stored key is replayed, or refused with another body; the same key sent by another customer
+// is decided as a request of its own, and stored under that customer.
 func TestAllocateIdempotencyKeys(t *testing.T) {
 	stored := tk("s", item(1, 1))
 	storedOrder := Order{ID: stored.id, CustomerID: "s", Status: OrderStatusConfirmed, Items: stored.items, CreatedAt: time.Unix(100, 0)}
 	refused := keyed(tk("r", item(1, 9)), "refused")
-	snap := levels(map[int64]int64{1: 3})
-	snap.Records["stored"] = IdempotencyRecord{Key: "stored", Fingerprint: requestFingerprint("s", stored.items), Order: &storedOrder}
-	snap.Records["refused"] = IdempotencyRecord{Key: "refused", Fingerprint: refused.fingerprint,
+	snap := levels(map[int64]int64{1: 4})
+	snap.Records[RecordKey{"s", "stored"}] = IdempotencyRecord{RecordKey: RecordKey{"s", "stored"}, Fingerprint: requestFingerprint("s", stored.items), Order: &storedOrder}
+	snap.Records[RecordKey{"r", "refused"}] = IdempotencyRecord{RecordKey: RecordKey{"r", "refused"}, Fingerprint: refused.fingerprint,
 		SoldOut: &SoldOutError{ProductID: 1, Requested: 9, Available: 2}}
 
 	tickets := []*ticket{
 		keyed(tk("s", item(1, 1)), "stored"),  // 0: replay of a stored order
-		keyed(tk("x", item(1, 1)), "stored"),  // 1: same key, another body
-		keyed(tk("r", item(1, 9)), "refused"), // 2: replay of a stored refusal
-		keyed(tk("n", item(1, 2)), "new"),     // 3: new: sold
-		keyed(tk("n", item(1, 2)), "new"),     // 4: same key in the same batch: its outcome
-		keyed(tk("m", item(1, 2)), "new"),     // 5: same key in the batch, another body
-		keyed(tk("z", item(1, 2)), "short"),   // 6: new: refused (1 left)
-		keyed(tk("z", item(1, 2)), "short"),   // 7: same key: the stored refusal, replayed
-		keyed(tk("w", item(1, 1)), "last"),    // 8: the last unit
+		keyed(tk("s", item(1, 2)), "stored"),  // 1: same customer and key, another body
+		keyed(tk("x", item(1, 1)), "stored"),  // 2: another customer's key "stored": new, sold (3 left)
+		keyed(tk("r", item(1, 9)), "refused"), // 3: replay of a stored refusal
+		keyed(tk("n", item(1, 2)), "new"),     // 4: new: sold (1 left)
+		keyed(tk("n", item(1, 2)), "new"),     // 5: same key in the same batch: its outcome
+		keyed(tk("n", item(1, 1)), "new"),     // 6: same key in the batch, another body
+		keyed(tk("m", item(1, 2)), "new"),     // 7: another customer's key "new": refused on its own
+		keyed(tk("z", item(1, 2)), "short"),   // 8: new: refused (1 left)
+		keyed(tk("z", item(1, 2)), "short"),   // 9: same key: the stored refusal, replayed
+		keyed(tk("w", item(1, 1)), "last"),    // 10: the last unit
 	}
 	a := allocate(snap, tickets, nil, true)
-	want := []string{"replay", "reused", "sold-out 2 replayed", "ok", "replay", "reused", "sold-out 1", "sold-out 1 replayed", "ok"}
+	want := []string{"replay", "reused", "ok", "sold-out 2 replayed", "ok", "replay", "reused", "sold-out 1", "sold-out 1", "sold-out 1 replayed", "ok"}
 	if diff := cmp.Diff(want, summary(a)); diff != "" {
 		t.Errorf("outcomes (-want +got):\n%s", diff)
 	}
 	if got := a.outcomes[0].order; got.ID != storedOrder.ID || !got.CreatedAt.Equal(storedOrder.CreatedAt) {
 		t.Errorf("replayed order = %+v, want the stored %+v", got, storedOrder)
 	}
-	if a.outcomes[4].order.ID != tickets[3].id {
-		t.Errorf("the batch's second request with key new got order %s, want the first's %s", a.outcomes[4].order.ID, tickets[3].id)
+	if a.outcomes[5].order.ID != tickets[4].id {
+		t.Errorf("the batch's second request with key new got order %s, want the first's %s", a.outcomes[5].order.ID, tickets[4].id)
 	}
-	// One record per new key: the sale and the refusal; nothing again for stored keys.
-	var keys []string
+	// One record per new key of a customer: the sales and the refusals; nothing again for
+	// stored keys.
+	var keys []RecordKey
 	for _, r := range a.write.Records {
-		keys = append(keys, r.Key)
-		switch r.Key {
-		case "new":
-			if r.Order == nil || r.Order.ID != tickets[3].id {
-				t.Errorf("record of key new = %+v, want order %s", r, tickets[3].id)
+		keys = append(keys, r.RecordKey)
+		switch r.RecordKey {
+		case RecordKey{"x", "stored"}:
+			if r.Order == nil || r.Order.ID != tickets[2].id {
+				t.Errorf("record of x's key stored = %+v, want order %s", r, tickets[2].id)
 			}
-		case "short":
+		case RecordKey{"n", "new"}:
+			if r.Order == nil || r.Order.ID != tickets[4].id {
+				t.Errorf("record of n's key new = %+v, want order %s", r, tickets[4].id)
+			}
+		case RecordKey{"m", "new"}, RecordKey{"z", "short"}:
 			if r.SoldOut == nil || r.SoldOut.Available != 1 || r.SoldOut.Requested != 2 {
-				t.Errorf("record of key short = %+v, want the refusal with 1 available", r)
+				t.Errorf("record of %v = %+v, want the refusal with 1 available", r.RecordKey, r)
 			}
 		}
 	}
-	if diff := cmp.Diff([]string{"new", "short", "last"}, keys); diff != "" {
+	wantKeys := []RecordKey{{"x", "stored"}, {"n", "new"}, {"m", "new"}, {"z", "short"}, {"w", "last"}}
+	if diff := cmp.Diff(wantKeys, keys); diff != "" {
 		t.Errorf("records (-want +got):\n%s", diff)
 	}
-	if len(a.write.Decrements) != 1 || a.write.Decrements[0].Quantity != 3 {
-		t.Errorf("decrements = %+v, want 3 units of product 1", a.write.Decrements)
+	if len(a.write.Decrements) != 1 || a.write.Decrements[0].Quantity != 4 {
+		t.Errorf("decrements = %+v, want 4 units of product 1", a.write.Decrements)
 	}
 }
 

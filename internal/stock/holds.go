@@ -48,6 +48,11 @@ type HoldStore interface {
 	// first, with their products; among, when not nil, restricts them to those orders.
 	// Errors: ErrUnavailable.
 	DueHolds(ctx context.Context, among []uuid.UUID, grace time.Duration, limit int) (map[uuid.UUID][]int64, error)
+	// Replicated returns once every write the store has committed is kept as an acknowledged
+	// one must be — on Postgres with synchronous replication, on a standby — so that a state
+	// read from the store (a hold another call ended) can be answered as done. ReleaseHolds
+	// and ConfirmHold acknowledge their own writes so already. Errors: ErrUnavailable.
+	Replicated(ctx context.Context) error
 }
 
 // Released is what ReleaseHolds gave back.
@@ -110,8 +115,11 @@ func (s *Service) Confirm(ctx context.Context, id uuid.UUID) (Order, error) {
 
 // Cancel cancels held order id and gives its units back — to the stock, on every replica's
 // views before it answers (as a restock does), and to the customer's count — once, however
-// often it is called or raced. An order already expired is answered as it is. Errors:
-// ErrOrderNotFound, ErrOrderConfirmed, ErrUnavailable, the context's error.
+// often it is called or raced. An order already expired is answered as it is. A cancel is
+// answered only once it is replicated (Store.Replicated): one whose commit is on the primary
+// alone is ErrUnavailable, outcome unknown, and so is an order found cancelled or expired by
+// an earlier call until a standby has it. Errors: ErrOrderNotFound, ErrOrderConfirmed,
+// ErrUnavailable, the context's error.
 func (s *Service) Cancel(ctx context.Context, id uuid.UUID) (Order, error) {
 	o, err := s.store.Order(ctx, id)
 	if err != nil {
@@ -121,7 +129,7 @@ func (s *Service) Cancel(ctx context.Context, id uuid.UUID) (Order, error) {
 	case OrderStatusConfirmed:
 		return Order{}, ErrOrderConfirmed
 	case OrderStatusCancelled, OrderStatusExpired:
-		return o, nil
+		return s.ended(ctx, o)
 	}
 	n, err := s.release(ctx, []uuid.UUID{id}, orderProducts(o.Items), false)
 	if err != nil {
@@ -131,11 +139,26 @@ func (s *Service) Cancel(ctx context.Context, id uuid.UUID) (Order, error) {
 		s.metrics.holds(OrderStatusCancelled, n)
 	}
 	o, err = s.store.Order(ctx, id)
-	if err == nil && o.Status == OrderStatusConfirmed {
+	switch {
+	case err != nil:
+		return Order{}, err
+	case o.Status == OrderStatusConfirmed:
 		// Confirmed between the read and the release: nothing was given back.
 		return Order{}, ErrOrderConfirmed
+	case n == 0:
+		// Ended meanwhile by another call, or the expiry.
+		return s.ended(ctx, o)
 	}
-	return o, err
+	return o, nil
+}
+
+// ended answers a cancel with hold o, which an earlier call or the expiry ended: once that end
+// is replicated, since the earlier call's commit may be on the primary alone.
+func (s *Service) ended(ctx context.Context, o Order) (Order, error) {
+	if err := s.store.Replicated(ctx); err != nil {
+		return Order{}, err
+	}
+	return o, nil
 }
 
 // ExpireHolds expires the holds among ids whose time has come, giving their units back, and

@@ -45,10 +45,10 @@ func unsettled(t *ticket, o outcome) bool { return t.key != "" && needsLookup(o.
 // ErrUnavailable — whether the key was bought is then unknown, and only a retry with the same
 // key can tell — and so does an order left out for a stored key.
 func (s *Service) replayStored(ctx context.Context, tickets []*ticket, outcomes []outcome) {
-	var keys []string
+	var keys []RecordKey
 	for i, t := range tickets {
 		if t.key != "" && needsLookup(outcomes[i].err) {
-			keys = append(keys, t.key)
+			keys = append(keys, t.recordKey())
 		}
 	}
 	if len(keys) == 0 {
@@ -60,7 +60,7 @@ func (s *Service) replayStored(ctx context.Context, tickets []*ticket, outcomes 
 		if t.key == "" || !needsLookup(o.err) {
 			continue
 		}
-		if rec, ok := records[t.key]; ok {
+		if rec, ok := records[t.recordKey()]; ok {
 			*o = replay(rec, t.fingerprint)
 			continue
 		}
@@ -88,9 +88,9 @@ type recordLookups struct {
 }
 
 type lookupRound struct {
-	keys    []string
+	keys    []RecordKey
 	done    chan struct{}
-	records map[string]IdempotencyRecord
+	records map[RecordKey]IdempotencyRecord
 	err     error
 }
 
@@ -98,7 +98,7 @@ type lookupRound struct {
 const maxLookupKeys = 1024
 
 // get returns the records stored under keys. It waits for its round as long as ctx allows.
-func (l *recordLookups) get(ctx context.Context, keys []string) (map[string]IdempotencyRecord, error) {
+func (l *recordLookups) get(ctx context.Context, keys []RecordKey) (map[RecordKey]IdempotencyRecord, error) {
 	l.mu.Lock()
 	if l.next == nil {
 		l.next = &lookupRound{done: make(chan struct{})}
@@ -140,10 +140,10 @@ func (l *recordLookups) run() {
 // lookupTimeout bounds one round of record lookups: they answer orders already waiting.
 const lookupTimeout = 2 * time.Second
 
-func (l *recordLookups) read(keys []string) (map[string]IdempotencyRecord, error) {
+func (l *recordLookups) read(keys []RecordKey) (map[RecordKey]IdempotencyRecord, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
-	records := make(map[string]IdempotencyRecord, len(keys))
+	records := make(map[RecordKey]IdempotencyRecord, len(keys))
 	for len(keys) > 0 {
 		n := min(len(keys), maxLookupKeys)
 		part, err := l.store.Records(ctx, keys[:n])

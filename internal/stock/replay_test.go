@@ -23,7 +23,7 @@ func (c *commitCounter) Commit(ctx context.Context, w stock.Write) (stock.Commit
 	return c.Store.Commit(ctx, w)
 }
 
-func (c *commitCounter) Records(ctx context.Context, keys []string) (map[string]stock.IdempotencyRecord, error) {
+func (c *commitCounter) Records(ctx context.Context, keys []stock.RecordKey) (map[stock.RecordKey]stock.IdempotencyRecord, error) {
 	c.records.Add(1)
 	return c.Store.Records(ctx, keys)
 }

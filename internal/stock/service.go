@@ -412,7 +412,7 @@ func (s *Service) refuseFromView(ctx context.Context, it Item, key, customer str
 		return nil
 	}
 	if key != "" {
-		if unclaimed, ok := s.keys.unclaimed(ctx, it.ProductID, r.Version, key); !ok || !unclaimed {
+		if unclaimed, ok := s.keys.unclaimed(ctx, it.ProductID, r.Version, RecordKey{CustomerID: customer, Key: key}); !ok || !unclaimed {
 			return nil
 		}
 	}
@@ -444,7 +444,7 @@ func (s *Service) ruleRefusal(ctx context.Context, it Item, key, customer string
 	if err == nil {
 		return nil
 	}
-	if key != "" && !s.keyUnclaimed(ctx, it.ProductID, key, version, err) {
+	if key != "" && !s.keyUnclaimed(ctx, it.ProductID, RecordKey{CustomerID: customer, Key: key}, version, err) {
 		return nil // the purchase path answers it, from the record
 	}
 	s.metrics.refusedFast(err)
@@ -462,12 +462,12 @@ const windowMargin = time.Second
 // for it at the view's version are loaded once per replica and version (storedKeys); an order
 // of a customer at the limit has its key looked up (one query for the crowd of the moment):
 // other customers' orders are confirmed meanwhile.
-func (s *Service) keyUnclaimed(ctx context.Context, id int64, key string, version int64, err error) bool {
+func (s *Service) keyUnclaimed(ctx context.Context, id int64, key RecordKey, version int64, err error) bool {
 	if notOpen, ok := errors.AsType[*SaleNotOpenError](err); !errors.Is(err, ErrCustomerLimit) && (!ok || notOpen.Opens() > windowMargin) {
 		unclaimed, known := s.keys.unclaimed(ctx, id, version, key)
 		return known && unclaimed
 	}
-	records, lookupErr := s.lookups.get(ctx, []string{key})
+	records, lookupErr := s.lookups.get(ctx, []RecordKey{key})
 	_, stored := records[key]
 	return !stored && lookupErr == nil
 }
@@ -582,7 +582,7 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 	defer cancel()
 	// The keys' records are read only once a write has been refused: almost every key is new,
 	// and the write's insert of the records is what finds one that is not.
-	var keys []string
+	var keys []RecordKey
 	var refused *RefusedError // the last refusal, explained by the next read
 	var refusedWrite Write
 	// ruleCaught: Postgres refused a write for a sale rule. From then on the batch applies the
@@ -778,11 +778,11 @@ func ticketCustomers(tickets []*ticket) []string {
 	return customers
 }
 
-func ticketKeys(tickets []*ticket) []string {
-	var keys []string
+func ticketKeys(tickets []*ticket) []RecordKey {
+	var keys []RecordKey
 	for _, t := range tickets {
 		if t.key != "" {
-			keys = append(keys, t.key)
+			keys = append(keys, t.recordKey())
 		}
 	}
 	return keys

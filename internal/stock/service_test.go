@@ -494,7 +494,7 @@ type countingStore struct {
 	snapshots atomic.Int64
 }
 
-func (c *countingStore) Snapshot(ctx context.Context, ids []int64, keys, customers []string) (stock.Snapshot, error) {
+func (c *countingStore) Snapshot(ctx context.Context, ids []int64, keys []stock.RecordKey, customers []string) (stock.Snapshot, error) {
 	c.snapshots.Add(1)
 	return c.Store.Snapshot(ctx, ids, keys, customers)
 }

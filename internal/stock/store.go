@@ -53,7 +53,7 @@ type Store interface {
 	// for a product with a limit per customer — the units each customer in customers bought of
 	// it, and the records stored under each key in keys that has one. Errors: ErrBusy,
 	// ErrUnavailable.
-	Snapshot(ctx context.Context, ids []int64, keys, customers []string) (Snapshot, error)
+	Snapshot(ctx context.Context, ids []int64, keys []RecordKey, customers []string) (Snapshot, error)
 	// Commit applies w in one transaction: every decrement under the store's conditions
 	// (all of the defense, but in a demonstration store), and the orders and records, all or
 	// nothing — except that, when w.SkipStored is set, an order whose key already has a
@@ -70,12 +70,12 @@ type Store interface {
 
 	// Records returns the records stored under each key in keys that has one. Errors:
 	// ErrUnavailable.
-	Records(ctx context.Context, keys []string) (map[string]IdempotencyRecord, error)
+	Records(ctx context.Context, keys []RecordKey) (map[RecordKey]IdempotencyRecord, error)
 
 	// StoredKeys returns the idempotency keys with a stored outcome that concerns product id —
 	// a confirmed order that includes it, or a refusal for lack of it — at most limit of them.
 	// Errors: ErrUnavailable.
-	StoredKeys(ctx context.Context, id int64, limit int) ([]string, error)
+	StoredKeys(ctx context.Context, id int64, limit int) ([]RecordKey, error)
 
 	// PurgeIdempotencyKeys deletes the records created more than retention ago, on the
 	// store's own clock (the one that stamped them), except those of orders accepted for later
@@ -134,13 +134,23 @@ type Snapshot struct {
 	// Levels has an entry for each product that exists.
 	Levels map[int64]Level
 	// Records has an entry for each idempotency key that has a stored outcome.
-	Records map[string]IdempotencyRecord
+	Records map[RecordKey]IdempotencyRecord
+}
+
+// RecordKey names an idempotency record: an Idempotency-Key and the customer who sent it.
+// Keys are each customer's own (issue #31), as payment APIs scope them to the account that
+// sends them: the same key from two customers names two records, so that no customer can
+// replay, refuse or learn of another's request by sending its key. The key under which an
+// order accepted for later is decided (AcceptedKey) is its customer's too.
+type RecordKey struct {
+	CustomerID string
+	Key        string
 }
 
 // IdempotencyRecord is the stored outcome of a request made with an idempotency key: a
 // confirmed order, or a refusal for lack of stock.
 type IdempotencyRecord struct {
-	Key         string
+	RecordKey
 	Fingerprint []byte
 	// Order is the confirmed order (in a Write only its ID is read); nil for a refusal.
 	Order *Order
@@ -149,6 +159,9 @@ type IdempotencyRecord struct {
 	// Accepted is the order accepted for later under the key (only read, never written by a
 	// batch): the key's outcome is that order, decided in its own time.
 	Accepted *uuid.UUID
+	// GivenUp says the order accepted for later whose AcceptedKey this is was given up (only
+	// read, never written by a batch): replayed as ErrGivenUp.
+	GivenUp bool
 }
 
 // Write is everything one batch commits.
@@ -184,7 +197,7 @@ type Committed struct {
 	// order's id and time, not its customer and items — those of a request whose fingerprint
 	// matches the record are the request's own. A skipped order whose key is not here is
 	// answered from a read of its record.
-	Stored map[string]IdempotencyRecord
+	Stored map[RecordKey]IdempotencyRecord
 }
 
 // Decrement takes Quantity units of a product: the sum over the batch's confirmed orders.

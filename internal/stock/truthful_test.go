@@ -102,7 +102,7 @@ func (s *faultyStore) Commit(ctx context.Context, w stock.Write) (stock.Committe
 	return s.MemStore.Commit(ctx, w)
 }
 
-func (s *faultyStore) Records(ctx context.Context, keys []string) (map[string]stock.IdempotencyRecord, error) {
+func (s *faultyStore) Records(ctx context.Context, keys []stock.RecordKey) (map[stock.RecordKey]stock.IdempotencyRecord, error) {
 	s.records.Add(1)
 	if s.failRecords {
 		return nil, fmt.Errorf("%w: read idempotency records: connection refused", stock.ErrUnavailable)

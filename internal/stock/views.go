@@ -93,7 +93,7 @@ type storedKeys struct {
 
 type keySet struct {
 	version  int64
-	keys     map[string]struct{} // nil: too many to hold
+	keys     map[RecordKey]struct{} // nil: too many to hold
 	lastUsed time.Time
 }
 
@@ -103,7 +103,7 @@ const maxKeySets = 1024
 // unclaimed reports whether key has no stored outcome for product id, the product being sold
 // out — or its sale closed, which also confirms nothing — at version. ok is false when that cannot be told without going to the purchase path (the
 // keys could not be loaded, or there are too many).
-func (c *storedKeys) unclaimed(ctx context.Context, id, version int64, key string) (unclaimed, ok bool) {
+func (c *storedKeys) unclaimed(ctx context.Context, id, version int64, key RecordKey) (unclaimed, ok bool) {
 	set, err := c.set(ctx, id, version)
 	if err != nil || set.keys == nil {
 		return false, false
@@ -132,7 +132,7 @@ func (c *storedKeys) set(ctx context.Context, id, version int64) (*keySet, error
 		}
 		s := &keySet{version: version, lastUsed: now}
 		if len(keys) <= maxStoredKeys {
-			s.keys = make(map[string]struct{}, len(keys))
+			s.keys = make(map[RecordKey]struct{}, len(keys))
 			for _, k := range keys {
 				s.keys[k] = struct{}{}
 			}

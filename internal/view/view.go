@@ -620,25 +620,31 @@ func viewArgs(epoch, next string, v View, ttl time.Duration) []any {
 	return []any{epoch, next, p.Version, ttl.Milliseconds(),
 		"sku", p.SKU, "name", p.Name, "stock", p.Stock, "version", p.Version,
 		"created", micros(p.CreatedAt), "updated", micros(p.UpdatedAt), "read", micros(v.Read),
-		"starts", optMicros(p.SaleStartsAt), "ends", optMicros(p.SaleEndsAt), "max", p.MaxPerCustomer,
+		"starts_at", optMicros(p.SaleStartsAt), "ends_at", optMicros(p.SaleEndsAt),
+		"starts", legacyMicros(p.SaleStartsAt), "ends", legacyMicros(p.SaleEndsAt), "max", p.MaxPerCustomer,
 		"hold", int64(p.HoldFor / time.Second), "line", p.LineAdmit, "line_for", int64(p.LineAdmissionFor / time.Second)}
 }
 
-// optMicros writes an optional time as microseconds since the epoch, 0 for none.
-func optMicros(t *time.Time) int64 {
+// optMicros writes an optional time as microseconds since the epoch, and none as the empty
+// string: every instant Postgres can hold, the epoch itself and those before it included, is
+// a number of its own.
+func optMicros(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixMicro(), 10)
+}
+
+// legacyMicros writes an optional time as replicas from before issue #31 read it from the
+// fields starts and ends: microseconds, with 0 for none — which they also read a bound at the
+// epoch as. Views keep those fields so that such replicas, during a rolling upgrade, read
+// views written by newer ones instead of rebuilding each of them (and having the write refused
+// by the version check) on every read.
+func legacyMicros(t *time.Time) int64 {
 	if t == nil {
 		return 0
 	}
 	return t.UnixMicro()
-}
-
-// optTime reads what optMicros wrote.
-func optTime(us int64) *time.Time {
-	if us == 0 {
-		return nil
-	}
-	t := time.UnixMicro(us)
-	return &t
 }
 
 func parseView(id int64, f map[string]string) (View, error) {
@@ -657,7 +663,7 @@ func parseView(id int64, f map[string]string) (View, error) {
 	v.Read = time.UnixMicro(num("read"))
 	// A view is written whole, with its sale rules, by a script: one without them was written
 	// by a replica from before the rules, and is rebuilt rather than read as having none.
-	v.Product.SaleStartsAt, v.Product.SaleEndsAt = optTime(num("starts")), optTime(num("ends"))
+	v.Product.SaleStartsAt, v.Product.SaleEndsAt = bound(f, "starts_at", "starts", &errs), bound(f, "ends_at", "ends", &errs)
 	v.Product.MaxPerCustomer = num("max")
 	v.Product.HoldFor = time.Duration(num("hold")) * time.Second
 	// The line's settings, which tell the order path that an order needs an admission
@@ -673,6 +679,26 @@ func parseView(id int64, f map[string]string) (View, error) {
 		errs = append(errs, errors.New("no sku"))
 	}
 	return v, errors.Join(errs...)
+}
+
+// bound reads a sale bound from field name, as optMicros wrote it, or, in a view written by a
+// replica from before that field, from field legacy, where 0 meant none. Such a view cannot
+// hold a bound at the epoch: it reads as none, as it did for the replica that wrote it.
+func bound(f map[string]string, name, legacy string, errs *[]error) *time.Time {
+	s, ok := f[name]
+	switch {
+	case ok && s == "", !ok && f[legacy] == "0":
+		return nil
+	case !ok:
+		name, s = legacy, f[legacy]
+	}
+	us, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("field %s: %w", name, err))
+		return nil
+	}
+	t := time.UnixMicro(us)
+	return &t
 }
 
 func micros(t time.Time) int64 { return t.UnixMicro() }

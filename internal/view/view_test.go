@@ -472,3 +472,71 @@ func TestViewCarriesTheLine(t *testing.T) {
 		t.Errorf("%d Postgres reads, want 0: the view without the line is read as it is", n)
 	}
 }
+
+// TestSaleBoundsRoundTrip: every bound Postgres can hold reads back the same from the view —
+// rebuilt from Postgres, read from Redis by another replica, and leased in memory — the epoch
+// itself (1970-01-01T00:00:00Z, which was once the view's "no bound") and bounds before it
+// included. A bound read as none would let a replica take a sale for open that Postgres says is
+// not (issue #31).
+func TestSaleBoundsRoundTrip(t *testing.T) {
+	at := func(s string) *time.Time {
+		tm, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &tm
+	}
+	tests := []struct {
+		name string
+		sale stock.SaleRules
+	}{
+		{"starts at the epoch", stock.SaleRules{StartsAt: at("1970-01-01T00:00:00Z")}},
+		{"ends at the epoch", stock.SaleRules{StartsAt: at("1969-07-20T20:17:40Z"), EndsAt: at("1970-01-01T00:00:00Z")}},
+		{"ends a microsecond before the epoch", stock.SaleRules{EndsAt: at("1969-12-31T23:59:59.999999Z")}},
+		{"a microsecond after the epoch", stock.SaleRules{StartsAt: at("1970-01-01T00:00:00.000001Z"), EndsAt: at("2100-01-01T00:00:00Z")}},
+		{"no bounds", stock.SaleRules{}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t, 5)
+			p, err := w.store.CreateProduct(context.Background(), stock.NewProduct{SKU: "bounds-" + itoa(int64(i)), Name: "B", Stock: 5, Sale: tt.sale})
+			if err != nil {
+				t.Fatalf("create product: %v", err)
+			}
+			// A lease long enough that the second read is answered from memory however slow
+			// the machine.
+			cfg := Config{Lease: time.Minute}
+			first, _ := w.cache(cfg, nil)
+			other, _ := w.cache(cfg, nil)
+			for _, read := range []struct {
+				c    *Cache
+				from string
+			}{{first, FromPostgres}, {first, FromProcess}, {other, FromRedis}} {
+				v, err := read.c.Product(context.Background(), p.ID)
+				if err != nil {
+					t.Fatalf("read: %v", err)
+				}
+				if v.From != read.from {
+					t.Fatalf("read from %s, want %s", v.From, read.from)
+				}
+				if got, want := describeSale(v.Product.Sale()), describeSale(tt.sale); got != want {
+					t.Errorf("sale read from %s = %s, want %s", v.From, got, want)
+				}
+				if got, want := describeSale(read.c.Refusal(context.Background(), p.ID).Sale), describeSale(tt.sale); got != want {
+					t.Errorf("refusal's sale after a read from %s = %s, want %s", v.From, got, want)
+				}
+			}
+		})
+	}
+}
+
+// describeSale writes a sale's window for a comparison: "none" for a bound that is not set.
+func describeSale(r stock.SaleRules) string {
+	bound := func(t *time.Time) string {
+		if t == nil {
+			return "none"
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	return bound(r.StartsAt) + " to " + bound(r.EndsAt)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,8 +15,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/stocksvc/stocksvc/internal/clock"
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 )
 
@@ -27,6 +30,10 @@ import (
 // flood of GET /healthz — what the requests alone cost on a shared machine — by the medians of
 // the rounds of one run. The hot product is first given many past orders, written straight
 // into the run's database, so that a recount of its sales costs what it would in production.
+//
+// The replicas verify customer tokens, as in production (issue #31): the buyers are
+// floodBuyerCustomers customers whose tokens the harness mints, each request one of them at
+// random, so that each stays far inside the limit per customer.
 
 // FloodOptions configure -flood. The zero value is off.
 type FloodOptions struct {
@@ -44,14 +51,14 @@ type FloodOptions struct {
 
 // Register defines the -flood flags on fs.
 func (o *FloodOptions) Register(fs *flag.FlagSet) {
-	fs.BoolVar(&o.On, "flood", false, "benchmark: confirmed orders/s of a sale beside floods of GET /healthz, the public audit, the admin audit and orders for missing ids, in alternating rounds (docs/loadtest.md)")
+	fs.BoolVar(&o.On, "flood", false, "benchmark: confirmed orders/s of a sale beside floods of GET /healthz, the public audit, the admin audit, orders for missing ids, forged tokens and one customer's orders, in alternating rounds (docs/loadtest.md)")
 	fs.DurationVar(&o.Round, "flood-round", 5*time.Second, "in -flood, the length of each round (whole seconds)")
 	fs.IntVar(&o.Rounds, "flood-rounds", 3, "in -flood, measured rounds of each flood (medians are compared)")
 	fs.IntVar(&o.Orders, "flood-orders", 300_000, "in -flood, past orders of the hot product written into the run's database before the rounds")
 	fs.IntVar(&o.Buyers, "flood-buyers", 64, "in -flood, wrk connections buying the hot product")
 	fs.IntVar(&o.Conns, "flood-conns", 32, "in -flood, wrk connections flooding")
 	fs.Float64Var(&o.Rate, "flood-rate", 0, "in -flood, pace every flood to at most this many requests/s, so that kinds are compared at one rate (0: closed loop, as fast as answers come)")
-	fs.StringVar(&o.Kinds, "flood-kinds", "healthz,audit,audit-admin,missing-ids", "in -flood, the floods to run (healthz, the baseline, always runs)")
+	fs.StringVar(&o.Kinds, "flood-kinds", "healthz,audit,audit-admin,missing-ids,bad-signature,one-customer", "in -flood, the floods to run (healthz, the baseline, always runs)")
 }
 
 // Validate refuses flags -flood cannot run with; a mode that is off is not judged.
@@ -83,7 +90,17 @@ var floodKinds = []floodKind{
 	{name: "audit", about: "`GET /v1/products/{hot}/audit`, no credentials", target: 0.9},
 	{name: "audit-admin", about: "`GET /v1/products/{hot}/audit` with the admin token (for information)"},
 	{name: "missing-ids", about: "`POST /v1/orders` for random missing product ids, each keyed", target: 0.9},
+	{name: "bad-signature", about: "`POST /v1/orders` with a token of a known `kid` and a bad signature, a new one each time", target: 0.9},
+	{name: "one-customer", about: "`POST /v1/orders` of the hot product, one customer's valid token, each keyed", target: 0.9},
 }
+
+// The customers of the flood benchmark's tokens: the buyers, the missing-ids flood (enough of
+// them that each stays inside the limit per customer at any flood rate: it measures the 404),
+// and the one customer who floods.
+const (
+	floodBuyerCustomers = 997
+	floodMissingIDs     = 4000
+)
 
 // pickFloodKinds resolves -flood-kinds, healthz first whether named or not.
 func pickFloodKinds(spec string) ([]floodKind, error) {
@@ -95,7 +112,7 @@ func pickFloodKinds(spec string) ([]floodKind, error) {
 		}
 		i := slices.IndexFunc(floodKinds, func(k floodKind) bool { return k.name == name })
 		if i < 0 {
-			return nil, fmt.Errorf("-flood-kinds: unknown flood %q (want some of healthz, audit, audit-admin, missing-ids)", name)
+			return nil, fmt.Errorf("-flood-kinds: unknown flood %q (want some of healthz, audit, audit-admin, missing-ids, bad-signature, one-customer)", name)
 		}
 		if !slices.ContainsFunc(picked, func(k floodKind) bool { return k.name == name }) {
 			picked = append(picked, floodKinds[i])
@@ -106,18 +123,33 @@ func pickFloodKinds(spec string) ([]floodKind, error) {
 
 // floodLua is the script of both wrk processes of a round, so that the buyers' and the
 // flood's counting cost the same in every round. $MODE says what each request is:
-//   - order: a new order of one unit of $PRODUCT, with its own customer and Idempotency-Key;
+//   - order: a new order of one unit of $PRODUCT, with its own Idempotency-Key;
 //   - missing: the same for a random product id far above any the run creates;
+//   - forged: an order of $PRODUCT whose bearer token is $FORGED (a token's header and claims
+//     and a dot) followed by a random signature of as many characters as a real one, its last
+//     character $FORGED_LAST (it carries bits a decoder may require to be zero): a token of a
+//     known kid whose signature is bad, a new one each time;
 //   - otherwise wrk's own request: a GET of the URL it was given, with its -H headers.
 //
-// Keys start with $KEYPREFIX, unique to the process, then the thread, a counter and randomness.
-// With $DELAY_MS, each connection waits that long before each request. It prints the answers
-// by status (`wrk-status`), as statusLua does.
+// With $TOKENS, a file of bearer tokens one a line, every order carries one of them at random;
+// without, the body names a customer of its own (body mode). Keys start with $KEYPREFIX,
+// unique to the process, then the thread, a counter and randomness. With $DELAY_MS, each
+// connection waits that long before each request. It prints the answers by status
+// (`wrk-status`), as statusLua does.
 const floodLua = `
 local mode = os.getenv("MODE") or "get"
 local product = os.getenv("PRODUCT")
 local prefix = os.getenv("KEYPREFIX") or "k"
 local pause = tonumber(os.getenv("DELAY_MS") or "0")
+local forged = os.getenv("FORGED") or ""
+local forgedLast = os.getenv("FORGED_LAST") or ""
+local tokens = {}
+if os.getenv("TOKENS") then
+  for line in io.lines(os.getenv("TOKENS")) do
+    if line ~= "" then table.insert(tokens, line) end
+  end
+end
+local b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 if pause > 0 then
   function delay() return pause end
 end
@@ -131,7 +163,16 @@ function init(args)
   counter = 0
   statuses = {}
 end
-if mode == "order" or mode == "missing" then
+-- signature returns n random base64url characters and the fixed last one.
+local function signature(n)
+  local s = {}
+  for i = 1, n do
+    local j = math.random(1, 64)
+    s[i] = b64:sub(j, j)
+  end
+  return table.concat(s) .. forgedLast
+end
+if mode == "order" or mode == "missing" or mode == "forged" then
   function request()
     counter = counter + 1
     local key = string.format("%s-%d-%d-%08x%08x", prefix, tid, counter, math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
@@ -139,8 +180,16 @@ if mode == "order" or mode == "missing" then
     if mode == "missing" then
       id = string.format("7%012d", math.random(0, 999999999))
     end
-    local body = string.format('{"customer_id":"%s","items":[{"product_id":%s,"quantity":1}]}', key, id)
-    return wrk.format("POST", "/v1/orders", {["Content-Type"] = "application/json", ["Idempotency-Key"] = key}, body)
+    local headers = {["Content-Type"] = "application/json", ["Idempotency-Key"] = key}
+    local body = string.format('{"items":[{"product_id":%s,"quantity":1}]}', id)
+    if mode == "forged" then
+      headers["Authorization"] = "Bearer " .. forged .. signature(85)
+    elseif #tokens > 0 then
+      headers["Authorization"] = "Bearer " .. tokens[math.random(1, #tokens)]
+    else
+      body = string.format('{"customer_id":"%s","items":[{"product_id":%s,"quantity":1}]}', key, id)
+    end
+    return wrk.format("POST", "/v1/orders", headers, body)
   end
 end
 function response(status, headers, body)
@@ -172,7 +221,19 @@ func (h *harness) floodBench(ctx context.Context, o FloodOptions) error {
 	if err != nil {
 		return err
 	}
-	c, err := h.startCluster(ctx, "flood")
+	dir := filepath.Join(h.Out, "flood")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	identity, err := cluster.NewIdentity(dir)
+	if err != nil {
+		return err
+	}
+	creds, err := writeFloodCredentials(dir, identity)
+	if err != nil {
+		return err
+	}
+	c, err := h.startClusterHA(ctx, "flood", false, identity)
 	if err != nil {
 		return err
 	}
@@ -185,9 +246,19 @@ func (h *harness) floodBench(ctx context.Context, o FloodOptions) error {
 	if err != nil {
 		return err
 	}
+	creds.hot, creds.admin = hot, c.Token
+	// The buyers are in the sale already: each replica has verified their tokens once, as it
+	// would have by the time a flood starts. A buyer it has not would be checked in the flood's
+	// round, and, behind the one address every wrk connection comes from, wait out the forged
+	// tokens' refusals (the limit by address spares only tokens verified before).
+	began := time.Now()
+	if err := verifyOnEveryReplica(ctx, c, creds.buyers); err != nil {
+		return err
+	}
+	h.Printf("[flood] every replica verified the %d buyers' tokens in %v\n", floodBuyerCustomers, time.Since(began).Round(100*time.Millisecond))
 	dbURL := c.DatabaseURL
 	h.Printf("[flood] seeding product %d with %d past orders in %s\n", hot, o.Orders, c.Database)
-	began := time.Now()
+	began = time.Now()
 	if err := seedPastOrders(ctx, dbURL, hot, o.Orders, func(done int) {
 		h.Printf("[flood]   %d of %d orders written (%v)\n", done, o.Orders, time.Since(began).Round(time.Second))
 	}); err != nil {
@@ -202,8 +273,8 @@ func (h *harness) floodBench(ctx context.Context, o FloodOptions) error {
 			label = "warm-up-" + k.name
 		}
 		buyers := wrkJob{name: "buyers", conns: o.Buyers, threads: 2, script: script,
-			env: []string{"MODE=order", "PRODUCT=" + strconv.FormatInt(hot, 10), fmt.Sprintf("KEYPREFIX=b%d%s", n, k.name)}}
-		flood := floodJob(k, script, o.Conns, hot, c.Token, n)
+			env: []string{"MODE=order", "PRODUCT=" + strconv.FormatInt(hot, 10), fmt.Sprintf("KEYPREFIX=b%d%s", n, k.name), "TOKENS=" + creds.buyers}}
+		flood := floodJob(k, script, o.Conns, creds, n)
 		if o.Rate > 0 {
 			flood.env = append(flood.env, "DELAY_MS="+strconv.Itoa(max(1, int(float64(o.Conns)*1000/o.Rate))))
 		}
@@ -294,19 +365,103 @@ func waitStatementsDone(ctx context.Context, dbURL string, since time.Time, with
 	}
 }
 
+// floodCredentials are what the floods and the buyers send: files of tokens one a line, and
+// a forged token's fixed part.
+type floodCredentials struct {
+	buyers  string // the buyers' tokens
+	missing string // the missing-ids flood's
+	one     string // the one customer's token, alone
+	// forged is a buyer's token's header, claims and dot; forgedLast the last character of
+	// its signature.
+	forged, forgedLast string
+	hot                int64  // the hot product
+	admin              string // the admin token
+}
+
+// writeFloodCredentials mints the tokens of the benchmark's customers into files in dir.
+func writeFloodCredentials(dir string, id *cluster.Identity) (floodCredentials, error) {
+	c := floodCredentials{buyers: filepath.Join(dir, "buyers.tokens"), missing: filepath.Join(dir, "missing.tokens"),
+		one: filepath.Join(dir, "one.tokens")}
+	for _, f := range []struct {
+		path, prefix string
+		n            int
+	}{{c.buyers, "buyer-", floodBuyerCustomers}, {c.missing, "missing-", floodMissingIDs}, {c.one, "flooder", 1}} {
+		lines := make([]string, f.n)
+		for i := range lines {
+			customer := f.prefix
+			if f.n > 1 {
+				customer += strconv.Itoa(i)
+			}
+			t, err := id.Token(customer)
+			if err != nil {
+				return floodCredentials{}, fmt.Errorf("mint a token for %s: %w", customer, err)
+			}
+			lines[i] = t
+		}
+		if err := os.WriteFile(f.path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			return floodCredentials{}, err
+		}
+	}
+	t, err := id.Token("buyer-0")
+	if err != nil {
+		return floodCredentials{}, err
+	}
+	dot := strings.LastIndexByte(t, '.')
+	c.forged, c.forgedLast = t[:dot+1], t[len(t)-1:]
+	return c, nil
+}
+
+// verifyOnEveryReplica has each replica of c verify every token in the file at tokens, with
+// a read of the token's customer's orders sent to the replica itself.
+func verifyOnEveryReplica(ctx context.Context, c *cluster.Cluster, tokens string) error {
+	raw, err := os.ReadFile(tokens)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for _, r := range c.Replicas {
+		for tok := range strings.FieldsSeq(string(raw)) {
+			g.Go(func() error {
+				req, err := http.NewRequestWithContext(gctx, http.MethodGet, r.Base()+"/v1/orders?limit=1", nil)
+				if err != nil {
+					return err
+				}
+				req.Header.Set("Authorization", "Bearer "+tok)
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return fmt.Errorf("verify a buyer's token on %s: %w", r.Name, err)
+				}
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if res.StatusCode != http.StatusOK {
+					return fmt.Errorf("verify a buyer's token on %s: status %d: %s", r.Name, res.StatusCode, body)
+				}
+				return nil
+			})
+		}
+	}
+	return g.Wait()
+}
+
 // floodJob is the wrk process that floods with kind k.
-func floodJob(k floodKind, script string, conns int, hot int64, token string, round int) wrkJob {
+func floodJob(k floodKind, script string, conns int, c floodCredentials, round int) wrkJob {
 	j := wrkJob{name: "flood", conns: conns, threads: 1, script: script, env: []string{"MODE=get"}}
-	audit := fmt.Sprintf("/v1/products/%d/audit", hot)
+	audit := fmt.Sprintf("/v1/products/%d/audit", c.hot)
+	product := "PRODUCT=" + strconv.FormatInt(c.hot, 10)
 	switch k.name {
 	case floodBaseline:
 		j.path = "/healthz"
 	case "audit":
 		j.path = audit
 	case "audit-admin":
-		j.path, j.headers = audit, []string{"Authorization: Bearer " + token}
+		j.path, j.headers = audit, []string{"Authorization: Bearer " + c.admin}
 	case "missing-ids":
-		j.env = []string{"MODE=missing", fmt.Sprintf("KEYPREFIX=m%d", round)}
+		j.env = []string{"MODE=missing", fmt.Sprintf("KEYPREFIX=m%d", round), "TOKENS=" + c.missing}
+	case "bad-signature":
+		j.env = []string{"MODE=forged", product, fmt.Sprintf("KEYPREFIX=f%d", round), "FORGED=" + c.forged, "FORGED_LAST=" + c.forgedLast}
+	case "one-customer":
+		j.env = []string{"MODE=order", product, fmt.Sprintf("KEYPREFIX=o%d", round), "TOKENS=" + c.one}
 	}
 	return j
 }
@@ -431,10 +586,10 @@ func floodChecks(lines []floodLine) []string {
 // floodReport renders the benchmark as markdown (flood.md).
 func floodReport(replicas int, f FloodOptions, hot int64, lines []floodLine, rounds []floodRound) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy. In every round, %d wrk connections buy product %d (stock %d, %d past orders seeded) "+
-		"in a closed loop, each order a fresh Idempotency-Key, beside %d wrk connections flooding. Rounds of %v, %d of each flood, taking turns "+
+	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy, verifying customer tokens (token mode, the default limits). In every round, %d wrk connections buy product %d (stock %d, %d past orders seeded) "+
+		"in a closed loop, each order a fresh Idempotency-Key and the token of one of %d customers at random, beside %d wrk connections flooding. Rounds of %v, %d of each flood, taking turns "+
 		"after a %v warm-up of each; rates are medians over the rounds; a ratio is the median over the turns of each round's rate to the healthz round of its turn.",
-		replicas, f.Buyers, hot, throughputStock, f.Orders, f.Conns, f.Round, f.Rounds, floodWarmUp)
+		replicas, f.Buyers, hot, throughputStock, f.Orders, floodBuyerCustomers, f.Conns, f.Round, f.Rounds, floodWarmUp)
 	if f.Rate > 0 {
 		fmt.Fprintf(&b, " Every flood was paced to at most %.0f requests/s (`-flood-rate`).", f.Rate)
 	}

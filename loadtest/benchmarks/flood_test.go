@@ -93,6 +93,7 @@ type scriptedService struct {
 	mu       sync.Mutex
 	seen     map[string]int
 	products map[string]int
+	bearers  map[string]int // the Authorization headers of the orders, when recorded
 	answer   func(key string, n int, w http.ResponseWriter)
 }
 
@@ -116,6 +117,9 @@ func (s *scriptedService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.seen[key]++
 	n := s.seen[key]
 	s.products[body.Items[0].Product.String()]++
+	if s.bearers != nil {
+		s.bearers[r.Header.Get("Authorization")]++
+	}
 	s.mu.Unlock()
 	w.Header().Set("X-Request-ID", r.Header.Get("X-Request-ID"))
 	s.answer(key, n, w)
@@ -261,6 +265,54 @@ func TestFloodScriptMissingIDs(t *testing.T) {
 		n, err := strconv.ParseInt(id, 10, 64)
 		if err != nil || n < 7e12 || len(id) != 13 {
 			t.Fatalf("product id %q: want 7 followed by 12 digits", id)
+		}
+	}
+}
+
+// TestFloodScriptForged: the bad-signature flood sends a new token each time, all with the
+// header and claims it was given and a signature of a real one's length and last character.
+func TestFloodScriptForged(t *testing.T) {
+	t.Parallel()
+	svc := &scriptedService{seen: map[string]int{}, products: map[string]int{}, bearers: map[string]int{},
+		answer: func(key string, n int, w http.ResponseWriter) { w.WriteHeader(http.StatusUnauthorized) }}
+	const prefix = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJhIn0."
+	res := runScript(t, floodLua, []string{"MODE=forged", "PRODUCT=5", "KEYPREFIX=f", "FORGED=" + prefix, "FORGED_LAST=Q"}, svc)
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	requests := sumValues(svc.seen)
+	if res.statuses[401] == 0 || len(svc.bearers) != requests {
+		t.Fatalf("%d answers, %d tokens for %d requests: want a new token each time", res.statuses[401], len(svc.bearers), requests)
+	}
+	for b := range svc.bearers {
+		sig, ok := strings.CutPrefix(b, "Bearer "+prefix)
+		if !ok || len(sig) != 86 || !strings.HasSuffix(sig, "Q") || strings.Trim(sig, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
+			t.Fatalf("bearer %q: want the prefix and 86 base64url characters ending in Q", b)
+		}
+	}
+	if svc.products["5"] != requests {
+		t.Errorf("products %v: want every order for product 5", svc.products)
+	}
+}
+
+// TestFloodScriptTokens: with a file of tokens, every order carries one of them, and the body
+// names no customer (the token does).
+func TestFloodScriptTokens(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte("tok-a\ntok-b\ntok-c\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	svc := &scriptedService{seen: map[string]int{}, products: map[string]int{}, bearers: map[string]int{},
+		answer: func(key string, n int, w http.ResponseWriter) { w.WriteHeader(http.StatusCreated) }}
+	res := runScript(t, floodLua, []string{"MODE=order", "PRODUCT=5", "KEYPREFIX=b", "TOKENS=" + file}, svc)
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	if res.statuses[201] == 0 || len(svc.bearers) != 3 {
+		t.Fatalf("bearers %v: want the three tokens of the file", svc.bearers)
+	}
+	for b := range svc.bearers {
+		if !strings.HasPrefix(b, "Bearer tok-") {
+			t.Fatalf("bearer %q, want one of the file's", b)
 		}
 	}
 }

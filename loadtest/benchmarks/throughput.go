@@ -45,16 +45,17 @@ const throughputStock = 1_000_000_000
 // startCluster starts a deployment of -replicas replicas with the default defense, each with a
 // profiler (STOCKSVC_DEBUG_ADDR) and one core's worth of Go scheduler.
 func (h *harness) startCluster(ctx context.Context, label string) (*cluster.Cluster, error) {
-	return h.startClusterHA(ctx, label, false)
+	return h.startClusterHA(ctx, label, false, nil)
 }
 
-// startClusterHA is startCluster, on a Patroni topology of the run's own when ha.
-func (h *harness) startClusterHA(ctx context.Context, label string, ha bool) (*cluster.Cluster, error) {
+// startClusterHA is startCluster, on a Patroni topology of the run's own when ha, and with
+// replicas that verify identity's tokens when it is set.
+func (h *harness) startClusterHA(ctx context.Context, label string, ha bool, identity *cluster.Identity) (*cluster.Cluster, error) {
 	return cluster.Start(ctx, cluster.Config{
 		Dir: filepath.Join(h.Out, label), Binary: h.Binary, HAProxy: h.HAProxy, Replicas: h.Cluster.Replicas,
 		ServerURL: h.Cluster.DatabaseURL, PostgresHA: ha, PatroniFsync: ha, Database: fmt.Sprintf("stocksvc_load_%d_%s", time.Now().Unix(), strings.ReplaceAll(label, "-", "_")),
 		RedisURL: h.Cluster.RedisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
-		DebugPorts: true, Keep: h.Cluster.Keep, Warnings: h.W,
+		DebugPorts: true, Keep: h.Cluster.Keep, Warnings: h.W, Identity: identity,
 		Env: func(int) []string {
 			return []string{
 				"STOCKSVC_LOCK_WAIT=" + h.Cluster.LockWait.String(),
@@ -210,7 +211,7 @@ func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
 	var c *cluster.Cluster
 	if o.PostgresHA {
 		var err error
-		if c, err = h.startClusterHA(ctx, "throughput", true); err != nil {
+		if c, err = h.startClusterHA(ctx, "throughput", true, nil); err != nil {
 			return err
 		}
 		defer c.Close()

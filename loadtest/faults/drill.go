@@ -25,8 +25,8 @@ import (
 )
 
 // A drill runs a sale through the balancer over the replicas, injects one fault while it
-// sells, lets it heal, and then judges everything the clients were told: Porcupine checks the
-// history against the model of each product's stock, and the SQL verdict checks the tables.
+// sells, lets it heal, and then judges everything the clients were told: the linearizability checker (package model) checks
+// the history against the model of each product's stock, and the SQL verdict the tables.
 
 // drillPlan is what every run of every scenario shares.
 type drillPlan struct {
@@ -688,7 +688,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 		return out
 	}
 
-	h.Printf("[%s] checking the history with Porcupine\n", filepath.Base(d.dir))
+	h.Printf("[%s] checking the history against the model\n", filepath.Base(d.dir))
 	if out.writes, out.reads, err = checkBoth(plan, ops, end, d.annotations(), d.dir); err != nil {
 		out.err = err
 		return out
@@ -708,7 +708,7 @@ func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run
 	}
 	out.noSale = d.noSale
 	// The page reads Postgres again: a context of its own, the checks' may have run out
-	// while Porcupine searched.
+	// while the checker searched.
 	pageCtx, cancelPage := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelPage()
 	if err := d.writePage(pageCtx, pool, ops, out); err != nil {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,7 +17,7 @@ import (
 
 // A drill's report page (package report), beside its history: every order attempt the
 // clients made, by its answer, the hot product's stock from Postgres, the fault's windows
-// shaded and its events marked; the verdict of Postgres and of Porcupine beside them.
+// shaded and its events marked; the verdict of Postgres and of the linearizability check beside them.
 
 const pageName = "report.html"
 
@@ -46,8 +47,8 @@ func (d *drillEnv) pageRun(ctx context.Context, pool *pgxpool.Pool, ops []*model
 			{Name: "orders", Value: fmt.Sprintf("confirmed %d, sold-out %d, refused %d, unknown %d", a.orders[model.Confirmed], a.orders[model.SoldOut],
 				a.orders[model.Refused], a.orders[model.Unknown])},
 			{Name: "outcomes unknown", Value: fmt.Sprintf("%d, of which %d found in the database", out.unknown, out.resolved)},
-			{Name: "Porcupine, " + out.writes.Name, Value: porcupineVerdict(out.writes)},
-			{Name: "Porcupine, " + out.reads.Name, Value: porcupineVerdict(out.reads)},
+			{Name: "linearizable, " + out.writes.Name, Value: porcupineVerdict(out.writes)},
+			{Name: "linearizable, " + out.reads.Name, Value: porcupineVerdict(out.reads)},
 			{Name: "answered 429", Value: fmt.Sprintf("during %.1f s (100 ms slices)", a.busy.Seconds())},
 			{Name: "answered 5xx or nothing", Value: fmt.Sprintf("during %.1f s (100 ms slices)", a.unavailable.Seconds())},
 			{Name: "longest stall", Value: fmt.Sprintf("%.1f s from %.1f s", a.longestStall.Seconds(), a.stallAt.Seconds())},
@@ -90,7 +91,8 @@ func (d *drillEnv) pageRun(ctx context.Context, pool *pgxpool.Pool, ops []*model
 func porcupineVerdict(c model.CheckResult) string {
 	v := map[porcupine.CheckResult]string{porcupine.Ok: "linearizable", porcupine.Illegal: "NOT LINEARIZABLE",
 		porcupine.Unknown: "undecided (the checker timed out)"}[c.Result]
-	return fmt.Sprintf("%s: %d operations in %d partitions, checked in %.1f s", v, c.Ops, c.Partitions, c.Elapsed.Seconds())
+	return fmt.Sprintf("%s: %d operations in %d partitions, checked in %v (%d configurations)", v, c.Ops, c.Partitions,
+		c.Elapsed.Round(time.Millisecond), c.Explored)
 }
 
 func (d *drillEnv) pageParams(out drillOutcome) []report.Field {

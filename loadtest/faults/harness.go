@@ -1,8 +1,8 @@
 // Package faults holds the fault drills (-fault) and the asynchronous sale (-async): a sale
 // through the balancer over the replicas (package cluster), a fault injected while it sells
 // (faults.go: one scenario per fault), and the judgement of everything the clients were told
-// — Porcupine against the model of the stock (package model) and the SQL verdict (package
-// verdict). drill.go runs one drill; drillreport.go reports them; client.go is the clients.
+// — linearizability against the model of the stock (package model) and the SQL verdict
+// (package verdict). drill.go runs one drill; drillreport.go reports them; client.go is the clients.
 package faults
 
 import (

@@ -1,17 +1,16 @@
 // Package model is the drills' model of the stock and their history: every operation the
 // clients made (Op, collected by a Recorder), with the time it was invoked and the time its
-// answer came back, checked by Porcupine against a sequential specification of each product's
-// stock and sale rules (New). A history is saved beside its run (Save, WriteText) and can be
-// checked again later (Load).
+// answer came back, checked (Check: Porcupine's search, with a rule of its own for the
+// operations that only observe; checker.go) against a sequential specification of each
+// product's stock and sale rules (New), in Porcupine's form. A history is saved beside its run
+// (Save, WriteText) and can be checked again later (Load).
 package model
 
 import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -181,8 +180,8 @@ type Options struct {
 	ExactAvailable bool
 }
 
-// New returns the sequential specification of the products, in partitions Porcupine checks
-// one by one:
+// New returns the sequential specification of the products, in partitions checked one by
+// one:
 //
 //   - one per product: a confirmed order needs the stock and takes it, a sold-out answer needs
 //     it short, a restock adds to it (and a confirmed restock answers the sum), a read returns
@@ -785,125 +784,6 @@ func (p *Op) DescribeAttempts() string {
 		desc = "customer " + p.Customer + ": " + desc
 	}
 	return desc
-}
-
-// CheckResult is the verdict on one history.
-type CheckResult struct {
-	Name       string // "orders+restocks" or "with reads"
-	Ops        int
-	Partitions int // products, customers of products with a limit, and holds
-	Concurrent int // the most operations open at once
-	Result     porcupine.CheckResult
-	Elapsed    time.Duration
-	Visual     string // HTML visualisation, written when the history is not linearizable
-	// Explanation says in words where the search got stuck: the end of the longest legal
-	// prefix, and the operations none of whose placements fit.
-	Explanation string
-}
-
-// String is the verdict on one line, with the picture's path and the explanation after it.
-func (c CheckResult) String() string {
-	verdict := map[porcupine.CheckResult]string{porcupine.Ok: "linearizable", porcupine.Illegal: "NOT LINEARIZABLE",
-		porcupine.Unknown: "UNDECIDED (checker timed out)"}[c.Result]
-	s := fmt.Sprintf("%-16s %5d ops in %d partitions (products; customers of a limited one; holds), at most %d open at once: %s (%.1fs)", c.Name, c.Ops, c.Partitions, c.Concurrent, verdict, c.Elapsed.Seconds())
-	if c.Visual != "" {
-		s += "; see " + c.Visual
-	}
-	if c.Explanation != "" {
-		s += "\n" + c.Explanation
-	}
-	return s
-}
-
-// explain describes, for each product whose history could not be linearized, the last steps
-// of the longest linearizable prefix Porcupine found and the earliest operations left out of
-// it, one of which cannot be placed.
-func explain(model porcupine.Model, info porcupine.LinearizationInfo, sizes []int) string {
-	var b strings.Builder
-	for i, partials := range info.PartialLinearizationsOperations() {
-		var longest []porcupine.Operation
-		for _, p := range partials {
-			if len(p) > len(longest) {
-				longest = p
-			}
-		}
-		if len(longest) == 0 || i < len(sizes) && len(longest) == sizes[i] {
-			continue // linearizable
-		}
-		state := model.Init()
-		var states []any
-		for _, o := range longest {
-			_, state = model.Step(state, o.Input, o.Output)
-			states = append(states, state)
-		}
-		first := longest[0].Input.(Input)
-		what := fmt.Sprintf("product %d", first.Product)
-		if first.HoldStart {
-			what = "hold " + first.Hold
-		}
-		fmt.Fprintf(&b, "    %s: a legal order of %d of its %d operations ends with\n", what, len(longest), sizes[i])
-		for i := max(0, len(longest)-4); i < len(longest); i++ {
-			o := longest[i]
-			fmt.Fprintf(&b, "      [%.6f, %.6f] %s ⇒ %s\n", float64(o.Call)/1e9, float64(o.Return)/1e9, describeOp(o.Input, o.Output),
-				model.DescribeState(states[i]))
-		}
-		b.WriteString("    and cannot go on: the stock it reaches contradicts what came next\n")
-	}
-	return strings.TrimRight(b.String(), "\n")
-}
-
-// Check checks one history and, when it is not linearizable, writes Porcupine's
-// visualisation to dir/<file>. The fast check runs first; the verbose one, which keeps every
-// partial linearization for the picture, only when there is something to show.
-func Check(name string, model porcupine.Model, history []porcupine.Operation, timeout time.Duration,
-	annotations []porcupine.Annotation, dir, file string) (CheckResult, error) {
-	res := CheckResult{Name: name, Ops: len(history), Partitions: len(model.Partition(history)), Concurrent: concurrency(history)}
-	began := time.Now()
-	res.Result = porcupine.CheckOperationsTimeout(model, history, timeout)
-	res.Elapsed = time.Since(began)
-	if res.Result != porcupine.Illegal || dir == "" {
-		return res, nil
-	}
-	_, info := porcupine.CheckOperationsVerbose(model, history, timeout)
-	var sizes []int
-	for _, part := range model.Partition(history) {
-		sizes = append(sizes, len(part))
-	}
-	res.Explanation = explain(model, info, sizes)
-	info.AddAnnotations(annotations)
-	res.Visual = filepath.Join(dir, file)
-	if err := porcupine.VisualizePath(model, info, res.Visual); err != nil {
-		return res, fmt.Errorf("write visualisation %s: %w", res.Visual, err)
-	}
-	return res, nil
-}
-
-// concurrency is the most operations open at once in a history (unknown ones count until the
-// end): what makes Porcupine's search slow, so drills report it.
-func concurrency(history []porcupine.Operation) int {
-	type edge struct {
-		t     int64
-		delta int
-	}
-	edges := make([]edge, 0, 2*len(history))
-	for _, o := range history {
-		if o.Input.(Input).InBatch {
-			continue // its batch is what the search places
-		}
-		edges = append(edges, edge{o.Call, 1}, edge{o.Return, -1})
-	}
-	sort.Slice(edges, func(i, j int) bool {
-		if edges[i].t != edges[j].t {
-			return edges[i].t < edges[j].t
-		}
-		return edges[i].delta > edges[j].delta // closed intervals: calls before returns
-	})
-	most, open := 0, 0
-	for _, e := range edges {
-		open += e.delta
-		most = max(most, open)
-	}
-	return most
 }
 
 // WriteText writes the operations as text, one a line, for whoever investigates a run.

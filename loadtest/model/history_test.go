@@ -108,7 +108,7 @@ func TestStockModel(t *testing.T) {
 				}
 			}
 			history := History(c.b.ops, HistoryOptions{Reads: true, ReadSlack: c.slack, End: end})
-			got := porcupine.CheckOperationsTimeout(New(Options{ExactAvailable: c.exact}), history, 10*time.Second)
+			got := agree(t, New(Options{ExactAvailable: c.exact}), history)
 			if got != c.want {
 				t.Errorf("check = %v, want %v", got, c.want)
 			}
@@ -176,7 +176,7 @@ func TestSaleRules(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			history := History(c.b.ops, HistoryOptions{Reads: true, End: time.Hour, WindowSlack: time.Duration(c.slack) * time.Millisecond})
-			got := porcupine.CheckOperationsTimeout(New(Options{ExactAvailable: true}), history, 10*time.Second)
+			got := agree(t, New(Options{ExactAvailable: true}), history)
 			if got != c.want {
 				t.Errorf("check = %v, want %v", got, c.want)
 			}
@@ -311,7 +311,7 @@ func TestOneTransactionOneMoment(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			history := History(c.b.ops, HistoryOptions{Reads: true, End: time.Hour})
-			got := porcupine.CheckOperationsTimeout(New(Options{ExactAvailable: true}), history, 10*time.Second)
+			got := agree(t, New(Options{ExactAvailable: true}), history)
 			if got != c.want {
 				t.Errorf("got %v, want %v", got, c.want)
 			}

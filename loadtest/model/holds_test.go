@@ -122,7 +122,7 @@ func TestHolds(t *testing.T) {
 				}
 			}
 			history := History(c.b.ops, HistoryOptions{Reads: true, End: 10 * time.Second})
-			got := porcupine.CheckOperationsTimeout(New(Options{ExactAvailable: true}), history, 10*time.Second)
+			got := agree(t, New(Options{ExactAvailable: true}), history)
 			if got != c.want {
 				t.Errorf("check = %v, want %v", got, c.want)
 			}

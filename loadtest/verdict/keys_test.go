@@ -117,10 +117,10 @@ func TestReadStoredKeys(t *testing.T) {
 	if err := pool.QueryRow(ctx, `INSERT INTO orders (id, customer_id, status) VALUES (gen_random_uuid(), 'c', 'confirmed') RETURNING id::text`).Scan(&order); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO idempotency_keys (key, fingerprint, outcome, order_id) VALUES ('kc', '\x00', 'confirmed', $1)`, order); err != nil {
+	if _, err := pool.Exec(ctx, `INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, order_id) VALUES ('c', 'kc', '\x00', 'confirmed', $1)`, order); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO idempotency_keys (key, fingerprint, outcome, product_id, requested, available) VALUES ('ks', '\x00', 'sold_out', $1, 2, 1)`, product); err != nil {
+	if _, err := pool.Exec(ctx, `INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, product_id, requested, available) VALUES ('c', 'ks', '\x00', 'sold_out', $1, 2, 1)`, product); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now().Add(-time.Minute)

@@ -39,8 +39,8 @@ func insertOrder(t *testing.T, pool *pgxpool.Pool, customer string, product, qty
 		t.Fatal(err)
 	}
 	if key != "" {
-		if _, err := pool.Exec(ctx, `INSERT INTO idempotency_keys (key, fingerprint, outcome, order_id, product_id, requested)
-			VALUES ($1, '\x00', 'confirmed', $2, $3, $4)`, key, id, product, qty); err != nil {
+		if _, err := pool.Exec(ctx, `INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, order_id, product_id, requested)
+			VALUES ($1, $2, '\x00', 'confirmed', $3, $4, $5)`, customer, key, id, product, qty); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
+	"github.com/lestrrat-go/jwx/v3/jws"
 	"github.com/lestrrat-go/jwx/v3/jwt"
 )
 
@@ -142,7 +143,11 @@ type Claims struct {
 // Sign returns a token with exactly the claims c says, signed by the current key: for tests
 // of what a verifier refuses (another issuer, an expired token, no subject). Errors: a
 // failure to build or sign.
-func (is *Issuer) Sign(c Claims) (string, error) {
+func (is *Issuer) Sign(c Claims) (string, error) { return is.SignWithHeader(c, nil) }
+
+// SignWithHeader is Sign with more protected header parameters than alg, kid and typ (crit,
+// say): for tests of what a verifier refuses in a header. Errors: a failure to build or sign.
+func (is *Issuer) SignWithHeader(c Claims, header map[string]any) (string, error) {
 	if c.Issuer == "" {
 		c.Issuer = is.issuer
 	}
@@ -169,7 +174,13 @@ func (is *Issuer) Sign(c Claims) (string, error) {
 	is.mu.Lock()
 	key := is.keys[len(is.keys)-1]
 	is.mu.Unlock()
-	signed, err := jwt.Sign(tok, jwt.WithKey(jwa.ES256(), key))
+	hdr := jws.NewHeaders()
+	for name, v := range header {
+		if err := hdr.Set(name, v); err != nil {
+			return "", fmt.Errorf("identitytest: header %s: %w", name, err)
+		}
+	}
+	signed, err := jwt.Sign(tok, jwt.WithKey(jwa.ES256(), key, jws.WithProtectedHeaders(hdr)))
 	if err != nil {
 		return "", fmt.Errorf("identitytest: sign: %w", err)
 	}

@@ -27,18 +27,19 @@ INSERT INTO async_orders (id, customer_id, product_ids, quantities)
 VALUES ($1, $2, $3, $4)
 RETURNING accepted_at`
 
-// claimKeySQL records a client's Idempotency-Key as belonging to the accepted order, unless
-// the key already has an outcome (then nothing is written and no row returned).
+// claimKeySQL records a client's Idempotency-Key ($2, of customer $1) as belonging to the
+// accepted order, unless the key already has an outcome (then nothing is written and no row
+// returned).
 const claimKeySQL = `
-INSERT INTO idempotency_keys (key, fingerprint, outcome, async_order_id, product_id)
-VALUES ($1, $2, 'accepted', $3, $4)
-ON CONFLICT (key) DO NOTHING
+INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, async_order_id, product_id)
+VALUES ($1, $2, $3, 'accepted', $4, $5)
+ON CONFLICT (customer_id, key) DO NOTHING
 RETURNING key`
 
-// keyRecordSQL reads what a key already holds.
+// keyRecordSQL reads what a customer's key holds.
 const keyRecordSQL = `
 SELECT fingerprint, outcome, order_id, async_order_id, product_id, requested, available
-  FROM idempotency_keys WHERE key = $1`
+  FROM idempotency_keys WHERE customer_id = $1 AND key = $2`
 
 // lineSQL reads the front of a product's line.
 const lineSQL = `
@@ -49,34 +50,36 @@ SELECT id, customer_id, product_ids, quantities
  LIMIT $2`
 
 // orderSQL reads an accepted order and, while it is pending, the decision the purchase path
-// may already have stored for it (a replica can stop between the commit and the copy).
+// may already have stored for it (a replica can stop between the commit and the copy) under
+// its key ($2), its customer's.
 const orderSQL = `
 SELECT a.id, a.customer_id, a.product_ids, a.quantities, a.status, a.reason, a.rejected_product,
        a.requested, a.available, a.accepted_at, a.decided_at,
        k.outcome, k.product_id, k.requested, k.available, k.created_at
   FROM async_orders a
-  LEFT JOIN idempotency_keys k ON a.status = 'pending' AND k.key = $2
+  LEFT JOIN idempotency_keys k ON a.status = 'pending' AND k.customer_id = a.customer_id AND k.key = $2
  WHERE a.id = $1`
 
 // storeRefusalsSQL stores the refusals the purchase path answered without storing (it stores
 // those of a batch that also sells; a batch refused whole from a read stores them at best), so
 // that every decision is a record before it is copied. A key that has a record keeps it.
 const storeRefusalsSQL = `
-INSERT INTO idempotency_keys (key, fingerprint, outcome, product_id, requested, available)
-SELECT * FROM unnest($1::text[], $2::bytea[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[])
-ON CONFLICT (key) DO NOTHING`
+INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, product_id, requested, available)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[])
+ON CONFLICT (customer_id, key) DO NOTHING`
 
 // copyDecisionsSQL copies each order's decision — its key's record — into the order, once, and
 // returns the orders it decided with how long each waited (on Postgres's clock, the same one
-// that stamped its acceptance). A refusal's reason is $3 (Reasons.SoldOut).
+// that stamped its acceptance). A refusal's reason is $3 (Reasons.SoldOut), a given-up order's
+// $4 (Reasons.Internal).
 const copyDecisionsSQL = `
 UPDATE async_orders a
    SET status = CASE k.outcome WHEN 'confirmed' THEN 'confirmed' ELSE 'rejected' END,
-       reason = CASE k.outcome WHEN 'confirmed' THEN NULL ELSE $3::text END,
+       reason = CASE k.outcome WHEN 'confirmed' THEN NULL WHEN 'failed' THEN $4::text ELSE $3::text END,
        rejected_product = k.product_id, requested = k.requested, available = k.available,
        decided_at = greatest(k.created_at, a.accepted_at)
   FROM idempotency_keys k
- WHERE a.id = ANY($1) AND a.status = 'pending' AND k.key = $2 || a.id::text
+ WHERE a.id = ANY($1) AND a.status = 'pending' AND k.customer_id = a.customer_id AND k.key = $2 || a.id::text
 RETURNING a.status, extract(epoch FROM a.decided_at - a.accepted_at)::float8`
 
 // rejectSQL rejects orders whose refusal is not an idempotency record (a product that went
@@ -87,18 +90,37 @@ UPDATE async_orders
  WHERE id = $1 AND status = 'pending'
 RETURNING extract(epoch FROM decided_at - accepted_at)::float8`
 
-// failSQL counts a failed attempt to decide an order, and rejects it (reason $5,
-// Reasons.Internal) at the attempt that reaches the cap ($2). An order whose decision is a record after all is left to
-// be copied: the record is the truth. The error is kept for operators.
+// failSQL counts a failed attempt to decide order $1, and at the attempt that reaches the cap
+// ($2) rejects it (reason $5, Reasons.Internal) as every decision is made: a record under the
+// order's key ($4; fingerprint $6), outcome 'failed', copied into the order in the same
+// statement. The record is what keeps the rejection from racing a drain that decides the order
+// meanwhile (one paused after reading its line, which has since passed on): the purchase path
+// stores its decision under the same key, and the primary key lets one of the two in. The
+// other replays it — the drain's purchase answers stock.ErrGivenUp and sells nothing — or, when
+// the purchase stored first (found by NOT EXISTS, or by the insert, which waits for a purchase
+// still committing), nothing here is written: the order is left to be copied, the record being
+// the truth. The error is kept for operators.
 const failSQL = `
+WITH o AS (
+  SELECT a.id, a.customer_id, a.attempts + 1 AS attempts
+    FROM async_orders a
+   WHERE a.id = $1 AND a.status = 'pending'
+     AND NOT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.customer_id = a.customer_id AND k.key = $4)
+     FOR UPDATE
+), r AS (
+  INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome)
+  SELECT o.customer_id, $4, $6, 'failed' FROM o WHERE o.attempts >= $2
+  ON CONFLICT (customer_id, key) DO NOTHING
+  RETURNING created_at
+)
 UPDATE async_orders a
-   SET attempts = a.attempts + 1,
+   SET attempts = o.attempts,
        last_error = left($3, 2000),
-       status = CASE WHEN a.attempts + 1 >= $2 THEN 'rejected' ELSE 'pending' END,
-       reason = CASE WHEN a.attempts + 1 >= $2 THEN $5::text END,
-       decided_at = CASE WHEN a.attempts + 1 >= $2 THEN greatest(now(), a.accepted_at) END
- WHERE a.id = $1 AND a.status = 'pending'
-   AND NOT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.key = $4)
+       status = CASE WHEN r.created_at IS NULL THEN 'pending' ELSE 'rejected' END,
+       reason = CASE WHEN r.created_at IS NULL THEN NULL ELSE $5::text END,
+       decided_at = CASE WHEN r.created_at IS NULL THEN NULL ELSE greatest(r.created_at, a.accepted_at) END
+  FROM o LEFT JOIN r ON true
+ WHERE a.id = o.id AND (o.attempts < $2 OR r.created_at IS NOT NULL)
 RETURNING a.status, a.attempts, extract(epoch FROM coalesce(a.decided_at, a.accepted_at) - a.accepted_at)::float8`
 
 // staleSQL finds what waits without being drained: the lines whose front is older than $1, and
@@ -140,11 +162,11 @@ WITH input AS (
     FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bytea[])
          WITH ORDINALITY AS u(id, customer_id, product_id, quantity, key, fingerprint, n)
 ), claimed AS (
-  INSERT INTO idempotency_keys (key, fingerprint, outcome, async_order_id, product_id)
-  SELECT key, fingerprint, 'accepted', id, product_id FROM input
+  INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, async_order_id, product_id)
+  SELECT customer_id, key, fingerprint, 'accepted', id, product_id FROM input
    WHERE found AND key IS NOT NULL
    ORDER BY n
-  ON CONFLICT (key) DO NOTHING
+  ON CONFLICT (customer_id, key) DO NOTHING
   RETURNING async_order_id
 ), placed AS (
   INSERT INTO async_orders (id, customer_id, product_ids, quantities, product_id, accepted_at)
@@ -178,6 +200,9 @@ const unlockLineSQL = `SELECT pg_advisory_unlock($1::bigint), set_config('idle_s
 type Accepted struct {
 	pool    *pgxpool.Pool
 	reasons Reasons
+	// barrier is replicatedSQL (syncrep.go); a test puts in its place a statement that draws
+	// the warning of a commit whose wait for a synchronous standby was ended early.
+	barrier string
 }
 
 // Reasons are the values async_orders.reason takes for the two rejections this store decides
@@ -190,7 +215,18 @@ type Reasons struct {
 
 // NewAccepted returns the store of orders accepted for later over pool, rejecting with reasons.
 func NewAccepted(pool *pgxpool.Pool, reasons Reasons) *Accepted {
-	return &Accepted{pool: pool, reasons: reasons}
+	return &Accepted{pool: pool, reasons: reasons, barrier: replicatedSQL}
+}
+
+// Tx runs fn in a transaction, committed when fn returns nil, on a connection of its own: an
+// acceptance is acknowledged (202) only once a synchronous standby has it, so a commit Postgres
+// answered without one is stock.ErrUnavailable with stock.ErrOutcomeUnknown (writeReplicated),
+// and a retry under the same key finds the order once a standby has it (KeyRecord). fn's own
+// errors are returned as they are.
+func (s *Accepted) Tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return writeReplicated(ctx, s.pool, "accept orders", func(conn *pgxpool.Conn) error {
+		return pgx.BeginFunc(ctx, conn, fn)
+	})
 }
 
 // queueError classifies a failure of the queue's statements: any but the caller's own
@@ -222,14 +258,23 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// KeyRecord reads what key holds.
-func (s *Accepted) KeyRecord(ctx context.Context, key string) (KeyRecord, error) {
-	return keyRecord(ctx, s.pool, key)
+// KeyRecord reads what key holds, to be answered to its client: a record of an order (accepted
+// or confirmed) is returned only once a synchronous standby has it — the commit that stored it
+// may have been answered without one (Tx) — and stock.ErrUnavailable until then.
+func (s *Accepted) KeyRecord(ctx context.Context, key stock.RecordKey) (KeyRecord, error) {
+	r, err := keyRecord(ctx, s.pool, key)
+	if err != nil || r.AcceptedID == nil && r.OrderID == nil {
+		return r, err
+	}
+	if err := replicated(ctx, s.pool, s.barrier); err != nil {
+		return KeyRecord{}, notReplicated("read idempotency record", err)
+	}
+	return r, nil
 }
 
-func keyRecord(ctx context.Context, q RowQuerier, key string) (KeyRecord, error) {
+func keyRecord(ctx context.Context, q RowQuerier, key stock.RecordKey) (KeyRecord, error) {
 	var r KeyRecord
-	err := q.QueryRow(ctx, keyRecordSQL, key).Scan(&r.Fingerprint, &r.Outcome, &r.OrderID, &r.AcceptedID, &r.ProductID, &r.Requested, &r.Available)
+	err := q.QueryRow(ctx, keyRecordSQL, key.CustomerID, key.Key).Scan(&r.Fingerprint, &r.Outcome, &r.OrderID, &r.AcceptedID, &r.ProductID, &r.Requested, &r.Available)
 	if err != nil {
 		return KeyRecord{}, queueError("read idempotency record", err)
 	}
@@ -271,36 +316,33 @@ func missingProduct(ctx context.Context, tx pgx.Tx, ids []int64) (int64, bool, e
 }
 
 // AcceptCart writes cart id in tx (carts are in no line) and claims its key, when it has one.
-// A key that already has an outcome claims nothing: taken is then that outcome, and the caller
-// rolls tx back. Errors: *stock.ProductNotFoundError, stock.ErrUnavailable.
-func (s *Accepted) AcceptCart(ctx context.Context, tx pgx.Tx, id uuid.UUID, p stock.Prepared) (at time.Time, taken *KeyRecord, err error) {
+// A key that already has an outcome claims nothing: taken is then true, and the caller rolls tx
+// back and answers the key's record (KeyRecord). Errors: *stock.ProductNotFoundError,
+// stock.ErrUnavailable.
+func (s *Accepted) AcceptCart(ctx context.Context, tx pgx.Tx, id uuid.UUID, p stock.Prepared) (at time.Time, taken bool, err error) {
 	ids, qtys := splitItems(p.Items)
 	missing, ok, err := missingProduct(ctx, tx, ids)
 	if err != nil {
-		return time.Time{}, nil, err
+		return time.Time{}, false, err
 	}
 	if ok {
-		return time.Time{}, nil, &stock.ProductNotFoundError{ProductID: missing}
+		return time.Time{}, false, &stock.ProductNotFoundError{ProductID: missing}
 	}
 	if err := tx.QueryRow(ctx, insertCartSQL, id, p.CustomerID, ids, qtys).Scan(&at); err != nil {
-		return time.Time{}, nil, queueError("accept order", err)
+		return time.Time{}, false, queueError("accept order", err)
 	}
 	if p.Key == "" {
-		return at, nil, nil
+		return at, false, nil
 	}
 	var claimed string
-	err = tx.QueryRow(ctx, claimKeySQL, p.Key, p.Fingerprint, id, nil).Scan(&claimed)
+	err = tx.QueryRow(ctx, claimKeySQL, p.CustomerID, p.Key, p.Fingerprint, id, nil).Scan(&claimed)
 	if errors.Is(err, pgx.ErrNoRows) {
-		rec, err := keyRecord(ctx, tx, p.Key)
-		if err != nil {
-			return time.Time{}, nil, err
-		}
-		return at, &rec, nil
+		return at, true, nil
 	}
 	if err != nil {
-		return time.Time{}, nil, queueError("claim idempotency key", err)
+		return time.Time{}, false, queueError("claim idempotency key", err)
 	}
-	return at, nil, nil
+	return at, false, nil
 }
 
 // NewAcceptance is one order of a group accepted together (AcceptGroup).
@@ -463,9 +505,12 @@ func (s *Accepted) Order(ctx context.Context, id uuid.UUID) (AcceptedOrder, erro
 	// Decided, not yet copied: the record is the decision.
 	if o.Status == StatusPending && kOutcome != nil {
 		o.DecidedAt = *kCreated
-		if *kOutcome == recordConfirmed {
+		switch *kOutcome {
+		case recordConfirmed:
 			o.Status = StatusConfirmed
-		} else {
+		case recordFailed:
+			o.Status, o.Reason = StatusRejected, s.reasons.Internal
+		default:
 			o.Status = StatusRejected
 			o.Reason, o.ProductID, o.Requested, o.Available = s.reasons.SoldOut, deref(kProduct), deref(kRequested), deref(kAvailable)
 		}
@@ -485,7 +530,7 @@ type Decided struct {
 // record (rejects, by id, with their reason) are rejected with it. It returns what this call
 // decided.
 func (s *Accepted) Record(ctx context.Context, orders []PendingOrder, decisions []stock.Decision, rejects map[uuid.UUID]string) ([]Decided, error) {
-	var keys, outcomes []string
+	var customers, keys, outcomes []string
 	var fingerprints [][]byte
 	var products, requested, available []int64
 	ids := make([]uuid.UUID, 0, len(orders))
@@ -495,7 +540,7 @@ func (s *Accepted) Record(ctx context.Context, orders []PendingOrder, decisions 
 			continue
 		}
 		if soldOut, ok := errors.AsType[*stock.SoldOutError](d.Err); ok {
-			keys = append(keys, stock.AcceptedKey(o.ID))
+			customers, keys = append(customers, o.CustomerID), append(keys, stock.AcceptedKey(o.ID))
 			fingerprints = append(fingerprints, stock.Fingerprint(o.CustomerID, o.Items))
 			outcomes = append(outcomes, recordSoldOut)
 			products, requested, available = append(products, soldOut.ProductID), append(requested, soldOut.Requested), append(available, soldOut.Available)
@@ -508,9 +553,9 @@ func (s *Accepted) Record(ctx context.Context, orders []PendingOrder, decisions 
 	if len(ids) > 0 {
 		b := &pgx.Batch{}
 		if len(keys) > 0 {
-			b.Queue(storeRefusalsSQL, keys, fingerprints, outcomes, products, requested, available)
+			b.Queue(storeRefusalsSQL, customers, keys, fingerprints, outcomes, products, requested, available)
 		}
-		b.Queue(copyDecisionsSQL, ids, stock.AcceptedKeyPrefix, s.reasons.SoldOut).
+		b.Queue(copyDecisionsSQL, ids, stock.AcceptedKeyPrefix, s.reasons.SoldOut, s.reasons.Internal).
 			Query(func(rows pgx.Rows) error {
 				var d Decided
 				var secs float64
@@ -547,12 +592,14 @@ type Failure struct {
 	Waited   time.Duration
 }
 
-// Fail counts a failed attempt to decide order id, rejecting it (reason internal) at the
-// attempt that reaches maxAttempts; cause is kept for operators.
-func (s *Accepted) Fail(ctx context.Context, id uuid.UUID, maxAttempts int, cause string) (Failure, error) {
+// Fail counts a failed attempt to decide order o, rejecting it (reason internal) at the attempt
+// that reaches maxAttempts, by a record under its key (see failSQL); cause is kept for
+// operators.
+func (s *Accepted) Fail(ctx context.Context, o PendingOrder, maxAttempts int, cause string) (Failure, error) {
 	var f Failure
 	var secs float64
-	err := s.pool.QueryRow(ctx, failSQL, id, maxAttempts, cause, stock.AcceptedKey(id), s.reasons.Internal).Scan(&f.Status, &f.Attempts, &secs)
+	err := s.pool.QueryRow(ctx, failSQL, o.ID, maxAttempts, cause, stock.AcceptedKey(o.ID), s.reasons.Internal,
+		stock.Fingerprint(o.CustomerID, o.Items)).Scan(&f.Status, &f.Attempts, &secs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Failure{}, nil
 	}

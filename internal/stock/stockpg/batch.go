@@ -41,15 +41,17 @@ SELECT p.id, p.stock, p.version, p.fence, p.sale_starts_at, p.sale_ends_at, coal
   ) b ON true
  WHERE p.id = ANY($1)`
 
-// recordsSQL reads the stored outcomes of a batch's idempotency keys, with the orders they
-// confirmed, so that a replay needs no further query.
+// recordsSQL reads the stored outcomes of a batch's idempotency keys — each ($1, $2) a
+// customer and a key of theirs, one probe of the primary key — with the orders they confirmed,
+// so that a replay needs no further query.
 const recordsSQL = `
-SELECT k.key, k.fingerprint, k.order_id, k.async_order_id, k.product_id, k.requested, k.available, o.customer_id, o.created_at,
-       o.status, o.expires_at, o.decided_at,
+SELECT k.customer_id, k.key, k.fingerprint, k.outcome, k.order_id, k.async_order_id, k.product_id, k.requested, k.available,
+       o.customer_id, o.created_at, o.status, o.expires_at, o.decided_at,
        ARRAY(SELECT i.product_id FROM order_items i WHERE i.order_id = k.order_id ORDER BY i.product_id),
        ARRAY(SELECT i.quantity FROM order_items i WHERE i.order_id = k.order_id ORDER BY i.product_id)
-  FROM idempotency_keys k LEFT JOIN orders o ON o.id = k.order_id
- WHERE k.key = ANY($1)`
+  FROM unnest($1::text[], $2::text[]) AS q(customer_id, key)
+  JOIN idempotency_keys k ON k.customer_id = q.customer_id AND k.key = q.key
+  LEFT JOIN orders o ON o.id = k.order_id`
 
 // productionDecrement is the batch's UPDATE (the u step of commitSQL), over the rows d(id, qty,
 // read_stock, read_version, fence): one decrement per product, of the batch's summed quantity,
@@ -100,8 +102,9 @@ const limitedUnits = `
 
 // commitSQL writes a whole batch in one statement. The decrement (productionDecrement) runs first; the orders, their items and the
 // idempotency records are inserted only if every product's decrement matched its row, so a
-// refused decrement writes nothing at all. Records are inserted in key order: two batches that
-// share keys then meet on the first shared key and never wait for each other in a cycle.
+// refused decrement writes nothing at all. Records are inserted in the order of their primary
+// key (customer, key): two batches that share keys then meet on the first shared key and never
+// wait for each other in a cycle.
 //
 // The statement is the orders' INSERT, returning one row per order written: as many rows as
 // orders means committed; none, for a batch that confirmed some, means refused. Its command tag
@@ -129,12 +132,12 @@ WITH d AS (
 ), cp AS (` + limitedUnits + `
 ), hd AS (` + orderHolds + `
 ), k AS (
-  INSERT INTO idempotency_keys (key, fingerprint, outcome, order_id, product_id, requested, available)
-  SELECT x.key, x.fingerprint, x.outcome, x.order_id, x.product_id, x.requested, x.available
-    FROM unnest($11::text[], $12::bytea[], $13::text[], $14::uuid[], $15::bigint[], $16::bigint[], $17::bigint[])
-         AS x(key, fingerprint, outcome, order_id, product_id, requested, available), ok
+  INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, order_id, product_id, requested, available)
+  SELECT x.customer_id, x.key, x.fingerprint, x.outcome, x.order_id, x.product_id, x.requested, x.available
+    FROM unnest($11::text[], $12::text[], $13::bytea[], $14::text[], $15::uuid[], $16::bigint[], $17::bigint[], $18::bigint[])
+         AS x(customer_id, key, fingerprint, outcome, order_id, product_id, requested, available), ok
    WHERE ok.ok
-   ORDER BY x.key
+   ORDER BY x.customer_id, x.key
 )
 ` + insertOrders + `
 RETURNING id, created_at, expires_at`
@@ -162,13 +165,13 @@ RETURNING id, created_at, expires_at`
 const (
 	commitSkippingHead = `
 WITH k AS (
-  INSERT INTO idempotency_keys AS r (key, fingerprint, outcome, order_id)
-  SELECT x.key, x.fingerprint, 'confirmed', x.order_id
-    FROM unnest($11::text[], $12::bytea[], $13::uuid[]) AS x(key, fingerprint, order_id)
-   ORDER BY x.key
-  ON CONFLICT (key) DO UPDATE SET fingerprint = r.fingerprint
-  RETURNING r.key, r.fingerprint, r.order_id, r.async_order_id, r.product_id, r.requested, r.available, r.created_at,
-            r.xmax = 0 AS claimed
+  INSERT INTO idempotency_keys AS r (customer_id, key, fingerprint, outcome, order_id)
+  SELECT x.customer_id, x.key, x.fingerprint, 'confirmed', x.order_id
+    FROM unnest($11::text[], $12::text[], $13::bytea[], $14::uuid[]) AS x(customer_id, key, fingerprint, order_id)
+   ORDER BY x.customer_id, x.key
+  ON CONFLICT (customer_id, key) DO UPDATE SET fingerprint = r.fingerprint
+  RETURNING r.customer_id, r.key, r.fingerprint, r.outcome, r.order_id, r.async_order_id, r.product_id, r.requested,
+            r.available, r.created_at, r.xmax = 0 AS claimed
 ), o AS (
   SELECT x.id, x.customer_id
     FROM unnest($5::uuid[], $6::text[], $7::bool[]) AS x(id, customer_id, keyed)
@@ -199,8 +202,8 @@ WITH k AS (
 )
 ` + insertOrders + `
 RETURNING id, created_at, expires_at,
-  (SELECT coalesce(json_agg(json_build_object('key', k.key, 'fingerprint', encode(k.fingerprint, 'base64'),
-          'order_id', k.order_id, 'async_order_id', k.async_order_id, 'product_id', k.product_id,
+  (SELECT coalesce(json_agg(json_build_object('customer_id', k.customer_id, 'key', k.key, 'fingerprint', encode(k.fingerprint, 'base64'),
+          'outcome', k.outcome, 'order_id', k.order_id, 'async_order_id', k.async_order_id, 'product_id', k.product_id,
           'requested', k.requested, 'available', k.available, 'created_at', k.created_at,
           'status', so.status, 'expires_at', so.expires_at, 'decided_at', so.decided_at)), '[]')
      FROM k LEFT JOIN orders so ON so.id = k.order_id WHERE NOT k.claimed)`
@@ -216,6 +219,9 @@ const lockRowsSQL = `SELECT id FROM products WHERE id = ANY($1) ORDER BY id FOR 
 const (
 	recordConfirmed = "confirmed"
 	recordSoldOut   = "sold_out"
+	// recordFailed is the decision of an order accepted for later given up after failed
+	// attempts (Accepted.Fail): stock.ErrGivenUp.
+	recordFailed = "failed"
 )
 
 // lookupTimeout bounds the query that finds out whether a commit whose reply was lost happened.
@@ -223,7 +229,7 @@ const lookupTimeout = 2 * time.Second
 
 // Snapshot implements Store. The levels are one cached statement; the records, when asked for,
 // are read as Records reads them.
-func (s *Store) Snapshot(ctx context.Context, ids []int64, keys, customers []string) (stock.Snapshot, error) {
+func (s *Store) Snapshot(ctx context.Context, ids []int64, keys []stock.RecordKey, customers []string) (stock.Snapshot, error) {
 	snap := stock.Snapshot{Levels: make(map[int64]stock.Level, len(ids))}
 	if customers == nil {
 		customers = []string{} // NULL would match nobody too, but an empty array is what is meant
@@ -265,27 +271,32 @@ func (s *Store) Snapshot(ctx context.Context, ids []int64, keys, customers []str
 // purchase path asks for records only once a write has met a stored key, or a batch has failed
 // and its keyed orders must not be refused while their keys have an outcome, so the hot path
 // never runs it.
-func (s *Store) Records(ctx context.Context, keys []string) (map[string]stock.IdempotencyRecord, error) {
-	records := map[string]stock.IdempotencyRecord{}
+func (s *Store) Records(ctx context.Context, keys []stock.RecordKey) (map[stock.RecordKey]stock.IdempotencyRecord, error) {
+	records := map[stock.RecordKey]stock.IdempotencyRecord{}
 	if len(keys) == 0 {
 		return records, nil
 	}
-	rows, _ := s.pool.Query(ctx, recordsSQL, pgx.QueryExecModeCacheDescribe, keys)
+	customers, names := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		customers[i], names[i] = k.CustomerID, k.Key
+	}
+	rows, _ := s.pool.Query(ctx, recordsSQL, pgx.QueryExecModeCacheDescribe, customers, names)
 	defer rows.Close()
 	for rows.Next() {
 		rec, err := scanRecord(rows)
 		if err != nil {
 			return nil, err
 		}
-		records[rec.Key] = rec
+		records[rec.RecordKey] = rec
 	}
 	if err := rows.Err(); err != nil {
 		return nil, dbError("read idempotency records", err)
 	}
-	// A key's order is shown to its client again: only once a synchronous standby has it (see
-	// replicated), which it has unless its commit's wait was ended early.
+	// A key's order — confirmed, or accepted for later — is shown to its client again: only
+	// once a synchronous standby has it (see replicated), which it has unless its commit's
+	// wait was ended early.
 	for _, rec := range records {
-		if rec.Order != nil {
+		if rec.Order != nil || rec.Accepted != nil {
 			if err := s.replicated(ctx); err != nil {
 				return nil, notReplicated("read idempotency records", err)
 			}
@@ -298,6 +309,7 @@ func (s *Store) Records(ctx context.Context, keys []string) (map[string]stock.Id
 func scanRecord(rows pgx.Rows) (stock.IdempotencyRecord, error) {
 	var (
 		rec                             stock.IdempotencyRecord
+		outcome                         string
 		orderID, acceptedID             *uuid.UUID
 		productID, requested, available *int64
 		customerID                      *string
@@ -306,10 +318,14 @@ func scanRecord(rows pgx.Rows) (stock.IdempotencyRecord, error) {
 	)
 	var status *string
 	var expiresAt, decidedAt *time.Time
-	err := rows.Scan(&rec.Key, &rec.Fingerprint, &orderID, &acceptedID, &productID, &requested, &available,
+	err := rows.Scan(&rec.CustomerID, &rec.Key, &rec.Fingerprint, &outcome, &orderID, &acceptedID, &productID, &requested, &available,
 		&customerID, &createdAt, &status, &expiresAt, &decidedAt, &itemProducts, &itemQuantities)
 	if err != nil {
 		return stock.IdempotencyRecord{}, err
+	}
+	if outcome == recordFailed {
+		rec.GivenUp = true
+		return rec, nil
 	}
 	if acceptedID != nil {
 		rec.Accepted = acceptedID
@@ -444,8 +460,10 @@ func (s *Store) committed(w stock.Write, res batchResult) (stock.Committed, erro
 
 // storedJSON is one record as commitSkippingSQL returns those of the keys it left out.
 type storedJSON struct {
+	CustomerID   string     `json:"customer_id"`
 	Key          string     `json:"key"`
 	Fingerprint  []byte     `json:"fingerprint"` // base64, as encoding/json reads []byte
+	Outcome      string     `json:"outcome"`
 	OrderID      *uuid.UUID `json:"order_id"`
 	AsyncOrderID *uuid.UUID `json:"async_order_id"`
 	ProductID    *int64     `json:"product_id"`
@@ -460,15 +478,17 @@ type storedJSON struct {
 
 // parseStored reads the records commitSkippingSQL returned (see Committed.Stored for what a
 // confirmed order's record holds).
-func parseStored(raw []byte) (map[string]stock.IdempotencyRecord, error) {
+func parseStored(raw []byte) (map[stock.RecordKey]stock.IdempotencyRecord, error) {
 	var list []storedJSON
 	if err := json.Unmarshal(raw, &list); err != nil {
 		return nil, fmt.Errorf("read the stored records a write returned: %w", err)
 	}
-	records := make(map[string]stock.IdempotencyRecord, len(list))
+	records := make(map[stock.RecordKey]stock.IdempotencyRecord, len(list))
 	for _, r := range list {
-		rec := stock.IdempotencyRecord{Key: r.Key, Fingerprint: r.Fingerprint}
+		rec := stock.IdempotencyRecord{RecordKey: stock.RecordKey{CustomerID: r.CustomerID, Key: r.Key}, Fingerprint: r.Fingerprint}
 		switch {
+		case r.Outcome == recordFailed:
+			rec.GivenUp = true
 		case r.AsyncOrderID != nil:
 			rec.Accepted = r.AsyncOrderID
 		case r.OrderID == nil:
@@ -479,7 +499,7 @@ func parseStored(raw []byte) (map[string]stock.IdempotencyRecord, error) {
 				rec.Order.Status = stock.OrderStatusConfirmed
 			}
 		}
-		records[r.Key] = rec
+		records[rec.RecordKey] = rec
 	}
 	return records, nil
 }
@@ -661,11 +681,11 @@ func commitArgs(w stock.Write) []any {
 		}
 	}
 	r := len(w.Records)
-	keys, fingerprints, outcomes := make([]string, r), make([][]byte, r), make([]string, r)
+	recCustomers, keys, fingerprints, outcomes := make([]string, r), make([]string, r), make([][]byte, r), make([]string, r)
 	recOrders := make([]pgtype.UUID, r) // not Valid: NULL, for a refusal
 	recProducts, recRequested, recAvailable := make([]*int64, r), make([]*int64, r), make([]*int64, r)
 	for i, rec := range w.Records {
-		keys[i], fingerprints[i] = rec.Key, rec.Fingerprint
+		recCustomers[i], keys[i], fingerprints[i] = rec.CustomerID, rec.Key, rec.Fingerprint
 		if rec.Order != nil {
 			outcomes[i], recOrders[i] = recordConfirmed, pgtype.UUID{Bytes: rec.Order.ID, Valid: true}
 			continue
@@ -674,7 +694,7 @@ func commitArgs(w stock.Write) []any {
 		recProducts[i], recRequested[i], recAvailable[i] = &rec.SoldOut.ProductID, &rec.SoldOut.Requested, &rec.SoldOut.Available
 	}
 	return []any{ids, qtys, stocks, versions, fences, orderIDs, customers, itemOrders, itemProducts, itemQtys,
-		keys, fingerprints, outcomes, recOrders, recProducts, recRequested, recAvailable}
+		recCustomers, keys, fingerprints, outcomes, recOrders, recProducts, recRequested, recAvailable}
 }
 
 // commitSkippingArgs lays w out as commitSkippingSQL's array parameters (every slice non-nil,
@@ -686,10 +706,10 @@ func commitSkippingArgs(w stock.Write) []any {
 		ids[i], stocks[i], versions[i], fences[i] = d.ProductID, d.Read.Stock, d.Read.Version, d.Fence
 	}
 	r := len(w.Records)
-	keys, fingerprints, recOrders := make([]string, r), make([][]byte, r), make([]pgtype.UUID, r)
+	recCustomers, keys, fingerprints, recOrders := make([]string, r), make([]string, r), make([][]byte, r), make([]pgtype.UUID, r)
 	keyed := make(map[uuid.UUID]bool, r)
 	for i, rec := range w.Records {
-		keys[i], fingerprints[i] = rec.Key, rec.Fingerprint
+		recCustomers[i], keys[i], fingerprints[i] = rec.CustomerID, rec.Key, rec.Fingerprint
 		recOrders[i] = pgtype.UUID{Bytes: rec.Order.ID, Valid: true}
 		keyed[rec.Order.ID] = true
 	}
@@ -705,5 +725,5 @@ func commitSkippingArgs(w stock.Write) []any {
 		}
 	}
 	return []any{ids, stocks, versions, fences, orderIDs, customers, orderKeyed, itemOrders, itemProducts, itemQtys,
-		keys, fingerprints, recOrders}
+		recCustomers, keys, fingerprints, recOrders}
 }

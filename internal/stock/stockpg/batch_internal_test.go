@@ -51,7 +51,7 @@ func TestFindCommit(t *testing.T) {
 	if err != nil || !got.At.Equal(c.At) || len(got.Skipped) != 0 {
 		t.Errorf("lookup of a committed batch = %+v, %v; want %v, nothing skipped", got, err, c.At)
 	}
-	refusals := stock.Write{Records: []stock.IdempotencyRecord{{Key: "k", Fingerprint: []byte("f"), SoldOut: &stock.SoldOutError{ProductID: p.ID}}}}
+	refusals := stock.Write{Records: []stock.IdempotencyRecord{{RecordKey: stock.RecordKey{CustomerID: "c", Key: "k"}, Fingerprint: []byte("f"), SoldOut: &stock.SoldOutError{ProductID: p.ID}}}}
 	if _, err := s.findCommit(context.Background(), refusals, lost); err != nil {
 		t.Errorf("lookup of a batch of refusals = %v, want nil: they are true whether stored or not", err)
 	}
@@ -130,10 +130,10 @@ func TestUnreplicatedOrderIsNotConfirmed(t *testing.T) {
 		t.Fatalf("snapshot: %v", err)
 	}
 	order := stock.Order{ID: uuid.Must(uuid.NewV7()), CustomerID: "c", Items: []stock.Item{{ProductID: p.ID, Quantity: 1}}}
-	key := "key-" + order.ID.String()
+	key := stock.RecordKey{CustomerID: "c", Key: "key-" + order.ID.String()}
 	w := stock.Write{Orders: []stock.Order{order},
 		Decrements: []stock.Decrement{{ProductID: p.ID, Quantity: 1, Read: snap.Levels[p.ID], Fence: 1}},
-		Records:    []stock.IdempotencyRecord{{Key: key, Fingerprint: []byte("f"), Order: &order}}}
+		Records:    []stock.IdempotencyRecord{{RecordKey: key, Fingerprint: []byte("f"), Order: &order}}}
 	if _, err := s.Commit(ctx, w); err != nil {
 		t.Fatalf("commit: %v", err)
 	}
@@ -141,7 +141,7 @@ func TestUnreplicatedOrderIsNotConfirmed(t *testing.T) {
 	if _, err := s.findCommit(ctx, w, io.ErrUnexpectedEOF); err != nil {
 		t.Errorf("lookup with the barrier passing = %v, want the order confirmed", err)
 	}
-	if recs, err := s.Records(ctx, []string{key}); err != nil || recs[key].Order == nil {
+	if recs, err := s.Records(ctx, []stock.RecordKey{key}); err != nil || recs[key].Order == nil {
 		t.Errorf("records with the barrier passing = %v, %v; want the key's order", recs, err)
 	}
 
@@ -150,7 +150,7 @@ func TestUnreplicatedOrderIsNotConfirmed(t *testing.T) {
 	if !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, stock.ErrOutcomeUnknown) || !errors.Is(err, errNotReplicated) {
 		t.Errorf("lookup of an order not known to be replicated = %v, want unavailable, outcome unknown, not replicated", err)
 	}
-	if recs, err := s.Records(ctx, []string{key}); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, errNotReplicated) {
+	if recs, err := s.Records(ctx, []stock.RecordKey{key}); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, errNotReplicated) {
 		t.Errorf("records of an order not known to be replicated = %v, %v; want unavailable, not replicated", recs, err)
 	}
 	// Another warning is not that one.
@@ -262,7 +262,7 @@ func TestCommitSkipsOnlyAfterAKeyFoundStored(t *testing.T) {
 		orders := make([]stock.Order, len(keys))
 		for i, k := range keys {
 			orders[i] = stock.Order{ID: uuid.Must(uuid.NewV7()), CustomerID: "c", Status: stock.OrderStatusConfirmed, Items: []stock.Item{{ProductID: p.ID, Quantity: 1}}}
-			w.Records = append(w.Records, stock.IdempotencyRecord{Key: k, Fingerprint: []byte(k), Order: &orders[i]})
+			w.Records = append(w.Records, stock.IdempotencyRecord{RecordKey: stock.RecordKey{CustomerID: "c", Key: k}, Fingerprint: []byte(k), Order: &orders[i]})
 		}
 		w.Orders = orders
 		return w, orders
@@ -277,7 +277,7 @@ func TestCommitSkipsOnlyAfterAKeyFoundStored(t *testing.T) {
 	}
 	retry, orders := write(stored, uuid.NewString())
 	c, err := s.Commit(ctx, retry)
-	if err != nil || len(c.Skipped) != 1 || c.Skipped[0] != orders[0].ID || c.Stored[stored].Order == nil {
+	if err != nil || len(c.Skipped) != 1 || c.Skipped[0] != orders[0].ID || c.Stored[stock.RecordKey{CustomerID: "c", Key: stored}].Order == nil {
 		t.Fatalf("write with a stored key = %+v, %v; want its order left out, with the record found", c, err)
 	}
 	if whole, skipping := runs(); whole != 2 || skipping != 1 || s.skipping.Load() != skipAfterStored {

@@ -79,7 +79,7 @@ func BenchmarkCommitBatch(b *testing.B) {
 				w.Orders = make([]stock.Order, tc.size)
 				for i := range w.Orders {
 					w.Orders[i] = stock.Order{ID: uuid.Must(uuid.NewV7()), CustomerID: uuid.NewString(), Items: []stock.Item{{ProductID: p.ID, Quantity: 1}}}
-					w.Records = append(w.Records, stock.IdempotencyRecord{Key: uuid.NewString(), Fingerprint: fingerprint, Order: &w.Orders[i]})
+					w.Records = append(w.Records, stock.IdempotencyRecord{RecordKey: stock.RecordKey{CustomerID: w.Orders[i].CustomerID, Key: uuid.NewString()}, Fingerprint: fingerprint, Order: &w.Orders[i]})
 				}
 				return w
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -79,7 +80,7 @@ func mustCreate(t *testing.T, s stock.Store, sku string, units int64) int64 {
 	return p.ID
 }
 
-func mustSnapshot(t *testing.T, s stock.Store, ids []int64, keys ...string) stock.Snapshot {
+func mustSnapshot(t *testing.T, s stock.Store, ids []int64, keys ...stock.RecordKey) stock.Snapshot {
 	t.Helper()
 	snap, err := s.Snapshot(context.Background(), ids, keys, nil)
 	if err != nil {
@@ -93,12 +94,21 @@ func stockOf(t *testing.T, s stock.Store, id int64) int64 {
 	return mustSnapshot(t, s, []int64{id}).Levels[id].Stock
 }
 
-// sale is a write of one confirmed order of qty units of product id, read at level l.
+// keyOf is key as customer "c", whose orders sale writes, sends it.
+func keyOf(key string) stock.RecordKey { return stock.RecordKey{CustomerID: "c", Key: key} }
+
+// sale is a write of one confirmed order of customer "c", of qty units of product id, read at
+// level l.
 func sale(id, qty int64, l stock.Level, fence int64, key string) (stock.Write, stock.Order) {
-	o := stock.Order{ID: uuid.Must(uuid.NewV7()), CustomerID: "c", Status: stock.OrderStatusConfirmed, Items: []stock.Item{{ProductID: id, Quantity: qty}}}
+	return saleOf("c", id, qty, l, fence, key)
+}
+
+// saleOf is sale for customer.
+func saleOf(customer string, id, qty int64, l stock.Level, fence int64, key string) (stock.Write, stock.Order) {
+	o := stock.Order{ID: uuid.Must(uuid.NewV7()), CustomerID: customer, Status: stock.OrderStatusConfirmed, Items: []stock.Item{{ProductID: id, Quantity: qty}}}
 	w := stock.Write{Decrements: []stock.Decrement{{ProductID: id, Quantity: qty, Read: l, Fence: fence}}, Orders: []stock.Order{o}}
 	if key != "" {
-		w.Records = []stock.IdempotencyRecord{{Key: key, Fingerprint: []byte(key), Order: &o}}
+		w.Records = []stock.IdempotencyRecord{{RecordKey: stock.RecordKey{CustomerID: customer, Key: key}, Fingerprint: []byte(key), Order: &o}}
 	}
 	return w, o
 }
@@ -144,7 +154,7 @@ var storeCases = []storeCase{
 	}},
 	{"a snapshot has what exists, and nothing for what does not", func(t *testing.T, s stock.Store, demo demos) {
 		id := mustCreate(t, s, "snap", 7)
-		snap := mustSnapshot(t, s, []int64{id, id + 1000}, "no-such-key")
+		snap := mustSnapshot(t, s, []int64{id, id + 1000}, keyOf("no-such-key"))
 		if l, ok := snap.Levels[id]; !ok || l.Stock != 7 {
 			t.Errorf("level of %d = %+v (%v), want stock 7", id, l, ok)
 		}
@@ -156,22 +166,22 @@ var storeCases = []storeCase{
 		id := mustCreate(t, s, "commit", 10)
 		l := mustSnapshot(t, s, []int64{id}).Levels[id]
 		w, o := sale(id, 3, l, 5, "k-"+uuid.NewString())
-		refusal := stock.IdempotencyRecord{Key: "r-" + uuid.NewString(), Fingerprint: []byte("r"),
+		refusal := stock.IdempotencyRecord{RecordKey: keyOf("r-" + uuid.NewString()), Fingerprint: []byte("r"),
 			SoldOut: &stock.SoldOutError{ProductID: id, Requested: 9, Available: 7}}
 		w.Records = append(w.Records, refusal)
 		c, err := s.Commit(context.Background(), w)
 		if err != nil || c.At.IsZero() || len(c.Skipped) != 0 {
 			t.Fatalf("commit = %+v, %v; want a time, nothing skipped and no error", c, err)
 		}
-		snap := mustSnapshot(t, s, []int64{id}, w.Records[0].Key, refusal.Key)
+		snap := mustSnapshot(t, s, []int64{id}, w.Records[0].RecordKey, refusal.RecordKey)
 		if got := snap.Levels[id]; got.Stock != 7 || got.Version != l.Version+1 || got.Fence != 5 {
 			t.Errorf("level after = %+v, want stock 7, version +1, fence 5", got)
 		}
-		rec := snap.Records[w.Records[0].Key]
+		rec := snap.Records[w.Records[0].RecordKey]
 		if rec.Order == nil || rec.Order.ID != o.ID || len(rec.Order.Items) != 1 || rec.Order.Items[0].Quantity != 3 || rec.Order.CreatedAt.IsZero() {
 			t.Errorf("record of the sale = %+v, want order %s with its item and time", rec, o.ID)
 		}
-		if got := snap.Records[refusal.Key].SoldOut; got == nil || *got != *refusal.SoldOut {
+		if got := snap.Records[refusal.RecordKey].SoldOut; got == nil || *got != *refusal.SoldOut {
 			t.Errorf("record of the refusal = %+v, want %+v", got, refusal.SoldOut)
 		}
 		if got, err := s.Order(context.Background(), o.ID); err != nil || got.ID != o.ID {
@@ -270,7 +280,7 @@ var storeCases = []storeCase{
 		if err != nil {
 			t.Fatalf("the first order: %v", err)
 		}
-		if rec, ok := c.Stored[stored]; !ok || rec.Order == nil || rec.Order.ID != firstOrder.ID ||
+		if rec, ok := c.Stored[keyOf(stored)]; !ok || rec.Order == nil || rec.Order.ID != firstOrder.ID ||
 			!rec.Order.CreatedAt.Equal(firstStored.CreatedAt) || string(rec.Fingerprint) != stored {
 			t.Errorf("stored records the write found = %+v, want the first order's (id %s, created %v) under %s", c.Stored, firstOrder.ID, firstStored.CreatedAt, stored)
 		}
@@ -285,9 +295,10 @@ var storeCases = []storeCase{
 				t.Errorf("order %s: %v, want written", o.ID, err)
 			}
 		}
-		recs, err := s.Records(ctx, []string{stored, fresh.Records[0].Key, "none-" + uuid.NewString()})
-		if err != nil || len(recs) != 2 || recs[stored].Order == nil || recs[stored].Order.ID != firstOrder.ID ||
-			recs[fresh.Records[0].Key].Order == nil || recs[fresh.Records[0].Key].Order.ID != freshOrder.ID {
+		freshKey := fresh.Records[0].RecordKey
+		recs, err := s.Records(ctx, []stock.RecordKey{keyOf(stored), freshKey, keyOf("none-" + uuid.NewString())})
+		if err != nil || len(recs) != 2 || recs[keyOf(stored)].Order == nil || recs[keyOf(stored)].Order.ID != firstOrder.ID ||
+			recs[freshKey].Order == nil || recs[freshKey].Order.ID != freshOrder.ID {
 			t.Errorf("records = %+v, %v; want the first order's under the stored key and the fresh one's", recs, err)
 		}
 	}},
@@ -313,7 +324,7 @@ var storeCases = []storeCase{
 			w, o := sale(id, qty, l, fence, "claim-"+uuid.NewString())
 			w.SkipStored = true
 			wantRefused(t, demo(d), w, id, left, o.ID)
-			if recs, err := s.Records(ctx, []string{w.Records[0].Key}); err != nil || len(recs) != 0 {
+			if recs, err := s.Records(ctx, []stock.RecordKey{w.Records[0].RecordKey}); err != nil || len(recs) != 0 {
 				t.Errorf("%s: records after a refused write = %+v, %v; want its key unclaimed", name, recs, err)
 			}
 		}
@@ -391,9 +402,48 @@ var storeCases = []storeCase{
 			t.Errorf("audit = %+v, %v; want 6 received", a, err)
 		}
 	}},
+	{"a key is its customer's own: the same key from another customer is another record", func(t *testing.T, s stock.Store, demo demos) {
+		ctx := context.Background()
+		id := mustCreate(t, s, "scoped-key", 10)
+		key := "shared-" + uuid.NewString()
+		cKey, dKey := keyOf(key), stock.RecordKey{CustomerID: "d", Key: key}
+		first, cOrder := sale(id, 1, mustSnapshot(t, s, []int64{id}).Levels[id], 1, key)
+		if _, err := s.Commit(ctx, first); err != nil {
+			t.Fatalf("c's order: %v", err)
+		}
+		// All or nothing: nothing of d's is stored under the key, so nothing refuses it.
+		second, dOrder := saleOf("d", id, 2, mustSnapshot(t, s, []int64{id}).Levels[id], 2, key)
+		if c, err := s.Commit(ctx, second); err != nil || len(c.Skipped) != 0 {
+			t.Fatalf("d's order under the same key = %+v, %v; want it written", c, err)
+		}
+		recs, err := s.Records(ctx, []stock.RecordKey{cKey, dKey, {CustomerID: "e", Key: key}})
+		if err != nil || len(recs) != 2 || recs[cKey].Order == nil || recs[cKey].Order.ID != cOrder.ID ||
+			recs[dKey].Order == nil || recs[dKey].Order.ID != dOrder.ID || recs[dKey].CustomerID != "d" {
+			t.Fatalf("records = %+v, %v; want c's order under c's key, d's under d's, none for e", recs, err)
+		}
+		if keys, err := s.StoredKeys(ctx, id, 10); err != nil || len(keys) != 2 || !slices.Contains(keys, cKey) || !slices.Contains(keys, dKey) {
+			t.Errorf("stored keys of the product = %v, %v; want c's and d's", keys, err)
+		}
+		// A write that may skip leaves out c's retry, not e's first order under the key.
+		l := mustSnapshot(t, s, []int64{id}).Levels[id]
+		retry, retryOrder := sale(id, 1, l, 3, key)
+		other, eOrder := saleOf("e", id, 3, l, 3, key)
+		w := stock.Write{SkipStored: true, Decrements: []stock.Decrement{{ProductID: id, Quantity: 4, Read: l, Fence: 3}},
+			Orders: []stock.Order{retryOrder, eOrder}, Records: append(retry.Records, other.Records...)}
+		c, err := s.Commit(ctx, w)
+		if err != nil || len(c.Skipped) != 1 || c.Skipped[0] != retryOrder.ID {
+			t.Fatalf("commit = %+v, %v; want c's retry left out, e's order written", c, err)
+		}
+		if rec, ok := c.Stored[cKey]; !ok || rec.Order == nil || rec.Order.ID != cOrder.ID {
+			t.Errorf("stored records the write found = %+v, want c's order under c's key", c.Stored)
+		}
+		if got := stockOf(t, s, id); got != 10-1-2-3 {
+			t.Errorf("stock = %d, want %d: three customers' orders under one key, each sold once", got, 10-1-2-3)
+		}
+	}},
 	{"a write with only refusals needs no decrement", func(t *testing.T, s stock.Store, demo demos) {
-		key := "refused-" + uuid.NewString()
-		w := stock.Write{Records: []stock.IdempotencyRecord{{Key: key, Fingerprint: []byte("f"),
+		key := keyOf("refused-" + uuid.NewString())
+		w := stock.Write{Records: []stock.IdempotencyRecord{{RecordKey: key, Fingerprint: []byte("f"),
 			SoldOut: &stock.SoldOutError{ProductID: 1, Requested: 2, Available: 0}}}}
 		if _, err := s.Commit(context.Background(), w); err != nil {
 			t.Fatalf("commit: %v", err)

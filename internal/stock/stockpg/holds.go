@@ -2,11 +2,11 @@ package stockpg
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
@@ -46,23 +46,19 @@ func (s *Store) ConfirmHold(ctx context.Context, id uuid.UUID) (stock.Order, err
 	return stock.Order{}, stock.ErrHoldExpired
 }
 
-// confirmHold runs confirmHoldSQL on a connection of its own, so as to see the warning of a
-// commit whose wait for a synchronous standby was ended early; it reports whether it confirmed.
+// confirmHold runs confirmHoldSQL so as to see the warning of a commit whose wait for a
+// synchronous standby was ended early (writeReplicated); it reports whether it confirmed.
 func (s *Store) confirmHold(ctx context.Context, id uuid.UUID) (bool, error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return false, dbError("confirm hold", err)
-	}
-	defer conn.Release()
-	cancelledSyncWait(conn.Conn().PgConn())
-	tag, err := conn.Exec(ctx, confirmHoldSQL, id)
-	if err != nil {
-		return false, dbError("confirm hold", err)
-	}
-	if cancelledSyncWait(conn.Conn().PgConn()) {
-		return false, fmt.Errorf("%w: %w: confirm hold: %w", stock.ErrUnavailable, stock.ErrOutcomeUnknown, errNotReplicated)
-	}
-	return tag.RowsAffected() == 1, nil
+	var changed bool
+	err := writeReplicated(ctx, s.pool, "confirm hold", func(conn *pgxpool.Conn) error {
+		tag, err := conn.Exec(ctx, confirmHoldSQL, id)
+		if err != nil {
+			return dbError("confirm hold", err)
+		}
+		changed = tag.RowsAffected() == 1
+		return nil
+	})
+	return changed, err
 }
 
 // lockProductsSQL takes the products' rows in ascending id order before a release raises
@@ -96,7 +92,9 @@ WITH r AS (
 SELECT (SELECT coalesce(array_agg(p.id), '{}') FROM p), (SELECT coalesce(array_agg(r.id), '{}') FROM r),
        (SELECT coalesce(array_agg(r.lag), '{}') FROM r)`
 
-// ReleaseHolds implements Store.
+// ReleaseHolds implements Store. A release Postgres committed without its synchronous standby
+// is not acknowledged (inTx): a cancel so answered is retried, and finds the hold ended once a
+// standby has it (Service.Cancel asks Replicated).
 func (s *Store) ReleaseHolds(ctx context.Context, ids []uuid.UUID, products []int64, expire bool) (stock.Released, error) {
 	rel := stock.Released{Lag: map[uuid.UUID]time.Duration{}}
 	err := s.inTx(ctx, "release holds", func(tx pgx.Tx) error {

@@ -16,7 +16,8 @@ import (
 // whose statement_timeout is a fifth of the service's: the purge must get through it in
 // statements that each finish well inside the timeout (one DELETE of the whole backlog, with
 // its anti-join against the pending orders, took about 7 s here), delete every old record but
-// those of pending orders accepted for later, and leave the young ones.
+// those of pending orders accepted for later — not another customer's records under the same
+// keys — and leave the young ones.
 func TestPurgeLargeBacklog(t *testing.T) {
 	t.Parallel()
 	const (
@@ -43,15 +44,18 @@ func TestPurgeLargeBacklog(t *testing.T) {
 		    FROM products p, generate_series(1, $1) g`, []any{pending + decided}},
 		{`UPDATE async_orders SET status = 'rejected', reason = 'sold_out', decided_at = now() WHERE seq % 2 = 0`, nil},
 		// Each order's client key, and its decision record under the internal key.
-		{`INSERT INTO idempotency_keys (key, fingerprint, outcome, async_order_id, created_at)
-		  SELECT 'client-' || id, '\x00', 'accepted', id, accepted_at FROM async_orders`, nil},
-		{`INSERT INTO idempotency_keys (key, fingerprint, outcome, product_id, requested, available, created_at)
-		  SELECT $1 || id, '\x00', 'sold_out', product_id, 1, 0, accepted_at FROM async_orders`, []any{stock.AcceptedKeyPrefix}},
-		{`INSERT INTO idempotency_keys (key, fingerprint, outcome, product_id, requested, available, created_at)
-		  SELECT 'old-' || g, '\x00', 'sold_out', 1, 1, 0, now() - interval '2 days' - g * interval '1 ms'
+		{`INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, async_order_id, created_at)
+		  SELECT customer_id, 'client-' || id, '\x00', 'accepted', id, accepted_at FROM async_orders`, nil},
+		{`INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, product_id, requested, available, created_at)
+		  SELECT customer_id, $1 || id, '\x00', 'sold_out', product_id, 1, 0, accepted_at FROM async_orders`, []any{stock.AcceptedKeyPrefix}},
+		// The same client keys, sent by another customer and refused: records of their own.
+		{`INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, product_id, requested, available, created_at)
+		  SELECT 'other', 'client-' || id, '\x00', 'sold_out', product_id, 1, 0, accepted_at FROM async_orders`, nil},
+		{`INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, product_id, requested, available, created_at)
+		  SELECT 'c', 'old-' || g, '\x00', 'sold_out', 1, 1, 0, now() - interval '2 days' - g * interval '1 ms'
 		    FROM generate_series(1, $1) g`, []any{old}},
-		{`INSERT INTO idempotency_keys (key, fingerprint, outcome, product_id, requested, available, created_at)
-		  SELECT 'young-' || g, '\x00', 'sold_out', 1, 1, 0, now() - interval '23 hours'
+		{`INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, product_id, requested, available, created_at)
+		  SELECT 'c', 'young-' || g, '\x00', 'sold_out', 1, 1, 0, now() - interval '23 hours'
 		    FROM generate_series(1, $1) g`, []any{young}},
 		{`ANALYZE idempotency_keys`, nil},
 		{`ANALYZE async_orders`, nil},
@@ -76,26 +80,27 @@ func TestPurgeLargeBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatalf("purge = %d, %v; want it to finish", n, err)
 	}
-	if want := int64(old + 2*decided); n != want {
-		t.Errorf("purge deleted %d records, want %d (the old ones and the decided orders')", n, want)
+	if want := int64(old + 2*decided + pending + decided); n != want {
+		t.Errorf("purge deleted %d records, want %d (the old ones, the decided orders' and the other customer's)", n, want)
 	}
-	var left struct{ young, old, pendingClient, pendingDecision, decided int64 }
+	var left struct{ young, old, pendingClient, pendingDecision, decided, other int64 }
 	err = setup.QueryRow(ctx, `
 		SELECT count(*) FILTER (WHERE k.key LIKE 'young-%'),
 		       count(*) FILTER (WHERE k.key LIKE 'old-%'),
 		       count(*) FILTER (WHERE k.async_order_id = a.id AND a.status = 'pending'),
 		       count(*) FILTER (WHERE k.key = $1 || a.id AND a.status = 'pending'),
-		       count(*) FILTER (WHERE a.status <> 'pending')
+		       count(*) FILTER (WHERE a.status <> 'pending'),
+		       count(*) FILTER (WHERE k.customer_id = 'other')
 		  FROM idempotency_keys k
 		  LEFT JOIN async_orders a ON a.id = k.async_order_id OR k.key = $1 || a.id`, stock.AcceptedKeyPrefix).
-		Scan(&left.young, &left.old, &left.pendingClient, &left.pendingDecision, &left.decided)
+		Scan(&left.young, &left.old, &left.pendingClient, &left.pendingDecision, &left.decided, &left.other)
 	if err != nil {
 		t.Fatalf("count what is left: %v", err)
 	}
-	if left.young != young || left.old != 0 || left.pendingClient != pending || left.pendingDecision != pending || left.decided != 0 {
-		t.Errorf("left after the purge: %d young of %d, %d old, %d and %d of the %d pending orders' client keys and decisions, %d of the decided orders'; "+
-			"want every young one, no old one, every pending order's two and no decided order's",
-			left.young, young, left.old, left.pendingClient, left.pendingDecision, pending, left.decided)
+	if left.young != young || left.old != 0 || left.pendingClient != pending || left.pendingDecision != pending || left.decided != 0 || left.other != 0 {
+		t.Errorf("left after the purge: %d young of %d, %d old, %d and %d of the %d pending orders' client keys and decisions, %d of the decided orders', "+
+			"%d of another customer's under the pending orders' keys; want every young one, no old one, every pending order's two, no decided order's, none of the other customer's",
+			left.young, young, left.old, left.pendingClient, left.pendingDecision, pending, left.decided, left.other)
 	}
 
 	// Nothing is left to purge: a second run deletes nothing.

@@ -93,13 +93,13 @@ func (s *Store) HighestProductID(ctx context.Context) (int64, error) {
 
 // StoredKeys implements Store. Refusals name their product in idempotency_keys (a partial
 // index, migration 3); confirmed orders are found through their items.
-func (s *Store) StoredKeys(ctx context.Context, id int64, limit int) ([]string, error) {
+func (s *Store) StoredKeys(ctx context.Context, id int64, limit int) ([]stock.RecordKey, error) {
 	rows, _ := s.pool.Query(ctx, `
-		(SELECT k.key FROM order_items i JOIN idempotency_keys k ON k.order_id = i.order_id WHERE i.product_id = $1)
+		(SELECT k.customer_id, k.key FROM order_items i JOIN idempotency_keys k ON k.order_id = i.order_id WHERE i.product_id = $1)
 		UNION ALL
-		(SELECT key FROM idempotency_keys WHERE product_id = $1)
+		(SELECT customer_id, key FROM idempotency_keys WHERE product_id = $1)
 		LIMIT $2`, id, limit)
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[stock.RecordKey])
 	if err != nil {
 		return nil, dbError("stored keys", err)
 	}
@@ -155,6 +155,13 @@ func (s *Store) Restock(ctx context.Context, r stock.Restocking) (stock.RestockR
 	if err != nil {
 		return stock.RestockResult{}, err
 	}
+	if res.Replayed {
+		// The restock under the key is acknowledged again: only once a standby has it (its
+		// own commit's wait may have been ended early, and its admin told 503).
+		if err := s.replicated(ctx); err != nil {
+			return stock.RestockResult{}, notReplicated("replay restock", err)
+		}
+	}
 	return res, nil
 }
 
@@ -187,22 +194,26 @@ func storedRestock(ctx context.Context, tx pgx.Tx, r stock.Restocking) (stock.Re
 }
 
 // inTx runs fn in a transaction. fn returns the package's errors (it maps its own driver errors
-// with dbError); beginning and committing are mapped here.
+// with dbError); beginning and committing are mapped here. A commit Postgres answered without
+// its synchronous standby is ErrUnavailable with ErrOutcomeUnknown (writeReplicated): what fn
+// wrote is not acknowledged.
 func (s *Store) inTx(ctx context.Context, op string, fn func(tx pgx.Tx) error) error {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return dbError(op+": begin", err)
-	}
-	if err := fn(tx); err != nil {
-		// A rollback that fails leaves nothing behind: Postgres ends the transaction when
-		// the connection goes, and the pool drops a connection it could not roll back.
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return dbError(op+": commit", err)
-	}
-	return nil
+	return writeReplicated(ctx, s.pool, op, func(conn *pgxpool.Conn) error {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return dbError(op+": begin", err)
+		}
+		if err := fn(tx); err != nil {
+			// A rollback that fails leaves nothing behind: Postgres ends the transaction when
+			// the connection goes, and the pool drops a connection it could not roll back.
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return dbError(op+": commit", err)
+		}
+		return nil
+	})
 }
 
 // restockRefusal explains why a restock updated no row: the product is missing, or a holder
@@ -308,7 +319,9 @@ const purgeCutoffSQL = `SELECT now() - $1::interval`
 //
 // It keeps the records of orders accepted for later and still pending, however old: the
 // client's key (async_order_id: a retry must find its order, not buy again) and the order's
-// own decision record (key $3 || the order's id: stored, not yet copied; the copy needs it).
+// own decision record (key $3 || the order's id, of the order's customer: stored, not yet
+// copied; the copy needs it). Another customer's records under the same keys are theirs, and
+// go with their time.
 // Each is a NOT EXISTS on one equality with async_orders' primary key, so each is an index
 // probe per row (an OR of the two would be a join filter, evaluated against every pending
 // order for every row). Rows another purge (another replica) has locked are skipped: it is
@@ -323,7 +336,7 @@ WITH deleted AS (
            AND NOT EXISTS (SELECT 1 FROM async_orders a
                             WHERE a.id = CASE WHEN starts_with(k.key, $3)
                                               THEN substr(k.key, length($3) + 1)::uuid END
-                              AND a.status = 'pending')
+                              AND a.customer_id = k.customer_id AND a.status = 'pending')
          ORDER BY k.created_at
          LIMIT $4
          FOR UPDATE OF k SKIP LOCKED))

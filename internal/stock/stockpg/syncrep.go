@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
@@ -16,8 +17,10 @@ import (
 // context ends, statement_timeout — ends it early: the server answers the commit anyway, with
 // the warning "canceling wait for synchronous replication due to user request", and the
 // transaction, on the primary alone, is visible to every later read. A failover loses it. So
-// the purchase path confirms no order on such an answer, nor on a later read of its order
-// (the lookup of a lost commit, a replay of its key), unless it knows a standby has it.
+// no write is acknowledged on such an answer — an order, a restock, a rule change, a hold's
+// confirm, cancel or expiry, an order accepted for later (writeReplicated) — nor on a later
+// read of it (the lookup of a lost commit, a replay of its key, a hold found ended) unless a
+// standby is known to have it (replicated).
 
 // syncCancelPrefix starts the warning Postgres sends when it ends a commit's wait early
 // (src/backend/replication/syncrep.c; the server's messages are not translated: lc_messages C).
@@ -61,13 +64,28 @@ const replicatedSQL = `SELECT pg_current_xact_id()`
 // replicated returns once everything the primary has committed is on a synchronous standby
 // (when it has any), or says why it cannot tell: the wait failed, or was ended early.
 func (s *Store) replicated(ctx context.Context) error {
-	conn, err := s.pool.Acquire(ctx)
+	return replicated(ctx, s.pool, s.barrier)
+}
+
+// Replicated implements stock.HoldStore: a hold ended by an earlier call is answered only once
+// a standby has its end. Errors: stock.ErrUnavailable.
+func (s *Store) Replicated(ctx context.Context) error {
+	if err := s.replicated(ctx); err != nil {
+		return notReplicated("wait for the synchronous standby", err)
+	}
+	return nil
+}
+
+// replicated runs barrier (replicatedSQL, or a test's stand-in) on a connection of pool's own
+// and reports whether Postgres ended its commit's wait for a synchronous standby early.
+func replicated(ctx context.Context, pool *pgxpool.Pool, barrier string) error {
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
 	cancelledSyncWait(conn.Conn().PgConn()) // only this commit's warning counts
-	if _, err := conn.Exec(ctx, s.barrier); err != nil {
+	if _, err := conn.Exec(ctx, barrier); err != nil {
 		return err
 	}
 	if cancelledSyncWait(conn.Conn().PgConn()) {
@@ -79,4 +97,25 @@ func (s *Store) replicated(ctx context.Context) error {
 // notReplicated is the error of a read that found an order it cannot show is on a standby.
 func notReplicated(op string, err error) error {
 	return fmt.Errorf("%w: %s: not known to be on a synchronous standby: %w", stock.ErrUnavailable, op, err)
+}
+
+// writeReplicated runs fn, which commits a write, on a connection of pool's own, so that the
+// warning of that commit is seen. A commit Postgres answered without its synchronous standby
+// may be lost by a failover, so it is not acknowledged: the error is ErrUnavailable with
+// ErrOutcomeUnknown (a retry under the same key, or a read, finds it once a standby has it).
+// fn maps its own errors; failing to get a connection is mapped here.
+func writeReplicated(ctx context.Context, pool *pgxpool.Pool, op string, fn func(conn *pgxpool.Conn) error) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return dbError(op, err)
+	}
+	defer conn.Release()
+	cancelledSyncWait(conn.Conn().PgConn()) // only fn's commit counts
+	if err := fn(conn); err != nil {
+		return err
+	}
+	if cancelledSyncWait(conn.Conn().PgConn()) {
+		return fmt.Errorf("%w: %w: %s: %w", stock.ErrUnavailable, stock.ErrOutcomeUnknown, op, errNotReplicated)
+	}
+	return nil
 }

@@ -44,6 +44,9 @@ func (m *MemStore) ConfirmHold(_ context.Context, id uuid.UUID) (stock.Order, er
 	return stock.Order{}, stock.ErrHoldExpired
 }
 
+// Replicated implements stock.Store: a write in memory is as lasting as it gets at once.
+func (m *MemStore) Replicated(context.Context) error { return nil }
+
 // ReleaseHolds implements stock.Store.
 func (m *MemStore) ReleaseHolds(_ context.Context, ids []uuid.UUID, _ []int64, expire bool) (stock.Released, error) {
 	m.mu.Lock()

@@ -22,8 +22,8 @@ type MemStore struct {
 	mu       sync.Mutex
 	products map[int64]*product
 	orders   map[uuid.UUID]stock.Order
-	records  map[string]record
-	restocks map[string]restock // by idempotency key
+	records  map[stock.RecordKey]record // by key, in its customer's scope
+	restocks map[string]restock         // by idempotency key
 	nextID   int64
 	now      func() time.Time
 }
@@ -53,7 +53,7 @@ var _ stock.Store = (*MemStore)(nil)
 // NewMemStore returns an empty store.
 func NewMemStore() *MemStore {
 	return &MemStore{products: map[int64]*product{}, orders: map[uuid.UUID]stock.Order{},
-		records: map[string]record{}, restocks: map[string]restock{}, now: time.Now}
+		records: map[stock.RecordKey]record{}, restocks: map[string]restock{}, now: time.Now}
 }
 
 // CreateProduct implements stock.Store.
@@ -163,10 +163,10 @@ func (m *MemStore) Order(_ context.Context, id uuid.UUID) (stock.Order, error) {
 }
 
 // Snapshot implements stock.Store.
-func (m *MemStore) Snapshot(_ context.Context, ids []int64, keys, customers []string) (stock.Snapshot, error) {
+func (m *MemStore) Snapshot(_ context.Context, ids []int64, keys []stock.RecordKey, customers []string) (stock.Snapshot, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := stock.Snapshot{Now: m.now(), Levels: make(map[int64]stock.Level, len(ids)), Records: map[string]stock.IdempotencyRecord{}}
+	s := stock.Snapshot{Now: m.now(), Levels: make(map[int64]stock.Level, len(ids)), Records: map[stock.RecordKey]stock.IdempotencyRecord{}}
 	for _, id := range ids {
 		if x, ok := m.products[id]; ok {
 			l := stock.Level{Stock: x.p.Stock, Version: x.p.Version, Fence: x.fence, Sale: x.p.Sale()}
@@ -192,10 +192,10 @@ func (m *MemStore) Snapshot(_ context.Context, ids []int64, keys, customers []st
 }
 
 // Records implements stock.Store.
-func (m *MemStore) Records(_ context.Context, keys []string) (map[string]stock.IdempotencyRecord, error) {
+func (m *MemStore) Records(_ context.Context, keys []stock.RecordKey) (map[stock.RecordKey]stock.IdempotencyRecord, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := map[string]stock.IdempotencyRecord{}
+	out := map[stock.RecordKey]stock.IdempotencyRecord{}
 	for _, k := range keys {
 		if r, ok := m.records[k]; ok {
 			out[k] = r.rec
@@ -228,15 +228,15 @@ func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, e
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var skipped []uuid.UUID
-	var stored map[string]stock.IdempotencyRecord
+	var stored map[stock.RecordKey]stock.IdempotencyRecord
 	if w.SkipStored {
 		for _, r := range w.Records {
-			if have, taken := m.records[r.Key]; taken && r.Order != nil {
+			if have, taken := m.records[r.RecordKey]; taken && r.Order != nil {
 				skipped = append(skipped, r.Order.ID)
 				if stored == nil {
-					stored = map[string]stock.IdempotencyRecord{}
+					stored = map[stock.RecordKey]stock.IdempotencyRecord{}
 				}
-				stored[r.Key] = have.rec
+				stored[r.RecordKey] = have.rec
 			}
 		}
 		if len(skipped) > 0 {
@@ -268,8 +268,8 @@ func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, e
 		}
 	}
 	for _, r := range w.Records {
-		if _, taken := m.records[r.Key]; taken {
-			return stock.Committed{}, fmt.Errorf("%w: key %q has a record", stock.ErrConflict, r.Key)
+		if _, taken := m.records[r.RecordKey]; taken {
+			return stock.Committed{}, fmt.Errorf("%w: key %q of customer %q has a record", stock.ErrConflict, r.Key, r.CustomerID)
 		}
 	}
 	bought := map[int64]map[string]int64{} // what the limited products' customers will have
@@ -332,16 +332,16 @@ func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, e
 			o := m.orders[r.Order.ID]
 			r.Order = &o
 		}
-		m.records[r.Key] = record{rec: r, created: now}
+		m.records[r.RecordKey] = record{rec: r, created: now}
 	}
 	return stock.Committed{At: now, Skipped: skipped, Stored: stored, Holds: holds}, nil
 }
 
 // StoredKeys implements stock.Store.
-func (m *MemStore) StoredKeys(_ context.Context, id int64, limit int) ([]string, error) {
+func (m *MemStore) StoredKeys(_ context.Context, id int64, limit int) ([]stock.RecordKey, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var keys []string
+	var keys []stock.RecordKey
 	for k, r := range m.records {
 		if len(keys) >= limit {
 			break
