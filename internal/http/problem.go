@@ -240,8 +240,9 @@ func problemFor(err error) *problem {
 // lineProblem is the problem of the line's refusals (package line), nil for another error.
 func lineProblem(err error) *problem {
 	if no, ok := errors.AsType[*line.NotAdmittedError](err); ok {
-		p := newProblem("not-admitted", fmt.Sprintf("product %d is sold through a line: %s", no.ProductID, no.Reason))
-		p.ProductID, p.Line = no.ProductID, "/v1/products/"+strconv.FormatInt(no.ProductID, 10)+"/line"
+		id := strconv.FormatInt(no.ProductID, 10)
+		p := newProblem("not-admitted", "product "+id+" is sold through a line: "+no.Reason)
+		p.ProductID, p.Line = no.ProductID, "/v1/products/"+id+"/line"
 		if st := no.Status; st != nil {
 			p.TicketStatus = string(st.State)
 			if st.Place > 0 {

@@ -81,7 +81,7 @@ type Service struct {
 	keysRead time.Time
 	loads    singleflight.Group
 
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	lines map[int64]*lineView
 	// The keeper (keeper.go): running between Start and Stop; every goroutine it starts is
 	// in wg.
@@ -514,6 +514,9 @@ func (s *Service) verify(ctx context.Context, token string, kind byte) (claims, 
 
 // line returns this replica's view of product's line, making it (not loaded) if it has none.
 func (s *Service) line(id int64) *lineView {
+	if v := s.known(id); v != nil {
+		return v
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.lines[id]
@@ -527,8 +530,8 @@ func (s *Service) line(id int64) *lineView {
 
 // known returns this replica's view of product's line, nil if it has none.
 func (s *Service) known(id int64) *lineView {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	return s.lines[id]
 }
 
