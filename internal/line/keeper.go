@@ -22,8 +22,9 @@ import (
 //     the next);
 //   - the requests: a join after the draw (→ place it), a leave, an order that used its pass;
 //   - the poll, every Config.Poll: a line behind its version (an announcement lost), units
-//     that came back (a restock, a hold released: the views show them), a rule that would
-//     admit and no advance did, used marks not yet written.
+//     that came back (a restock, a hold released: the views show them) or ran out without an
+//     admission's order (an order placed before the line was set), a rule that would admit
+//     and no advance did, used marks not yet written.
 //
 // Any replica may advance any line: the store serializes them under the line's row lock, so
 // replicas that all fire at the opening draw once.
@@ -164,7 +165,7 @@ func (s *Service) refresh(id int64) {
 	if !s.spawn(func(ctx context.Context) {
 		for again := true; again; {
 			rctx, cancel := context.WithTimeout(ctx, readTimeout)
-			if err := s.read(rctx, v); err != nil && ctx.Err() == nil {
+			if err := s.read(rctx, v, false); err != nil && ctx.Err() == nil {
 				s.cfg.Logger.Warn("line read failed", slog.Int64("product_id", v.id), slog.Any("error", err))
 			}
 			cancel()
@@ -209,7 +210,10 @@ func (s *Service) advanceOnce(ctx context.Context, v *lineView) {
 	}
 	s.metrics.admitted(v.id, a.Admitted)
 	if a.Changed {
-		if err := s.read(ctx, v); err != nil && ctx.Err() == nil {
+		// An advance that placed tickets leaves none waiting without a place but those that
+		// joined since: counted again, so that the poll does not take the old count for
+		// tickets still to place.
+		if err := s.read(ctx, v, a.Drawn+a.Placed > 0); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("line read failed", slog.Int64("product_id", v.id), slog.Any("error", err))
 		}
 	}
@@ -381,7 +385,7 @@ func (s *Service) look(ctx context.Context, v *lineView, versions map[int64]int6
 	due := lined && v.loaded && (len(v.pending) > 0 ||
 		v.drawnAt.IsZero() && opened && v.unplaced > 0 ||
 		admittable > 0 ||
-		v.stockKnown && p.Stock > v.stock ||
+		v.stockKnown && (p.Stock > v.stock || p.Stock == 0 && v.stock > 0) ||
 		!v.drawnAt.IsZero() && v.unplaced > 0 ||
 		!v.nextEnd().IsZero() && !now.Before(v.nextEnd()))
 	if lined && !ended {

@@ -549,7 +549,7 @@ func (s *Service) ensure(ctx context.Context, id int64) (*lineView, error) {
 		// The read serves every caller that joins it: it must not end with the first.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
 		defer cancel()
-		return nil, s.read(ctx, v)
+		return nil, s.read(ctx, v, false)
 	})
 	select {
 	case r := <-ch:
@@ -562,13 +562,14 @@ func (s *Service) ensure(ctx context.Context, id int64) (*lineView, error) {
 	}
 }
 
-// read reads what changed in v's line since the version v knows, and applies it. A line that
-// was never made (nobody joined yet) reads as an empty, loaded one.
-func (s *Service) read(ctx context.Context, v *lineView) error {
+// read reads what changed in v's line since the version v knows, and applies it; with
+// recount, it counts the tickets waiting without a place again, however recently it did. A
+// line that was never made (nobody joined yet) reads as an empty, loaded one.
+func (s *Service) read(ctx context.Context, v *lineView, recount bool) error {
 	now := s.cfg.Now()
 	v.mu.Lock()
 	since := v.version
-	count := !v.loaded || now.Sub(v.unplacedAt) >= countEvery
+	count := recount || !v.loaded || now.Sub(v.unplacedAt) >= countEvery
 	v.mu.Unlock()
 	snap, err := s.store.Line(ctx, v.id, since, count)
 	if err != nil {

@@ -449,3 +449,24 @@ func TestFlushWritesTheUsedMarksOnTheWayOut(t *testing.T) {
 		t.Errorf("after the flush the store has %s, want used", tk.Status)
 	}
 }
+
+// TestSoldOutByAnOrderWithoutTheLine: units that run out without an admission's order (one
+// placed before the line was set, or by the purchase path directly) still reach every ticket
+// in line as sold out: the keeper's poll sees the views say so, and advances.
+func TestSoldOutByAnOrderWithoutTheLine(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	a, _ := w.replica(t)
+	id := w.product(t, 5, 1, stock.SaleRules{})
+	in := joinAll(t, a, id, customers(3)...)
+	for _, j := range in {
+		j.placed(t, a, id)
+	}
+	if _, err := w.stock.PlaceOrder(context.Background(), stock.OrderRequest{CustomerID: "direct",
+		Items: []stock.Item{{ProductID: id, Quantity: 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range in {
+		j.until(t, a, id, line.SoldOut)
+	}
+}
