@@ -64,6 +64,7 @@ func TestParseOptions(t *testing.T) {
 		{"-opening", "-opening-limit", "0"},
 		{"-opening", "-fault", "burst"},
 		{"-holds", "-hold-for", "1500ms"}, // hold_for is whole seconds
+		{"-holds", "-hold-for", "2h"},     // and at most an hour
 		{"-holds", "-pay", "0.8", "-cancel", "0.3"},
 		{"-holds", "-async"},
 	}

@@ -163,7 +163,7 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.BoolVar(&o.looseSoldOut, "loose-sold-out", false, "a sold-out answer's available need not equal the stock when it took effect (only be short)")
 	fs.BoolVar(&o.rules, "rules", true, "in drills, a third product has a sale window and a limit per customer (issue #20); false: the same product and orders without them, for comparison")
 	fs.BoolVar(&o.holds, "holds", false, "the sale with holds (issue #21) beside the plain sale: -rate buyers/s split over two products of -stock units, one held for -hold-for; held buyers pay (-pay), cancel (-cancel) or never pay; measures holds/s, expiries/s and the time from expires_at to the units sold again")
-	fs.DurationVar(&o.holdFor, "hold-for", 3*time.Second, "in -holds, the held product's hold_for (whole seconds)")
+	fs.DurationVar(&o.holdFor, "hold-for", 3*time.Second, "in -holds, the held product's hold_for (whole seconds, at most 1h)")
 	fs.Float64Var(&o.pay, "pay", 0.3, "in -holds, the share of held buyers who confirm")
 	fs.Float64Var(&o.cancel, "cancel", 0.1, "in -holds, the share of held buyers who cancel (the rest never pay)")
 	o.flood.Register(fs)
@@ -186,8 +186,8 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	if modes := countTrue(o.compare, o.throughput, o.cache, o.async, o.flood.On, o.replays.On, o.fault != "", o.openingOn, o.holds); modes > 1 {
 		return options{}, errors.New("-compare, -throughput, -cache, -async, -flood, -replays, -fault, -opening and -holds are modes: pick one")
 	}
-	if o.holds && (o.holdFor < time.Second || o.holdFor%time.Second != 0 || o.pay < 0 || o.cancel < 0 || o.pay+o.cancel > 1 || o.rate < 2) {
-		return options{}, errors.New("-holds: -hold-for is whole seconds (at least 1s), -pay and -cancel are shares adding up to at most 1, -rate at least 2")
+	if o.holds && (o.holdFor < time.Second || o.holdFor > time.Hour || o.holdFor%time.Second != 0 || o.pay < 0 || o.cancel < 0 || o.pay+o.cancel > 1 || o.rate < 2) {
+		return options{}, errors.New("-holds: -hold-for is whole seconds (1s to 1h, the service's ceiling), -pay and -cancel are shares adding up to at most 1, -rate at least 2")
 	}
 	switch {
 	case fs.NArg() > 0:

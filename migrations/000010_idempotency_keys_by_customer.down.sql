@@ -1,5 +1,5 @@
 -- Back to one namespace of keys for every customer, which holds only while no key has records
--- of two customers (two customers' orders under one key, or a refusal from before migration 9,
+-- of two customers (two customers' orders under one key, or a refusal from before migration 10,
 -- kept under no customer, beside a later order of its customer under the same key). Such a
 -- rollback is refused with the number of keys, and nothing changes: the records are orders'
 -- outcomes, and dropping one would let a retry buy again.

@@ -62,6 +62,9 @@ const (
 	ReasonSaleEnded Reason = "sale-ended"
 	// ReasonCustomerLimit: the order would have taken its customer above the product's limit.
 	ReasonCustomerLimit Reason = "customer-limit"
+	// ReasonHoldLimit: the order would have been held, and would have taken what its customer
+	// holds of a product above the product's cap on held units.
+	ReasonHoldLimit Reason = "hold-limit"
 )
 
 // Acceptance is what Accept and Place answer.

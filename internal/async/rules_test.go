@@ -2,6 +2,7 @@ package async_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,8 +13,9 @@ import (
 )
 
 // Orders accepted for later meet the sale rules when their turn comes, through the same
-// purchase path: a customer's orders beyond the limit, and orders decided after the sale ended,
-// are rejected with the rule's reason; nothing beyond the limit is sold.
+// purchase path: a customer's orders beyond the limit, or beyond the cap on what they hold, and
+// orders decided after the sale ended, are rejected with the rule's reason; nothing beyond the
+// limit is sold, nothing beyond the cap held.
 func TestAcceptedOrdersMeetTheSaleRules(t *testing.T) {
 	w := newWorld(t)
 	r := w.replica(t, replicaOptions{round: 4})
@@ -26,16 +28,34 @@ func TestAcceptedOrdersMeetTheSaleRules(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	var greedy []uuid.UUID
+	held, err := r.svc.CreateProduct(ctx, stock.NewProduct{SKU: "async-held", Name: "z", Stock: 10,
+		Sale: stock.SaleRules{HoldFor: time.Hour, MaxHeldPerCustomer: 2}})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	var greedy, hoards []uuid.UUID
 	for range 5 {
 		greedy = append(greedy, r.accept(t, "greedy", "", one(p.ID, 1)).Order.ID)
+		hoards = append(hoards, r.accept(t, "hoarder", "", one(held.ID, 1)).Order.ID)
 	}
 	late := r.accept(t, "late", "", one(ended.ID, 1)).Order.ID
 	if _, err := r.svc.UpdateSale(ctx, ended.ID, stock.SaleChange{EndNow: true}); err != nil {
 		t.Fatalf("end the sale: %v", err)
 	}
 	r.start(t)
-	got := r.awaitDecided(t, append(greedy, late), 20*time.Second)
+	got := r.awaitDecided(t, slices.Concat(greedy, hoards, []uuid.UUID{late}), 20*time.Second)
+	for i, id := range hoards {
+		o := got[id]
+		switch {
+		case i < 2 && o.Status == async.StatusRejected:
+			t.Errorf("hoarder's order %d = %+v, want it decided within the cap", i, o.Rejection)
+		case i >= 2 && (o.Status != async.StatusRejected || o.Rejection == nil || o.Rejection.Reason != async.ReasonHoldLimit):
+			t.Errorf("hoarder's order %d = %s %+v, want rejected hold-limit", i, o.Status, o.Rejection)
+		}
+	}
+	if a := mustAudit(t, r, held.ID); a.Held != 2 {
+		t.Errorf("audit %+v, want 2 held by the one customer", a)
+	}
 	for i, id := range greedy {
 		o := got[id]
 		switch {

@@ -212,6 +212,8 @@ func (q *Queue) decide(ctx context.Context, orders []stockpg.PendingOrder) error
 			rejects[orders[i].ID] = string(ReasonSaleEnded)
 		case errors.Is(d.Err, stock.ErrCustomerLimit):
 			rejects[orders[i].ID] = string(ReasonCustomerLimit)
+		case errors.Is(d.Err, stock.ErrHoldLimit):
+			rejects[orders[i].ID] = string(ReasonHoldLimit)
 		case errors.As(d.Err, &busy), errors.Is(d.Err, stock.ErrBusy), errors.Is(d.Err, stock.ErrLockLost):
 			if busy == nil {
 				busy = &stock.BusyError{RetryAfter: 100 * time.Millisecond}

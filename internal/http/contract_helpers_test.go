@@ -65,6 +65,9 @@ type productBody struct {
 	SaleStartsAt   *time.Time `json:"sale_starts_at"`
 	SaleEndsAt     *time.Time `json:"sale_ends_at"`
 	MaxPerCustomer *int64     `json:"max_per_customer"`
+	HoldFor        *int64     `json:"hold_for"`
+	// Every product has one.
+	MaxHeldPerCustomer int64 `json:"max_held_per_customer"`
 }
 
 // problemBody is an RFC 9457 problem with the service's extension members.
@@ -86,6 +89,9 @@ type problemBody struct {
 	SaleEndsAt     *time.Time `json:"sale_ends_at"`
 	MaxPerCustomer int64      `json:"max_per_customer"`
 	Bought         *int64     `json:"bought"`
+	// hold-limit's.
+	MaxHeldPerCustomer int64  `json:"max_held_per_customer"`
+	Held               *int64 `json:"held"`
 	// The line's refusals.
 	Line          string     `json:"line"`
 	TicketStatus  string     `json:"ticket_status"`
@@ -113,6 +119,7 @@ var contractStatus = map[string]int{
 	"sale-not-open":          http.StatusConflict,
 	"sale-ended":             http.StatusConflict,
 	"customer-limit":         http.StatusConflict,
+	"hold-limit":             http.StatusConflict,
 	"hold-expired":           http.StatusConflict,
 	"order-cancelled":        http.StatusConflict,
 	"order-confirmed":        http.StatusConflict,

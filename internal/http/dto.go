@@ -17,7 +17,9 @@ type createProductRequest struct {
 	SaleEndsAt     *time.Time `json:"sale_ends_at"`
 	MaxPerCustomer *int64     `json:"max_per_customer"`
 	HoldFor        *int64     `json:"hold_for"`
-	Line           *lineDTO   `json:"line"`
+	// MaxHeldPerCustomer: absent or null, the service's default.
+	MaxHeldPerCustomer *int64   `json:"max_held_per_customer"`
+	Line               *lineDTO `json:"line"`
 }
 
 // lineDTO is a product's line: the most buyers admitted at once, and how long an admission
@@ -59,6 +61,12 @@ func (r createProductRequest) toNewProduct() (stock.NewProduct, error) {
 		}
 		p.Sale.HoldFor = holdSeconds(*r.HoldFor)
 	}
+	if r.MaxHeldPerCustomer != nil {
+		if *r.MaxHeldPerCustomer < 1 {
+			return stock.NewProduct{}, &stock.ValidationError{Field: "max_held_per_customer", Reason: "must be at least 1 (or null for the default)"}
+		}
+		p.Sale.MaxHeldPerCustomer = *r.MaxHeldPerCustomer
+	}
 	if r.Line != nil {
 		var err error
 		if p.Sale.Line, err = r.Line.toLineRules(); err != nil {
@@ -69,18 +77,20 @@ func (r createProductRequest) toNewProduct() (stock.NewProduct, error) {
 }
 
 // updateSaleRequest is PATCH /v1/products/{id}/sale: a field present replaces the rule, null
-// removes it, and a field absent keeps it (JSON merge patch, RFC 7396, on the rules; the line
-// is one rule, replaced whole).
+// removes it — for the cap on held units, which every product has, puts back its default — and
+// a field absent keeps it (JSON merge patch, RFC 7396, on the rules; the line is one rule,
+// replaced whole).
 type updateSaleRequest struct {
-	SaleStartsAt   optional[time.Time] `json:"sale_starts_at"`
-	SaleEndsAt     optional[time.Time] `json:"sale_ends_at"`
-	MaxPerCustomer optional[int64]     `json:"max_per_customer"`
-	HoldFor        optional[int64]     `json:"hold_for"`
-	Line           optional[lineDTO]   `json:"line"`
+	SaleStartsAt       optional[time.Time] `json:"sale_starts_at"`
+	SaleEndsAt         optional[time.Time] `json:"sale_ends_at"`
+	MaxPerCustomer     optional[int64]     `json:"max_per_customer"`
+	HoldFor            optional[int64]     `json:"hold_for"`
+	MaxHeldPerCustomer optional[int64]     `json:"max_held_per_customer"`
+	Line               optional[lineDTO]   `json:"line"`
 }
 
 // holdSeconds turns hold_for (seconds) into a duration, capped where no overflow can happen:
-// the service refuses anything above a day anyway.
+// the service refuses anything above an hour anyway.
 func holdSeconds(n int64) time.Duration {
 	return time.Duration(min(n, int64(100*stock.MaxHoldFor/time.Second))) * time.Second
 }
@@ -112,9 +122,13 @@ func (o *optional[T]) UnmarshalJSON(b []byte) error {
 
 func (r updateSaleRequest) toSaleChange() (stock.SaleChange, error) {
 	var c stock.SaleChange
-	if !r.SaleStartsAt.set && !r.SaleEndsAt.set && !r.MaxPerCustomer.set && !r.HoldFor.set && !r.Line.set {
-		return c, &stock.ValidationError{Field: "sale", Reason: "must change at least one of sale_starts_at, sale_ends_at, max_per_customer, hold_for, line"}
+	if !r.SaleStartsAt.set && !r.SaleEndsAt.set && !r.MaxPerCustomer.set && !r.HoldFor.set && !r.MaxHeldPerCustomer.set && !r.Line.set {
+		return c, &stock.ValidationError{Field: "sale", Reason: "must change at least one of sale_starts_at, sale_ends_at, max_per_customer, hold_for, max_held_per_customer, line"}
 	}
+	if r.MaxHeldPerCustomer.value != nil && *r.MaxHeldPerCustomer.value < 1 {
+		return c, &stock.ValidationError{Field: "max_held_per_customer", Reason: "must be at least 1 (or null for the default)"}
+	}
+	c.MaxHeldPerCustomer, c.ClearMaxHeldPerCustomer = r.MaxHeldPerCustomer.value, r.MaxHeldPerCustomer.set && r.MaxHeldPerCustomer.value == nil
 	if r.Line.value != nil {
 		l, err := r.Line.value.toLineRules()
 		if err != nil {
@@ -158,7 +172,9 @@ type productResponse struct {
 	SaleEndsAt     *time.Time `json:"sale_ends_at"`
 	MaxPerCustomer *int64     `json:"max_per_customer"`
 	HoldFor        *int64     `json:"hold_for"`
-	Line           *lineDTO   `json:"line"`
+	// MaxHeldPerCustomer is always set: every product caps what one customer holds.
+	MaxHeldPerCustomer int64    `json:"max_held_per_customer"`
+	Line               *lineDTO `json:"line"`
 }
 
 func toProductResponse(p stock.Product) productResponse {
@@ -166,6 +182,7 @@ func toProductResponse(p stock.Product) productResponse {
 		ID: p.ID, SKU: p.SKU, Name: p.Name, Stock: p.Stock, Version: p.Version,
 		CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(),
 		SaleStartsAt: utc(p.SaleStartsAt), SaleEndsAt: utc(p.SaleEndsAt),
+		MaxHeldPerCustomer: p.MaxHeldPerCustomer,
 	}
 	if p.MaxPerCustomer > 0 {
 		limit := p.MaxPerCustomer

@@ -40,6 +40,9 @@ type problem struct {
 	SaleEndsAt     *time.Time `json:"sale_ends_at,omitempty"`
 	MaxPerCustomer int64      `json:"max_per_customer,omitempty"`
 	Bought         *int64     `json:"bought,omitempty"`
+	// The cap on a customer's held units and what the customer holds (hold-limit).
+	MaxHeldPerCustomer int64  `json:"max_held_per_customer,omitempty"`
+	Held               *int64 `json:"held,omitempty"`
 	// The line's refusals: the route to join (not-admitted), where the order's Line-Ticket
 	// stands (its status, place and how many are ahead), when an admission ran out.
 	Line          string     `json:"line,omitempty"`
@@ -82,6 +85,7 @@ var problemTypes = map[string]problemType{
 	"order-cancelled":        {409, "Order cancelled", "The order was cancelled: its units went back to the stock."},
 	"order-confirmed":        {409, "Order confirmed", "The order is confirmed (paid) and cannot be cancelled."},
 	"customer-limit":         {409, "Customer limit reached", "The order would take the customer above the product's limit per customer; nothing was sold and nothing is stored under the Idempotency-Key. `max_per_customer` is the limit, `bought` what the customer already has and `requested` what the order asked for."},
+	"hold-limit":             {409, "Hold limit reached", "The order would be held, and would take the units the customer holds of a product above what one customer may hold at once; nothing was sold and nothing is stored under the Idempotency-Key. `max_held_per_customer` is the cap, `held` what the customer holds now and `requested` what the order asked for: once a hold ends (confirmed, cancelled or expired), its units count no more."},
 	"not-admitted":           {409, "Not admitted", "The product is sold through a line, and the order has no valid Line-Pass for it: join the line (`line` names the route), wait for the ticket's status to say admitted, and send its pass. Nothing was sold. With a Line-Ticket, `ticket_status`, `place` and `ahead` say where that ticket stands."},
 	"admission-expired":      {409, "Admission expired", "The Line-Pass's admission ran out (`admitted_until`) before this order: its room passed to the next in line. Nothing was sold; join the line again."},
 	"admission-used":         {409, "Admission used", "The Line-Pass's admission was used by another order (one admission, one order; a retry of that order with its Idempotency-Key is answered with it). Nothing was sold; join the line again to buy again."},
@@ -125,9 +129,9 @@ func badRequest(code, detail string) error { return &requestError{code: code, de
 //     or refused: 401 unauthenticated; a rate limit: 429 rate-limited; malformed JSON, a
 //     customer_id that is not the verified customer's, ...);
 //  2. the request's own outcome: invalid input, sold out, a sale rule (not open, ended, the
-//     customer's limit), the line's refusals (not admitted, an admission run out or used, a
-//     ticket invalid or lost, no line), product or order not found, duplicate SKU,
-//     idempotency key reused;
+//     customer's limit, the cap on what they hold), the line's refusals (not admitted, an
+//     admission run out or used, a ticket invalid or lost, no line), product or order not
+//     found, duplicate SKU, idempotency key reused;
 //  3. unavailable (503) — a dependency down or slow, a deadline, or a write whose outcome is
 //     unknown — whatever else the error holds: a lease lost while a commit's reply was lost
 //     is still unknown, and "busy" would tell the buyer that nothing was sold;
@@ -187,6 +191,13 @@ func problemFor(err error) *problem {
 			limit.Limit, limit.ProductID, limit.Bought, limit.Requested))
 		bought := limit.Bought
 		p.ProductID, p.MaxPerCustomer, p.Bought, p.Requested = limit.ProductID, limit.Limit, &bought, limit.Requested
+		return p
+	}
+	if hold, ok := errors.AsType[*stock.HoldLimitError](err); ok {
+		p := newProblem("hold-limit", fmt.Sprintf("a customer may hold at most %d of product %d at once and this one holds %d; %d requested",
+			hold.Limit, hold.ProductID, hold.Held, hold.Requested))
+		held := hold.Held
+		p.ProductID, p.MaxHeldPerCustomer, p.Held, p.Requested = hold.ProductID, hold.Limit, &held, hold.Requested
 		return p
 	}
 	if p := lineProblem(err); p != nil {
@@ -290,7 +301,7 @@ func rejectionCode(r async.Reason) string {
 		return "product-not-found"
 	case async.ReasonInvalid:
 		return "invalid-request"
-	case async.ReasonSaleNotOpen, async.ReasonSaleEnded, async.ReasonCustomerLimit:
+	case async.ReasonSaleNotOpen, async.ReasonSaleEnded, async.ReasonCustomerLimit, async.ReasonHoldLimit:
 		return string(r) // named as the problem codes are
 	}
 	return "internal"

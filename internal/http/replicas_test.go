@@ -127,3 +127,87 @@ func TestFlashSaleAcrossReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestOneCustomerCannotHoardHolds is the hoarding of issue #31 as a race: a product of 30 units
+// sold with a hold and no limit per customer, and one customer sending 30 orders of one unit at
+// once through three replicas. Exactly the cap on a customer's open holds is held — by default
+// one full order, STOCKSVC_MAX_QUANTITY (10) — and every other order is refused hold-limit, so
+// another buyer still gets the rest. A cancelled hold gives its units back to the cap.
+func TestOneCustomerCannotHoardHolds(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	replicas := []*instance{c.start(t, instanceOptions{}), c.start(t, instanceOptions{}), c.start(t, instanceOptions{})}
+	const (
+		units  = 30
+		orders = 30
+		limit  = 10 // the default: one order of STOCKSVC_MAX_QUANTITY's default
+	)
+	p := createRuledProduct(t, replicas[0].URL, "hoard", units, map[string]any{"hold_for": 600})
+
+	var (
+		mu       sync.Mutex
+		held     []string
+		refusals []response
+		failures []error
+		wg       sync.WaitGroup
+		start    = make(chan struct{})
+	)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: orders}}
+	defer client.CloseIdleConnections()
+	for i := range orders {
+		wg.Go(func() {
+			<-start
+			req := request{Method: http.MethodPost, URL: replicas[i%len(replicas)].URL + "/v1/orders",
+				Body: newOrder("hoarder", orderItem{p.ID, 1})}
+			for {
+				res, err := send(context.Background(), client, req)
+				mu.Lock()
+				switch {
+				case err != nil:
+					failures = append(failures, err)
+				case res.Status == http.StatusTooManyRequests:
+					mu.Unlock()
+					continue // nothing was sold: the hoarder tries again
+				case res.Status == http.StatusCreated:
+					var o struct {
+						ID     string `json:"id"`
+						Status string `json:"status"`
+					}
+					if err := json.Unmarshal(res.Body, &o); err != nil || o.Status != "held" {
+						failures = append(failures, fmt.Errorf("201 %s, want a held order", res.Body))
+					}
+					held = append(held, o.ID)
+				default:
+					refusals = append(refusals, res)
+				}
+				mu.Unlock()
+				return
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Fatalf("%d failed requests, first: %v", len(failures), failures[0])
+	}
+	if len(held) != limit || len(refusals) != orders-limit {
+		t.Fatalf("the hoarder holds %d orders and was refused %d, want exactly %d held and %d refused", len(held), len(refusals), limit, orders-limit)
+	}
+	for _, res := range refusals {
+		prob := wantProblem(t, res, "hold-limit", "/v1/orders")
+		if prob.ProductID != p.ID || prob.MaxHeldPerCustomer != limit || prob.Held == nil || *prob.Held != limit || prob.Requested != 1 {
+			t.Errorf("refusal %s, want the product, its cap %d, %d held and 1 requested", res.Body, limit, limit)
+		}
+	}
+	if a := audit(t, replicas[1].URL, p.ID); a.Held != limit || a.Stock != units-limit || !a.Consistent {
+		t.Errorf("audit %+v, want %d held and %d left", a, limit, units-limit)
+	}
+	// Everyone else still buys: the rest is another customer's to hold.
+	var other orderBody
+	wantJSON(t, postOrder(t, replicas[2].URL, newOrder("buyer", orderItem{p.ID, limit}), nil), http.StatusCreated, &other)
+	// One hold cancelled: its unit is back, in the stock and under the hoarder's cap.
+	res := call(t, request{Method: http.MethodPost, URL: replicas[0].URL + "/v1/orders/" + held[0] + "/cancel"})
+	wantJSON(t, res, http.StatusOK, nil)
+	wantJSON(t, postOrder(t, replicas[1].URL, newOrder("hoarder", orderItem{p.ID, 1}), nil), http.StatusCreated, nil)
+	wantProblem(t, postOrder(t, replicas[2].URL, newOrder("hoarder", orderItem{p.ID, 1}), nil), "hold-limit", "/v1/orders")
+}

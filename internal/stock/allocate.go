@@ -60,9 +60,10 @@ type allocation struct {
 // answered with that earlier ticket's outcome. fences holds the batch's fencing token per
 // product (nil without the lock). It needs no I/O, so the rules are tested without servers.
 //
-// With rules, the sale rules are applied from snap: the window at snap.Now, and each product's
-// limit per customer from what snap says its customers bought. Without (a demonstration of
-// Postgres holding them alone), they are not looked at.
+// With rules, the sale rules are applied from snap: the window at snap.Now, each product's
+// limit per customer from what snap says its customers bought, and, for a ticket that would be
+// held, each product's cap on a customer's held units from what snap says they hold. Without
+// (a demonstration of Postgres holding them alone), they are not looked at.
 func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, rules bool) allocation {
 	a := allocation{outcomes: make([]outcome, len(tickets)), units: customerUnits{}}
 	left := make(map[int64]int64, len(snap.Levels))
@@ -72,6 +73,7 @@ func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, rules bo
 	taken := map[int64]int64{}
 	refused := false             // some ticket was refused for want of stock, or for its limit
 	bought := a.units            // per limited product, what each customer has with this batch
+	held := customerUnits{}      // per product of a held ticket, what each customer holds with it
 	first := map[RecordKey]int{} // key → the ticket of this batch whose outcome it stores
 	for i, t := range tickets {
 		if t.gone.Load() {
@@ -108,6 +110,11 @@ func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, rules bo
 			a.outcomes[i] = outcome{err: over}
 			continue
 		}
+		if over := held.overHold(t, snap.Levels); rules && over != nil {
+			refused = true // as for the limit
+			a.outcomes[i] = outcome{err: over}
+			continue
+		}
 		if t.key != "" {
 			first[t.recordKey()] = i
 		}
@@ -124,6 +131,7 @@ func allocate(snap Snapshot, tickets []*ticket, fences map[int64]int64, rules bo
 			taken[it.ProductID] += it.Quantity
 		}
 		bought.take(t, snap.Levels)
+		held.takeHold(t, snap.Levels)
 		order := Order{ID: t.id, CustomerID: t.customerID, Status: OrderStatusConfirmed, Items: t.items}
 		a.outcomes[i] = outcome{order: order}
 		a.write.Orders = append(a.write.Orders, order)
@@ -217,8 +225,10 @@ func closedSale(items []Item, snap Snapshot) error {
 	return nil
 }
 
-// customerUnits counts, per product with a limit per customer, the units each customer of a
-// batch has: what the read says they bought, plus what the batch confirmed for them so far.
+// customerUnits counts, per product, the units each customer of a batch has: what the read
+// says they have, plus what the batch gave them so far — of a product with a limit per
+// customer, the units bought (over, take); of a held order's products, the units held
+// (overHold, takeHold).
 type customerUnits map[int64]map[string]int64
 
 // over returns the refusal of the first item of t that would take t's customer above its
@@ -229,7 +239,7 @@ func (c customerUnits) over(t *ticket, levels map[int64]Level) *CustomerLimitErr
 		if !l.Sale.Limited() {
 			continue
 		}
-		if has := c.units(it.ProductID, t.customerID, l); has+it.Quantity > l.Sale.MaxPerCustomer {
+		if has := c.units(it.ProductID, t.customerID, l.Bought); has+it.Quantity > l.Sale.MaxPerCustomer {
 			return &CustomerLimitError{ProductID: it.ProductID, CustomerID: t.customerID,
 				Limit: l.Sale.MaxPerCustomer, Bought: has, Requested: it.Quantity}
 		}
@@ -244,12 +254,53 @@ func (c customerUnits) take(t *ticket, levels map[int64]Level) {
 		if !l.Sale.Limited() {
 			continue
 		}
-		has := c.units(it.ProductID, t.customerID, l)
+		has := c.units(it.ProductID, t.customerID, l.Bought)
 		c[it.ProductID][t.customerID] = has + it.Quantity
 	}
 }
 
-func (c customerUnits) units(id int64, customer string, l Level) int64 {
+// overHold returns, when t would be held, the refusal of the first item of t that would take
+// t's customer's held units of its product above the product's cap, or nil. An order is held
+// when any of its products is sold with a hold, and then every one of its products' units are
+// held: each counts against its own product's cap.
+func (c customerUnits) overHold(t *ticket, levels map[int64]Level) *HoldLimitError {
+	if !heldOrder(t.items, levels) {
+		return nil
+	}
+	for _, it := range t.items {
+		l := levels[it.ProductID]
+		if has := c.units(it.ProductID, t.customerID, l.Held); has+it.Quantity > l.Sale.MaxHeldPerCustomer {
+			return &HoldLimitError{ProductID: it.ProductID, CustomerID: t.customerID,
+				Limit: l.Sale.MaxHeldPerCustomer, Held: has, Requested: it.Quantity}
+		}
+	}
+	return nil
+}
+
+// takeHold counts t's items, held if t is, against its customer.
+func (c customerUnits) takeHold(t *ticket, levels map[int64]Level) {
+	if !heldOrder(t.items, levels) {
+		return
+	}
+	for _, it := range t.items {
+		has := c.units(it.ProductID, t.customerID, levels[it.ProductID].Held)
+		c[it.ProductID][t.customerID] = has + it.Quantity
+	}
+}
+
+// heldOrder reports whether an order of items is written held: one of its products is sold
+// with a hold.
+func heldOrder(items []Item, levels map[int64]Level) bool {
+	for _, it := range items {
+		if levels[it.ProductID].Sale.HoldFor > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// units is what customer has of product id: counted in c, or else what the read said (read).
+func (c customerUnits) units(id int64, customer string, read map[string]int64) int64 {
 	m, ok := c[id]
 	if !ok {
 		m = map[string]int64{}
@@ -257,7 +308,7 @@ func (c customerUnits) units(id int64, customer string, l Level) int64 {
 	}
 	has, ok := m[customer]
 	if !ok {
-		has = l.Bought[customer]
+		has = read[customer]
 		m[customer] = has
 	}
 	return has

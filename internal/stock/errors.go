@@ -51,6 +51,10 @@ var (
 	// ErrCustomerLimit means the order would take the customer above the product's limit per
 	// customer; the error is a *CustomerLimitError. Nothing is stored under the key.
 	ErrCustomerLimit = errors.New("stock: customer limit reached")
+	// ErrHoldLimit means the order would take the units its customer has in held orders of a
+	// product above the product's MaxHeldPerCustomer; the error is a *HoldLimitError. Nothing
+	// is stored under the key: once a hold ends, the same order may be held.
+	ErrHoldLimit = errors.New("stock: hold limit reached")
 )
 
 // SaleNotOpenError says when the product's sale opens.
@@ -101,6 +105,24 @@ func (e *CustomerLimitError) Error() string {
 
 // Is makes errors.Is(err, ErrCustomerLimit) hold.
 func (e *CustomerLimitError) Is(target error) bool { return target == ErrCustomerLimit }
+
+// HoldLimitError says what the customer holds of the product, and the cap.
+type HoldLimitError struct {
+	ProductID  int64
+	CustomerID string
+	Limit      int64
+	// Held is what the customer had in held orders of the product when the order was refused.
+	Held      int64
+	Requested int64
+}
+
+func (e *HoldLimitError) Error() string {
+	return fmt.Sprintf("stock: customer %q may hold at most %d of product %d at once and holds %d; requested %d",
+		e.CustomerID, e.Limit, e.ProductID, e.Held, e.Requested)
+}
+
+// Is makes errors.Is(err, ErrHoldLimit) hold.
+func (e *HoldLimitError) Is(target error) bool { return target == ErrHoldLimit }
 
 // BusyError is ErrBusy with a hint of when trying again is worth it.
 type BusyError struct {
@@ -176,6 +198,9 @@ const (
 	LayerWindow Layer = "window"
 	// LayerLimit is the per-customer limit in Postgres (customer_purchases_within_limit).
 	LayerLimit Layer = "limit"
+	// LayerHoldLimit is the cap on a customer's held units in Postgres
+	// (customer_holds_within_limit).
+	LayerHoldLimit Layer = "hold_limit"
 )
 
 // CaughtError reports that a defense layer refused a write that an earlier layer let through.

@@ -32,13 +32,14 @@ var (
 // HoldStore is what holds ask of the store (the Store embeds it).
 type HoldStore interface {
 	// ConfirmHold confirms order id if it is held and its hold has not expired, by the store's
-	// clock, and returns the order as it stands: a confirmed order (also one confirmed before,
-	// or final at once) is returned as it is. Errors: ErrOrderNotFound, ErrHoldExpired (expired,
-	// or held past expires_at), ErrOrderCancelled, ErrUnavailable.
+	// clock — its units leave its customer's held units as it does — and returns the order as
+	// it stands: a confirmed order (also one confirmed before, or final at once) is returned as
+	// it is. Errors: ErrOrderNotFound, ErrHoldExpired (expired, or held past expires_at),
+	// ErrOrderCancelled, ErrUnavailable.
 	ConfirmHold(ctx context.Context, id uuid.UUID) (Order, error)
 	// ReleaseHolds ends the holds among ids that are still held — cancelled, or with expire,
 	// expired if their expires_at has passed — and gives their units back to their products
-	// and their customers' counts, in one transaction that first locks the products' rows in
+	// and their customers' counts (bought, and held), in one transaction that first locks the products' rows in
 	// ascending id order (products: every product of those orders). It returns the products
 	// it gave units back to, as it left them, and for each hold it ended the time from its
 	// expires_at to the release (negative when released before it: a cancel). Errors:

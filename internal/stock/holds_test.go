@@ -3,6 +3,7 @@ package stock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
 	"github.com/stocksvc/stocksvc/internal/stock/stocktest"
+	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
 // Holds on real Postgres and Redis: every tie between confirm, cancel and expiry has exactly
@@ -236,6 +238,137 @@ func TestHoldLifecycle(t *testing.T) {
 	}
 	if a := mustAudit(t, a, id); !a.Consistent() || a.Stock != 1 || a.Held != 0 || a.Sold != 0 {
 		t.Errorf("audit %+v, want the unit back", a)
+	}
+}
+
+// heldCount reads customer_holds: the units customer holds of product id by Postgres's count
+// (-1 when it has no row).
+func heldCount(t testing.TB, r *replica, id int64, customer string) int64 {
+	t.Helper()
+	var n int64
+	err := r.pool.QueryRow(context.Background(), `
+		SELECT coalesce((SELECT held FROM customer_holds WHERE product_id = $1 AND customer_id = $2), -1)`, id, customer).Scan(&n)
+	if err != nil {
+		t.Fatalf("read customer_holds: %v", err)
+	}
+	return n
+}
+
+// TestOneHoarderGetsTheCap is the race the cap on held units exists for (issue #31): a product
+// of 30 units sold with a hold and no limit, one customer, thirty orders of one unit at once
+// over three replicas — exactly the default cap, one full order (10), is held, in the answers
+// and in the tables; every other order is refused for it. With the replicas' checks on, they
+// refuse every one of them (Postgres's CHECK catches nothing); with them off, the CHECK on
+// customer_holds alone keeps the hoarder to the cap.
+func TestOneHoarderGetsTheCap(t *testing.T) {
+	t.Parallel()
+	for _, skip := range []bool{false, true} {
+		t.Run(fmt.Sprintf("postgres alone %v", skip), func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t)
+			var replicas []*replica
+			for range 3 {
+				replicas = append(replicas, w.replica(t, stock.DefaultDefense(), replicaOptions{views: true, skipRules: skip}))
+			}
+			id := createHeld(t, replicas[0], "hoard", 30, time.Hour, 0)
+			const orders, limit = 30, stock.DefaultMaxQuantity
+			var held, refused int
+			for _, p := range atOnce(replicas, orders, order("hoarder", one(id, 1))) {
+				var over *stock.HoldLimitError
+				switch {
+				case p.err == nil && p.res.Order.Status == stock.OrderStatusHeld:
+					held++
+				case errors.As(p.err, &over):
+					refused++
+					if over.Limit != limit || over.Held != limit || over.Requested != 1 {
+						t.Errorf("refusal %+v, want cap %d, %d held, 1 requested", over, limit, limit)
+					}
+				default:
+					t.Errorf("order: %+v, %v", p.res, p.err)
+				}
+			}
+			if held != limit || refused != orders-limit {
+				t.Errorf("held %d and refused for the cap %d, want %d and %d", held, refused, limit, orders-limit)
+			}
+			if n := heldCount(t, replicas[0], id, "hoarder"); n != limit {
+				t.Errorf("customer_holds says the hoarder holds %d, want %d", n, limit)
+			}
+			if a := mustAudit(t, replicas[0], id); !a.Consistent() || a.Held != limit || a.Stock != 30-limit {
+				t.Errorf("audit %+v, want %d held and consistent", a, limit)
+			}
+			var caught, counted float64
+			for _, r := range replicas {
+				caught += catches(t, r, stock.LayerHoldLimit)
+				counted += testenv.Metric(t, r.registry, "stocksvc_orders_total", "outcome", "hold_limit")
+			}
+			if skip && caught == 0 {
+				t.Errorf("with the checks off, Postgres's CHECK caught nothing: the race never reached it")
+			}
+			if !skip && caught != 0 {
+				t.Errorf("with the checks on, Postgres's CHECK caught %v writes: a batch was decided without the cap", caught)
+			}
+			if counted != orders-limit {
+				t.Errorf("stocksvc_orders_total{outcome=hold_limit} = %v across the replicas, want %d", counted, orders-limit)
+			}
+		})
+	}
+}
+
+// TestHoldsEndedFreeTheCap: units held count against the cap until their hold ends — cancelled,
+// confirmed or expired, each in the statement that ends it — and then free it; confirmed units
+// stay bought (the limit), but are no longer held.
+func TestHoldsEndedFreeTheCap(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	a := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true})
+	b := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true})
+	ctx := context.Background()
+	p, err := a.svc.CreateProduct(ctx, stock.NewProduct{SKU: "cap", Name: "cap", Stock: 20,
+		Sale: stock.SaleRules{HoldFor: time.Second, MaxHeldPerCustomer: 2, MaxPerCustomer: 5}})
+	if err != nil || p.MaxHeldPerCustomer != 2 {
+		t.Fatalf("create: %+v, %v", p, err)
+	}
+	id := p.ID
+	full := func(r *replica, held int64) {
+		t.Helper()
+		_, err := r.svc.PlaceOrder(ctx, order("gil", one(id, 1)))
+		var over *stock.HoldLimitError
+		if !errors.As(err, &over) || over.Held != held || over.Limit != 2 {
+			t.Fatalf("an order over the cap = %v, want hold-limit with %d held of 2", err, held)
+		}
+		if n := heldCount(t, r, id, "gil"); n != held {
+			t.Fatalf("customer_holds: %d held, want %d", n, held)
+		}
+	}
+	first, second := mustHold(t, a, "gil", id, 1), mustHold(t, b, "gil", id, 1)
+	full(a, 2)
+
+	if _, err := b.svc.Cancel(ctx, first.ID); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	third := mustHold(t, a, "gil", id, 1)
+	full(b, 2)
+
+	if _, err := a.svc.Confirm(ctx, second.ID); err != nil {
+		t.Fatalf("confirm: %v", err)
+	}
+	fourth := mustHold(t, b, "gil", id, 1)
+	full(a, 2)
+	if units, bought := tables(t, a, id, "gil"); units != 4 || bought != 3 {
+		t.Errorf("gil: %d units in orders, %d counted bought; want 4 and 3 (the cancelled one no more)", units, bought)
+	}
+
+	until(t, "the holds' time", func() bool { return pgNow(t, a).After(*fourth.ExpiresAt) && pgNow(t, a).After(*third.ExpiresAt) })
+	if n, err := b.svc.ExpireDue(ctx, nil, 0, 100); err != nil || n != 2 {
+		t.Fatalf("sweep: %d, %v; want the two holds expired", n, err)
+	}
+	if n := heldCount(t, a, id, "gil"); n != 0 {
+		t.Errorf("customer_holds after every hold ended: %d held, want 0", n)
+	}
+	mustHold(t, a, "gil", id, 2)
+	// The limit still counts what was confirmed: 1 bought + 2 held of 5.
+	if _, err := b.svc.PlaceOrder(ctx, order("gil", one(id, 1))); !errors.Is(err, stock.ErrHoldLimit) {
+		t.Errorf("a third unit while 2 are held = %v, want hold-limit", err)
 	}
 }
 

@@ -115,6 +115,39 @@ func TestCheckConstraintCatchesWhatNothingElseStops(t *testing.T) {
 	}
 }
 
+// TestHoldLimitCatchesWhatAStaleReadMissed: the cap on a customer's held units in Postgres
+// (customer_holds' CHECK), on its own. With no lock, A's batch reads that the customer holds
+// nothing, B holds the cap for the same customer meanwhile, and A's write — decided by the
+// replica's own check, from its stale read — would take the customer above it: the CHECK
+// refuses the whole write, and A's next read refuses the order for the cap.
+func TestHoldLimitCatchesWhatAStaleReadMissed(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	d := stock.Defense{Check: true}
+	a, b := w.replica(t, d, replicaOptions{}), w.replica(t, d, replicaOptions{})
+	id := createRuled(t, a, "hold-limit", 10, stock.SaleRules{HoldFor: time.Hour, MaxHeldPerCustomer: 2})
+	g := newGate()
+	stock.SetAfterRead(a.svc, g.hook)
+
+	errA, errB := race(t, a, b, g, order("hoarder", one(id, 1)), order("hoarder", one(id, 2)), nil)
+	if errB != nil {
+		t.Fatalf("B: %v, want success", errB)
+	}
+	var over *stock.HoldLimitError
+	if !errors.As(errA, &over) || over.Held != 2 || over.Limit != 2 || over.Requested != 1 {
+		t.Fatalf("A: %v, want refused for the cap: 2 held of 2", errA)
+	}
+	if got := catches(t, a, stock.LayerHoldLimit); got != 1 {
+		t.Errorf("hold_limit catches = %v, want 1", got)
+	}
+	if n := heldCount(t, a, id, "hoarder"); n != 2 {
+		t.Errorf("customer_holds: %d held, want 2", n)
+	}
+	if au := mustAudit(t, a, id); au.Held != 2 || au.Stock != 8 || !au.Consistent() {
+		t.Errorf("audit = %+v, want 2 held, 8 left, consistent", au)
+	}
+}
+
 // TestFenceCatchesHolderWhoseLockExpired removes A's lock while A is between read and write —
 // what an expired lease looks like to everyone else — so that B obtains the lock with a newer
 // fencing token and sells. A's write must then be refused, although A still believes it holds

@@ -101,7 +101,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	// Create every series up front so dashboards show zeros rather than gaps.
-	for _, l := range []Layer{LayerVersion, LayerGuard, LayerFence, LayerCheck, LayerWindow, LayerLimit} {
+	for _, l := range []Layer{LayerVersion, LayerGuard, LayerFence, LayerCheck, LayerWindow, LayerLimit, LayerHoldLimit} {
 		m.catches.WithLabelValues(string(l))
 	}
 	for _, o := range []string{outcomeSaleNotOpen, outcomeSaleEnded, outcomeCustomerLimit} {
@@ -131,10 +131,11 @@ const (
 	outcomeSaleNotOpen   = "sale_not_open"
 	outcomeSaleEnded     = "sale_ended"
 	outcomeCustomerLimit = "customer_limit"
+	outcomeHoldLimit     = "hold_limit"
 )
 
 var allOutcomes = []string{outcomeConfirmed, outcomeReplayed, outcomeSoldOut, outcomeBusy, outcomeRejected, outcomeCancelled,
-	outcomeUnavailable, outcomeError, outcomeSaleNotOpen, outcomeSaleEnded, outcomeCustomerLimit}
+	outcomeUnavailable, outcomeError, outcomeSaleNotOpen, outcomeSaleEnded, outcomeCustomerLimit, outcomeHoldLimit}
 
 // ruleOutcome names the outcome of a refusal by a sale rule; "" for any other error.
 func ruleOutcome(err error) string {
@@ -145,6 +146,8 @@ func ruleOutcome(err error) string {
 		return outcomeSaleEnded
 	case errors.Is(err, ErrCustomerLimit):
 		return outcomeCustomerLimit
+	case errors.Is(err, ErrHoldLimit):
+		return outcomeHoldLimit
 	}
 	return ""
 }

@@ -33,7 +33,8 @@ func needsLookup(err error) bool {
 // with the key may have been confirmed while the rule allowed it (before an admin ended the
 // sale, say), so the key is looked up before the refusal is answered.
 func refusedByRule(err error) bool {
-	return errors.Is(err, ErrSaleNotOpen) || errors.Is(err, ErrSaleEnded) || errors.Is(err, ErrCustomerLimit)
+	return errors.Is(err, ErrSaleNotOpen) || errors.Is(err, ErrSaleEnded) || errors.Is(err, ErrCustomerLimit) ||
+		errors.Is(err, ErrHoldLimit)
 }
 
 // unsettled reports whether t's outcome o waits for replayStored.

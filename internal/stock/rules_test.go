@@ -57,6 +57,29 @@ func tables(t testing.TB, r *replica, id int64, customer string) (units, counted
 
 func ptr[T any](v T) *T { return &v }
 
+// placed is one order's answer.
+type placed struct {
+	res stock.OrderResult
+	err error
+}
+
+// atOnce places n orders req at the same moment, over the replicas in turn, and returns their
+// answers.
+func atOnce(replicas []*replica, n int, req stock.OrderRequest) []placed {
+	out := make([]placed, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			out[i].res, out[i].err = replicas[i%len(replicas)].svc.PlaceOrder(context.Background(), req)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return out
+}
+
 // TestOneWinnerPerCustomer is the race the limit exists for: one customer, limit 1, fifty
 // orders at once over three replicas — exactly one is confirmed, in the answers and in the
 // tables, whether the replicas check the limit (then most are refused before the queue or in
@@ -74,38 +97,23 @@ func TestOneWinnerPerCustomer(t *testing.T) {
 			}
 			id := createRuled(t, replicas[0], "one-each", 100, stock.SaleRules{MaxPerCustomer: 1})
 			const orders = 50
-			var (
-				confirmed, limited atomic.Int64
-				wg                 sync.WaitGroup
-				start              = make(chan struct{})
-				unexpected         = make(chan error, orders)
-			)
-			for i := range orders {
-				wg.Go(func() {
-					<-start
-					_, err := replicas[i%3].svc.PlaceOrder(context.Background(), order("scalper", one(id, 1)))
-					var over *stock.CustomerLimitError
-					switch {
-					case err == nil:
-						confirmed.Add(1)
-					case errors.As(err, &over):
-						limited.Add(1)
-						if over.Limit != 1 || over.Bought != 1 || over.Requested != 1 {
-							unexpected <- fmt.Errorf("refusal %+v, want limit 1, bought 1, requested 1", over)
-						}
-					default:
-						unexpected <- err
+			var confirmed, limited int
+			for _, p := range atOnce(replicas, orders, order("scalper", one(id, 1))) {
+				var over *stock.CustomerLimitError
+				switch {
+				case p.err == nil:
+					confirmed++
+				case errors.As(p.err, &over):
+					limited++
+					if over.Limit != 1 || over.Bought != 1 || over.Requested != 1 {
+						t.Errorf("refusal %+v, want limit 1, bought 1, requested 1", over)
 					}
-				})
+				default:
+					t.Errorf("order: %v", p.err)
+				}
 			}
-			close(start)
-			wg.Wait()
-			close(unexpected)
-			for err := range unexpected {
-				t.Errorf("order: %v", err)
-			}
-			if confirmed.Load() != 1 || limited.Load() != orders-1 {
-				t.Errorf("confirmed %d and refused for the limit %d, want 1 and %d", confirmed.Load(), limited.Load(), orders-1)
+			if confirmed != 1 || limited != orders-1 {
+				t.Errorf("confirmed %d and refused for the limit %d, want 1 and %d", confirmed, limited, orders-1)
 			}
 			if units, counted := tables(t, replicas[0], id, "scalper"); units != 1 || counted != 1 {
 				t.Errorf("tables: %d units ordered, customer_purchases says %d; want 1 and 1", units, counted)

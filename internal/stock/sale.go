@@ -23,6 +23,8 @@ func validSale(r SaleRules) error {
 		return &ValidationError{Field: "max_per_customer", Reason: fmt.Sprintf("must be at most %d", MaxStock)}
 	case r.HoldFor != 0 && !validHold(r.HoldFor):
 		return &ValidationError{Field: "hold_for", Reason: fmt.Sprintf("must be whole seconds between 1 and %d", int(MaxHoldFor/time.Second))}
+	case r.MaxHeldPerCustomer < 0 || r.MaxHeldPerCustomer > MaxStock:
+		return &ValidationError{Field: "max_held_per_customer", Reason: fmt.Sprintf("must be between 1 and %d", MaxStock)}
 	case r.Line != LineRules{}:
 		return validLine(r.Line)
 	}
@@ -46,13 +48,18 @@ func validLine(l LineRules) error {
 // made as a restock is: no replica holds a view of the product across the write, and once it
 // has returned none refuses an order by the rules before it. Postgres checks the window it is
 // given against the one it keeps, so an end before the start is refused whichever request set
-// which. Errors: *ValidationError, *ProductNotFoundError, ErrUnavailable, the context's error.
+// which. The cap on a customer's held units goes back to its default — the limit as the change
+// leaves it, else one full order (Config.MaxQuantity) — when cleared, and when the limit is
+// set or cleared without it. Errors: *ValidationError, *ProductNotFoundError, ErrUnavailable,
+// the context's error.
 func (s *Service) UpdateSale(ctx context.Context, id int64, c SaleChange) (Product, error) {
 	switch {
 	case c.MaxPerCustomer != nil && (*c.MaxPerCustomer < 1 || *c.MaxPerCustomer > MaxStock):
 		return Product{}, &ValidationError{Field: "max_per_customer", Reason: fmt.Sprintf("must be between 1 and %d", MaxStock)}
+	case c.MaxHeldPerCustomer != nil && (*c.MaxHeldPerCustomer < 1 || *c.MaxHeldPerCustomer > MaxStock):
+		return Product{}, &ValidationError{Field: "max_held_per_customer", Reason: fmt.Sprintf("must be between 1 and %d", MaxStock)}
 	case c.StartsAt != nil && c.ClearStartsAt, c.EndsAt != nil && (c.ClearEndsAt || c.EndNow),
-		c.MaxPerCustomer != nil && c.ClearMaxPerCustomer:
+		c.MaxPerCustomer != nil && c.ClearMaxPerCustomer, c.MaxHeldPerCustomer != nil && c.ClearMaxHeldPerCustomer:
 		return Product{}, &ValidationError{Field: "sale", Reason: "a rule cannot be both set and cleared"}
 	case c.StartsAt != nil && c.EndsAt != nil && !c.EndsAt.After(*c.StartsAt):
 		return Product{}, &ValidationError{Field: "sale_ends_at", Reason: "must be after sale_starts_at"}
@@ -64,6 +71,10 @@ func (s *Service) UpdateSale(ctx context.Context, id int64, c SaleChange) (Produ
 		if err := validLine(*c.Line); err != nil {
 			return Product{}, err
 		}
+	}
+	c.DefaultMaxHeld = 0
+	if c.MaxHeldPerCustomer == nil && (c.ClearMaxHeldPerCustomer || c.MaxPerCustomer != nil || c.ClearMaxPerCustomer) {
+		c.DefaultMaxHeld = s.cfg.MaxQuantity
 	}
 	update := func(ctx context.Context) (Product, error) { return s.store.UpdateSale(ctx, id, c) }
 	if s.cfg.Views == nil {

@@ -1,6 +1,7 @@
 package stock
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -17,6 +18,10 @@ import (
 
 	"github.com/stocksvc/stocksvc/internal/clock"
 )
+
+// DefaultMaxQuantity is Config.MaxQuantity's default, and the cap on a customer's held units
+// of a product that a Store is given none for (NewProduct).
+const DefaultMaxQuantity = 10
 
 // Limits on input, enforced by the Service.
 const (
@@ -35,7 +40,9 @@ const (
 // demonstration modes, which take layers away, are a Locker, a Store and Views of their own
 // (package demo), so the Service runs one path whatever is demonstrated.
 type Config struct {
-	// MaxQuantity is the most units of one product an order may ask for. Default 10.
+	// MaxQuantity is the most units of one product an order may ask for, and the default cap
+	// on the units one customer may hold of a product without a limit per customer (one full
+	// order: SaleRules.MaxHeldPerCustomer). Default DefaultMaxQuantity.
 	MaxQuantity int64
 	// PurchaseTimeout bounds the database work of one batch once its locks are held.
 	// Default 5s.
@@ -76,7 +83,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.MaxQuantity <= 0 {
-		c.MaxQuantity = 10
+		c.MaxQuantity = DefaultMaxQuantity
 	}
 	if c.PurchaseTimeout <= 0 {
 		c.PurchaseTimeout = 5 * time.Second
@@ -144,7 +151,9 @@ func (s *Service) Close() {
 	s.lookups.wait()
 }
 
-// CreateProduct validates p and stores it, with surrounding spaces trimmed from SKU and name.
+// CreateProduct validates p and stores it, with surrounding spaces trimmed from SKU and name,
+// and the cap on a customer's held units resolved when not given: the limit per customer when
+// the product has one, else one full order (Config.MaxQuantity).
 // With views it answers one view lease (and a margin) after the insert has committed, once no
 // replica can still say the product does not exist (Views.Created). Errors: *ValidationError,
 // ErrDuplicateSKU, ErrUnavailable.
@@ -164,6 +173,9 @@ func (s *Service) CreateProduct(ctx context.Context, p NewProduct) (Product, err
 	}
 	if err := validSale(p.Sale); err != nil {
 		return Product{}, err
+	}
+	if p.Sale.MaxHeldPerCustomer == 0 {
+		p.Sale.MaxHeldPerCustomer = cmp.Or(p.Sale.MaxPerCustomer, s.cfg.MaxQuantity)
 	}
 	if err := plainText("sku", p.SKU); err != nil {
 		return Product{}, err
@@ -327,7 +339,8 @@ func (s *Service) PurgeIdempotencyKeys(ctx context.Context, retention time.Durat
 // is written in the same transaction as the order, so Postgres alone keeps one order per key.
 //
 // Errors: *ValidationError; *ProductNotFoundError; *SoldOutError (nothing was sold; Replayed
-// when it is a stored answer); ErrIdempotencyKeyReused; ErrBusy (the product's queue is full,
+// when it is a stored answer); a sale rule's refusal, nothing sold or stored under the key
+// (*SaleNotOpenError, *SaleEndedError, *CustomerLimitError, *HoldLimitError); ErrIdempotencyKeyReused; ErrBusy (the product's queue is full,
 // its lock could not be had in time, or writes kept conflicting; nothing was sold — a
 // *BusyError says when to retry); ErrLockLost (a lock expired mid-batch and a defense layer
 // refused the write; nothing was sold); ErrUnavailable (Postgres or Redis unreachable, or —
@@ -635,7 +648,7 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 		if layer, ok := caughtBy(werr); ok {
 			// A CHECK constraint: the read shows what is left, and what each customer has.
 			s.metrics.caught(layer)
-			ruleCaught = ruleCaught || layer == LayerLimit
+			ruleCaught = ruleCaught || layer == LayerLimit || layer == LayerHoldLimit
 		} else if errors.As(werr, &refused) {
 			refusedWrite = a.write
 		}
@@ -701,8 +714,9 @@ func leaveLevel(g *Grant, ids []int64, snap Snapshot, w Write) {
 		return
 	}
 	l, ok := snap.Levels[ids[0]]
-	if !ok || l.Sale.Limited() {
-		// A product with a limit is decided from a read of what its customers bought.
+	if !ok || l.Sale.Limited() || l.Sale.HoldFor > 0 {
+		// A product with a limit, or sold with a hold, is decided from a read of what its
+		// customers bought, or hold.
 		return
 	}
 	for _, d := range w.Decrements {

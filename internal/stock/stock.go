@@ -25,6 +25,11 @@ type Product struct {
 	// HoldFor, when not zero, is how long an order of the product is held for its customer to
 	// confirm (pay) before its units go back; zero: orders are final at once.
 	HoldFor time.Duration
+	// MaxHeldPerCustomer is the most units of the product one customer may have in orders
+	// held at once — its own holds, and its units in a cart held for another product's hold —
+	// so that one customer cannot take the stock off sale by holding it. Every stored product
+	// has one (see NewProduct for its default).
+	MaxHeldPerCustomer int64
 	// LineAdmit and LineAdmissionFor are the product's line (LineRules), flat as its columns
 	// are; LineAdmit 0: no line.
 	LineAdmit        int64
@@ -34,7 +39,7 @@ type Product struct {
 // Sale returns the rules of p's sale.
 func (p Product) Sale() SaleRules {
 	return SaleRules{StartsAt: p.SaleStartsAt, EndsAt: p.SaleEndsAt, MaxPerCustomer: p.MaxPerCustomer, HoldFor: p.HoldFor,
-		Line: LineRules{Admit: p.LineAdmit, AdmissionFor: p.LineAdmissionFor}}
+		MaxHeldPerCustomer: p.MaxHeldPerCustomer, Line: LineRules{Admit: p.LineAdmit, AdmissionFor: p.LineAdmissionFor}}
 }
 
 // SaleRules are the rules of a product's sale: when it is open, and how much one customer may
@@ -43,8 +48,9 @@ type SaleRules struct {
 	StartsAt       *time.Time
 	EndsAt         *time.Time
 	MaxPerCustomer int64
-	// HoldFor: see Product.HoldFor.
-	HoldFor time.Duration
+	// HoldFor and MaxHeldPerCustomer: see Product.
+	HoldFor            time.Duration
+	MaxHeldPerCustomer int64
 	// Line, when set, puts the sale behind a line: orders need an admission (package line).
 	// The purchase path itself never reads it (a batch's snapshot leaves it zero): the line
 	// is a layer in front of it.
@@ -71,8 +77,10 @@ const (
 // Lined reports whether the rules put the sale behind a line.
 func (l LineRules) Lined() bool { return l.Admit > 0 }
 
-// MaxHoldFor is the longest a hold may last.
-const MaxHoldFor = 24 * time.Hour
+// MaxHoldFor is the longest a hold may last: a checkout's time to pay (ticketing and shops
+// reserve for 10 to 15 minutes), not a reservation. Postgres's CHECK on hold_for_seconds
+// holds the same ceiling.
+const MaxHoldFor = time.Hour
 
 // Limited reports whether the rules limit what one customer may buy.
 func (r SaleRules) Limited() bool { return r.MaxPerCustomer > 0 }
@@ -92,7 +100,10 @@ func (r SaleRules) closed(id int64, now time.Time) error {
 	return nil
 }
 
-// NewProduct describes a product to create.
+// NewProduct describes a product to create. A Sale.MaxHeldPerCustomer of 0 takes the default:
+// the Service's is the product's MaxPerCustomer when it has one, else one full order
+// (Config.MaxQuantity); a Store given 0 stores DefaultMaxQuantity, as the schema does for a
+// row written without one.
 type NewProduct struct {
 	SKU   string
 	Name  string
@@ -103,13 +114,22 @@ type NewProduct struct {
 // SaleChange changes a product's sale rules: each field set replaces the rule, and a Clear
 // field removes it; a field neither set nor cleared is kept. EndNow ends the sale at once, by
 // Postgres's clock (it replaces EndsAt).
+//
+// The cap on a customer's holds is never removed: ClearMaxHeldPerCustomer puts it back to its
+// default, and so does a change of the limit (MaxPerCustomer set or cleared) that does not set
+// the cap, since the default follows the limit. The Service says what the default is with
+// DefaultMaxHeld; a Store given a change with DefaultMaxHeld (and no MaxHeldPerCustomer) sets
+// the cap to the limit as the change leaves it, or to DefaultMaxHeld when there is none.
 type SaleChange struct {
 	StartsAt, EndsAt            *time.Time
 	MaxPerCustomer              *int64
 	HoldFor                     *time.Duration
+	MaxHeldPerCustomer          *int64
 	ClearStartsAt, ClearEndsAt  bool
 	ClearMaxPerCustomer, EndNow bool
 	ClearHoldFor                bool
+	ClearMaxHeldPerCustomer     bool
+	DefaultMaxHeld              int64
 	// Line replaces the line (both settings), ClearLine removes it.
 	Line      *LineRules
 	ClearLine bool

@@ -16,7 +16,9 @@ import (
 // Store can be written, or faked, outside this package.
 type Store interface {
 	HoldStore
-	// CreateProduct stores a new product. Errors: ErrDuplicateSKU, ErrUnavailable.
+	// CreateProduct stores a new product. Errors: ErrDuplicateSKU, *ValidationError (a rule
+	// the table's CHECKs refuse: a window that ends before it opens, a hold outside 1s..
+	// MaxHoldFor, a cap on held units below 1), ErrUnavailable.
 	CreateProduct(ctx context.Context, p NewProduct) (Product, error)
 	// Product returns the product with id. Errors: *ProductNotFoundError, ErrUnavailable.
 	Product(ctx context.Context, id int64) (Product, error)
@@ -41,8 +43,9 @@ type Store interface {
 	// batch decided from the rules before is refused and decided again), and returns the
 	// product as it left it. Setting a limit counts what each customer already bought of the
 	// product; a customer already above a lowered limit keeps what they have and may buy no
-	// more. Errors: *ProductNotFoundError, *ValidationError (the window would end before it
-	// opens), ErrUnavailable.
+	// more, and one above a lowered cap on held units keeps their holds and may hold no more.
+	// Errors: *ProductNotFoundError, *ValidationError (the window would end before it opens),
+	// ErrUnavailable.
 	UpdateSale(ctx context.Context, id int64, c SaleChange) (Product, error)
 	// Products lists products by ascending id after the id after, at most limit of them; with
 	// onSale, only those whose sale is open or not yet ended by the store's clock (and that
@@ -51,8 +54,9 @@ type Store interface {
 
 	// Snapshot reads the stock level and sale rules of each product in ids that exists, with —
 	// for a product with a limit per customer — the units each customer in customers bought of
-	// it, and the records stored under each key in keys that has one. Errors: ErrBusy,
-	// ErrUnavailable.
+	// it, — for a product sold with a hold, or any product when ids are several (a cart) — the
+	// units each of them has in held orders of it, and the records stored under each key in
+	// keys that has one. Errors: ErrBusy, ErrUnavailable.
 	Snapshot(ctx context.Context, ids []int64, keys []RecordKey, customers []string) (Snapshot, error)
 	// Commit applies w in one transaction: every decrement under the store's conditions
 	// (all of the defense, but in a demonstration store), and the orders and records, all or
@@ -65,7 +69,9 @@ type Store interface {
 	// ErrConflict when the CHECK constraint refused a decrement; ErrBusy (Postgres lock
 	// contention); ErrUnavailable (Postgres unreachable); ErrUnavailable with
 	// ErrOutcomeUnknown (the connection failed while the write committed, and the store could
-	// not find out whether it had).
+	// not find out whether it had). A write that would take a customer above a product's limit
+	// or its cap on held units is refused whole, whatever the write says: a *CaughtError
+	// (LayerLimit, LayerHoldLimit) wrapping ErrConflict.
 	Commit(ctx context.Context, w Write) (Committed, error)
 
 	// Records returns the records stored under each key in keys that has one. Errors:
@@ -124,6 +130,10 @@ type Level struct {
 	// Bought holds, for a product with a limit per customer, the units bought by each of the
 	// batch's customers that has bought any.
 	Bought map[string]int64
+	// Held holds, for a product sold with a hold — and for every product of a cart, which is
+	// held when any of its products is — the units each of the batch's customers that has any
+	// has in held orders of it.
+	Held map[string]int64
 }
 
 // Snapshot is what a batch of orders is decided from.

@@ -2,13 +2,14 @@ package view
 
 import "testing"
 
-// TestViewsOfEarlierReplicasAreRead: a view written by a replica from before issue #31 has its
-// sale bounds only in the fields starts and ends, where 0 means none; a newer replica reads them
-// so during a rolling upgrade, rather than rebuilding the view, and reads a view without any
-// bound field as not a view at all (one from before the sale rules).
+// TestViewsOfEarlierReplicasAreRead: the sale bounds are read from the fields starts_at and
+// ends_at, or — where only the legacy fields starts and ends are there, 0 meaning none — from
+// those; a view without any bound field is not a view at all (one from before the sale rules),
+// nor is one without the cap on held units (one from before issue #31, which cannot say the
+// product's max_held_per_customer): both are rebuilt rather than read.
 func TestViewsOfEarlierReplicasAreRead(t *testing.T) {
 	base := func() map[string]string {
-		return map[string]string{"sku": "s", "name": "n", "stock": "3", "version": "2", "created": "1", "updated": "1", "read": "1", "max": "0", "hold": "0"}
+		return map[string]string{"sku": "s", "name": "n", "stock": "3", "version": "2", "created": "1", "updated": "1", "read": "1", "max": "0", "hold": "0", "maxheld": "10"}
 	}
 	tests := []struct {
 		name   string
@@ -20,6 +21,7 @@ func TestViewsOfEarlierReplicasAreRead(t *testing.T) {
 		{"new fields win", map[string]string{"starts_at": "0", "ends_at": "", "starts": "0", "ends": "0"}, "1970-01-01T00:00:00Z to none"},
 		{"no bound fields", map[string]string{}, ""},
 		{"garbled bound", map[string]string{"starts_at": "soon", "ends_at": ""}, ""},
+		{"no cap on held units", map[string]string{"starts_at": "", "ends_at": "", "maxheld": ""}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,7 +32,12 @@ func hasHolds(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 //     be confirmed and, by the expiry, released — its units sold twice;
 //   - no hold expired before its expires_at;
 //   - no order is still held grace after its expires_at, by Postgres's clock: the expiry and
-//     the sweep behind it work. Called once the run has let every hold expire.
+//     the sweep behind it work. Called once the run has let every hold expire;
+//   - with the cap on held units (issue #31, customer_holds), customer_holds.held, the count
+//     the selling, confirming and releasing statements keep, equals the units of the
+//     customer's held orders, and no customer holds more of a product than its
+//     max_held_per_customer (the cap the product has when the check runs: the runs never lower
+//     one).
 //
 // A schema without holds has nothing to check: Holds returns no invariant then.
 func Holds(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) ([]Invariant, error) {
@@ -85,7 +90,11 @@ func Holds(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) ([]Inva
 		FROM (SELECT extract(epoch FROM decided_at - expires_at)::float8 AS lag FROM orders WHERE status = 'expired') l`).Scan(&lagMedian, &lagMax); err != nil {
 		return nil, fmt.Errorf("expiry lag: %w", err)
 	}
-	return []Invariant{
+	counted, err := heldCounts(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	return append([]Invariant{
 		{Name: "every hold has a status (held, confirmed, cancelled, expired) and a decided one its decided_at", OK: len(malformed) == 0,
 			Detail: fmt.Sprintf("%d held, %d confirmed, %d cancelled, %d expired; ", counts.held, counts.confirmed, counts.cancelled, counts.expired) +
 				summarise(len(malformed), "malformed", malformed)},
@@ -95,6 +104,51 @@ func Holds(ctx context.Context, pool *pgxpool.Pool, grace time.Duration) ([]Inva
 		{Name: fmt.Sprintf("no order still held %v after its expires_at (the expiry and the sweep work)", grace), OK: len(stuck) == 0,
 			Detail: fmt.Sprintf("expiry lag (expires_at to units back) median %.2fs, max %.2fs; ", lagMedian, lagMax) +
 				summarise(len(stuck), "left held", stuck)},
+	}, counted...), nil
+}
+
+// heldCounts checks customer_holds against the held orders (see Holds); nothing on a schema
+// without it.
+func heldCounts(ctx context.Context, pool *pgxpool.Pool) ([]Invariant, error) {
+	var has bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('customer_holds') IS NOT NULL`).Scan(&has); err != nil {
+		return nil, fmt.Errorf("look for customer_holds: %w", err)
+	}
+	if !has {
+		return nil, nil
+	}
+	const held = `
+		SELECT i.product_id, o.customer_id, sum(i.quantity)::bigint AS units
+		  FROM orders o JOIN order_items i ON i.order_id = o.id
+		 WHERE o.status = 'held' GROUP BY i.product_id, o.customer_id`
+	off, err := findings(ctx, pool, `
+		WITH held AS (`+held+`)
+		SELECT format('customer %s, product %s: customer_holds says %s held, the held orders hold %s',
+		              coalesce(h.customer_id, c.customer_id), coalesce(h.product_id, c.product_id),
+		              coalesce(c.held, 0), coalesce(h.units, 0))
+		  FROM held h FULL JOIN customer_holds c ON c.product_id = h.product_id AND c.customer_id = h.customer_id
+		 WHERE coalesce(h.units, 0) <> coalesce(c.held, 0)`)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile customer_holds: %w", err)
+	}
+	over, err := findings(ctx, pool, `
+		WITH held AS (`+held+`)
+		SELECT format('customer %s holds %s units of product %s, cap %s', h.customer_id, h.units, p.id, p.max_held_per_customer)
+		  FROM held h JOIN products p ON p.id = h.product_id
+		 WHERE h.units > p.max_held_per_customer
+		 ORDER BY p.id, h.customer_id`)
+	if err != nil {
+		return nil, fmt.Errorf("customers above the cap: %w", err)
+	}
+	var rows int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM customer_holds`).Scan(&rows); err != nil {
+		return nil, fmt.Errorf("count customer_holds: %w", err)
+	}
+	return []Invariant{
+		{Name: "customer_holds.held = the customer's held units", OK: len(off) == 0,
+			Detail: fmt.Sprintf("%d customers counted; ", rows) + summarise(len(off), "counts off", off)},
+		{Name: "no customer holds more than the cap on held units", OK: len(over) == 0,
+			Detail: summarise(len(over), "customers above the cap", over)},
 	}, nil
 }
 

@@ -38,6 +38,12 @@ func insertHold(t *testing.T, pool *pgxpool.Pool, product, qty int64, status str
 	if status == "cancelled" || status == "expired" {
 		back = qty
 	}
+	if status == "held" { // counted as the selling statement counts it (issue #31)
+		if _, err := pool.Exec(ctx, `INSERT INTO customer_holds (product_id, customer_id, held, max_held)
+			SELECT $1, customer_id, $2, $2 FROM orders WHERE id = $3`, product, qty, id); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := pool.Exec(ctx, `UPDATE products SET stock = stock - $2 + $3 WHERE id = $1`, product, qty, back); err != nil {
 		t.Fatal(err)
 	}
@@ -93,8 +99,8 @@ func TestHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(holds) != 4 {
-		t.Fatalf("Holds returned %d invariants, want 4", len(holds))
+	if len(holds) != 6 {
+		t.Fatalf("Holds returned %d invariants, want 6", len(holds))
 	}
 	for _, inv := range append(ledgers, holds...) {
 		if !inv.OK {
@@ -107,6 +113,16 @@ func TestHolds(t *testing.T) {
 	insertHold(t, pool, product, 1, "expired", ago(time.Minute), ago(50*time.Second), at(51*time.Second))
 	insertHold(t, pool, product, 1, "held", ago(2*time.Minute), ago(time.Minute), nil)
 	if _, err := pool.Exec(ctx, `UPDATE products SET stock = stock + 1 WHERE id = $1`, product); err != nil { // a release applied twice
+		t.Fatal(err)
+	}
+	// A release that gave the units back but left them counted, and a customer above the cap.
+	if _, err := pool.Exec(ctx, `
+		WITH c AS (SELECT customer_id FROM customer_holds WHERE product_id = $1 LIMIT 1)
+		UPDATE customer_holds h SET held = held + 1, max_held = max_held + 1 FROM c WHERE h.product_id = $1 AND h.customer_id = c.customer_id`, product); err != nil {
+		t.Fatal(err)
+	}
+	insertHold(t, pool, product, 2, "held", ago(time.Second), now.Add(time.Minute), nil)
+	if _, err := pool.Exec(ctx, `UPDATE products SET max_held_per_customer = 1 WHERE id = $1`, product); err != nil {
 		t.Fatal(err)
 	}
 	ledgers, _, err = Ledgers(ctx, pool)
@@ -123,6 +139,8 @@ func TestHolds(t *testing.T) {
 		"no hold confirmed at or after its expiry (Postgres's clock)":                  "1 confirmed after the expiry",
 		"no hold expired before its expires_at":                                        "1 expired early",
 		"no order still held 30s after its expires_at (the expiry and the sweep work)": "1 left held",
+		"customer_holds.held = the customer's held units":                              "1 counts off",
+		"no customer holds more than the cap on held units":                            "customer c-",
 	}
 	for name, detail := range want {
 		inv, ok := got[name]

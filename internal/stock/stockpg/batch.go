@@ -28,17 +28,25 @@ import (
 // key, and its batch then reads the records (recordsSQL) and is decided again.
 
 // levelsSQL reads the rows a batch decides from, with the sale rules, Postgres's clock (the one
-// the decrement checks the window against), and — for a product with a limit per customer — the
-// units each of the batch's customers ($2) bought of it.
+// the decrement checks the window against), — for a product with a limit per customer — the
+// units each of the batch's customers ($2) bought of it, and — for a product sold with a hold,
+// or any product of a cart (several ids), which is held when one of its products is — the
+// units each of them has in held orders of it.
 const levelsSQL = `
 SELECT p.id, p.stock, p.version, p.fence, p.sale_starts_at, p.sale_ends_at, coalesce(p.max_per_customer, 0),
-       coalesce(p.hold_for_seconds, 0), now(), b.customers, b.bought
+       coalesce(p.hold_for_seconds, 0), p.max_held_per_customer, now(), b.customers, b.bought, h.customers, h.held
   FROM products p
   LEFT JOIN LATERAL (
     SELECT array_agg(c.customer_id) AS customers, array_agg(c.bought) AS bought
       FROM customer_purchases c
      WHERE p.max_per_customer IS NOT NULL AND c.product_id = p.id AND c.customer_id = ANY($2)
   ) b ON true
+  LEFT JOIN LATERAL (
+    SELECT array_agg(c.customer_id) AS customers, array_agg(c.held) AS held
+      FROM customer_holds c
+     WHERE (p.hold_for_seconds IS NOT NULL OR cardinality($1::bigint[]) > 1)
+       AND c.product_id = p.id AND c.customer_id = ANY($2) AND c.held > 0
+  ) h ON true
  WHERE p.id = ANY($1)`
 
 // recordsSQL reads the stored outcomes of a batch's idempotency keys — each ($1, $2) a
@@ -100,6 +108,20 @@ const limitedUnits = `
    ORDER BY 1, 2
   ON CONFLICT (product_id, customer_id) DO UPDATE SET bought = c.bought + excluded.bought, max_units = excluded.max_units`
 
+// heldUnits is the step of a commit statement that counts, per product and customer, the units
+// of its held orders (hd: an order is held when one of its products is sold with a hold, and
+// all its units are then held) in customer_holds, whose CHECK refuses a count above the
+// product's max_held_per_customer — the one the decrement's row holds (u returns it) — and
+// fails the whole statement. It runs after hd, and reads what limitedUnits reads.
+const heldUnits = `
+  INSERT INTO customer_holds AS c (product_id, customer_id, held, max_held)
+  SELECT itm.product_id, ord.customer_id, sum(itm.quantity), u.max_held_per_customer
+    FROM itm JOIN ord ON ord.id = itm.order_id JOIN hd ON hd.order_id = itm.order_id JOIN u ON u.id = itm.product_id, ok
+   WHERE ok.ok AND hd.hold IS NOT NULL
+   GROUP BY itm.product_id, ord.customer_id, u.max_held_per_customer
+   ORDER BY 1, 2
+  ON CONFLICT (product_id, customer_id) DO UPDATE SET held = c.held + excluded.held, max_held = excluded.max_held`
+
 // commitSQL writes a whole batch in one statement. The decrement (productionDecrement) runs first; the orders, their items and the
 // idempotency records are inserted only if every product's decrement matched its row, so a
 // refused decrement writes nothing at all. Records are inserted in the order of their primary
@@ -119,7 +141,7 @@ WITH d AS (
 ), u AS (
   `
 	commitTail = `
-  RETURNING p.id, p.max_per_customer, p.hold_for_seconds
+  RETURNING p.id, p.max_per_customer, p.hold_for_seconds, p.max_held_per_customer
 ), ok AS (
   SELECT count(*) = cardinality($1::bigint[]) AS ok FROM u
 ), itm AS (
@@ -131,6 +153,7 @@ WITH d AS (
   SELECT itm.order_id, itm.product_id, itm.quantity FROM itm, ok WHERE ok.ok
 ), cp AS (` + limitedUnits + `
 ), hd AS (` + orderHolds + `
+), ch AS (` + heldUnits + `
 ), k AS (
   INSERT INTO idempotency_keys (customer_id, key, fingerprint, outcome, order_id, product_id, requested, available)
   SELECT x.customer_id, x.key, x.fingerprint, x.outcome, x.order_id, x.product_id, x.requested, x.available
@@ -187,7 +210,7 @@ WITH k AS (
 ), u AS (
   `
 	commitSkippingTail = `
-  RETURNING p.id, p.max_per_customer, p.hold_for_seconds
+  RETURNING p.id, p.max_per_customer, p.hold_for_seconds, p.max_held_per_customer
 ), ok AS (
   SELECT count(*) = (SELECT count(*) FROM d) AS ok FROM u
 ), itm AS (
@@ -199,6 +222,7 @@ WITH k AS (
   SELECT it.order_id, it.product_id, it.quantity FROM it, ok WHERE ok.ok
 ), cp AS (` + limitedUnits + `
 ), hd AS (` + orderHolds + `
+), ch AS (` + heldUnits + `
 )
 ` + insertOrders + `
 RETURNING id, created_at, expires_at,
@@ -240,19 +264,14 @@ func (s *Store) Snapshot(ctx context.Context, ids []int64, keys []stock.RecordKe
 		l                stock.Level
 		startsAt, endsAt *time.Time
 		holdFor          int64 // seconds
-		bought           []int64
-		boughtBy         []string
+		bought, held     []int64
+		boughtBy, heldBy []string
 	)
 	_, err := pgx.ForEachRow(rows, []any{&id, &l.Stock, &l.Version, &l.Fence, &startsAt, &endsAt, &l.Sale.MaxPerCustomer,
-		&holdFor, &snap.Now, &boughtBy, &bought}, func() error {
+		&holdFor, &l.Sale.MaxHeldPerCustomer, &snap.Now, &boughtBy, &bought, &heldBy, &held}, func() error {
 		lv := l
 		lv.Sale.StartsAt, lv.Sale.EndsAt, lv.Sale.HoldFor = startsAt, endsAt, time.Duration(holdFor)*time.Second
-		if len(boughtBy) > 0 {
-			lv.Bought = make(map[string]int64, len(boughtBy))
-			for i, c := range boughtBy {
-				lv.Bought[c] = bought[i]
-			}
-		}
+		lv.Bought, lv.Held = byCustomer(boughtBy, bought), byCustomer(heldBy, held)
 		snap.Levels[id] = lv
 		return nil
 	})
@@ -263,6 +282,18 @@ func (s *Store) Snapshot(ctx context.Context, ids []int64, keys []stock.RecordKe
 		return stock.Snapshot{}, err
 	}
 	return snap, nil
+}
+
+// byCustomer pairs customers with their counts; nil when there are none.
+func byCustomer(customers []string, counts []int64) map[string]int64 {
+	if len(customers) == 0 {
+		return nil
+	}
+	m := make(map[string]int64, len(customers))
+	for i, c := range customers {
+		m[c] = counts[i]
+	}
+	return m
 }
 
 // Records implements Store, with a query planned anew each time (pgx.QueryExecModeCacheDescribe):
@@ -410,6 +441,9 @@ func (s *Store) commitWrite(ctx context.Context, w stock.Write) (stock.Committed
 	case constraintViolated(err, "23514", "customer_purchases_within_limit"):
 		// Only a write decided without the limit (its check off, a demonstration) gets here.
 		return stock.Committed{}, &stock.CaughtError{Layer: stock.LayerLimit, ProductID: checkedProduct(w), Err: fmt.Errorf("%w: %w", stock.ErrConflict, err)}
+	case constraintViolated(err, "23514", "customer_holds_within_limit"):
+		// As for the limit: only a write decided without the cap gets here.
+		return stock.Committed{}, &stock.CaughtError{Layer: stock.LayerHoldLimit, ProductID: checkedProduct(w), Err: fmt.Errorf("%w: %w", stock.ErrConflict, err)}
 	case constraintViolated(err, "23505", "idempotency_keys_pkey"):
 		return stock.Committed{}, fmt.Errorf("%w: an idempotency key was stored meanwhile: %w", stock.ErrConflict, err)
 	case constraintViolated(err, "23503", "idempotency_keys_order_id_fkey"):

@@ -11,11 +11,32 @@ import (
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
-// confirmHoldSQL confirms a hold that has not expired by Postgres's clock: the one condition
-// that decides a confirm against an expiry or a cancel, whichever reaches the row first.
+// confirmHoldSQL confirms a hold that has not expired by Postgres's clock — the one condition
+// that decides a confirm against an expiry or a cancel, whichever reaches the row first — and
+// in the same statement takes its units off its customer's held units (customer_holds; the
+// units stay bought, in customer_purchases), never below 0 (see releaseHoldsSQL). Those counts
+// are locked in ascending product order, as every other writer of them locks them, so that a
+// cart's confirm never waits for a sale or a release that waits for it. It returns how many
+// orders it confirmed: 1 or 0.
 const confirmHoldSQL = `
-UPDATE orders SET status = 'confirmed', decided_at = now()
- WHERE id = $1 AND status = 'held' AND expires_at > now()`
+WITH o AS (
+  UPDATE orders SET status = 'confirmed', decided_at = now()
+   WHERE id = $1 AND status = 'held' AND expires_at > now()
+  RETURNING id, customer_id
+), q AS (
+  SELECT i.product_id, o.customer_id, sum(i.quantity)::bigint AS qty
+    FROM order_items i JOIN o ON o.id = i.order_id
+   GROUP BY i.product_id, o.customer_id
+), lk AS (
+  SELECT c.product_id, c.customer_id, q.qty
+    FROM customer_holds c JOIN q ON q.product_id = c.product_id AND q.customer_id = c.customer_id
+   ORDER BY c.product_id
+     FOR UPDATE OF c
+), h AS (
+  UPDATE customer_holds c SET held = greatest(c.held - lk.qty, 0)
+    FROM lk WHERE c.product_id = lk.product_id AND c.customer_id = lk.customer_id
+)
+SELECT count(*) FROM o`
 
 // ConfirmHold implements Store. A confirm is the payment's receipt: one acknowledged from the
 // primary alone (Postgres ended its commit's wait for the synchronous standby early, syncrep.go)
@@ -49,16 +70,14 @@ func (s *Store) ConfirmHold(ctx context.Context, id uuid.UUID) (stock.Order, err
 // confirmHold runs confirmHoldSQL so as to see the warning of a commit whose wait for a
 // synchronous standby was ended early (writeReplicated); it reports whether it confirmed.
 func (s *Store) confirmHold(ctx context.Context, id uuid.UUID) (bool, error) {
-	var changed bool
+	var confirmed int
 	err := writeReplicated(ctx, s.pool, "confirm hold", func(conn *pgxpool.Conn) error {
-		tag, err := conn.Exec(ctx, confirmHoldSQL, id)
-		if err != nil {
+		if err := conn.QueryRow(ctx, confirmHoldSQL, id).Scan(&confirmed); err != nil {
 			return dbError("confirm hold", err)
 		}
-		changed = tag.RowsAffected() == 1
 		return nil
 	})
-	return changed, err
+	return confirmed == 1, err
 }
 
 // lockProductsSQL takes the products' rows in ascending id order before a release raises
@@ -68,9 +87,14 @@ const lockProductsSQL = `SELECT id FROM products WHERE id = ANY($1) ORDER BY id 
 // releaseHoldsSQL ends the holds among $1 that are still held — cancelled, or with $2,
 // expired once expires_at has passed — and in the same statement gives their units back: to
 // the products' stock (the version moves, so a batch decided from before is refused and reads
-// again) and to the customers' counts. A hold already ended is not matched, so its units are
-// never given back twice. It returns the products raised, the holds it ended and each one's lag
-// (expires_at to now).
+// again) and to the customers' counts, what they bought and what they hold. A hold already
+// ended is not matched, so its units are never given back twice. It returns the products
+// raised, the holds it ended and each one's lag (expires_at to now).
+//
+// The held counts are locked in ascending (product, customer) order, as the statement that
+// sells takes them, and a confirm, so that none of them waits for another in a cycle. A held
+// count never goes below 0: a hold written by a replica from before customer_holds (a rolling
+// upgrade across migration 12) was never counted, and its release must not fail for it.
 const releaseHoldsSQL = `
 WITH r AS (
   UPDATE orders SET status = CASE WHEN $2 THEN 'expired' ELSE 'cancelled' END, decided_at = now()
@@ -83,6 +107,14 @@ WITH r AS (
 ), c AS (
   UPDATE customer_purchases c SET bought = c.bought - it.qty
     FROM it WHERE c.product_id = it.product_id AND c.customer_id = it.customer_id
+), hl AS (
+  SELECT c.product_id, c.customer_id, it.qty
+    FROM customer_holds c JOIN it ON it.product_id = c.product_id AND it.customer_id = c.customer_id
+   ORDER BY c.product_id, c.customer_id
+     FOR UPDATE OF c
+), h AS (
+  UPDATE customer_holds c SET held = greatest(c.held - hl.qty, 0)
+    FROM hl WHERE c.product_id = hl.product_id AND c.customer_id = hl.customer_id
 ), p AS (
   UPDATE products p SET stock = p.stock + q.qty, version = p.version + 1, updated_at = now()
     FROM (SELECT product_id, sum(qty)::bigint AS qty FROM it GROUP BY product_id) q

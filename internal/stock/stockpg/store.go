@@ -2,6 +2,7 @@ package stockpg
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,24 +47,44 @@ func New(pool *pgxpool.Pool) *Store {
 
 const productColumns = `id, sku, name, stock, version, created_at, updated_at, sale_starts_at, sale_ends_at,
 	coalesce(max_per_customer, 0) AS max_per_customer, coalesce(hold_for_seconds, 0)::bigint * 1000000000 AS hold_for,
-	coalesce(line_admit, 0)::bigint AS line_admit, coalesce(line_admission_seconds, 0)::bigint * 1000000000 AS line_admission_for`
+	max_held_per_customer, coalesce(line_admit, 0)::bigint AS line_admit,
+	coalesce(line_admission_seconds, 0)::bigint * 1000000000 AS line_admission_for`
 
 // CreateProduct implements Store.
 func (s *Store) CreateProduct(ctx context.Context, p stock.NewProduct) (stock.Product, error) {
 	rows, _ := s.pool.Query(ctx, `
 		INSERT INTO products (sku, name, stock, initial_stock, sale_starts_at, sale_ends_at, max_per_customer, hold_for_seconds,
-		                      line_admit, line_admission_seconds)
-		VALUES ($1, $2, $3, $3, $4, $5, nullif($6, 0), nullif($7, 0), nullif($8, 0), nullif($9, 0))
+		                      max_held_per_customer, line_admit, line_admission_seconds)
+		VALUES ($1, $2, $3, $3, $4, $5, nullif($6, 0), nullif($7, 0), $8, nullif($9, 0), nullif($10, 0))
 		RETURNING `+productColumns, p.SKU, p.Name, p.Stock, p.Sale.StartsAt, p.Sale.EndsAt, p.Sale.MaxPerCustomer,
-		int64(p.Sale.HoldFor/time.Second), p.Sale.Line.Admit, int64(p.Sale.Line.AdmissionFor/time.Second))
+		int64(p.Sale.HoldFor/time.Second), cmp.Or(p.Sale.MaxHeldPerCustomer, stock.DefaultMaxQuantity),
+		p.Sale.Line.Admit, int64(p.Sale.Line.AdmissionFor/time.Second))
 	prod, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[stock.Product])
 	if err != nil {
 		if constraintViolated(err, "23505", "products_sku_key") {
 			return stock.Product{}, stock.ErrDuplicateSKU
 		}
+		if invalid := refusedRule(err); invalid != nil {
+			return stock.Product{}, invalid
+		}
 		return stock.Product{}, dbError("create product", err)
 	}
 	return prod, nil
+}
+
+// refusedRule reads a sale rule that a CHECK of products refused — the service checks them
+// first, so only a caller that did not gets here — as the *stock.ValidationError the service
+// would have answered; nil for any other error.
+func refusedRule(err error) error {
+	switch {
+	case constraintViolated(err, "23514", "products_sale_window"):
+		return &stock.ValidationError{Field: "sale_ends_at", Reason: "must be after sale_starts_at"}
+	case constraintViolated(err, "23514", "products_hold_for_range"):
+		return &stock.ValidationError{Field: "hold_for", Reason: fmt.Sprintf("must be whole seconds between 1 and %d", int(stock.MaxHoldFor/time.Second))}
+	case constraintViolated(err, "23514", "products_max_held_positive"):
+		return &stock.ValidationError{Field: "max_held_per_customer", Reason: "must be at least 1"}
+	}
+	return nil
 }
 
 // Product implements Store.

@@ -35,6 +35,7 @@ func (m *MemStore) ConfirmHold(_ context.Context, id uuid.UUID) (stock.Order, er
 	case o.Status == stock.OrderStatusHeld && now.Before(*o.ExpiresAt):
 		o.Status, o.DecidedAt = stock.OrderStatusConfirmed, &now
 		m.orders[id] = o
+		m.unhold(o)
 		return o, nil
 	case o.Status == stock.OrderStatusConfirmed:
 		return o, nil
@@ -75,12 +76,22 @@ func (m *MemStore) ReleaseHolds(_ context.Context, ids []uuid.UUID, _ []int64, e
 			}
 			raised[it.ProductID] = true
 		}
+		m.unhold(o)
 	}
 	for id := range raised {
 		rel.Products = append(rel.Products, m.products[id].p)
 	}
 	slices.SortFunc(rel.Products, func(a, b stock.Product) int { return int(a.ID - b.ID) })
 	return rel, nil
+}
+
+// unhold takes a hold's units off its customer's held units, never below 0, as the Postgres
+// store does. m.mu is held.
+func (m *MemStore) unhold(o stock.Order) {
+	for _, it := range o.Items {
+		x := m.products[it.ProductID]
+		x.held[o.CustomerID] = max(x.held[o.CustomerID]-it.Quantity, 0)
+	}
 }
 
 // DueHolds implements stock.Store.

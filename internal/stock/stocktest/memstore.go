@@ -6,6 +6,7 @@ package stocktest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -35,6 +36,8 @@ type product struct {
 	sold     int64
 	// bought counts units per customer while the product has a limit (customer_purchases).
 	bought map[string]int64
+	// held counts units per customer in held orders (customer_holds).
+	held map[string]int64
 }
 
 type restock struct {
@@ -65,12 +68,16 @@ func (m *MemStore) CreateProduct(_ context.Context, p stock.NewProduct) (stock.P
 			return stock.Product{}, stock.ErrDuplicateSKU
 		}
 	}
-	m.nextID++
 	now := m.now()
-	x := &product{p: stock.Product{ID: m.nextID, SKU: p.SKU, Name: p.Name, Stock: p.Stock, CreatedAt: now, UpdatedAt: now,
+	x := &product{p: stock.Product{ID: m.nextID + 1, SKU: p.SKU, Name: p.Name, Stock: p.Stock, CreatedAt: now, UpdatedAt: now,
 		SaleStartsAt: p.Sale.StartsAt, SaleEndsAt: p.Sale.EndsAt, MaxPerCustomer: p.Sale.MaxPerCustomer, HoldFor: p.Sale.HoldFor,
-		LineAdmit: p.Sale.Line.Admit, LineAdmissionFor: p.Sale.Line.AdmissionFor}, received: p.Stock,
-		bought: map[string]int64{}}
+		MaxHeldPerCustomer: cmp.Or(p.Sale.MaxHeldPerCustomer, stock.DefaultMaxQuantity),
+		LineAdmit:          p.Sale.Line.Admit, LineAdmissionFor: p.Sale.Line.AdmissionFor}, received: p.Stock,
+		bought: map[string]int64{}, held: map[string]int64{}}
+	if err := refusedRule(x.p); err != nil {
+		return stock.Product{}, err
+	}
+	m.nextID++
 	m.products[x.p.ID] = x
 	return x.p, nil
 }
@@ -171,14 +178,10 @@ func (m *MemStore) Snapshot(_ context.Context, ids []int64, keys []stock.RecordK
 		if x, ok := m.products[id]; ok {
 			l := stock.Level{Stock: x.p.Stock, Version: x.p.Version, Fence: x.fence, Sale: x.p.Sale()}
 			if l.Sale.Limited() {
-				for _, c := range customers {
-					if n, ok := x.bought[c]; ok {
-						if l.Bought == nil {
-							l.Bought = map[string]int64{}
-						}
-						l.Bought[c] = n
-					}
-				}
+				l.Bought = counts(x.bought, customers)
+			}
+			if l.Sale.HoldFor > 0 || len(ids) > 1 {
+				l.Held = counts(x.held, customers)
 			}
 			s.Levels[id] = l
 		}
@@ -189,6 +192,20 @@ func (m *MemStore) Snapshot(_ context.Context, ids []int64, keys []stock.RecordK
 		}
 	}
 	return s, nil
+}
+
+// counts returns what of has for customers, those with more than 0; nil when none has.
+func counts(of map[string]int64, customers []string) map[string]int64 {
+	var out map[string]int64
+	for _, c := range customers {
+		if n := of[c]; n > 0 {
+			if out == nil {
+				out = map[string]int64{}
+			}
+			out[c] = n
+		}
+	}
+	return out
 }
 
 // Records implements stock.Store.
@@ -294,10 +311,19 @@ func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, e
 			bought[it.ProductID][o.CustomerID] = n
 		}
 	}
+	held, err := m.held(w.Orders)
+	if err != nil {
+		return stock.Committed{}, err
+	}
 	now := m.now()
 	for id, customers := range bought {
 		for c, n := range customers {
 			m.products[id].bought[c] = n
+		}
+	}
+	for id, customers := range held {
+		for c, n := range customers {
+			m.products[id].held[c] = n
 		}
 	}
 	for _, dec := range w.Decrements {
@@ -335,6 +361,34 @@ func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, e
 		m.records[r.RecordKey] = record{rec: r, created: now}
 	}
 	return stock.Committed{At: now, Skipped: skipped, Stored: stored, Holds: holds}, nil
+}
+
+// held returns what the customers of orders will hold of each product of a held order, or
+// the refusal of customer_holds' CHECK. m.mu is held.
+func (m *MemStore) held(orders []stock.Order) (map[int64]map[string]int64, error) {
+	held := map[int64]map[string]int64{}
+	for _, o := range orders {
+		if m.holdOf(o) == 0 {
+			continue
+		}
+		for _, it := range o.Items {
+			x := m.products[it.ProductID]
+			if held[it.ProductID] == nil {
+				held[it.ProductID] = map[string]int64{}
+			}
+			n, ok := held[it.ProductID][o.CustomerID]
+			if !ok {
+				n = x.held[o.CustomerID]
+			}
+			n += it.Quantity
+			if n > x.p.MaxHeldPerCustomer {
+				return nil, &stock.CaughtError{Layer: stock.LayerHoldLimit, ProductID: it.ProductID,
+					Err: fmt.Errorf("%w: customer %q would hold %d", stock.ErrConflict, o.CustomerID, n)}
+			}
+			held[it.ProductID][o.CustomerID] = n
+		}
+	}
+	return held, nil
 }
 
 // StoredKeys implements stock.Store.
@@ -470,20 +524,29 @@ func (m *MemStore) UpdateSale(_ context.Context, id int64, c stock.SaleChange) (
 		p.HoldFor = *c.HoldFor
 	}
 	switch {
+	case c.MaxHeldPerCustomer != nil:
+		p.MaxHeldPerCustomer = *c.MaxHeldPerCustomer
+	case c.DefaultMaxHeld > 0:
+		p.MaxHeldPerCustomer = cmp.Or(p.MaxPerCustomer, c.DefaultMaxHeld)
+	}
+	switch {
 	case c.ClearLine:
 		p.LineAdmit, p.LineAdmissionFor = 0, 0
 	case c.Line != nil:
 		p.LineAdmit, p.LineAdmissionFor = c.Line.Admit, c.Line.AdmissionFor
 	}
-	if p.SaleStartsAt != nil && p.SaleEndsAt != nil && !p.SaleEndsAt.After(*p.SaleStartsAt) {
-		return stock.Product{}, &stock.ValidationError{Field: "sale_ends_at", Reason: "must be after sale_starts_at"}
+	if err := refusedRule(p); err != nil {
+		return stock.Product{}, err
 	}
 	p.Version++
 	p.UpdatedAt = m.now()
 	if c.MaxPerCustomer != nil {
-		// Counted again from the orders, as the Postgres store does.
+		// Counted again from the orders confirmed or held, as the Postgres store does.
 		x.bought = map[string]int64{}
 		for _, o := range m.orders {
+			if o.Status != stock.OrderStatusConfirmed && o.Status != stock.OrderStatusHeld {
+				continue
+			}
 			for _, it := range o.Items {
 				if it.ProductID == id {
 					x.bought[o.CustomerID] += it.Quantity
@@ -493,6 +556,20 @@ func (m *MemStore) UpdateSale(_ context.Context, id int64, c stock.SaleChange) (
 	}
 	x.p = p
 	return p, nil
+}
+
+// refusedRule refuses what the CHECKs of the products table refuse, as the Postgres store
+// reports it.
+func refusedRule(p stock.Product) error {
+	switch {
+	case p.SaleStartsAt != nil && p.SaleEndsAt != nil && !p.SaleEndsAt.After(*p.SaleStartsAt):
+		return &stock.ValidationError{Field: "sale_ends_at", Reason: "must be after sale_starts_at"}
+	case p.HoldFor < 0 || p.HoldFor > stock.MaxHoldFor:
+		return &stock.ValidationError{Field: "hold_for", Reason: fmt.Sprintf("must be whole seconds between 1 and %d", int(stock.MaxHoldFor/time.Second))}
+	case p.MaxHeldPerCustomer < 1:
+		return &stock.ValidationError{Field: "max_held_per_customer", Reason: "must be at least 1"}
+	}
+	return nil
 }
 
 // Products implements stock.Store.
