@@ -165,6 +165,16 @@ func (s *Service) Join(ctx context.Context, product int64, customer string) (Joi
 	if err != nil {
 		return Joined{}, err
 	}
+	v.mu.Lock()
+	behind := drawn && v.drawnAt.IsZero()
+	v.mu.Unlock()
+	if behind {
+		// The store says the line was drawn and this replica's view does not know yet: the
+		// ticket is a late arrival, and its status must not say queued.
+		if err := s.read(ctx, v, false); err != nil {
+			return Joined{}, err
+		}
+	}
 	opened := p.SaleStartsAt == nil || !now.Before(*p.SaleStartsAt)
 	if drawn && t.Place == 0 || !drawn && opened {
 		// A late arrival is placed, and a line whose sale is open drawn, by an advance.

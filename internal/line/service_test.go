@@ -470,3 +470,24 @@ func TestSoldOutByAnOrderWithoutTheLine(t *testing.T) {
 		j.until(t, a, id, line.SoldOut)
 	}
 }
+
+// TestJoinAfterTheDrawIsNeverToldQueued: a join the store made after the draw is a late
+// arrival, and says so even on a replica whose view of the line has not heard of the draw.
+func TestJoinAfterTheDrawIsNeverToldQueued(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	a, _ := w.replica(t)
+	b, _ := w.replica(t)
+	opens := time.Now().Add(200 * time.Millisecond)
+	id := w.product(t, 5, 1, stock.SaleRules{StartsAt: &opens})
+	joinAll(t, b, id, "early") // b's view of the line, before the draw
+	b.Stop()                   // and it hears of nothing from now on
+	joinAll(t, a, id, "other")[0].placed(t, a, id)
+	late, err := b.Join(context.Background(), id, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if late.State != line.Waiting {
+		t.Errorf("a join after the draw, on a replica that had not heard of it: %s, want waiting", late.State)
+	}
+}
