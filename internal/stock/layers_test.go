@@ -14,6 +14,7 @@ import (
 
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
@@ -163,7 +164,7 @@ func TestFenceCatchesHolderWhoseLockExpired(t *testing.T) {
 	stock.SetAfterRead(a.svc, g.hook)
 
 	expire := func() {
-		key := fmt.Sprintf("%slock:product:{%d}", w.prefix, id)
+		key := stocklock.Name(w.prefix, id)
 		if n, err := a.redis.Del(context.Background(), key).Result(); err != nil || n != 1 {
 			t.Fatalf("expire A's lock %s: deleted %d, %v", key, n, err)
 		}
@@ -360,7 +361,7 @@ func TestFenceRefusesAWholeBatchWhoseLeaseRanOut(t *testing.T) {
 	a := w.replica(t, d, replicaOptions{lockTTL: 30 * time.Second, lockWait: 20 * time.Second})
 	b := w.replica(t, d, replicaOptions{})
 	id := createProduct(t, a, "fence-batch", 10)
-	lockName := fmt.Sprintf("%slock:product:{%d}", w.prefix, id)
+	lockName := stocklock.Name(w.prefix, id)
 	ctx := context.Background()
 
 	outside, err := lock.New(a.redis).Obtain(ctx, lockName, time.Minute, nil)

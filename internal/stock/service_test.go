@@ -170,7 +170,7 @@ func TestBusyWhenLockHeldPastWait(t *testing.T) {
 	w := newWorld(t)
 	r := w.replica(t, stock.DefaultDefense(), replicaOptions{lockWait: 50 * time.Millisecond})
 	id := createProduct(t, r, "busy", 5)
-	l, err := lock.New(r.redis).Obtain(context.Background(), fmt.Sprintf("%slock:product:{%d}", w.prefix, id), time.Minute, nil)
+	l, err := lock.New(r.redis).Obtain(context.Background(), stocklock.Name(w.prefix, id), time.Minute, nil)
 	if err != nil {
 		t.Fatalf("hold the lock: %v", err)
 	}
@@ -393,7 +393,7 @@ func TestClientGoneIsCountedAsCancelled(t *testing.T) {
 	w := newWorld(t)
 	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
 	id := createProduct(t, r, "gone", 5)
-	l, err := lock.New(r.redis).Obtain(context.Background(), fmt.Sprintf("%slock:product:{%d}", w.prefix, id), time.Minute, nil)
+	l, err := lock.New(r.redis).Obtain(context.Background(), stocklock.Name(w.prefix, id), time.Minute, nil)
 	if err != nil {
 		t.Fatalf("hold the lock: %v", err)
 	}
@@ -407,7 +407,7 @@ func TestClientGoneIsCountedAsCancelled(t *testing.T) {
 	}()
 	// The order waits for the lock: the lock's waiters list shows it.
 	waitForCondition(t, func() bool {
-		n, _ := r.redis.LLen(context.Background(), fmt.Sprintf("%slock:product:{%d}:waiters", w.prefix, id)).Result()
+		n, _ := r.redis.LLen(context.Background(), stocklock.Name(w.prefix, id)+":waiters").Result()
 		return n == 1
 	})
 	cancel()
