@@ -51,6 +51,11 @@ func TestLineOpeningAcrossReplicas(t *testing.T) {
 					res := lineOrder(t, replicas[(i+2)%3].URL, j.customer, map[string]string{"Line-Pass": j.pass}, id)
 					if res.Status == http.StatusCreated {
 						sold.Add(1)
+						// Another replica may say sold_out for a moment, when this order took
+						// the last unit and its use has not reached the line yet: used follows.
+						j.until(t, url, "used")
+						used.Add(1)
+						return
 					}
 				case "sold_out":
 					soldOut.Add(1)
