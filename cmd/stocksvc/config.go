@@ -42,6 +42,8 @@ type config struct {
 	CacheLease     time.Duration
 	CacheTTL       time.Duration
 	CacheRedisWait time.Duration
+	LinePoll       time.Duration
+	LineMaxWait    time.Duration
 	RequestTimeout time.Duration
 	ShutdownGrace  time.Duration
 	ShutdownDelay  time.Duration
@@ -122,6 +124,8 @@ func settings() []setting {
 		{"STOCKSVC_CACHE_LEASE", "cache-lease", "50ms", "how long a replica answers product reads, and refuses orders for a sold-out product, from a view without asking Redis again, and remembers that a product does not exist; every restock and product creation waits it out; 0 turns the view cache off", dur(func(c *config) *time.Duration { return &c.CacheLease }), false},
 		{"STOCKSVC_CACHE_TTL", "cache-ttl", "5s", "how long a product's view lives in Redis without an update: the bound on a view whose update was lost", dur(func(c *config) *time.Duration { return &c.CacheTTL }), false},
 		{"STOCKSVC_CACHE_REDIS_WAIT", "cache-redis-wait", "500ms", "how long a product read waits for each Redis command before it reads Postgres instead: what a read costs while Redis hangs", dur(func(c *config) *time.Duration { return &c.CacheRedisWait }), false},
+		{"STOCKSVC_LINE_POLL", "line-poll", "250ms", "how often each replica reads the versions of the lines it serves and checks whether one needs an advance no announcement asked for: the bound on how late a lost announcement (a failover, a dropped connection) leaves a ticket's status", dur(func(c *config) *time.Duration { return &c.LinePoll }), false},
+		{"STOCKSVC_LINE_MAX_WAIT", "line-max-wait", "30s", "the longest a ticket's long-poll (Prefer: wait) waits for a change, at most 1m; it comes on top of STOCKSVC_REQUEST_TIMEOUT", dur(func(c *config) *time.Duration { return &c.LineMaxWait }), false},
 		{"STOCKSVC_REQUEST_TIMEOUT", "request-timeout", "10s", "bound on each API request", dur(func(c *config) *time.Duration { return &c.RequestTimeout }), false},
 		{"STOCKSVC_SHUTDOWN_GRACE", "shutdown-grace", "15s", "the whole shutdown after SIGTERM: the shutdown delay, requests in flight, the async workers, queued orders and closing connections, under one deadline; keep it below the orchestrator's grace period (Compose: 20s)", dur(func(c *config) *time.Duration { return &c.ShutdownGrace }), false},
 		{"STOCKSVC_SHUTDOWN_DELAY", "shutdown-delay", "2s", "how long /readyz answers 503 before the listener closes, so a balancer can notice; part of STOCKSVC_SHUTDOWN_GRACE, and shorter than it", dur(func(c *config) *time.Duration { return &c.ShutdownDelay }), false},
@@ -261,6 +265,12 @@ func (c *config) validate() error {
 	}
 	if c.CacheLease > 0 && c.CacheTTL < c.CacheLease {
 		errs = append(errs, fmt.Errorf("STOCKSVC_CACHE_TTL: %v is shorter than STOCKSVC_CACHE_LEASE", c.CacheTTL))
+	}
+	if c.LinePoll < 10*time.Millisecond || c.LinePoll > 5*time.Second {
+		errs = append(errs, fmt.Errorf("STOCKSVC_LINE_POLL: %v is outside 10ms..5s", c.LinePoll))
+	}
+	if c.LineMaxWait < time.Second || c.LineMaxWait > time.Minute {
+		errs = append(errs, fmt.Errorf("STOCKSVC_LINE_MAX_WAIT: %v is outside 1s..1m", c.LineMaxWait))
 	}
 	if c.DBMaxConns < 1 {
 		errs = append(errs, errors.New("STOCKSVC_DB_MAX_CONNS: must be at least 1"))
@@ -460,6 +470,8 @@ func (c config) logAttrs() []any {
 		slog.String("cache_lease", c.CacheLease.String()),
 		slog.String("cache_ttl", c.CacheTTL.String()),
 		slog.String("cache_redis_wait", c.CacheRedisWait.String()),
+		slog.String("line_poll", c.LinePoll.String()),
+		slog.String("line_max_wait", c.LineMaxWait.String()),
 		slog.String("request_timeout", c.RequestTimeout.String()),
 		slog.String("shutdown_grace", c.ShutdownGrace.String()),
 		slog.String("shutdown_delay", c.ShutdownDelay.String()),

@@ -51,7 +51,7 @@ func TestDashboardMetrics(t *testing.T) {
 	// What the dashboard is for (docs/operations.md): each of these has a panel.
 	for _, want := range []string{"stocksvc_orders_total", "stocksvc_defense_catches_total", "stocksvc_orders_refused_fast_total",
 		"stocksvc_batch_orders_bucket", "stocksvc_lock_wait_seconds_bucket", "stocksvc_view_reads_total",
-		"stocksvc_async_orders_pending", "stocksvc_async_oldest_pending_seconds"} {
+		"stocksvc_async_orders_pending", "stocksvc_async_oldest_pending_seconds", "stocksvc_line_tickets", "stocksvc_line_admittable"} {
 		if !used[want] {
 			t.Errorf("no dashboard query uses %s", want)
 		}

@@ -21,6 +21,8 @@ import (
 	"github.com/stocksvc/stocksvc/internal/clock"
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/keyspace"
+	"github.com/stocksvc/stocksvc/internal/line"
+	"github.com/stocksvc/stocksvc/internal/line/linepg"
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/lock/lockprom"
 	"github.com/stocksvc/stocksvc/internal/stock"
@@ -84,6 +86,8 @@ func serve(ctx context.Context, stopSignals func(), cfg config, log *slog.Logger
 		deps.close()
 		return startFailed(ctx, stopSignals, lis, g, stopGroup, err, log)
 	}
+	// The line's keeper advances the lines this replica serves until shutdown stops it.
+	a.lines.Start()
 	lis.route(a.api)
 	log.InfoContext(ctx, "ready", lis.addrAttrs()...)
 	a.runHousekeeping(gctx, g, deps, log)
@@ -119,8 +123,10 @@ type app struct {
 	api     *stockhttp.Server
 	svc     *stock.Service
 	queue   *async.Queue // its workers run when workers is set
-	locks   *lock.Client
-	purger  *keyPurger
+	// lines runs the lines; its keeper runs from serve's start to shutdown.
+	lines  *line.Service
+	locks  *lock.Client
+	purger *keyPurger
 	// workers says that the queue's workers were started: this replica decides orders
 	// accepted for later, and must stop doing so before its connections close.
 	workers bool
@@ -168,7 +174,19 @@ func wire(ctx context.Context, cfg config, deps dependencies, customers stockhtt
 		_ = a.locks.Close()
 		return nil, err
 	}
-	var err error
+	// The line's signing keys are Postgres's (made by the first replica to start): every
+	// replica signs and checks tickets and passes with the same.
+	lines, err := line.New(ctx, linepg.New(deps.pool), store, a.svc, line.Config{
+		MaxQuantity: cfg.MaxQuantity,
+		Poll:        cfg.LinePoll,
+		MaxWait:     cfg.LineMaxWait,
+		Now:         skewedClock(cfg.ClockSkew),
+		Logger:      log,
+	}, line.NewMetrics(reg))
+	if err != nil {
+		return fail(err)
+	}
+	a.lines = lines
 	orders, err := asyncpg.New(deps.pool)
 	if err != nil {
 		return fail(err)
@@ -190,6 +208,7 @@ func wire(ctx context.Context, cfg config, deps dependencies, customers stockhtt
 		Queue:      a.queue,
 		AdminToken: cfg.AdminToken,
 		Customers:  customers,
+		Lines:      a.lines,
 		Limits:     cfg.limits(deps.rdb),
 		// Ready asks Postgres only. A replica without Redis still serves product reads (from
 		// Postgres, a few at a time) and answers orders 503 itself; taking every replica out

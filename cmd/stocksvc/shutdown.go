@@ -26,8 +26,10 @@ var errBudgetSpent = errors.New("the shutdown budget ran out")
 //     round; one still running at the deadline is abandoned, and its orders, still in line
 //     in Postgres, are decided by another replica);
 //  4. the orders queued in the service are decided;
-//  5. the housekeeping goroutines (key purge, Redis watch, profiler) are joined;
-//  6. the lock client, Redis and Postgres connections close.
+//  5. the line's keeper stops (an advance in flight rolls back: another replica's does its
+//     work) and the admissions this replica's last orders used are written;
+//  6. the housekeeping goroutines (key purge, Redis watch, profiler) are joined;
+//  7. the lock client, Redis and Postgres connections close.
 //
 // A stage still running at the deadline is abandoned, and the stages after it are left out:
 // the process is about to exit, which ends them all. The error then names them (with
@@ -56,6 +58,10 @@ func shutdown(ctx context.Context, cfg config, log *slog.Logger, lis *listeners,
 			// (their handlers have been answered, or abandoned, by then).
 			a.svc.Close()
 			return nil
+		}},
+		{"line keeper", func(ctx context.Context) error {
+			a.lines.Stop()
+			return a.lines.Flush(ctx)
 		}},
 		{"housekeeping", func(context.Context) error { return g.Wait() }},
 		{"connections", func(context.Context) error {

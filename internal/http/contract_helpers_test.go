@@ -92,6 +92,12 @@ type problemBody struct {
 	// hold-limit's.
 	MaxHeldPerCustomer int64  `json:"max_held_per_customer"`
 	Held               *int64 `json:"held"`
+	// The line's refusals.
+	Line          string     `json:"line"`
+	TicketStatus  string     `json:"ticket_status"`
+	Place         *int64     `json:"place"`
+	Ahead         *int64     `json:"ahead"`
+	AdmittedUntil *time.Time `json:"admitted_until"`
 }
 
 // contractStatus is the status the contract gives each problem code.
@@ -117,6 +123,13 @@ var contractStatus = map[string]int{
 	"hold-expired":           http.StatusConflict,
 	"order-cancelled":        http.StatusConflict,
 	"order-confirmed":        http.StatusConflict,
+	"not-admitted":           http.StatusConflict,
+	"admission-expired":      http.StatusConflict,
+	"admission-used":         http.StatusConflict,
+	"invalid-ticket":         http.StatusBadRequest,
+	"ticket-not-found":       http.StatusNotFound,
+	"line-not-found":         http.StatusNotFound,
+	"line-not-drawn":         http.StatusConflict,
 	"idempotency-key-reused": http.StatusUnprocessableEntity,
 	"rate-limited":           http.StatusTooManyRequests,
 	"busy":                   http.StatusTooManyRequests,

@@ -2,6 +2,7 @@ package stockhttp
 
 import (
 	"encoding/json"
+	"reflect"
 	"time"
 
 	"github.com/stocksvc/stocksvc/internal/async"
@@ -17,7 +18,28 @@ type createProductRequest struct {
 	MaxPerCustomer *int64     `json:"max_per_customer"`
 	HoldFor        *int64     `json:"hold_for"`
 	// MaxHeldPerCustomer: absent or null, the service's default.
-	MaxHeldPerCustomer *int64 `json:"max_held_per_customer"`
+	MaxHeldPerCustomer *int64   `json:"max_held_per_customer"`
+	Line               *lineDTO `json:"line"`
+}
+
+// lineDTO is a product's line: the most buyers admitted at once, and how long an admission
+// lasts (seconds). Both are required; null (or absent, on creation) is no line.
+type lineDTO struct {
+	Admit        *int64 `json:"admit"`
+	AdmissionFor *int64 `json:"admission_for"`
+}
+
+// toLineRules converts a line; the bounds are the service's.
+func (l lineDTO) toLineRules() (stock.LineRules, error) {
+	switch {
+	case l.Admit == nil:
+		return stock.LineRules{}, &stock.ValidationError{Field: "line.admit", Reason: "is required (or send line: null for no line)"}
+	case l.AdmissionFor == nil:
+		return stock.LineRules{}, &stock.ValidationError{Field: "line.admission_for", Reason: "is required (or send line: null for no line)"}
+	}
+	// Capped where no overflow can happen: the service refuses anything above an hour anyway.
+	secs := min(max(*l.AdmissionFor, 0), int64(100*stock.MaxAdmissionFor/time.Second))
+	return stock.LineRules{Admit: *l.Admit, AdmissionFor: time.Duration(secs) * time.Second}, nil
 }
 
 // toNewProduct converts the request; the rules themselves are the service's.
@@ -45,18 +67,26 @@ func (r createProductRequest) toNewProduct() (stock.NewProduct, error) {
 		}
 		p.Sale.MaxHeldPerCustomer = *r.MaxHeldPerCustomer
 	}
+	if r.Line != nil {
+		var err error
+		if p.Sale.Line, err = r.Line.toLineRules(); err != nil {
+			return stock.NewProduct{}, err
+		}
+	}
 	return p, nil
 }
 
 // updateSaleRequest is PATCH /v1/products/{id}/sale: a field present replaces the rule, null
 // removes it — for the cap on held units, which every product has, puts back its default — and
-// a field absent keeps it (JSON merge patch, RFC 7396, on the rules).
+// a field absent keeps it (JSON merge patch, RFC 7396, on the rules; the line is one rule,
+// replaced whole).
 type updateSaleRequest struct {
 	SaleStartsAt       optional[time.Time] `json:"sale_starts_at"`
 	SaleEndsAt         optional[time.Time] `json:"sale_ends_at"`
 	MaxPerCustomer     optional[int64]     `json:"max_per_customer"`
 	HoldFor            optional[int64]     `json:"hold_for"`
 	MaxHeldPerCustomer optional[int64]     `json:"max_held_per_customer"`
+	Line               optional[lineDTO]   `json:"line"`
 }
 
 // holdSeconds turns hold_for (seconds) into a duration, capped where no overflow can happen:
@@ -70,6 +100,10 @@ type optional[T any] struct {
 	set   bool
 	value *T
 }
+
+// shapedAs tells checkNames that the field is read as a T (or null), so that its names are
+// held to T's exactly.
+func (*optional[T]) shapedAs() reflect.Type { return reflect.TypeFor[T]() }
 
 // UnmarshalJSON is called only for a field that is present.
 func (o *optional[T]) UnmarshalJSON(b []byte) error {
@@ -88,13 +122,21 @@ func (o *optional[T]) UnmarshalJSON(b []byte) error {
 
 func (r updateSaleRequest) toSaleChange() (stock.SaleChange, error) {
 	var c stock.SaleChange
-	if !r.SaleStartsAt.set && !r.SaleEndsAt.set && !r.MaxPerCustomer.set && !r.HoldFor.set && !r.MaxHeldPerCustomer.set {
-		return c, &stock.ValidationError{Field: "sale", Reason: "must change at least one of sale_starts_at, sale_ends_at, max_per_customer, hold_for, max_held_per_customer"}
+	if !r.SaleStartsAt.set && !r.SaleEndsAt.set && !r.MaxPerCustomer.set && !r.HoldFor.set && !r.MaxHeldPerCustomer.set && !r.Line.set {
+		return c, &stock.ValidationError{Field: "sale", Reason: "must change at least one of sale_starts_at, sale_ends_at, max_per_customer, hold_for, max_held_per_customer, line"}
 	}
 	if r.MaxHeldPerCustomer.value != nil && *r.MaxHeldPerCustomer.value < 1 {
 		return c, &stock.ValidationError{Field: "max_held_per_customer", Reason: "must be at least 1 (or null for the default)"}
 	}
 	c.MaxHeldPerCustomer, c.ClearMaxHeldPerCustomer = r.MaxHeldPerCustomer.value, r.MaxHeldPerCustomer.set && r.MaxHeldPerCustomer.value == nil
+	if r.Line.value != nil {
+		l, err := r.Line.value.toLineRules()
+		if err != nil {
+			return c, err
+		}
+		c.Line = &l
+	}
+	c.ClearLine = r.Line.set && r.Line.value == nil
 	if r.HoldFor.value != nil {
 		if *r.HoldFor.value < 1 {
 			return c, &stock.ValidationError{Field: "hold_for", Reason: "must be at least 1 second (or null for orders final at once)"}
@@ -131,7 +173,8 @@ type productResponse struct {
 	MaxPerCustomer *int64     `json:"max_per_customer"`
 	HoldFor        *int64     `json:"hold_for"`
 	// MaxHeldPerCustomer is always set: every product caps what one customer holds.
-	MaxHeldPerCustomer int64 `json:"max_held_per_customer"`
+	MaxHeldPerCustomer int64    `json:"max_held_per_customer"`
+	Line               *lineDTO `json:"line"`
 }
 
 func toProductResponse(p stock.Product) productResponse {
@@ -148,6 +191,10 @@ func toProductResponse(p stock.Product) productResponse {
 	if p.HoldFor > 0 {
 		secs := int64(p.HoldFor / time.Second)
 		r.HoldFor = &secs
+	}
+	if l := p.Sale().Line; l.Lined() {
+		admit, secs := l.Admit, int64(l.AdmissionFor/time.Second)
+		r.Line = &lineDTO{Admit: &admit, AdmissionFor: &secs}
 	}
 	return r
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/stocksvc/stocksvc/internal/async"
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/identity"
+	"github.com/stocksvc/stocksvc/internal/line"
+	"github.com/stocksvc/stocksvc/internal/line/linetest"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/stocktest"
 )
@@ -215,6 +217,10 @@ type fakeOptions struct {
 	placeOrder func(context.Context, stock.OrderRequest) (stock.OrderResult, error)
 	// customers, when its mode is set, says who the customers are; else body mode.
 	customers stockhttp.CustomerAuth
+	// noLines leaves the line out (Config.Lines nil).
+	noLines bool
+	// requestTimeout is Config.RequestTimeout.
+	requestTimeout time.Duration
 	// limits are the replica's rate limits; none by default.
 	limits stockhttp.Limits
 }
@@ -227,23 +233,28 @@ type fakeInstance struct {
 	Registry *prometheus.Registry
 	svc      *fakeService
 	queue    *fakeQueue // nil with noQueue
+	// lines is the line's service over memory (nil with noLines), and lineStore its store.
+	lines     *line.Service
+	lineStore *linetest.MemStore
 }
 
 func newFakeInstance(t testing.TB, o fakeOptions) *fakeInstance {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	svc := stock.NewService(stocktest.NewMemStore(), &stocktest.LocalLocker{},
+	products := stocktest.NewMemStore()
+	svc := stock.NewService(products, &stocktest.LocalLocker{},
 		stock.Config{MaxQuantity: o.maxQuantity}, stock.NewMetrics(reg))
 	in := &fakeInstance{Registry: reg, svc: &fakeService{svc: svc, err: o.serviceErr, placeOrder: o.placeOrder}}
 	cfg := stockhttp.Config{
-		Service:    in.svc,
-		AdminToken: adminToken,
-		Ready:      o.ready,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Registerer: reg,
-		Gatherer:   reg,
-		Customers:  stockhttp.CustomerAuth{Mode: identity.ModeBody},
-		Limits:     o.limits,
+		Service:        in.svc,
+		AdminToken:     adminToken,
+		Ready:          o.ready,
+		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Registerer:     reg,
+		Gatherer:       reg,
+		Customers:      stockhttp.CustomerAuth{Mode: identity.ModeBody},
+		RequestTimeout: o.requestTimeout,
+		Limits:         o.limits,
 	}
 	if o.customers.Mode != "" {
 		cfg.Customers = o.customers
@@ -257,11 +268,25 @@ func newFakeInstance(t testing.TB, o fakeOptions) *fakeInstance {
 		in.queue = &fakeQueue{svc: svc, err: o.queueErr, orders: map[uuid.UUID]async.Order{}, keys: map[string]fakeKey{}}
 		cfg.Queue = in.queue
 	}
+	if !o.noLines {
+		in.lineStore = linetest.NewMemStore()
+		lines, err := line.New(context.Background(), in.lineStore, products, svc,
+			line.Config{MaxQuantity: o.maxQuantity, Poll: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+			line.NewMetrics(reg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines.Start()
+		in.lines, cfg.Lines = lines, lines
+	}
 	in.API = stockhttp.New(cfg)
 	srv := httptest.NewServer(in.API)
 	in.URL = srv.URL
 	t.Cleanup(func() {
 		srv.Close()
+		if in.lines != nil {
+			in.lines.Stop()
+		}
 		svc.Close()
 	})
 	return in

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stocksvc/stocksvc/internal/async"
+	"github.com/stocksvc/stocksvc/internal/line"
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
@@ -196,12 +197,32 @@ func (s *Server) handlePlaceOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req placeOrderRequest
-	if err := s.decodeJSON(w, r, &req); err != nil {
+	a := admittedOf(r.Context())
+	if a != nil {
+		// Read by withAdmission; a body it could not read is answered now, after the
+		// credential, as it always was.
+		req, err = a.req, a.err
+	} else {
+		err = s.decodeJSON(w, r, &req)
+	}
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	if req.CustomerID, err = orderCustomer(r.Context(), req.CustomerID); err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	var cleared line.Cleared
+	if a != nil {
+		cleared = a.cleared
+	}
+	if cleared.Customer != "" && req.CustomerID == "" {
+		req.CustomerID = cleared.Customer // body mode: the pass names the customer
+	}
+	if cleared.Customer != "" && req.CustomerID != cleared.Customer {
+		// The gateway's customer, or the body's in body mode, is not the pass's.
+		s.writeError(w, r, mismatch(passHeader))
 		return
 	}
 	if s.queue != nil && prefersAsync(r.Header) {
@@ -212,6 +233,7 @@ func (s *Server) handlePlaceOrder(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, err)
 			return
 		}
+		s.used(cleared, key)
 		s.writeAcceptance(w, r, acc)
 		return
 	}
@@ -220,12 +242,21 @@ func (s *Server) handlePlaceOrder(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	s.used(cleared, key)
 	if res.Accepted != nil {
 		// The key belongs to an order accepted for later: answer with it, as its own retry is.
 		s.writeAccepted(w, r, *res.Accepted)
 		return
 	}
 	s.writeConfirmed(w, res.Order, res.Replayed)
+}
+
+// used spends the admissions an order's passes cleared, once the order was confirmed, held
+// or accepted: one admission, one order.
+func (s *Server) used(cl line.Cleared, key string) {
+	if len(cl.Admissions) > 0 {
+		s.lines.Used(cl, key)
+	}
 }
 
 func (s *Server) writeConfirmed(w http.ResponseWriter, o stock.Order, replayed bool) {

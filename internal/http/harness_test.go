@@ -20,6 +20,8 @@ import (
 	"github.com/stocksvc/stocksvc/internal/async/asyncpg"
 	stockhttp "github.com/stocksvc/stocksvc/internal/http"
 	"github.com/stocksvc/stocksvc/internal/identity"
+	"github.com/stocksvc/stocksvc/internal/line"
+	"github.com/stocksvc/stocksvc/internal/line/linepg"
 	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
 	"github.com/stocksvc/stocksvc/internal/stock/demo"
@@ -90,6 +92,8 @@ type instanceOptions struct {
 	// customers, when its mode is set, says who the customers are; else body mode, the
 	// customer_id each request sends.
 	customers stockhttp.CustomerAuth
+	// lineStore, when set, replaces the replica's line store (linepg over its pool).
+	lineStore line.Store
 }
 
 // instance is one replica: its own pools, service and HTTP server, as a separate process would
@@ -97,6 +101,7 @@ type instanceOptions struct {
 type instance struct {
 	URL      string
 	API      *stockhttp.Server
+	Lines    *line.Service
 	Registry *prometheus.Registry
 	Pool     *pgxpool.Pool
 	Redis    *redis.Client
@@ -185,9 +190,28 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 	if o.customers.Mode != "" {
 		customers = o.customers
 	}
+	// The line's keys are read from Postgres at start: a replica given a Postgres that does not
+	// answer has no line (cmd/stocksvc waits for Postgres before it starts one).
+	var lines *line.Service
+	var lineRoutes stockhttp.Lines
+	if o.databaseURL == "" {
+		lineStore := o.lineStore
+		if lineStore == nil {
+			lineStore = linepg.New(pool)
+		}
+		lines, err = line.New(ctx, lineStore, store, svc,
+			line.Config{MaxQuantity: o.maxQuantity, Poll: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+			line.NewMetrics(reg))
+		if err != nil {
+			t.Fatalf("new line service: %v", err)
+		}
+		lines.Start()
+		lineRoutes = lines
+	}
 	api := stockhttp.New(stockhttp.Config{
 		Service:    svc,
 		Queue:      queue,
+		Lines:      lineRoutes,
 		AdminToken: token,
 		Customers:  customers,
 		Ready:      ready,
@@ -196,9 +220,12 @@ func (c *cluster) start(t testing.TB, o instanceOptions) *instance {
 		Gatherer:   reg,
 	})
 	srv := httptest.NewServer(api)
-	in := &instance{URL: srv.URL, API: api, Registry: reg, Pool: pool, Redis: rdb, Queue: queue}
+	in := &instance{URL: srv.URL, API: api, Lines: lines, Registry: reg, Pool: pool, Redis: rdb, Queue: queue}
 	t.Cleanup(func() {
 		srv.Close()
+		if lines != nil {
+			lines.Stop()
+		}
 		if in.started {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

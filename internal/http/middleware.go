@@ -97,10 +97,11 @@ func (s *Server) withRecover(next http.Handler) http.Handler {
 	})
 }
 
-// withTimeout bounds every API request.
+// withTimeout bounds every API request; a ticket's long-poll is given its wait on top
+// (longPoll).
 func (s *Server) withTimeout(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+		ctx, cancel := context.WithTimeout(r.Context(), s.timeout+s.longPoll(w, r))
 		defer cancel()
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})

@@ -24,7 +24,8 @@ import (
 // escapes are decoded, as JSON defines them ("\u0071uantity" is quantity).
 //
 // Only the objects whose fields t declares are held to exact names: a value that decodes
-// itself (time.Time, optional) or a map is the decoder's. Request types embed no struct: an
+// itself (time.Time) or a map is the decoder's; one that decodes as another type (optional[T],
+// shaped) is held to that type's. Request types embed no struct: an
 // embedded struct's fields would be refused here as unknown. body must be JSON that
 // decodeJSON is about to decode: whatever the tokenizer stops at is that decode's to report.
 func checkNames(body []byte, t reflect.Type) error {
@@ -97,6 +98,11 @@ func shapeOf(t reflect.Type, seen map[reflect.Type]*jsonShape) *jsonShape {
 	}
 	s := &jsonShape{}
 	seen[t] = s
+	if p := reflect.PointerTo(t); p.Implements(reflect.TypeFor[shaped]()) {
+		// Read as another type (optional[T]: T, or null): that type's names.
+		*s = *shapeOf(reflect.New(t).Interface().(shaped).shapedAs(), seen)
+		return s
+	}
 	if p := reflect.PointerTo(t); p.Implements(reflect.TypeFor[json.Unmarshaler]()) || p.Implements(reflect.TypeFor[encoding.TextUnmarshaler]()) {
 		return s
 	}
@@ -120,6 +126,10 @@ func shapeOf(t reflect.Type, seen map[reflect.Type]*jsonShape) *jsonShape {
 	}
 	return s
 }
+
+// shaped is a type that decodes itself as another type does (optional[T]), whose names
+// checkNames holds to that type's.
+type shaped interface{ shapedAs() reflect.Type }
 
 // jsonFrame is an object or array that checkNames is inside of.
 type jsonFrame struct {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stocksvc/stocksvc/internal/async"
 	"github.com/stocksvc/stocksvc/internal/identity"
+	"github.com/stocksvc/stocksvc/internal/line"
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
@@ -42,6 +43,13 @@ type problem struct {
 	// The cap on a customer's held units and what the customer holds (hold-limit).
 	MaxHeldPerCustomer int64  `json:"max_held_per_customer,omitempty"`
 	Held               *int64 `json:"held,omitempty"`
+	// The line's refusals: the route to join (not-admitted), where the order's Line-Ticket
+	// stands (its status, place and how many are ahead), when an admission ran out.
+	Line          string     `json:"line,omitempty"`
+	TicketStatus  string     `json:"ticket_status,omitempty"`
+	Place         *int64     `json:"place,omitempty"`
+	Ahead         *int64     `json:"ahead,omitempty"`
+	AdmittedUntil *time.Time `json:"admitted_until,omitempty"`
 
 	retryAfter   int    // seconds; sent as the Retry-After header when positive
 	authenticate string // sent as the WWW-Authenticate header when set
@@ -78,6 +86,13 @@ var problemTypes = map[string]problemType{
 	"order-confirmed":        {409, "Order confirmed", "The order is confirmed (paid) and cannot be cancelled."},
 	"customer-limit":         {409, "Customer limit reached", "The order would take the customer above the product's limit per customer; nothing was sold and nothing is stored under the Idempotency-Key. `max_per_customer` is the limit, `bought` what the customer already has and `requested` what the order asked for."},
 	"hold-limit":             {409, "Hold limit reached", "The order would be held, and would take the units the customer holds of a product above what one customer may hold at once; nothing was sold and nothing is stored under the Idempotency-Key. `max_held_per_customer` is the cap, `held` what the customer holds now and `requested` what the order asked for: once a hold ends (confirmed, cancelled or expired), its units count no more."},
+	"not-admitted":           {409, "Not admitted", "The product is sold through a line, and the order has no valid Line-Pass for it: join the line (`line` names the route), wait for the ticket's status to say admitted, and send its pass. Nothing was sold. With a Line-Ticket, `ticket_status`, `place` and `ahead` say where that ticket stands."},
+	"admission-expired":      {409, "Admission expired", "The Line-Pass's admission ran out (`admitted_until`) before this order: its room passed to the next in line. Nothing was sold; join the line again."},
+	"admission-used":         {409, "Admission used", "The Line-Pass's admission was used by another order (one admission, one order; a retry of that order with its Idempotency-Key is answered with it). Nothing was sold; join the line again to buy again."},
+	"invalid-ticket":         {400, "Invalid ticket", "The Line-Ticket header is missing, malformed, not a ticket this service signed, or a ticket of another product's line."},
+	"ticket-not-found":       {404, "Ticket not found", "The Line-Ticket is one this service signed but its line no longer has it (a failover lost the join): join again."},
+	"line-not-found":         {404, "Line not found", "The product has no line: its orders need no admission."},
+	"line-not-drawn":         {409, "Line not drawn", "The line has not been drawn yet: its seed is shown only once the opening has drawn it."},
 	"idempotency-key-reused": {422, "Idempotency key reused", "This Idempotency-Key was first used with a different request body."},
 	"rate-limited":           {429, "Too many requests", "A rate limit refused the request before anything was done: a customer's requests (per replica), refused credentials from one client address (per replica), or wrong admin tokens from one client address (across replicas); `detail` says which. Retry after Retry-After seconds. The Compose nginx answers its own limit per address with the same code."},
 	"busy":                   {429, "Busy", "The product is contended and the order could not be attempted in time; nothing was sold (and an order sent with an Idempotency-Key has no stored outcome under it). Retry after Retry-After seconds."},
@@ -114,8 +129,9 @@ func badRequest(code, detail string) error { return &requestError{code: code, de
 //     or refused: 401 unauthenticated; a rate limit: 429 rate-limited; malformed JSON, a
 //     customer_id that is not the verified customer's, ...);
 //  2. the request's own outcome: invalid input, sold out, a sale rule (not open, ended, the
-//     customer's limit, the cap on what they hold), product or order not found, duplicate
-//     SKU, idempotency key reused;
+//     customer's limit, the cap on what they hold), the line's refusals (not admitted, an
+//     admission run out or used, a ticket invalid or lost, no line), product or order not
+//     found, duplicate SKU, idempotency key reused;
 //  3. unavailable (503) — a dependency down or slow, a deadline, or a write whose outcome is
 //     unknown — whatever else the error holds: a lease lost while a commit's reply was lost
 //     is still unknown, and "busy" would tell the buyer that nothing was sold;
@@ -184,6 +200,9 @@ func problemFor(err error) *problem {
 		p.ProductID, p.MaxHeldPerCustomer, p.Held, p.Requested = hold.ProductID, hold.Limit, &held, hold.Requested
 		return p
 	}
+	if p := lineProblem(err); p != nil {
+		return p
+	}
 	if noProduct, ok := errors.AsType[*stock.ProductNotFoundError](err); ok {
 		p := newProblem("product-not-found", fmt.Sprintf("product %d does not exist", noProduct.ProductID))
 		p.ProductID = noProduct.ProductID
@@ -209,7 +228,7 @@ func problemFor(err error) *problem {
 		p := newProblem("unavailable", "the outcome is unknown: Postgres did not answer whether it was written, or cannot yet show its standby has it; try again")
 		p.retryAfter = 2
 		return p
-	case errors.Is(err, stock.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, identity.ErrKeysUnavailable):
+	case errors.Is(err, stock.ErrUnavailable), errors.Is(err, line.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, identity.ErrKeysUnavailable):
 		p := newProblem("unavailable", "Postgres or Redis could not be reached or did not answer in time; try again")
 		p.retryAfter = 2
 		return p
@@ -227,6 +246,49 @@ func problemFor(err error) *problem {
 		return p
 	}
 	return newProblem("internal", "an unexpected error occurred")
+}
+
+// lineProblem is the problem of the line's refusals (package line), nil for another error.
+func lineProblem(err error) *problem {
+	if no, ok := errors.AsType[*line.NotAdmittedError](err); ok {
+		id := strconv.FormatInt(no.ProductID, 10)
+		p := newProblem("not-admitted", "product "+id+" is sold through a line: "+no.Reason)
+		p.ProductID, p.Line = no.ProductID, "/v1/products/"+id+"/line"
+		if st := no.Status; st != nil {
+			p.TicketStatus = string(st.State)
+			if st.Place > 0 {
+				place := st.Place
+				p.Place = &place
+			}
+			if st.State == line.Waiting {
+				ahead := st.Ahead
+				p.Ahead = &ahead
+			}
+		}
+		return p
+	}
+	if expired, ok := errors.AsType[*line.AdmissionExpiredError](err); ok {
+		until := expired.Until.UTC()
+		p := newProblem("admission-expired", fmt.Sprintf("the admission to buy product %d ran out at %s", expired.ProductID, until.Format(time.RFC3339)))
+		p.ProductID, p.AdmittedUntil = expired.ProductID, &until
+		return p
+	}
+	if used, ok := errors.AsType[*line.AdmissionUsedError](err); ok {
+		p := newProblem("admission-used", fmt.Sprintf("the admission to buy product %d was used by another order", used.ProductID))
+		p.ProductID = used.ProductID
+		return p
+	}
+	switch {
+	case errors.Is(err, line.ErrInvalidTicket):
+		return newProblem("invalid-ticket", "the "+ticketHeader+" header is missing, malformed, or not a ticket of this product's line")
+	case errors.Is(err, line.ErrTicketNotFound):
+		return newProblem("ticket-not-found", "the line no longer has this ticket: join again")
+	case errors.Is(err, line.ErrNoLine):
+		return newProblem("line-not-found", "the product has no line")
+	case errors.Is(err, line.ErrNotDrawn):
+		return newProblem("line-not-drawn", "the line has not been drawn yet")
+	}
+	return nil
 }
 
 // rejectionCode is the problem code of why an order accepted for later was rejected: the code

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/stocksvc/stocksvc/internal/line"
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
@@ -118,6 +119,22 @@ func TestProblemForEveryBranch(t *testing.T) {
 		{"busy, at least a second", &stock.BusyError{}, problem{Code: "busy", Status: 429, retryAfter: 1}},
 		{"busy", stock.ErrBusy, problem{Code: "busy", Status: 429, retryAfter: 1}},
 		{"lock lost", stock.ErrLockLost, problem{Code: "busy", Status: 429, retryAfter: 1}},
+		{"not admitted", fmt.Errorf("check: %w", &line.NotAdmittedError{ProductID: 4, Reason: "no pass"}),
+			problem{Code: "not-admitted", Status: 409, ProductID: 4, Line: "/v1/products/4/line"}},
+		{"not admitted, where the ticket stands", &line.NotAdmittedError{ProductID: 4, Reason: "no pass",
+			Status: &line.Status{State: line.Waiting, Place: 9, Ahead: 3}},
+			problem{Code: "not-admitted", Status: 409, ProductID: 4, Line: "/v1/products/4/line", TicketStatus: "waiting", Place: available(9), Ahead: available(3)}},
+		{"not admitted, a ticket not placed yet", &line.NotAdmittedError{ProductID: 4, Reason: "no pass",
+			Status: &line.Status{State: line.Queued}},
+			problem{Code: "not-admitted", Status: 409, ProductID: 4, Line: "/v1/products/4/line", TicketStatus: "queued"}},
+		{"admission expired", &line.AdmissionExpiredError{ProductID: 4, Until: time.Unix(100, 0)},
+			problem{Code: "admission-expired", Status: 409, ProductID: 4, AdmittedUntil: ptrTime(time.Unix(100, 0).UTC())}},
+		{"admission used", &line.AdmissionUsedError{ProductID: 4}, problem{Code: "admission-used", Status: 409, ProductID: 4}},
+		{"invalid ticket", line.ErrInvalidTicket, problem{Code: "invalid-ticket", Status: 400}},
+		{"ticket not found", line.ErrTicketNotFound, problem{Code: "ticket-not-found", Status: 404}},
+		{"no line", line.ErrNoLine, problem{Code: "line-not-found", Status: 404}},
+		{"not drawn", line.ErrNotDrawn, problem{Code: "line-not-drawn", Status: 409}},
+		{"the line's store unavailable", fmt.Errorf("%w: read", line.ErrUnavailable), problem{Code: "unavailable", Status: 503, retryAfter: 2}},
 		{"anything else", errors.New("boom"), problem{Code: "internal", Status: 500}},
 		{"cancelled, with the client still there", context.Canceled, problem{Code: "internal", Status: 500}},
 	}
@@ -134,6 +151,8 @@ func TestProblemForEveryBranch(t *testing.T) {
 		})
 	}
 }
+
+func ptrTime(t time.Time) *time.Time { return &t }
 
 // TestWriteErrorClientGone: a request its client cancelled is answered 503 unavailable (nobody
 // reads it) and not logged as a server failure; a cancellation that is not the client's is.

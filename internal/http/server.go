@@ -73,6 +73,10 @@ type Config struct {
 	// Customers says who the customer of an order route is (customers.go). The zero value is
 	// body mode: whatever the request says.
 	Customers CustomerAuth
+	// Lines, when set, serves the lines' routes (line.go) and checks the passes of every order
+	// for a lined product before its customer's credential. Without it the line routes answer
+	// 404 line-not-found and orders are not checked.
+	Lines Lines
 	// Limits throttle customers, refused credentials and wrong admin tokens (limits.go).
 	// The zero value limits nothing.
 	Limits Limits
@@ -101,6 +105,7 @@ type Server struct {
 	ready       func(ctx context.Context) error
 	adminDigest []byte // sha256 of the admin token; nil when admin routes are off
 	customers   CustomerAuth
+	lines       Lines // nil: no lines
 	limits      *limiter
 	timeout     time.Duration
 	maxBody     int64
@@ -139,6 +144,7 @@ func New(cfg Config) *Server {
 		maxBody:   cfg.MaxBodyBytes,
 		metrics:   newHTTPMetrics(cfg.Registerer),
 		customers: cfg.Customers.withDefaults(),
+		lines:     cfg.Lines,
 		limits:    newLimiter(cfg.Limits, cfg.Registerer),
 	}
 	s.findOrder = s.findConfirmed
@@ -241,9 +247,18 @@ func (s *Server) routes(metricsHandler http.Handler, l listener) *chi.Mux {
 		}
 		r.Get("/products", s.handleListProducts)
 		r.Get("/products/{id}", s.handleGetProduct)
+		// The line's routes: joining is the customer's; a ticket is its own credential.
+		r.With(s.withCustomer(false)).Post("/products/{id}/line", s.lineRoute(s.handleJoin))
+		r.Get("/products/{id}/line", s.lineRoute(s.handleLine))
+		r.Get("/products/{id}/line/ticket", s.lineRoute(s.handleTicket))
+		r.Delete("/products/{id}/line/ticket", s.lineRoute(s.handleLeave))
+		if admin {
+			r.With(s.requireAdmin).Get("/products/{id}/line/draw", s.lineRoute(s.handleDraw))
+		}
 		// The order routes are the customer's: withCustomer names the caller. An admin token
-		// counts only on the reads, and only where the admin routes are served.
-		r.With(s.withCustomer(false)).Post("/orders", s.handlePlaceOrder)
+		// counts only on the reads, and only where the admin routes are served. An order's
+		// passes are checked before the customer's credential (withAdmission).
+		r.With(s.withAdmission, s.withCustomer(false)).Post("/orders", s.handlePlaceOrder)
 		r.With(s.withCustomer(admin)).Get("/orders", s.handleListOrders)
 		r.With(s.withCustomer(admin)).Get("/orders/{id}", s.handleGetOrder)
 		r.With(s.withCustomer(admin)).Post("/orders/{id}/confirm", s.handleConfirm)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
+	"github.com/stocksvc/stocksvc/internal/stock/stocktest"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
@@ -367,5 +369,61 @@ func TestHoldsEndedFreeTheCap(t *testing.T) {
 	// The limit still counts what was confirmed: 1 bought + 2 held of 5.
 	if _, err := b.svc.PlaceOrder(ctx, order("gil", one(id, 1))); !errors.Is(err, stock.ErrHoldLimit) {
 		t.Errorf("a third unit while 2 are held = %v, want hold-limit", err)
+	}
+}
+
+// TestHoldingSaysWhenUnitsAreHeld: what a sold-out line tells its tickets — units may come
+// back — is whether some order of the product is held, on Postgres as in memory.
+func TestHoldingSaysWhenUnitsAreHeld(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
+	ctx := context.Background()
+	id := createHeld(t, r, "holding", 1, time.Hour, 0)
+	other := createRuled(t, r, "not-held", 1, stock.SaleRules{})
+	store := stockpg.New(r.pool)
+	holding := func() bool {
+		t.Helper()
+		held, err := store.Holding(ctx, id)
+		if err != nil {
+			t.Fatalf("holding: %v", err)
+		}
+		return held
+	}
+	if holding() {
+		t.Fatal("holding before any order")
+	}
+	o := mustHold(t, r, "hal", id, 1)
+	if _, err := r.svc.PlaceOrder(ctx, order("hal", one(other, 1))); err != nil {
+		t.Fatal(err)
+	}
+	if !holding() {
+		t.Fatal("not holding with an order held")
+	}
+	if held, err := store.Holding(ctx, other); err != nil || held {
+		t.Errorf("the product sold at once holds: %v, %v", held, err)
+	}
+	if _, err := r.svc.Cancel(ctx, o.ID); err != nil {
+		t.Fatal(err)
+	}
+	if holding() {
+		t.Error("holding once the hold was cancelled")
+	}
+
+	mem := stocktest.NewMemStore()
+	svc := stock.NewService(mem, &stocktest.LocalLocker{}, stock.Config{}, nil)
+	defer svc.Close()
+	p, err := svc.CreateProduct(ctx, stock.NewProduct{SKU: "m", Name: "m", Stock: 1, Sale: stock.SaleRules{HoldFor: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := mem.Holding(ctx, p.ID); held {
+		t.Fatal("memory: holding before any order")
+	}
+	if _, err := svc.PlaceOrder(ctx, order("hal", one(p.ID, 1))); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := mem.Holding(ctx, p.ID); !held {
+		t.Error("memory: not holding with an order held")
 	}
 }

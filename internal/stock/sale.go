@@ -25,6 +25,20 @@ func validSale(r SaleRules) error {
 		return &ValidationError{Field: "hold_for", Reason: fmt.Sprintf("must be whole seconds between 1 and %d", int(MaxHoldFor/time.Second))}
 	case r.MaxHeldPerCustomer < 0 || r.MaxHeldPerCustomer > MaxStock:
 		return &ValidationError{Field: "max_held_per_customer", Reason: fmt.Sprintf("must be between 1 and %d", MaxStock)}
+	case r.Line != LineRules{}:
+		return validLine(r.Line)
+	}
+	return nil
+}
+
+// validLine checks a line's settings.
+func validLine(l LineRules) error {
+	switch {
+	case l.Admit < MinLineAdmit || l.Admit > MaxLineAdmit:
+		return &ValidationError{Field: "line.admit", Reason: fmt.Sprintf("must be between %d and %d", MinLineAdmit, MaxLineAdmit)}
+	case l.AdmissionFor < MinAdmissionFor || l.AdmissionFor > MaxAdmissionFor || l.AdmissionFor%time.Second != 0:
+		return &ValidationError{Field: "line.admission_for", Reason: fmt.Sprintf("must be whole seconds between %d and %d",
+			int(MinAdmissionFor/time.Second), int(MaxAdmissionFor/time.Second))}
 	}
 	return nil
 }
@@ -51,6 +65,12 @@ func (s *Service) UpdateSale(ctx context.Context, id int64, c SaleChange) (Produ
 		return Product{}, &ValidationError{Field: "sale_ends_at", Reason: "must be after sale_starts_at"}
 	case c.HoldFor != nil && (c.ClearHoldFor || !validHold(*c.HoldFor)):
 		return Product{}, &ValidationError{Field: "hold_for", Reason: fmt.Sprintf("must be whole seconds between 1 and %d", int(MaxHoldFor/time.Second))}
+	case c.Line != nil && c.ClearLine:
+		return Product{}, &ValidationError{Field: "line", Reason: "a rule cannot be both set and cleared"}
+	case c.Line != nil:
+		if err := validLine(*c.Line); err != nil {
+			return Product{}, err
+		}
 	}
 	c.DefaultMaxHeld = 0
 	if c.MaxHeldPerCustomer == nil && (c.ClearMaxHeldPerCustomer || c.MaxPerCustomer != nil || c.ClearMaxPerCustomer) {

@@ -30,12 +30,16 @@ type Product struct {
 	// so that one customer cannot take the stock off sale by holding it. Every stored product
 	// has one (see NewProduct for its default).
 	MaxHeldPerCustomer int64
+	// LineAdmit and LineAdmissionFor are the product's line (LineRules), flat as its columns
+	// are; LineAdmit 0: no line.
+	LineAdmit        int64
+	LineAdmissionFor time.Duration
 }
 
 // Sale returns the rules of p's sale.
 func (p Product) Sale() SaleRules {
 	return SaleRules{StartsAt: p.SaleStartsAt, EndsAt: p.SaleEndsAt, MaxPerCustomer: p.MaxPerCustomer, HoldFor: p.HoldFor,
-		MaxHeldPerCustomer: p.MaxHeldPerCustomer}
+		MaxHeldPerCustomer: p.MaxHeldPerCustomer, Line: LineRules{Admit: p.LineAdmit, AdmissionFor: p.LineAdmissionFor}}
 }
 
 // SaleRules are the rules of a product's sale: when it is open, and how much one customer may
@@ -47,7 +51,31 @@ type SaleRules struct {
 	// HoldFor and MaxHeldPerCustomer: see Product.
 	HoldFor            time.Duration
 	MaxHeldPerCustomer int64
+	// Line, when set, puts the sale behind a line: orders need an admission (package line).
+	// The purchase path itself never reads it (a batch's snapshot leaves it zero): the line
+	// is a layer in front of it.
+	Line LineRules
 }
+
+// LineRules are the settings of a product's line (package line). The zero value is no line.
+type LineRules struct {
+	// Admit is the most buyers admitted at once, MinLineAdmit to MaxLineAdmit.
+	Admit int64
+	// AdmissionFor is how long an admission lasts unless used: whole seconds,
+	// MinAdmissionFor to MaxAdmissionFor.
+	AdmissionFor time.Duration
+}
+
+// The bounds of LineRules.
+const (
+	MinLineAdmit    = 1
+	MaxLineAdmit    = 10_000
+	MinAdmissionFor = 10 * time.Second
+	MaxAdmissionFor = time.Hour
+)
+
+// Lined reports whether the rules put the sale behind a line.
+func (l LineRules) Lined() bool { return l.Admit > 0 }
 
 // MaxHoldFor is the longest a hold may last: a checkout's time to pay (ticketing and shops
 // reserve for 10 to 15 minutes), not a reservation. Postgres's CHECK on hold_for_seconds
@@ -102,6 +130,9 @@ type SaleChange struct {
 	ClearHoldFor                bool
 	ClearMaxHeldPerCustomer     bool
 	DefaultMaxHeld              int64
+	// Line replaces the line (both settings), ClearLine removes it.
+	Line      *LineRules
+	ClearLine bool
 }
 
 // Item is one line of an order: a product and how many units of it.

@@ -622,7 +622,8 @@ func viewArgs(epoch, next string, v View, ttl time.Duration) []any {
 		"created", micros(p.CreatedAt), "updated", micros(p.UpdatedAt), "read", micros(v.Read),
 		"starts_at", optMicros(p.SaleStartsAt), "ends_at", optMicros(p.SaleEndsAt),
 		"starts", legacyMicros(p.SaleStartsAt), "ends", legacyMicros(p.SaleEndsAt), "max", p.MaxPerCustomer,
-		"hold", int64(p.HoldFor / time.Second), "maxheld", p.MaxHeldPerCustomer}
+		"hold", int64(p.HoldFor / time.Second), "maxheld", p.MaxHeldPerCustomer,
+		"line", p.LineAdmit, "line_for", int64(p.LineAdmissionFor / time.Second)}
 }
 
 // optMicros writes an optional time as microseconds since the epoch, and none as the empty
@@ -667,6 +668,15 @@ func parseView(id int64, f map[string]string) (View, error) {
 	v.Product.MaxPerCustomer = num("max")
 	v.Product.HoldFor = time.Duration(num("hold")) * time.Second
 	v.Product.MaxHeldPerCustomer = num("maxheld")
+	// The line's settings, which tell the order path that an order needs an admission
+	// (package line). A view from a replica before the line has none, and is read as a
+	// product without a line rather than rebuilt: such a replica, during a rolling upgrade,
+	// would write it back at once, and every read here would go to Postgres. No line is
+	// enforced until every replica knows lines (docs/operations.md).
+	if _, ok := f["line"]; ok {
+		v.Product.LineAdmit = num("line")
+		v.Product.LineAdmissionFor = time.Duration(num("line_for")) * time.Second
+	}
 	if _, ok := f["sku"]; !ok {
 		errs = append(errs, errors.New("no sku"))
 	}

@@ -435,6 +435,44 @@ func TestViewBehindWhatThisReplicaSawIsRebuilt(t *testing.T) {
 	}
 }
 
+// TestViewCarriesTheLine: a product's line settings go through Redis with its view, since the
+// order path learns from the view that a product needs an admission (package line); and a
+// view written without them — by a replica from before the line, during a rolling upgrade —
+// is read as it is (no line), not rebuilt on every read.
+func TestViewCarriesTheLine(t *testing.T) {
+	w := newWorld(t, 10)
+	ctx := context.Background()
+	line := stock.LineRules{Admit: 25, AdmissionFor: 90 * time.Second}
+	if _, err := w.store.UpdateSale(ctx, w.id, stock.SaleChange{Line: &line}); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := w.cache(Config{}, nil)
+	b, _ := w.cache(Config{}, nil)
+	if _, err := a.Product(ctx, w.id); err != nil { // rebuilt from Postgres, into Redis
+		t.Fatal(err)
+	}
+	w.loads.Store(0)
+	v, err := b.Product(ctx, w.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.From != FromRedis || v.Sale().Line != line {
+		t.Errorf("b read the line %+v from %s, want %+v from Redis", v.Sale().Line, v.From, line)
+	}
+	// A view without the line's fields, as an older replica wrote it.
+	key := a.keys(w.id)[0]
+	if err := w.rdb.HDel(ctx, key, "line", "line_for").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := w.cache(Config{}, nil)
+	if v, err := c.Product(ctx, w.id); err != nil || v.Sale().Line.Lined() || v.From != FromRedis {
+		t.Errorf("c read %+v from %s, %v; want no line, from Redis", v.Sale().Line, v.From, err)
+	}
+	if n := w.loads.Load(); n != 0 {
+		t.Errorf("%d Postgres reads, want 0: the view without the line is read as it is", n)
+	}
+}
+
 // TestSaleBoundsRoundTrip: every bound Postgres can hold reads back the same from the view —
 // rebuilt from Postgres, read from Redis by another replica, and leased in memory — the epoch
 // itself (1970-01-01T00:00:00Z, which was once the view's "no bound") and bounds before it

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -113,6 +114,29 @@ func saleOf(customer string, id, qty int64, l stock.Level, fence int64, key stri
 }
 
 var storeCases = []storeCase{
+	{"a product's line is stored, changed with the other rules kept, and removed", func(t *testing.T, s stock.Store, demo demos) {
+		ctx := context.Background()
+		line := stock.LineRules{Admit: 50, AdmissionFor: 2 * time.Minute}
+		p, err := s.CreateProduct(ctx, stock.NewProduct{SKU: "lined", Name: "lined", Stock: 9,
+			Sale: stock.SaleRules{MaxPerCustomer: 1, Line: line}})
+		if err != nil || p.Sale().Line != line {
+			t.Fatalf("create = %+v, %v; want the line %+v", p.Sale().Line, err, line)
+		}
+		if got, err := s.Product(ctx, p.ID); err != nil || got.Sale().Line != line {
+			t.Fatalf("read back %+v, %v; want %+v", got.Sale().Line, err, line)
+		}
+		changed := stock.LineRules{Admit: 3, AdmissionFor: time.Hour}
+		if p, err = s.UpdateSale(ctx, p.ID, stock.SaleChange{Line: &changed}); err != nil || p.Sale().Line != changed || p.MaxPerCustomer != 1 {
+			t.Fatalf("change the line = %+v, %v; want %+v and the limit kept", p.Sale(), err, changed)
+		}
+		limit := int64(2)
+		if p, err = s.UpdateSale(ctx, p.ID, stock.SaleChange{MaxPerCustomer: &limit}); err != nil || p.Sale().Line != changed {
+			t.Fatalf("change the limit = %+v, %v; want the line kept", p.Sale(), err)
+		}
+		if p, err = s.UpdateSale(ctx, p.ID, stock.SaleChange{ClearLine: true}); err != nil || p.Sale().Line.Lined() || p.MaxPerCustomer != 2 {
+			t.Fatalf("remove the line = %+v, %v; want no line, the limit kept", p.Sale(), err)
+		}
+	}},
 	{"the highest product id is the newest product's, not an id a failed insert took", func(t *testing.T, s stock.Store, demo demos) {
 		ctx := context.Background()
 		if got, err := s.HighestProductID(ctx); err != nil || got != 0 {

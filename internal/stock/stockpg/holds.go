@@ -189,3 +189,19 @@ func OpenHolds(ctx context.Context, q RowQuerier) (int64, error) {
 	}
 	return n, nil
 }
+
+// holdingSQL says whether any order of product $1 is held now: a probe of the held orders'
+// partial index (orders_holds_due_idx), then their items.
+const holdingSQL = `
+SELECT EXISTS (SELECT 1 FROM orders o JOIN order_items i ON i.order_id = o.id
+                WHERE o.status = 'held' AND i.product_id = $1)`
+
+// Holding reports whether units of product id are held now, and may come back to its stock
+// (package line tells a sold-out line so). Errors: stock.ErrUnavailable.
+func (s *Store) Holding(ctx context.Context, id int64) (bool, error) {
+	var held bool
+	if err := s.pool.QueryRow(ctx, holdingSQL, id).Scan(&held); err != nil {
+		return false, dbError("holding", err)
+	}
+	return held, nil
+}

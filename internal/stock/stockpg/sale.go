@@ -17,8 +17,9 @@ import (
 // now(), must fall inside the window this leaves); $9 sets
 // the hold (seconds), $10 clears it (orders already held keep theirs); $11 sets the cap on a
 // customer's held units, and $12, when above 0, puts it back to its default: the limit as this
-// leaves it, else $12 (stock.SaleChange). The version moves, so that a batch decided from the
-// rules before is refused by its version check and decided again.
+// leaves it, else $12 (stock.SaleChange); $13 and $14 set the line (admit, admission seconds:
+// both or neither), $15 removes it. The version moves, so that a batch decided from the rules
+// before is refused by its version check and decided again.
 const updateSaleSQL = `
 UPDATE products
    SET sale_starts_at   = CASE WHEN $5 THEN NULL ELSE coalesce($2, sale_starts_at) END,
@@ -29,6 +30,8 @@ UPDATE products
          WHEN $11::bigint IS NOT NULL THEN $11
          WHEN $12 > 0 THEN coalesce(CASE WHEN $7 THEN NULL ELSE coalesce($4, max_per_customer) END, $12)
          ELSE max_held_per_customer END,
+       line_admit       = CASE WHEN $15 THEN NULL ELSE coalesce($13, line_admit) END,
+       line_admission_seconds = CASE WHEN $15 THEN NULL ELSE coalesce($14, line_admission_seconds) END,
        version = version + 1, updated_at = now()
  WHERE id = $1
 RETURNING ` + productColumns
@@ -53,13 +56,18 @@ SELECT $1, o.customer_id, sum(i.quantity), greatest($2::bigint, sum(i.quantity))
 func (s *Store) UpdateSale(ctx context.Context, id int64, c stock.SaleChange) (stock.Product, error) {
 	var p stock.Product
 	err := s.inTx(ctx, "update sale", func(tx pgx.Tx) error {
-		var holdFor *int64
+		var holdFor, admit, admission *int64
 		if c.HoldFor != nil {
 			secs := int64(*c.HoldFor / time.Second)
 			holdFor = &secs
 		}
+		if c.Line != nil {
+			secs := int64(c.Line.AdmissionFor / time.Second)
+			admit, admission = &c.Line.Admit, &secs
+		}
 		rows, _ := tx.Query(ctx, updateSaleSQL, id, c.StartsAt, c.EndsAt, c.MaxPerCustomer,
-			c.ClearStartsAt, c.ClearEndsAt, c.ClearMaxPerCustomer, c.EndNow, holdFor, c.ClearHoldFor, c.MaxHeldPerCustomer, c.DefaultMaxHeld)
+			c.ClearStartsAt, c.ClearEndsAt, c.ClearMaxPerCustomer, c.EndNow, holdFor, c.ClearHoldFor, c.MaxHeldPerCustomer, c.DefaultMaxHeld,
+			admit, admission, c.ClearLine)
 		var err error
 		p, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[stock.Product])
 		switch {

@@ -50,7 +50,7 @@ func TestSaleEndsAfterWhatItWaitedFor(t *testing.T) {
 	ended := make(chan error, 1)
 	var ends *time.Time
 	go func() {
-		rows, _ := admin.Query(ctx, updateSaleSQL, p.ID, nil, nil, nil, false, false, false, true, nil, false, nil, 0)
+		rows, _ := admin.Query(ctx, updateSaleSQL, p.ID, nil, nil, nil, false, false, false, true, nil, false, nil, 0, nil, nil, false)
 		got, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[stock.Product])
 		ends = got.SaleEndsAt
 		ended <- err

@@ -54,16 +54,18 @@ func New(pool *pgxpool.Pool) *Store {
 
 const productColumns = `id, sku, name, stock, version, created_at, updated_at, sale_starts_at, sale_ends_at,
 	coalesce(max_per_customer, 0) AS max_per_customer, coalesce(hold_for_seconds, 0)::bigint * 1000000000 AS hold_for,
-	max_held_per_customer`
+	max_held_per_customer, coalesce(line_admit, 0)::bigint AS line_admit,
+	coalesce(line_admission_seconds, 0)::bigint * 1000000000 AS line_admission_for`
 
 // CreateProduct implements Store.
 func (s *Store) CreateProduct(ctx context.Context, p stock.NewProduct) (stock.Product, error) {
 	rows, _ := s.pool.Query(ctx, `
 		INSERT INTO products (sku, name, stock, initial_stock, sale_starts_at, sale_ends_at, max_per_customer, hold_for_seconds,
-		                      max_held_per_customer)
-		VALUES ($1, $2, $3, $3, $4, $5, nullif($6, 0), nullif($7, 0), $8)
+		                      max_held_per_customer, line_admit, line_admission_seconds)
+		VALUES ($1, $2, $3, $3, $4, $5, nullif($6, 0), nullif($7, 0), $8, nullif($9, 0), nullif($10, 0))
 		RETURNING `+productColumns, p.SKU, p.Name, p.Stock, p.Sale.StartsAt, p.Sale.EndsAt, p.Sale.MaxPerCustomer,
-		int64(p.Sale.HoldFor/time.Second), cmp.Or(p.Sale.MaxHeldPerCustomer, stock.DefaultMaxQuantity))
+		int64(p.Sale.HoldFor/time.Second), cmp.Or(p.Sale.MaxHeldPerCustomer, stock.DefaultMaxQuantity),
+		p.Sale.Line.Admit, int64(p.Sale.Line.AdmissionFor/time.Second))
 	prod, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[stock.Product])
 	if err != nil {
 		if constraintViolated(err, "23505", "products_sku_key") {
@@ -409,15 +411,16 @@ func dbError(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, err)
 	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("%s: %w", op, err)
-	case unreachable(err):
+	case Unreachable(err):
 		return fmt.Errorf("%w: %s: %w", stock.ErrUnavailable, op, err)
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// unreachable reports whether err says Postgres could not be reached or did not answer: a
-// failed dial, a broken or closed connection, a deadline, a closed pool.
-func unreachable(err error) bool {
+// Unreachable reports whether err says Postgres could not be reached or did not answer: a
+// failed dial, a broken or closed connection, a deadline, a closed pool. (linepg classes the
+// line's driver errors by it too.)
+func Unreachable(err error) bool {
 	var (
 		connectErr *pgconn.ConnectError
 		netErr     net.Error

@@ -72,7 +72,8 @@ func (m *MemStore) CreateProduct(_ context.Context, p stock.NewProduct) (stock.P
 	now := m.now()
 	x := &product{p: stock.Product{ID: m.nextID + 1, SKU: p.SKU, Name: p.Name, Stock: p.Stock, CreatedAt: now, UpdatedAt: now,
 		SaleStartsAt: p.Sale.StartsAt, SaleEndsAt: p.Sale.EndsAt, MaxPerCustomer: p.Sale.MaxPerCustomer, HoldFor: p.Sale.HoldFor,
-		MaxHeldPerCustomer: cmp.Or(p.Sale.MaxHeldPerCustomer, stock.DefaultMaxQuantity)}, received: p.Stock,
+		MaxHeldPerCustomer: cmp.Or(p.Sale.MaxHeldPerCustomer, stock.DefaultMaxQuantity),
+		LineAdmit:          p.Sale.Line.Admit, LineAdmissionFor: p.Sale.Line.AdmissionFor}, received: p.Stock,
 		bought: map[string]int64{}, held: map[string]int64{}}
 	if err := refusedRule(x.p); err != nil {
 		return stock.Product{}, err
@@ -529,6 +530,12 @@ func (m *MemStore) UpdateSale(_ context.Context, id int64, c stock.SaleChange) (
 	case c.DefaultMaxHeld > 0:
 		p.MaxHeldPerCustomer = cmp.Or(p.MaxPerCustomer, c.DefaultMaxHeld)
 	}
+	switch {
+	case c.ClearLine:
+		p.LineAdmit, p.LineAdmissionFor = 0, 0
+	case c.Line != nil:
+		p.LineAdmit, p.LineAdmissionFor = c.Line.Admit, c.Line.AdmissionFor
+	}
 	if err := refusedRule(p); err != nil {
 		return stock.Product{}, err
 	}
@@ -583,4 +590,21 @@ func (m *MemStore) Products(_ context.Context, after int64, limit int, onSale bo
 		list = list[:limit]
 	}
 	return list, nil
+}
+
+// Holding reports whether units of product id are held now, as stockpg.Store.Holding does.
+func (m *MemStore) Holding(_ context.Context, id int64) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, o := range m.orders {
+		if o.Status != stock.OrderStatusHeld {
+			continue
+		}
+		for _, it := range o.Items {
+			if it.ProductID == id {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
