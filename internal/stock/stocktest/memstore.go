@@ -59,6 +59,15 @@ func NewMemStore() *MemStore {
 		records: map[stock.RecordKey]record{}, restocks: map[string]restock{}, now: time.Now}
 }
 
+// SetClock sets the store's clock, which stands for Postgres's: it decides whether a sale is
+// open to a write, when a hold expires and how old a key's record is. NewMemStore's is
+// time.Now; a test moves time by setting another.
+func (m *MemStore) SetClock(now func() time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.now = now
+}
+
 // CreateProduct implements stock.Store.
 func (m *MemStore) CreateProduct(_ context.Context, p stock.NewProduct) (stock.Product, error) {
 	m.mu.Lock()
@@ -429,56 +438,82 @@ func (m *MemStore) PurgeIdempotencyKeys(_ context.Context, retention time.Durati
 // one process only; replicas need the Redis locker.
 type LocalLocker struct {
 	mu    sync.Mutex
-	locks map[int64]chan struct{} // a product's lock is held while its channel holds a value
-	notes map[int64]string        // what the last holder of each product's lock left
+	locks map[int64]*localLock
+	notes map[int64]string // what the last holder of each product's lock left
 	fence int64
+}
+
+// localLock is one product's lock: held while held holds a value, by the grant whose fencing
+// token is holder (0 while free, or once the holder's lease has ended: Expire).
+type localLock struct {
+	held   chan struct{}
+	holder int64
 }
 
 var _ stock.Locker = (*LocalLocker)(nil)
 
-// WithProducts implements stock.Locker. It waits as long as ctx allows.
+// WithProducts implements stock.Locker. It waits as long as ctx allows. A holder whose lease
+// ended meanwhile (Expire) lets go of nothing, and leaves no note.
 func (l *LocalLocker) WithProducts(ctx context.Context, ids []int64, fn func(ctx context.Context, g *stock.Grant) error) error {
 	ids = slices.Clone(ids)
 	slices.Sort(ids)
 	g := &stock.Grant{Fences: make(map[int64]int64, len(ids)), Notes: map[int64]string{}, Leave: map[int64]string{}}
-	var held []chan struct{}
+	var held []int64
+	ran := false
 	defer func() {
-		for _, h := range held {
-			<-h
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, id := range held {
+			lk := l.locks[id]
+			if lk.holder != g.Fences[id] {
+				continue // its lease ended: the lock is another's, or free
+			}
+			if ran {
+				l.notes[id] = g.Leave[id]
+			}
+			lk.holder = 0
+			<-lk.held
 		}
 	}()
 	for _, id := range ids {
 		l.mu.Lock()
 		if l.locks == nil {
-			l.locks = map[int64]chan struct{}{}
+			l.locks, l.notes = map[int64]*localLock{}, map[int64]string{}
 		}
-		h := l.locks[id]
-		if h == nil {
-			h = make(chan struct{}, 1)
-			l.locks[id] = h
+		lk := l.locks[id]
+		if lk == nil {
+			lk = &localLock{held: make(chan struct{}, 1)}
+			l.locks[id] = lk
 		}
 		l.mu.Unlock()
 		select {
-		case h <- struct{}{}:
+		case lk.held <- struct{}{}:
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %w", stock.ErrBusy, ctx.Err())
 		}
-		held = append(held, h)
 		l.mu.Lock()
 		l.fence++
+		lk.holder = l.fence
 		g.Fences[id], g.Notes[id] = l.fence, l.notes[id]
 		l.mu.Unlock()
+		held = append(held, id)
 	}
-	err := fn(ctx, g)
+	ran = true
+	return fn(ctx, g)
+}
+
+// Expire ends the lease of product id's lock now, as a lease runs out while its holder is
+// paused: the next caller is granted the lock at once, with a newer fencing token, while the
+// holder goes on unaware until its write meets the fence, and lets go of nothing when it ends
+// (the note stays the last one left by a holder that still held the lock). Without a holder,
+// it does nothing.
+func (l *LocalLocker) Expire(id int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.notes == nil {
-		l.notes = map[int64]string{}
+	if lk := l.locks[id]; lk != nil && lk.holder != 0 {
+		lk.holder = 0
+		<-lk.held
 	}
-	for _, id := range ids {
-		l.notes[id] = g.Leave[id]
-	}
-	return err
 }
 
 // saleOpen reports whether p's sale window holds at now, as the purchase statement checks it.
