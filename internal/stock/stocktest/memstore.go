@@ -252,53 +252,87 @@ func (m *MemStore) Commit(_ context.Context, w stock.Write) (stock.Committed, er
 func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var skipped []uuid.UUID
-	var stored map[stock.RecordKey]stock.IdempotencyRecord
+	var c stock.Committed
 	if w.SkipStored {
-		for _, r := range w.Records {
-			if have, taken := m.records[r.RecordKey]; taken && r.Order != nil {
-				skipped = append(skipped, r.Order.ID)
-				if stored == nil {
-					stored = map[stock.RecordKey]stock.IdempotencyRecord{}
-				}
-				stored[r.RecordKey] = have.rec
-			}
-		}
-		if len(skipped) > 0 {
-			w = w.Without(skipped)
+		c.Skipped, c.Stored = m.stored(w.Records)
+		if len(c.Skipped) > 0 {
+			w = w.Without(c.Skipped)
 			if len(w.Orders) == 0 {
 				return stock.Committed{}, &stock.RefusedError{Conditions: cond, Reason: "every order's key was stored meanwhile"}
 			}
 		}
 	}
+	if err := m.refused(w, cond); err != nil {
+		return stock.Committed{}, err
+	}
+	bought, err := m.bought(w.Orders)
+	if err != nil {
+		return stock.Committed{}, err
+	}
+	held, err := m.held(w.Orders)
+	if err != nil {
+		return stock.Committed{}, err
+	}
+	c.At = m.now()
+	c.Holds = m.apply(w, cond, c.At, bought, held)
+	return c, nil
+}
+
+// stored returns the orders of records whose key has a record already, and those records.
+// m.mu is held.
+func (m *MemStore) stored(records []stock.IdempotencyRecord) ([]uuid.UUID, map[stock.RecordKey]stock.IdempotencyRecord) {
+	var skipped []uuid.UUID
+	var stored map[stock.RecordKey]stock.IdempotencyRecord
+	for _, r := range records {
+		if have, taken := m.records[r.RecordKey]; taken && r.Order != nil {
+			skipped = append(skipped, r.Order.ID)
+			if stored == nil {
+				stored = map[stock.RecordKey]stock.IdempotencyRecord{}
+			}
+			stored[r.RecordKey] = have.rec
+		}
+	}
+	return skipped, stored
+}
+
+// refused returns the refusal of w by the conditions cond selects, the sale window, the CHECK
+// on the stock or a key that has a record, as the Postgres store reports each; nil when w may
+// be written. m.mu is held.
+func (m *MemStore) refused(w stock.Write, cond stock.Defense) error {
 	for _, dec := range w.Decrements {
 		x, ok := m.products[dec.ProductID]
 		if !ok {
-			return stock.Committed{}, fmt.Errorf("%w: product %d is gone", stock.ErrConflict, dec.ProductID)
+			return fmt.Errorf("%w: product %d is gone", stock.ErrConflict, dec.ProductID)
 		}
 		refused := cond.Version && x.p.Version != dec.Read.Version ||
 			cond.Guard && x.p.Stock < dec.Quantity ||
 			cond.Lock && x.fence > dec.Fence ||
 			!saleOpen(x.p, m.now())
 		if refused {
-			return stock.Committed{}, &stock.RefusedError{Conditions: cond, Reason: fmt.Sprintf("the decrement of product %d matched no row", dec.ProductID)}
+			return &stock.RefusedError{Conditions: cond, Reason: fmt.Sprintf("the decrement of product %d matched no row", dec.ProductID)}
 		}
 		left := x.p.Stock - dec.Quantity
 		if cond.Naive() {
 			left = dec.Read.Stock - dec.Quantity
 		}
 		if left < 0 {
-			return stock.Committed{}, &stock.CaughtError{Layer: stock.LayerCheck, ProductID: dec.ProductID,
+			return &stock.CaughtError{Layer: stock.LayerCheck, ProductID: dec.ProductID,
 				Err: fmt.Errorf("%w: stock would be %d", stock.ErrConflict, left)}
 		}
 	}
 	for _, r := range w.Records {
 		if _, taken := m.records[r.RecordKey]; taken {
-			return stock.Committed{}, fmt.Errorf("%w: key %q of customer %q has a record", stock.ErrConflict, r.Key, r.CustomerID)
+			return fmt.Errorf("%w: key %q of customer %q has a record", stock.ErrConflict, r.Key, r.CustomerID)
 		}
 	}
-	bought := map[int64]map[string]int64{} // what the limited products' customers will have
-	for _, o := range w.Orders {
+	return nil
+}
+
+// bought returns what the customers of orders will have bought of each product with a limit,
+// or the refusal of customer_purchases' CHECK. m.mu is held.
+func (m *MemStore) bought(orders []stock.Order) (map[int64]map[string]int64, error) {
+	bought := map[int64]map[string]int64{}
+	for _, o := range orders {
 		for _, it := range o.Items {
 			x := m.products[it.ProductID]
 			if x == nil || x.p.MaxPerCustomer == 0 {
@@ -313,17 +347,18 @@ func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, e
 			}
 			n += it.Quantity
 			if n > x.p.MaxPerCustomer {
-				return stock.Committed{}, &stock.CaughtError{Layer: stock.LayerLimit, ProductID: it.ProductID,
+				return nil, &stock.CaughtError{Layer: stock.LayerLimit, ProductID: it.ProductID,
 					Err: fmt.Errorf("%w: customer %q would have %d", stock.ErrConflict, o.CustomerID, n)}
 			}
 			bought[it.ProductID][o.CustomerID] = n
 		}
 	}
-	held, err := m.held(w.Orders)
-	if err != nil {
-		return stock.Committed{}, err
-	}
-	now := m.now()
+	return bought, nil
+}
+
+// apply writes w, which refused found nothing against, at now, with what its customers will
+// have bought and hold, and returns the orders it held with when each expires. m.mu is held.
+func (m *MemStore) apply(w stock.Write, cond stock.Defense, now time.Time, bought, held map[int64]map[string]int64) map[uuid.UUID]time.Time {
 	for id, customers := range bought {
 		for c, n := range customers {
 			m.products[id].bought[c] = n
@@ -368,7 +403,7 @@ func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, e
 		}
 		m.records[r.RecordKey] = record{rec: r, created: now}
 	}
-	return stock.Committed{At: now, Skipped: skipped, Stored: stored, Holds: holds}, nil
+	return holds
 }
 
 // held returns what the customers of orders will hold of each product of a held order, or
