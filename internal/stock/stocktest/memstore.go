@@ -1,7 +1,8 @@
-// Package stocktest provides an in-memory stock.Store, for unit tests of the service's rules
-// and for benchmarks of everything above the database. It keeps the Store contract — the same
-// conditions on every decrement, the same errors — but nothing it holds survives the process,
-// and it is no stand-in for Postgres in integration tests: those run against the real one.
+// Package stocktest provides an in-memory stock.Store, with an in-process stock.Locker and
+// stock.Views over the store, for unit tests of the service's rules and for benchmarks of
+// everything above the database. The store keeps the Store contract — the same conditions on
+// every decrement, the same errors — but nothing it holds survives the process, and it is no
+// stand-in for Postgres in integration tests: those run against the real one.
 package stocktest
 
 import (
