@@ -15,14 +15,22 @@
 // violations; thresholds fail the run on any failed check, any violation, or 0.1% failed
 // requests. handleSummary writes a JSON and a readable text summary.
 //
+// Customers: against a service in token mode (its default), every order carries
+// `Authorization: Bearer <token>`, whose subject is its customer: VU n sends token n-1 (mod
+// their number) of TOKENS_FILE (a JSON array of tokens, as the harness mints them: k6 cannot
+// sign ES256 itself), or every VU the one CUSTOMER_TOKEN. With neither, the service is in body
+// mode and VU n names customer vu-n in each order's body.
+//
 // Environment: BASE_URL, ADMIN_TOKEN, STOCK, RATE, DURATION, VUS, RACE_STOCK, SCENARIOS
-// (comma-separated subset, default all), SUMMARY_JSON, SUMMARY_TXT, FAILED_RATE_MAX (the
-// http_req_failed threshold, default 0.001), ORDER_LOG=1 (log every confirmed order as
-// "ORDER <id> <role>=<quantity>,..." so that a harness can reconcile them with the database).
+// (comma-separated subset, default all), TOKENS_FILE, CUSTOMER_TOKEN, SUMMARY_JSON,
+// SUMMARY_TXT, FAILED_RATE_MAX (the http_req_failed threshold, default 0.001), ORDER_LOG=1 (log
+// every confirmed order as "ORDER <id> <role>=<quantity>,..." so that a harness can reconcile
+// them with the database).
 
 import http from 'k6/http';
 import { check, sleep } from 'k6';
 import exec from 'k6/execution';
+import { SharedArray } from 'k6/data';
 import { Counter, Trend } from 'k6/metrics';
 
 const BASE_URL = (__ENV.BASE_URL || 'http://127.0.0.1:8080').replace(/\/$/, '');
@@ -37,6 +45,9 @@ const MAX_QUANTITY = 3;
 const FAILED_RATE_MAX = parseFloat(__ENV.FAILED_RATE_MAX || '0.001');
 const CHECKS_RATE_MIN = parseFloat(__ENV.CHECKS_RATE_MIN || '1');
 const ORDER_LOG = __ENV.ORDER_LOG === '1';
+const tokens = __ENV.TOKENS_FILE ? new SharedArray('tokens', () => JSON.parse(open(__ENV.TOKENS_FILE))) : null;
+if (tokens && tokens.length === 0) throw new Error(`TOKENS_FILE ${__ENV.TOKENS_FILE} holds no token`);
+const CUSTOMER_TOKEN = __ENV.CUSTOMER_TOKEN || '';
 
 function intEnv(name, def) {
   const v = __ENV[name];
@@ -171,10 +182,11 @@ export function setup() {
 function order(items, key) {
   const headers = { ...json };
   if (key) headers['Idempotency-Key'] = key;
-  const body = JSON.stringify({
-    customer_id: `vu-${exec.vu.idInTest}`,
-    items: items.map(({ product_id, quantity }) => ({ product_id, quantity })),
-  });
+  const payload = { items: items.map(({ product_id, quantity }) => ({ product_id, quantity })) };
+  const token = tokens ? tokens[(exec.vu.idInTest - 1) % tokens.length] : CUSTOMER_TOKEN;
+  if (token) headers.Authorization = `Bearer ${token}`;
+  else payload.customer_id = `vu-${exec.vu.idInTest}`;
+  const body = JSON.stringify(payload);
   const res = http.post(`${BASE_URL}/v1/orders`, body, { headers, tags: { name: 'POST /v1/orders' } });
   const t = latency[res.status];
   if (t) t.add(res.timings.duration, { scenario: exec.scenario.name });

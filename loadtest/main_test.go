@@ -30,6 +30,9 @@ func TestParseOptions(t *testing.T) {
 		hs.holds.HoldFor != 2*time.Second || hs.holds.Pay != 0.5 || hs.holds.Cancel != 0.1 || hs.holds.Stock != 40 {
 		t.Errorf("-holds: %+v, %v", hs.holds, err)
 	}
+	if s, err := parseOptions([]string{"-customer-auth", "body"}, io.Discard); err != nil || s.sale.CustomerAuth != "body" {
+		t.Errorf("-customer-auth body: %q, %v", s.sale.CustomerAuth, err)
+	}
 	if d, err := parseOptions([]string{"-fault", "burst", "-rules=false"}, io.Discard); err != nil || !d.drills.NoRules {
 		t.Errorf("-rules=false: no rules %v, %v", d.drills.NoRules, err)
 	}
@@ -38,6 +41,7 @@ func TestParseOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.mode != modeSale || o.cluster.Replicas != 3 || o.cluster.Defense != env.DefaultDefense || o.sale.KillAfter != 0 ||
+		o.sale.CustomerAuth != "token" ||
 		!strings.HasPrefix(o.out, filepath.Join(root, "loadtest", "out")) ||
 		o.script != filepath.Join(root, "loadtest", "flashsale.js") {
 		t.Errorf("defaults = %+v", o)
@@ -67,6 +71,7 @@ func TestParseOptions(t *testing.T) {
 		{"-holds", "-hold-for", "2h"},     // and at most an hour
 		{"-holds", "-pay", "0.8", "-cancel", "0.3"},
 		{"-holds", "-async"},
+		{"-customer-auth", "jwt"},
 	}
 	for _, args := range bad {
 		if _, err := parseOptions(args, io.Discard); err == nil {

@@ -111,6 +111,7 @@ type flagValues struct {
 	holdFor         time.Duration
 	pay             float64
 	cancel          float64
+	customerAuth    string
 }
 
 func parseOptions(args []string, usage io.Writer) (options, error) {
@@ -124,6 +125,7 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 	fs.IntVar(&o.vus, "vus", 100, "k6 virtual users pre-allocated for the rush")
 	fs.IntVar(&o.raceStock, "race-stock", 20, "units of the exact-race product (ten buyers per unit)")
 	fs.StringVar(&o.scenarios, "scenarios", "rush,carts,retries,race", "k6 scenarios to run")
+	fs.StringVar(&o.customerAuth, "customer-auth", "token", "how the sale's (and -compare's) orders name their customer: token (each k6 VU sends a customer token the harness minted, which the replicas verify, as in production) or body (the order's customer_id, unverified)")
 	fs.StringVar(&o.defense, "defense", env.DefaultDefense, "STOCKSVC_DEFENSE of the replicas (anything else is a demonstration)")
 	fs.StringVar(&o.lockRetry, "lock-retry", "wait", "STOCKSVC_LOCK_RETRY of the replicas")
 	fs.IntVar(&o.lockMaxRetries, "lock-max-retries", 0, "STOCKSVC_LOCK_MAX_RETRIES of the replicas")
@@ -194,6 +196,8 @@ func parseOptions(args []string, usage io.Writer) (options, error) {
 		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case o.replicas < 1:
 		return options{}, errors.New("-replicas must be at least 1")
+	case o.customerAuth != "token" && o.customerAuth != "body":
+		return options{}, fmt.Errorf("-customer-auth %q: want token or body", o.customerAuth)
 	case o.stock < 1 || o.rate < 1 || o.vus < 1 || o.clients < 1:
 		return options{}, errors.New("-stock, -rate, -vus and -clients must be positive")
 	case o.duration < 5*time.Second:
@@ -244,7 +248,7 @@ func (f flagValues) options() options {
 			DatabaseURL: f.databaseURL, RedisURL: f.redisURL, Keep: f.keep},
 		sale: sale.Options{Stock: f.stock, Rate: f.rate, Duration: f.duration, VUs: f.vus, RaceStock: f.raceStock,
 			Scenarios: f.scenarios, LockRetry: f.lockRetry, LockMaxRetries: f.lockMaxRetries, KillAfter: f.killAfter,
-			PGBenchClients: f.pgbenchClients},
+			PGBenchClients: f.pgbenchClients, CustomerAuth: f.customerAuth},
 		throughput: benchmarks.ThroughputOptions{Duration: f.duration, Clients: f.clients, ClosedOnly: f.closedOnly, PGBenchClients: f.pgbenchClients,
 			PostgresHA: f.postgresHA, Reference: f.reference, Rounds: f.rounds},
 		cache: benchmarks.CacheOptions{Duration: f.duration, Clients: f.clients, Rounds: f.rounds, StampedeRounds: f.stampedeRounds,

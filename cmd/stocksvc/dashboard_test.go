@@ -121,7 +121,7 @@ func dashboardQueries(t *testing.T, file string) []query {
 // or summary's _bucket, _sum or _count series.
 func registeredMetrics(t *testing.T) func(string) bool {
 	t.Helper()
-	env := serveEnv(t, "stocksvc-dashboard:"+randomHex(t, 4)+":", map[string]string{"STOCKSVC_ASYNC_WORKERS": "0"})
+	env := serveEnv(t, testenv.KeyPrefix(t), map[string]string{"STOCKSVC_ASYNC_WORKERS": "0"})
 	cfg, _, err := loadConfig(nil, envOf(env), io.Discard)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
 func TestLocalURL(t *testing.T) {
@@ -85,7 +87,7 @@ func TestHealthcheckAnswers(t *testing.T) {
 // health check does, then the same address after it stopped.
 func TestRunHealthcheckOnService(t *testing.T) {
 	t.Parallel()
-	in := startRun(t, serveEnv(t, "stocksvc-hc:"+randomHex(t, 4)+":", nil))
+	in := startRun(t, serveEnv(t, testenv.KeyPrefix(t), nil))
 	probe := func() error {
 		env := envOf(map[string]string{"STOCKSVC_ADDR": in.Addr})
 		return run(context.Background(), func() {}, []string{"healthcheck"}, env, stdio{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}})

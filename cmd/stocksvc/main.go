@@ -9,6 +9,8 @@
 //	stocksvc [flags] migrate version      print the schema version
 //	stocksvc version                      print the build's module version and VCS revision
 //	stocksvc [flags] healthcheck          exit 0 if this host's replica is ready, 1 if not
+//	stocksvc devkeys [-out DIR]           make a development key set for token mode
+//	stocksvc token -sub CUSTOMER          print a customer token signed with that key
 //
 // Every flag has an environment variable; run stocksvc -h for the list.
 package main
@@ -74,6 +76,11 @@ Commands:
   version               print the module version and VCS revision of this build
   healthcheck           GET /readyz of the replica on this host (STOCKSVC_ADDR);
                         exit 0 when ready, 1 otherwise (for container health checks)
+  devkeys [-out DIR]    make a development key set for token mode: an ES256 signing
+                        key and the JWKS replicas verify with (for trying the service,
+                        not for production; stocksvc devkeys -h)
+  token -sub CUSTOMER   print a customer token signed with a devkeys key
+                        (stocksvc token -h)
 
 Flags (each also an environment variable; a flag wins):
 `
@@ -82,8 +89,16 @@ Flags (each also an environment variable; a flag wins):
 // begun, so a second Ctrl-C ends the process at once.
 func run(ctx context.Context, stopSignals func(), args []string, getenv func(string) string, std stdio) error {
 	// "version" reads no configuration: it must answer even where the configuration is broken.
-	if len(args) > 0 && args[0] == "version" {
-		return printVersion(args[1:], std.stdout)
+	// Nor do the development tools, which have flags of their own.
+	if len(args) > 0 {
+		switch args[0] {
+		case "version":
+			return printVersion(args[1:], std.stdout)
+		case "devkeys":
+			return runDevKeys(args[1:], std)
+		case "token":
+			return runToken(args[1:], std)
+		}
 	}
 	cfg, rest, err := loadConfig(args, getenv, std.stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -113,13 +128,17 @@ func dispatch(ctx context.Context, stopSignals func(), cfg config, rest []string
 		return runMigrate(ctx, cfg, rest, std, log)
 	case command == "version":
 		return printVersion(rest, std.stdout)
+	case command == "devkeys":
+		return runDevKeys(rest, std)
+	case command == "token":
+		return runToken(rest, std)
 	case command == "healthcheck" && len(rest) == 0:
 		return runHealthcheck(ctx, cfg.Addr, std.stdout)
 	case len(rest) > 0:
 		return fmt.Errorf("%s: unexpected arguments %q", command, rest)
 	case command == "serve":
 	default:
-		return fmt.Errorf("unknown command %q (want serve, migrate, version or healthcheck; see stocksvc -h)", command)
+		return fmt.Errorf("unknown command %q (want serve, migrate, version, healthcheck, devkeys or token; see stocksvc -h)", command)
 	}
 	// Only serving verifies customers: migrate and healthcheck run without the token settings.
 	if err := cfg.checkCustomerAuth(); err != nil {

@@ -364,7 +364,7 @@ func newScratchDatabase(t testing.TB) *scratchDatabase {
 	if err != nil {
 		t.Fatalf("connect to the postgres database: %v", err)
 	}
-	db := &scratchDatabase{Name: "stocksvc_cmdtest_" + randomHex(t, 8), admin: conn}
+	db := &scratchDatabase{Name: testenv.DatabaseName(t), admin: conn}
 	target := *u
 	target.Path = "/" + db.Name
 	db.URL = target.String()

@@ -81,7 +81,7 @@ func quorum(errs []error) error {
 // redlockLocker returns the product locker over nodes. A node's requests are bounded by a
 // twentieth of the lease, between 50ms and 500ms: far below the lease, so that a node that
 // does not answer costs little of it, and above what a live node on a busy machine needs.
-func redlockLocker(cfg config, nodes []*redis.Client, obs lock.Observer) (*stocklock.Redlock, error) {
+func redlockLocker(cfg config, nodes []*redis.Client, obs lock.Observer) (*stocklock.Locker, error) {
 	r, err := lock.NewRedlock(nodes, lock.RedlockOptions{
 		NodeTimeout: min(max(cfg.LockTTL/20, 50*time.Millisecond), 500*time.Millisecond),
 		Observer:    obs,

@@ -409,7 +409,7 @@ func TestRunLogsNoSecrets(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			pgPass, redisPass, token := "Pg-"+randomHex(t, 6), "Rd-"+randomHex(t, 6), "Tok-"+randomHex(t, 16)
-			env := serveEnv(t, "stocksvc-secrets:"+randomHex(t, 4)+":", tt.env(pgPass, redisPass))
+			env := serveEnv(t, testenv.KeyPrefix(t), tt.env(pgPass, redisPass))
 			env["STOCKSVC_ADMIN_TOKEN"] = token
 			env["STOCKSVC_STARTUP_TIMEOUT"] = "1s"
 			env["STOCKSVC_SHUTDOWN_DELAY"] = "0s"

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stocksvc/stocksvc/internal/lock"
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
@@ -231,8 +232,7 @@ func TestRunShutdownFinishesInFlightRequest(t *testing.T) {
 	in := startRun(t, env)
 	id := in.createProduct(t, env["STOCKSVC_ADMIN_TOKEN"], "in-flight", 1)
 
-	// The name the service locks a product under (stocklock's productLockName).
-	lockName := prefix + "lock:product:{" + strconv.FormatInt(id, 10) + "}"
+	lockName := stocklock.Name(prefix, id)
 	held, err := lock.New(rdb).Obtain(t.Context(), lockName, time.Minute, nil)
 	if err != nil {
 		t.Fatalf("hold the product lock: %v", err)

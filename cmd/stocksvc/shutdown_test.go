@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/stocksvc/stocksvc/internal/lock"
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
@@ -175,7 +176,7 @@ func TestBinaryShutdownWithinBudget(t *testing.T) {
 				return err == nil && res.Status == http.StatusOK
 			})
 			id := in.createProduct(t, token, "budget", 5)
-			lockName := prefix + "lock:product:{" + strconv.FormatInt(id, 10) + "}"
+			lockName := stocklock.Name(prefix, id)
 			held, err := lock.New(rdb).Obtain(t.Context(), lockName, time.Minute, nil)
 			if err != nil {
 				t.Fatalf("hold the product lock: %v", err)

@@ -87,7 +87,7 @@ func TestRunStartsWithoutRedis(t *testing.T) {
 			for _, s := range down {
 				s.Kill()
 			}
-			env := serveEnv(t, "nostart:"+randomHex(t, 4)+":", map[string]string{
+			env := serveEnv(t, testenv.KeyPrefix(t), map[string]string{
 				"REDIS_URL":                redisURL,
 				"STOCKSVC_REDIS_MODE":      mode,
 				"STOCKSVC_STARTUP_TIMEOUT": "2s", // shorter than the test's wait for ready

@@ -203,7 +203,7 @@ func TestRunStartupPermanentFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			env := serveEnv(t, "stocksvc-perm:"+randomHex(t, 4)+":", tt.extra(t))
+			env := serveEnv(t, testenv.KeyPrefix(t), tt.extra(t))
 			env["STOCKSVC_STARTUP_TIMEOUT"] = "10m"
 			in := launch(t, env)
 			select {

@@ -453,7 +453,7 @@ func TestBusyLineWaits(t *testing.T) {
 	w := newWorld(t)
 	r := w.replica(t, replicaOptions{lockWait: 100 * time.Millisecond})
 	id := createProduct(t, r, "BUSY-1", 1)
-	holder, err := r.locks.Obtain(context.Background(), fmt.Sprintf("%slock:product:{%d}", w.prefix, id), time.Minute, nil)
+	holder, err := r.locks.Obtain(context.Background(), stocklock.Name(w.prefix, id), time.Minute, nil)
 	if err != nil {
 		t.Fatalf("hold the product's lock: %v", err)
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 )
 
 // Contract: orders of several products are bought all or nothing, and list their items by
@@ -91,7 +93,7 @@ func TestCartBusyTakesNothing(t *testing.T) {
 	b := createProduct(t, in.URL, "busy-b", 5)
 
 	// Only the second product is contended; the whole cart waits and then gives up.
-	holdLock(t, in, c.prefix+"lock:product:{"+itoa(b)+"}", nil)
+	holdLock(t, in, stocklock.Name(c.prefix, b), nil)
 	res := postOrder(t, in.URL, newOrder("c", orderItem{a, 1}, orderItem{b, 1}), nil)
 	wantProblem(t, res, "busy", "/v1/orders")
 	wantRetryAfter(t, res)

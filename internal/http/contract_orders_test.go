@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
+
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 )
 
 // Contract rows: POST /v1/orders and GET /v1/orders/{id}.
@@ -379,7 +381,7 @@ func TestPlaceOrderBusy(t *testing.T) {
 	c := newCluster(t)
 	in := c.start(t, instanceOptions{lockWait: 100 * time.Millisecond})
 	id := createProduct(t, in.URL, "contended", 5)
-	release := holdLock(t, in, c.prefix+"lock:product:{"+itoa(id)+"}", nil)
+	release := holdLock(t, in, stocklock.Name(c.prefix, id), nil)
 
 	res := postOrder(t, in.URL, newOrder("c", orderItem{id, 1}), nil)
 	wantProblem(t, res, "busy", "/v1/orders")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
@@ -134,7 +135,7 @@ func TestIdempotencyKeyWhileFirstIsQueued(t *testing.T) {
 	c := newCluster(t)
 	in := c.start(t, instanceOptions{lockWait: 10 * time.Second})
 	id := createProduct(t, in.URL, "queued-key", 10)
-	lockName := c.prefix + "lock:product:{" + itoa(id) + "}"
+	lockName := stocklock.Name(c.prefix, id)
 	release := holdLock(t, in, lockName, nil)
 
 	// Requests run in goroutines, which must not stop the test: they hand back their errors.
@@ -280,7 +281,7 @@ func TestIdempotencyBusyIsNotStored(t *testing.T) {
 	body := newOrder("c", orderItem{id, 1})
 	const key = "busy-key"
 
-	release := holdLock(t, in, c.prefix+"lock:product:{"+itoa(id)+"}", nil)
+	release := holdLock(t, in, stocklock.Name(c.prefix, id), nil)
 	res := postOrder(t, in.URL, body, keyHeader(key))
 	wantProblem(t, res, "busy", "/v1/orders")
 	wantRetryAfter(t, res)

@@ -90,7 +90,7 @@ func TestDatabasesHaveIdentitiesOfTheirOwn(t *testing.T) {
 	if again, err := reg1.Owner(t.Context()); err != nil || again != one {
 		t.Errorf("the same database again: %v, %v; want %v", again, err, one)
 	}
-	if !strings.HasPrefix(one.Name, "stocksvc_test_") {
+	if !strings.HasPrefix(one.Name, testenv.NamePrefix(t)) {
 		t.Errorf("owner name %q, want the database's name first", one.Name)
 	}
 }

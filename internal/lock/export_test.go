@@ -22,27 +22,19 @@ func SetAfterGrant(r *Redlock, f func()) { r.afterGrant = f }
 // Name returns the name the lock was obtained under.
 func (l *Lock) Name() string { return l.name }
 
-// Token returns the random value that identifies the holder in Redis: the lock key's value.
+// Token returns the random value that identifies the holder in Redis: the lock key's value
+// (on every node, for a Redlock's lock).
 func (l *Lock) Token() string { return l.token }
 
-// Until returns the local time by which the lease ends unless refreshed.
+// Until returns the local time by which the lease (a Redlock's lock: its validity) ends
+// unless refreshed.
 func (l *Lock) Until() time.Time { return l.leaseEnd() }
 
-// Refresh extends the lease to ttl from now, as WithLocks' keeper does.
+// Refresh extends the lease to ttl from now (on every node, for a Redlock's lock), as WithLocks'
+// keeper does.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error { return l.refresh(ctx, ttl) }
 
-// Token returns the holder's token, the same on every node.
-func (l *QuorumLock) Token() string { return l.token }
-
-// Until returns the local time by which the lock's validity ends unless refreshed.
-func (l *QuorumLock) Until() time.Time { return l.leaseEnd() }
-
-// Refresh extends the lease on every node, as WithLocks' keeper does.
-func (l *QuorumLock) Refresh(ctx context.Context, ttl time.Duration) error {
-	return l.refresh(ctx, ttl)
-}
-
-// Op returns the operation that failed: "obtain" or "refresh".
+// Op returns the operation that failed: "obtain", "refresh" or "release".
 func (e *QuorumError) Op() string { return e.op }
 
 // Counts returns how many nodes succeeded, how many were needed and how many there are.

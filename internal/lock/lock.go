@@ -135,14 +135,16 @@ func (o *Options) retry() RetryStrategy {
 
 func (o *Options) fenced() bool { return o == nil || !o.Fenceless }
 
-// Lock is a held lock. Its methods are safe for concurrent use.
+// Lock is a held lock: on one Redis (Client.Obtain) or on a quorum of independent nodes
+// (Redlock.Obtain). Its methods are safe for concurrent use.
 type Lock struct {
-	client *Client
-	name   string
-	keys   keys
-	token  string
-	fence  int64
-	note   string // what the last holder left (Note)
+	on    holder // the Client or the Redlock that holds it
+	obs   Observer
+	name  string
+	keys  keys
+	token string
+	fence int64
+	note  string // what the last holder left (Note)
 
 	mu       sync.Mutex
 	until    time.Time // local, conservative end of the lease (monotonic clock)
@@ -151,23 +153,38 @@ type Lock struct {
 	lost     bool // the observer was told the lock was lost
 }
 
+// holder is where a Lock is held — one Redis (a Client) or a quorum of nodes (a Redlock) —
+// and does the Redis side of keeping and letting go of it. The Lock does the rest once for
+// both kinds: the lease it counts, release only once, a loss reported once, the observer.
+// Both methods read only what never changes in l (its name, keys and token).
+type holder interface {
+	// extend sets l's lease to ttl from now and returns the local time by which it then ends.
+	// An error matching ErrNotHeld means the lock is lost; any other, that Redis could not be
+	// asked, and the lease ends as before.
+	extend(ctx context.Context, l *Lock, ttl time.Duration) (until time.Time, err error)
+	// drop lets l's lock go, leaving note for the next holder where notes are kept, and
+	// reports whether l still held it. An error means Redis could not be asked: the lock
+	// then expires with its lease.
+	drop(ctx context.Context, l *Lock, note string) (held bool, err error)
+}
+
 // reportLost tells the observer that the lock was found lost, once per lock: WithLocks'
 // refresh and its release both find a lost lock gone, and that is one loss. l.mu must be held.
 func (l *Lock) reportLost() {
 	if !l.lost {
 		l.lost = true
-		l.client.obs.Lost(l.name)
+		l.obs.Lost(l.name)
 	}
 }
 
 // Obtain takes the lock called name for ttl.
 //
 // With Options.Wait it waits until ctx's deadline, in line with every other waiter for name,
-// woken by the message of the holder that gives it the lock rather than by polling; otherwise it tries again as Options.Retry says, never past the deadline. It returns
-// ErrNotObtained when the lock stayed held by others; the context's error (wrapped) when ctx
-// was cancelled, or when its deadline passed during a Redis call before the lock was ever
-// found held; and the Redis error (wrapped) when Redis could not be reached. ttl must be at
-// least one millisecond.
+// woken by the message of the holder that gives it the lock rather than by polling; otherwise
+// it tries again as Options.Retry says, never past the deadline. It returns ErrNotObtained
+// when the lock stayed held by others; the context's error (wrapped) when ctx was cancelled,
+// or when its deadline passed during a Redis call before the lock was ever found held; and the
+// Redis error (wrapped) when Redis could not be reached. ttl must be at least one millisecond.
 func (c *Client) Obtain(ctx context.Context, name string, ttl time.Duration, opt *Options) (*Lock, error) {
 	if ttl < time.Millisecond {
 		return nil, fmt.Errorf("lock: obtain %q: ttl %v is below 1ms", name, ttl)
@@ -234,7 +251,7 @@ func flag(b bool) string {
 func (c *Client) newLock(name string, k keys, token string, fence int64, note string, ttl time.Duration, start time.Time) *Lock {
 	// The lease is measured from before the request: Redis may set the key at any point
 	// until the reply arrives, so this is the latest the lease can safely be assumed to end.
-	return &Lock{client: c, name: name, keys: k, token: token, fence: fence, note: note, until: start.Add(ttl)}
+	return &Lock{on: c, obs: c.obs, name: name, keys: k, token: token, fence: fence, note: note, until: start.Add(ttl)}
 }
 
 // obtainPolling is Obtain without Wait: one attempt, then as the retry strategy says. held
@@ -331,11 +348,15 @@ func waitError(name string, err error) error {
 }
 
 // Fence returns the fencing token issued with the lock: larger than every token issued earlier
-// for the same name. It is 0 for locks obtained with Options.Fenceless.
+// for the same name. A Redlock's lock has the largest token its quorum issued, which a quorum
+// of nodes raised their counters to before the lock counted as obtained (see Redlock for the
+// one assumption, about clocks, that a node restarted empty needs). It is 0 for locks obtained
+// with Options.Fenceless.
 func (l *Lock) Fence() int64 { return l.fence }
 
 // leaseEnd returns the local time by which the lease ends unless refreshed. It is conservative:
-// measured from before the request that set or extended the lease.
+// measured from before the request that set or extended the lease (less the drift allowance,
+// on a Redlock).
 func (l *Lock) leaseEnd() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -343,8 +364,8 @@ func (l *Lock) leaseEnd() time.Time {
 }
 
 // refresh extends the lease to ttl from now (WithLocks keeps leases alive with it). It returns
-// ErrNotHeld when the lock was lost or released, and the Redis error (wrapped) when Redis could
-// not be reached; the lease then ends as before.
+// an error matching ErrNotHeld when the lock was lost or released, and otherwise the error of
+// a Redis that could not be asked (a Redlock's *QuorumError); the lease then ends as before.
 func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("lock: refresh %q: ttl %v is below 1ms", l.name, ttl)
@@ -355,33 +376,51 @@ func (l *Lock) refresh(ctx context.Context, ttl time.Duration) error {
 	if released {
 		return ErrNotHeld
 	}
-	start := time.Now()
-	n, err := refreshScript.Run(ctx, l.client.rdb, []string{l.keys.lock}, l.token, ttl.Milliseconds()).Int64()
-	if err != nil {
-		l.client.obs.RefreshFailed(l.name, err)
-		return fmt.Errorf("lock: refresh %q: %w", l.name, err)
-	}
-	if n != 1 {
-		l.mu.Lock()
-		l.reportLost()
-		l.mu.Unlock()
-		return ErrNotHeld
+	until, err := l.on.extend(ctx, l, ttl)
+	if err != nil && !errors.Is(err, ErrNotHeld) {
+		l.obs.RefreshFailed(l.name, err)
+		return err
 	}
 	l.mu.Lock()
-	l.until = start.Add(ttl)
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.reportLost()
+		return err
+	}
+	l.until = until
 	return nil
 }
 
-// Release gives the lock up if this holder still holds it: to the waiter at the front of the
-// lock's line, if there is one (of any Client), or back to Redis. It is safe to call more than
-// once: calls after a successful one do nothing and return nil.
+// extend runs the refresh script on the client's Redis.
+func (c *Client) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.Time, error) {
+	start := time.Now()
+	held, err := c.pexpire(ctx, l.keys, l.token, ttl)
+	switch {
+	case err != nil:
+		return time.Time{}, fmt.Errorf("lock: refresh %q: %w", l.name, err)
+	case !held:
+		return time.Time{}, ErrNotHeld
+	}
+	return start.Add(ttl), nil
+}
+
+// pexpire runs the refresh script, and reports whether token still held the lock.
+func (c *Client) pexpire(ctx context.Context, k keys, token string, ttl time.Duration) (held bool, err error) {
+	n, err := refreshScript.Run(ctx, c.rdb, []string{k.lock}, token, ttl.Milliseconds()).Int64()
+	return n == 1, err
+}
+
+// Release gives the lock up if this holder still holds it: on one Redis to the waiter at the
+// front of the lock's line, if there is one (of any Client), or back to Redis; on a Redlock by
+// deleting it on every node that still holds it. It is safe to call more than once: calls
+// after a successful one do nothing and return nil.
 //
 // Release does not inherit ctx's cancellation — a request that was cancelled must still give
 // its lock back — and is bounded by a short timeout of its own instead. It returns ErrNotHeld
 // when the lease had already ended (someone else may hold the lock now; their lock is left
-// alone), and the Redis error (wrapped) when Redis could not be reached, in which case the
-// lock expires with its lease.
+// alone; on a Redlock, no node held it any more), and the Redis error (wrapped) when Redis
+// could not be reached (on a Redlock, no node answered), in which case the lock expires with
+// its lease.
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -390,9 +429,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	held, err := l.client.release(ctx, l.keys, l.token, l.leave)
+	held, err := l.on.drop(ctx, l, l.leave)
 	if err != nil {
-		return fmt.Errorf("lock: release %q: %w", l.name, err)
+		return err
 	}
 	l.released = true
 	if !held {
@@ -400,6 +439,15 @@ func (l *Lock) Release(ctx context.Context) error {
 		return ErrNotHeld
 	}
 	return nil
+}
+
+// drop runs the release script on the client's Redis.
+func (c *Client) drop(ctx context.Context, l *Lock, note string) (bool, error) {
+	held, err := c.release(ctx, l.keys, l.token, note)
+	if err != nil {
+		return false, fmt.Errorf("lock: release %q: %w", l.name, err)
+	}
+	return held, nil
 }
 
 // release runs the release script, leaving note, and reports whether token still held the lock.
@@ -415,7 +463,8 @@ const noteKeep = time.Hour
 // Note returns what the last holder of the lock left for the next one (LeaveNote) when it let
 // the lock go, or "" when it left nothing. It comes with the lock, in the same reply or message
 // as the grant. A note is a hint from another process, never a fact: a holder that died, or
-// whose lease ran out, left none, and anything written without the lock is not in it.
+// whose lease ran out, left none, and anything written without the lock is not in it. A
+// Redlock's locks carry no notes: Note is "" and LeaveNote leaves nothing.
 func (l *Lock) Note() string { return l.note }
 
 // LeaveNote sets what Release leaves for the next holder (a short string), in place of the

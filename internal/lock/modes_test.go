@@ -105,7 +105,7 @@ func withLocksRun(clients []*lock.Client, opt *lock.Options) lockRun {
 	}
 }
 
-// redlockRun locks through Redlock.Obtain and QuorumLock.Release.
+// redlockRun locks through Redlock.Obtain and Lock.Release.
 func redlockRun(r *lock.Redlock) lockRun {
 	return func(ctx context.Context, _ int, names []string, critical func()) error {
 		l, err := r.Obtain(ctx, names[0], 5*time.Second, &lock.Options{Retry: lock.Exponential(time.Millisecond, 20*time.Millisecond)})

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -90,10 +89,11 @@ func (n nodeError) answered() bool {
 
 // QuorumError reports a Redlock operation that did not reach a quorum. errors.Is(err,
 // ErrNotObtained) holds for a failed obtain, and errors.Is(err, ErrNotHeld) for a failed
-// refresh; Unreachable tells a lock held by someone else from nodes that could not be asked.
-// Its message names every node that failed and why.
+// refresh; Unreachable tells a lock held by someone else from nodes that could not be asked. A
+// release fails with one only when fewer than a quorum of nodes answered (Unreachable). Its
+// message names every node that failed and why.
 type QuorumError struct {
-	op     string // "obtain" or "refresh"
+	op     string // "obtain", "refresh" or "release"
 	name   string
 	got    int // nodes that succeeded
 	total  int
@@ -103,15 +103,20 @@ type QuorumError struct {
 }
 
 func (e *QuorumError) Error() string {
-	parts := make([]string, len(e.nodes))
-	for i, n := range e.nodes {
-		parts[i] = fmt.Sprintf("%s: %v", n.addr, n.err)
-	}
-	return fmt.Sprintf("lock: redlock %s %q: %d of %d nodes, %d needed (%s)", e.op, e.name, e.got, e.total, e.needed, strings.Join(parts, "; "))
+	return fmt.Sprintf("lock: redlock %s %q: %d of %d nodes, %d needed (%s)", e.op, e.name, e.got, e.total, e.needed, joinNodeErrors(e.nodes))
 }
 
-// Unwrap returns ErrNotObtained or ErrNotHeld, or nil for a refresh whose nodes could not be
-// asked.
+// joinNodeErrors names each node's failure, for an error message.
+func joinNodeErrors(nodes []nodeError) string {
+	parts := make([]string, len(nodes))
+	for i, n := range nodes {
+		parts[i] = fmt.Sprintf("%s: %v", n.addr, n.err)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Unwrap returns ErrNotObtained or ErrNotHeld, or nil for a refresh or a release whose nodes
+// could not be asked.
 func (e *QuorumError) Unwrap() error { return e.kind }
 
 // Unreachable reports whether fewer than a quorum of nodes answered at all (granting the lock,
@@ -127,18 +132,6 @@ func (e *QuorumError) Unreachable() bool {
 	return answered < e.needed
 }
 
-// QuorumLock is a lock held on a quorum of Redlock nodes.
-type QuorumLock struct {
-	r     *Redlock
-	name  string
-	token string
-	fence int64
-
-	mu    sync.Mutex
-	until time.Time
-	lost  bool // the observer was told the lock was lost
-}
-
 // Obtain takes the lock called name on a quorum of nodes, trying again as opt.Retry says (Wait
 // is not supported across nodes) and never past ctx's deadline. A failed round releases
 // whatever it took. It returns a *QuorumError (matching ErrNotObtained) when no round reached a
@@ -147,7 +140,7 @@ type QuorumLock struct {
 // When ctx's deadline cuts the last round short, the error is that of the last round in which
 // a quorum of nodes answered, if any did: the lock was found held, and the nodes only ran out
 // of time on the last try, which says nothing about whether they can be reached.
-func (r *Redlock) Obtain(ctx context.Context, name string, ttl time.Duration, opt *Options) (*QuorumLock, error) {
+func (r *Redlock) Obtain(ctx context.Context, name string, ttl time.Duration, opt *Options) (*Lock, error) {
 	if ttl < time.Millisecond {
 		return nil, fmt.Errorf("lock: redlock obtain %q: ttl %v is below 1ms", name, ttl)
 	}
@@ -164,7 +157,7 @@ func (r *Redlock) Obtain(ctx context.Context, name string, ttl time.Duration, op
 
 // obtain is Obtain without the observer. contended reports whether a round found the lock held
 // by someone else.
-func (r *Redlock) obtain(ctx context.Context, name string, ttl time.Duration, opt *Options) (l *QuorumLock, contended bool, err error) {
+func (r *Redlock) obtain(ctx context.Context, name string, ttl time.Duration, opt *Options) (l *Lock, contended bool, err error) {
 	retry := opt.retry()
 	deadline, hasDeadline := ctx.Deadline()
 	token := rand.Text()
@@ -203,7 +196,7 @@ func (r *Redlock) obtain(ctx context.Context, name string, ttl time.Duration, op
 
 // round asks every node at once and keeps the lock if a quorum granted it, and then (for a
 // fenced lock) raised its fencing counter to the lock's token, in time.
-func (r *Redlock) round(ctx context.Context, name, token string, ttl time.Duration, opt *Options) (*QuorumLock, error) {
+func (r *Redlock) round(ctx context.Context, name, token string, ttl time.Duration, opt *Options) (*Lock, error) {
 	start := time.Now()
 	k := keysFor(name)
 	type result struct {
@@ -240,7 +233,7 @@ func (r *Redlock) round(ctx context.Context, name, token string, ttl time.Durati
 	}
 	validity := ttl - time.Since(start) - r.drift(ttl)
 	if got >= r.quorum && validity > 0 {
-		return &QuorumLock{r: r, name: name, token: token, fence: fence, until: start.Add(ttl - r.drift(ttl))}, nil
+		return &Lock{on: r, obs: r.obs, name: name, keys: k, token: token, fence: fence, until: start.Add(ttl - r.drift(ttl))}, nil
 	}
 	// Not enough: give back what was taken, on every node (a grant may have been applied
 	// although its reply was lost).
@@ -257,24 +250,13 @@ func (r *Redlock) round(ctx context.Context, name, token string, ttl time.Durati
 // its grant, and the counter's increment, can only come after this lock is gone, which is
 // after the raise.
 func (r *Redlock) raise(ctx context.Context, k keys, token string, fence int64, granted []int) (int, []nodeError) {
-	errs := make([]error, len(r.nodes))
-	r.each(ctx, granted, func(ctx context.Context, i int, c *Client) {
+	return r.tally(ctx, granted, func(ctx context.Context, c *Client) error {
 		n, err := raiseScript.Run(ctx, c.rdb, []string{k.lock, k.fence}, token, strconv.FormatInt(fence, 10)).Int64()
 		if err == nil && n != 1 {
 			err = fmt.Errorf("fence not raised: %w", ErrNotHeld)
 		}
-		errs[i] = err
+		return err
 	})
-	raised := 0
-	var failures []nodeError
-	for _, i := range granted {
-		if errs[i] != nil {
-			failures = append(failures, nodeError{addr: r.addrs[i], err: errs[i]})
-		} else {
-			raised++
-		}
-	}
-	return raised, failures
 }
 
 // driftFactor is the share of a lease allowed for clock drift between the nodes, on top of a
@@ -302,87 +284,72 @@ func (r *Redlock) each(ctx context.Context, indexes []int, fn func(ctx context.C
 	wg.Wait()
 }
 
-// release deletes the lock on every node that still holds token and reports how many did.
-func (r *Redlock) release(ctx context.Context, k keys, token string) int {
-	var n atomic.Int64
-	r.each(ctx, nil, func(ctx context.Context, _ int, c *Client) {
-		if held, err := c.release(ctx, k, token, ""); err == nil && held {
-			n.Add(1)
+// tally runs fn against the nodes at indexes (every node when indexes is nil), as each does,
+// and reports on how many it succeeded and how it failed on the others.
+func (r *Redlock) tally(ctx context.Context, indexes []int, fn func(ctx context.Context, c *Client) error) (ok int, failures []nodeError) {
+	errs := make([]error, len(r.nodes))
+	r.each(ctx, indexes, func(ctx context.Context, i int, c *Client) { errs[i] = fn(ctx, c) })
+	for i, err := range errs {
+		switch {
+		case indexes != nil && !slices.Contains(indexes, i):
+		case err != nil:
+			failures = append(failures, nodeError{addr: r.addrs[i], err: err})
+		default:
+			ok++
 		}
-	})
-	return int(n.Load())
+	}
+	return ok, failures
 }
 
-// Fence returns the lock's fencing token: the largest its quorum issued, which a quorum of
-// nodes raised their counters to before the lock counted as obtained. It is larger than the
-// token of every earlier holder of the name (see Redlock for the one assumption, about clocks,
-// that a node restarted empty needs). It is 0 for locks obtained with Options.Fenceless.
-func (l *QuorumLock) Fence() int64 { return l.fence }
-
-// leaseEnd returns the local time by which the lock's validity ends unless refreshed: the lease
-// from before the grants were asked for, less the drift allowance.
-func (l *QuorumLock) leaseEnd() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.until
-}
-
-// refresh extends the lease on every node that still holds it (WithLocks keeps leases alive
-// with it); the lock stays valid only if a quorum did so in time. Otherwise it returns a
-// *QuorumError: matching ErrNotHeld when a quorum of nodes answered (the lock is lost, or the
-// refresh came too late), and matching nothing else when they could not be asked
-// (Unreachable): the lock then stays valid until leaseEnd, as before, and a later refresh may
-// still succeed.
-func (l *QuorumLock) refresh(ctx context.Context, ttl time.Duration) error {
-	start := time.Now()
-	k := keysFor(l.name)
-	errs := make([]error, len(l.r.nodes))
-	l.r.each(ctx, nil, func(ctx context.Context, i int, c *Client) {
-		n, err := refreshScript.Run(ctx, c.rdb, []string{k.lock}, l.token, ttl.Milliseconds()).Int64()
-		if err == nil && n != 1 {
+// release deletes the lock on every node that still holds token, and reports on how many it
+// did; a node that answered without it fails with ErrNotHeld.
+func (r *Redlock) release(ctx context.Context, k keys, token string) (int, []nodeError) {
+	return r.tally(ctx, nil, func(ctx context.Context, c *Client) error {
+		held, err := c.release(ctx, k, token, "")
+		if err == nil && !held {
 			err = ErrNotHeld
 		}
-		errs[i] = err
+		return err
 	})
-	got := 0
-	var failures []nodeError
-	for i, err := range errs {
-		if err != nil {
-			failures = append(failures, nodeError{addr: l.r.addrs[i], err: err})
-		} else {
-			got++
-		}
-	}
-	if got >= l.r.quorum && ttl-time.Since(start)-l.r.drift(ttl) > 0 {
-		l.mu.Lock()
-		l.until = start.Add(ttl - l.r.drift(ttl))
-		l.mu.Unlock()
-		return nil
-	}
-	qe := &QuorumError{op: "refresh", name: l.name, got: got, total: len(l.r.nodes), needed: l.r.quorum, nodes: failures, kind: ErrNotHeld}
-	if qe.Unreachable() {
-		qe.kind = nil
-		l.r.obs.RefreshFailed(l.name, qe)
-		return qe
-	}
-	l.mu.Lock()
-	if !l.lost {
-		l.lost = true
-		l.r.obs.Lost(l.name)
-	}
-	l.mu.Unlock()
-	return qe
 }
 
-// Release deletes the lock on every node where this holder still holds it. It returns
-// ErrNotHeld when no node did any more.
-func (l *QuorumLock) Release(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer cancel()
-	if l.r.release(ctx, keysFor(l.name), l.token) == 0 {
-		return ErrNotHeld
+// extend refreshes the lease on every node that still holds l; the lock stays valid only if a
+// quorum did so in time. Otherwise the error is a *QuorumError: matching ErrNotHeld when a
+// quorum of nodes answered (the lock is lost, or the refresh came too late), and matching
+// nothing else when they could not be asked (Unreachable): the lock then stays valid until its
+// lease ends, as before, and a later refresh may still succeed.
+func (r *Redlock) extend(ctx context.Context, l *Lock, ttl time.Duration) (time.Time, error) {
+	start := time.Now()
+	got, failures := r.tally(ctx, nil, func(ctx context.Context, c *Client) error {
+		held, err := c.pexpire(ctx, l.keys, l.token, ttl)
+		if err == nil && !held {
+			err = ErrNotHeld
+		}
+		return err
+	})
+	if got >= r.quorum && ttl-time.Since(start)-r.drift(ttl) > 0 {
+		return start.Add(ttl - r.drift(ttl)), nil
 	}
-	return nil
+	qe := &QuorumError{op: "refresh", name: l.name, got: got, total: len(r.nodes), needed: r.quorum, nodes: failures, kind: ErrNotHeld}
+	if qe.Unreachable() {
+		qe.kind = nil
+	}
+	return time.Time{}, qe
+}
+
+// drop deletes l's lock on every node where l still holds it: l held it if any node did. When
+// none did, the lock is lost only if a quorum of nodes said so; with fewer answers nothing is
+// known about it, and the error is an Unreachable *QuorumError. A Redlock keeps no notes: note
+// is left nowhere.
+func (r *Redlock) drop(ctx context.Context, l *Lock, _ string) (bool, error) {
+	held, failures := r.release(ctx, l.keys, l.token)
+	if held > 0 {
+		return true, nil
+	}
+	if qe := (&QuorumError{op: "release", name: l.name, total: len(r.nodes), needed: r.quorum, nodes: failures}); qe.Unreachable() {
+		return false, qe
+	}
+	return false, nil
 }
 
 // WithLocks obtains the lock of every name on a quorum of nodes, one by one in the order given
@@ -396,18 +363,6 @@ func (l *QuorumLock) Release(ctx context.Context) error {
 // wrapped so that errors.Is(err, ErrNotHeld) holds. With Options.Detached, fn's context is not
 // cancelled with ctx once the locks are held. Duplicate names, and no names at all, are an
 // error; other errors before fn runs are those of Obtain.
-func (r *Redlock) WithLocks(ctx context.Context, names []string, ttl time.Duration, fn func(ctx context.Context, locks []*QuorumLock) error, opt *Options) error {
-	if err := checkNames(names); err != nil {
-		return err
-	}
-	locks := make([]*QuorumLock, 0, len(names))
-	defer func() { releaseAll(ctx, locks) }()
-	for _, name := range names {
-		l, err := r.Obtain(ctx, name, ttl, opt)
-		if err != nil {
-			return err
-		}
-		locks = append(locks, l)
-	}
-	return hold(ctx, names, locks, ttl, opt, fn)
+func (r *Redlock) WithLocks(ctx context.Context, names []string, ttl time.Duration, fn func(ctx context.Context, locks []*Lock) error, opt *Options) error {
+	return withLocks(ctx, names, ttl, r.Obtain, fn, opt)
 }

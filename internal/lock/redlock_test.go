@@ -266,7 +266,8 @@ func TestRedlockRefresh(t *testing.T) {
 }
 
 // TestRedlockReleaseDeletesOnEveryNode releases a lock held on all five nodes: no node keeps
-// it, a second Release reports ErrNotHeld, and the next holder's fence is larger.
+// it, a second Release does nothing (as for a lock on one Redis), and the next holder's fence
+// is larger.
 func TestRedlockReleaseDeletesOnEveryNode(t *testing.T) {
 	t.Parallel()
 	r, _, clients := startRedlock(t, 5)
@@ -287,8 +288,8 @@ func TestRedlockReleaseDeletesOnEveryNode(t *testing.T) {
 			t.Errorf("node %d still holds the lock after Release", i)
 		}
 	}
-	if err := first.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
-		t.Errorf("second Release = %v, want ErrNotHeld", err)
+	if err := first.Release(ctx); err != nil {
+		t.Errorf("second Release = %v, want nil", err)
 	}
 	second, err := r.Obtain(ctx, releaseName, time.Minute, nil)
 	if err != nil {
@@ -297,6 +298,110 @@ func TestRedlockReleaseDeletesOnEveryNode(t *testing.T) {
 	defer second.Release(ctx)
 	if second.Fence() <= first.Fence() {
 		t.Errorf("second fence %d is not above the first %d", second.Fence(), first.Fence())
+	}
+}
+
+// TestRedlockReleaseObserved releases Redlock locks as a Client's are released: a lock no node
+// holds any more is lost, reported once however many times it is found gone; a release no node
+// answers says so, and reports no loss, since nothing is known about the lock.
+func TestRedlockReleaseObserved(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// fail acts on the nodes after the lock was obtained.
+		fail    func(t *testing.T, servers []*testenv.RedisServer, clients []*redis.Client, l *lock.Lock)
+		wantErr func(error) bool
+		want    observed
+	}{
+		{
+			name:    "held",
+			fail:    func(*testing.T, []*testenv.RedisServer, []*redis.Client, *lock.Lock) {},
+			wantErr: func(err error) bool { return err == nil },
+			want:    observed{Obtained: 1},
+		},
+		{
+			name: "lost everywhere, found by Refresh and then Release",
+			fail: func(t *testing.T, _ []*testenv.RedisServer, clients []*redis.Client, l *lock.Lock) {
+				for _, c := range clients {
+					del(t, c, l.Name())
+				}
+				if err := l.Refresh(t.Context(), time.Minute); !errors.Is(err, lock.ErrNotHeld) {
+					t.Fatalf("Refresh = %v, want ErrNotHeld", err)
+				}
+			},
+			wantErr: func(err error) bool { return errors.Is(err, lock.ErrNotHeld) },
+			want:    observed{Obtained: 1, Lost: 1},
+		},
+		{
+			name: "lost everywhere, found by Release",
+			fail: func(t *testing.T, _ []*testenv.RedisServer, clients []*redis.Client, l *lock.Lock) {
+				for _, c := range clients {
+					del(t, c, l.Name())
+				}
+			},
+			wantErr: func(err error) bool { return errors.Is(err, lock.ErrNotHeld) },
+			want:    observed{Obtained: 1, Lost: 1},
+		},
+		{
+			name: "every node down",
+			fail: func(_ *testing.T, servers []*testenv.RedisServer, _ []*redis.Client, _ *lock.Lock) {
+				for _, s := range servers {
+					s.Kill()
+				}
+			},
+			wantErr: func(err error) bool { return err != nil && !errors.Is(err, lock.ErrNotHeld) },
+			want:    observed{Obtained: 1},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			servers := make([]*testenv.RedisServer, 3)
+			clients := make([]*redis.Client, len(servers))
+			for i := range servers {
+				servers[i] = testenv.StartRedis(t)
+				clients[i] = servers[i].Client()
+			}
+			obs := &countingObserver{}
+			opt := redlockOptions
+			opt.Observer = obs
+			r, err := lock.NewRedlock(clients, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := r.Obtain(t.Context(), lockName("", "observed"), time.Minute, nil)
+			if err != nil {
+				t.Fatalf("Obtain: %v", err)
+			}
+			tt.fail(t, servers, clients, l)
+
+			if err := l.Release(t.Context()); !tt.wantErr(err) {
+				t.Errorf("Release = %v", err)
+			}
+			if diff := cmp.Diff(obs.snapshot(), tt.want); diff != "" {
+				t.Errorf("observed (-got +want):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestRedlockCarriesNoNotes leaves a note under a Redlock's lock: the next holder is given
+// none, since a Redlock keeps no notes.
+func TestRedlockCarriesNoNotes(t *testing.T) {
+	t.Parallel()
+	r, _, _ := startRedlock(t, 3)
+	name := lockName("", "notes")
+	for i := range 2 {
+		err := r.WithLocks(t.Context(), []string{name}, time.Minute, func(_ context.Context, locks []*lock.Lock) error {
+			if note := locks[0].Note(); note != "" {
+				t.Errorf("holder %d was given the note %q, want none", i, note)
+			}
+			locks[0].LeaveNote("10 4")
+			return nil
+		}, nil)
+		if err != nil {
+			t.Fatalf("WithLocks %d: %v", i, err)
+		}
 	}
 }
 

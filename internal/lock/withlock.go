@@ -31,41 +31,29 @@ import (
 // Duplicate names, and no names at all, are an error, returned before anything is locked.
 // Other errors before fn runs are those of Obtain.
 func (c *Client) WithLocks(ctx context.Context, names []string, ttl time.Duration, fn func(ctx context.Context, locks []*Lock) error, opt *Options) error {
-	locks, err := c.obtainAll(ctx, names, ttl, opt)
-	if err != nil {
+	return withLocks(ctx, names, ttl, c.Obtain, fn, opt)
+}
+
+// withLocks is WithLocks over obtain, a Client's or a Redlock's Obtain.
+func withLocks(ctx context.Context, names []string, ttl time.Duration, obtain func(context.Context, string, time.Duration, *Options) (*Lock, error), fn func(ctx context.Context, locks []*Lock) error, opt *Options) error {
+	if err := checkNames(names); err != nil {
 		return err
 	}
-	defer releaseAll(ctx, locks)
-	return hold(ctx, names, locks, ttl, opt, fn)
-}
-
-// obtainAll obtains a lock on every name, in the order given, or none (see WithLocks).
-func (c *Client) obtainAll(ctx context.Context, names []string, ttl time.Duration, opt *Options) ([]*Lock, error) {
-	if err := checkNames(names); err != nil {
-		return nil, err
-	}
-	locks := make([]*Lock, len(names))
-	for i, name := range names {
-		l, err := c.Obtain(ctx, name, ttl, opt)
+	locks := make([]*Lock, 0, len(names))
+	defer func() { releaseAll(ctx, locks) }()
+	for _, name := range names {
+		l, err := obtain(ctx, name, ttl, opt)
 		if err != nil {
-			releaseAll(ctx, locks[:i])
-			return nil, err
+			return err
 		}
-		locks[i] = l
+		locks = append(locks, l)
 	}
-	return locks, nil
+	return hold(ctx, locks, ttl, opt, fn)
 }
 
-// leased is a held lock whose lease keepAlive can refresh: a Lock, or a Redlock's QuorumLock.
-type leased interface {
-	leaseEnd() time.Time
-	refresh(ctx context.Context, ttl time.Duration) error
-	Release(ctx context.Context) error
-}
-
-// hold runs fn while keeping the leases of locks, named names, alive (see WithLocks), and stops
-// the keeper before it returns, so that the caller may release the locks then.
-func hold[L leased](ctx context.Context, names []string, locks []L, ttl time.Duration, opt *Options, fn func(ctx context.Context, locks []L) error) error {
+// hold runs fn while keeping the leases of locks alive (see WithLocks), and stops the keeper
+// before it returns, so that the caller may release the locks then.
+func hold(ctx context.Context, locks []*Lock, ttl time.Duration, opt *Options, fn func(ctx context.Context, locks []*Lock) error) error {
 	base := ctx
 	if opt != nil && opt.Detached {
 		base = context.WithoutCancel(ctx)
@@ -75,7 +63,7 @@ func hold[L leased](ctx context.Context, names []string, locks []L, ttl time.Dur
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { keepAlive(work, names, locks, ttl, cancel, stop) })
+	wg.Go(func() { keepAlive(work, locks, ttl, cancel, stop) })
 	// Stop the keeper before the caller releases, also on panic.
 	defer wg.Wait()
 	defer close(stop)
@@ -104,7 +92,7 @@ func checkNames(names []string) error {
 
 // releaseAll releases every lock in locks (none may be nil), ignoring errors: a lock that
 // cannot be released expires with its lease, and the caller's outcome does not depend on it.
-func releaseAll[L leased](ctx context.Context, locks []L) {
+func releaseAll(ctx context.Context, locks []*Lock) {
 	for _, l := range locks {
 		_ = l.Release(ctx)
 	}
@@ -112,8 +100,8 @@ func releaseAll[L leased](ctx context.Context, locks []L) {
 
 // keepAlive refreshes every lock each ttl/3 until stop is closed. It cancels the work with
 // ErrNotHeld as soon as a lock is found lost, or when refreshes have failed for so long that a
-// lease may have run out. names[i] is the name of locks[i].
-func keepAlive[L leased](work context.Context, names []string, locks []L, ttl time.Duration, cancel context.CancelCauseFunc, stop <-chan struct{}) {
+// lease may have run out.
+func keepAlive(work context.Context, locks []*Lock, ttl time.Duration, cancel context.CancelCauseFunc, stop <-chan struct{}) {
 	interval := max(ttl/3, time.Millisecond)
 	timer := time.NewTimer(nextWake(locks, interval))
 	defer timer.Stop()
@@ -125,9 +113,9 @@ func keepAlive[L leased](work context.Context, names []string, locks []L, ttl ti
 			return
 		case <-timer.C:
 		}
-		for i, l := range locks {
+		for _, l := range locks {
 			if !time.Now().Before(l.leaseEnd()) {
-				cancel(fmt.Errorf("%w: lease of %q ran out before it could be refreshed", ErrNotHeld, names[i]))
+				cancel(fmt.Errorf("%w: lease of %q ran out before it could be refreshed", ErrNotHeld, l.name))
 				return
 			}
 			ctx, done := context.WithDeadline(work, l.leaseEnd())
@@ -139,7 +127,7 @@ func keepAlive[L leased](work context.Context, names []string, locks []L, ttl ti
 			stopWatch := context.AfterFunc(ctx, func() {
 				defer close(expired)
 				if !time.Now().Before(l.leaseEnd()) {
-					cancel(fmt.Errorf("%w: lease of %q ran out while refreshing it", ErrNotHeld, names[i]))
+					cancel(fmt.Errorf("%w: lease of %q ran out while refreshing it", ErrNotHeld, l.name))
 				}
 			})
 			err := l.refresh(ctx, ttl)
@@ -148,7 +136,7 @@ func keepAlive[L leased](work context.Context, names []string, locks []L, ttl ti
 			}
 			done()
 			if errors.Is(err, ErrNotHeld) {
-				cancel(fmt.Errorf("%w: %q was taken or expired", ErrNotHeld, names[i]))
+				cancel(fmt.Errorf("%w: %q was taken or expired", ErrNotHeld, l.name))
 				return
 			}
 			// Any other failure is retried at the next wake-up; the lease check above
@@ -160,7 +148,7 @@ func keepAlive[L leased](work context.Context, names []string, locks []L, ttl ti
 
 // nextWake returns how long to sleep before the next refresh round: the refresh interval, but
 // never past the earliest lease end, so a lost lease is noticed when it ends.
-func nextWake[L leased](locks []L, interval time.Duration) time.Duration {
+func nextWake(locks []*Lock, interval time.Duration) time.Duration {
 	wake := interval
 	for _, l := range locks {
 		wake = min(wake, time.Until(l.leaseEnd()))

@@ -65,8 +65,8 @@ type replicaOptions struct {
 	viewLease time.Duration
 	// queries, when set, counts every query the replica's pool sends to Postgres.
 	queries *atomic.Int64
-	// redlock, when set, puts the product locks on a Redlock over these nodes (a
-	// stocklock.Redlock) instead of the world's Redis, which keeps the views.
+	// redlock, when set, puts the product locks on a Redlock over these nodes
+	// (stocklock.NewRedlock) instead of the world's Redis, which keeps the views.
 	redlock []*testenv.RedisServer
 	// now is the replica's clock (Config.Now); nil for time.Now.
 	now func() time.Time

@@ -3,18 +3,18 @@ package stock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
-// TestRedlockLockerNeedsQuorum places an order through a stocklock.Redlock over five nodes with
-// some of them down: with two down the order is sold; with three down it is refused as
+// TestRedlockLockerNeedsQuorum places an order through stocklock.NewRedlock's locker over five
+// nodes with some of them down: with two down the order is sold; with three down it is refused as
 // unavailable (503), not busy, and nothing is sold. With every node up but the product's lock
 // held by someone else on a quorum, the order is busy (429).
 func TestRedlockLockerNeedsQuorum(t *testing.T) {
@@ -42,7 +42,7 @@ func TestRedlockLockerNeedsQuorum(t *testing.T) {
 				nodes[i].Kill()
 			}
 			if tt.held {
-				l, err := testenv.Redlock(t, nodes).Obtain(t.Context(), fmt.Sprintf("%slock:product:{%d}", w.prefix, id), time.Minute, nil)
+				l, err := testenv.Redlock(t, nodes).Obtain(t.Context(), stocklock.Name(w.prefix, id), time.Minute, nil)
 				if err != nil {
 					t.Fatalf("hold the lock elsewhere: %v", err)
 				}

@@ -166,7 +166,7 @@ func TestBusyWhenLockHeldPastWait(t *testing.T) {
 	w := newWorld(t)
 	r := w.replica(t, stock.DefaultDefense(), replicaOptions{lockWait: 50 * time.Millisecond})
 	id := createProduct(t, r, "busy", 5)
-	l, err := lock.New(r.redis).Obtain(context.Background(), fmt.Sprintf("%slock:product:{%d}", w.prefix, id), time.Minute, nil)
+	l, err := lock.New(r.redis).Obtain(context.Background(), stocklock.Name(w.prefix, id), time.Minute, nil)
 	if err != nil {
 		t.Fatalf("hold the lock: %v", err)
 	}

@@ -1,25 +1,32 @@
 // Package testenv gives integration tests real servers: one Postgres and one Redis per test
-// package, a fresh database per test cloned from a template that the migrations built once,
-// and a random Redis key prefix per test. Nothing shared is ever flushed or dropped.
+// package, a fresh database per test cloned from a template that the migrations built once
+// for the package, and a random Redis key prefix per test. Nothing shared is ever flushed or
+// dropped, and nothing the tests made is left behind.
 //
 // The servers come from STOCKSVC_TEST_DATABASE_URL and STOCKSVC_TEST_REDIS_URL when set (CI,
-// or a developer's local servers), and otherwise from testcontainers (postgres and redis
-// modules), which needs a Docker engine. With neither, tests skip with a message saying how to
-// enable them, and the package fails at its end with a line that says how many skipped: a
-// skipped suite must not read "ok" in piped output or a CI log, where go test shows nothing
-// else of a passing package. STOCKSVC_REQUIRE_INTEGRATION=0 (or -short) accepts the skips
-// (the package passes, and the line is still printed); STOCKSVC_REQUIRE_INTEGRATION=1 turns
-// each skip into a failure at once (CI).
+// or servers elsewhere); otherwise the usual local servers are used when they take a
+// connection, on loopback only: Postgres at 127.0.0.1:5432 as user postgres, Redis at
+// 127.0.0.1:6379; otherwise testcontainers (postgres and redis modules) starts them, when a
+// Docker engine answers. With none of these, tests skip with a message saying how to enable
+// them, and the package fails at its end with a line that says how many skipped: a skipped
+// suite must not read "ok" in piped output or a CI log, where go test shows nothing else of a
+// passing package. STOCKSVC_REQUIRE_INTEGRATION=0 (or -short) accepts the skips (the package
+// passes, and the line is still printed); STOCKSVC_REQUIRE_INTEGRATION=1 turns each skip into
+// a failure at once (CI).
+//
+// Every database and Redis key prefix a test binary makes is named STOCKSVC_TEST_PREFIX
+// (default DefaultPrefix), then an id of the binary's own, so that runs on the same servers
+// never collide. The binary drops its databases and deletes its keys when it ends (Main); a
+// binary killed before that leaves them to the next run under the same prefix, which removes
+// those of every run that is no longer alive (see servers.sweep).
 package testenv
 
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/netip"
 	"net/url"
@@ -50,6 +57,14 @@ const (
 	EnvDatabaseURL = "STOCKSVC_TEST_DATABASE_URL"
 	EnvRedisURL    = "STOCKSVC_TEST_REDIS_URL"
 	EnvRequire     = "STOCKSVC_REQUIRE_INTEGRATION"
+	EnvPrefix      = "STOCKSVC_TEST_PREFIX"
+)
+
+// The usual local servers, tried when the environment names no server and no Docker engine
+// answers. Loopback only: the tests never reach beyond this machine on their own.
+const (
+	localPostgresURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	localRedisURL    = "redis://127.0.0.1:6379/0"
 )
 
 // Images used when testcontainers starts the servers.
@@ -58,17 +73,24 @@ const (
 	redisImage    = "redis:7-alpine"
 )
 
-const howToEnable = "integration tests need Postgres and Redis: set " + EnvDatabaseURL +
-	" (e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable) and " + EnvRedisURL +
-	" (e.g. redis://127.0.0.1:6379/0), or run a Docker engine for testcontainers"
+const howToEnable = "integration tests need Postgres and Redis: run them on 127.0.0.1:5432 (user postgres) and " +
+	"127.0.0.1:6379, or set " + EnvDatabaseURL + " (e.g. " + localPostgresURL + ") and " + EnvRedisURL +
+	" (e.g. " + localRedisURL + "), or run a Docker engine for testcontainers"
 
 // servers is what this test binary found. It is set up once, on first use.
 type servers struct {
+	namesOnce sync.Once
+	names     names
+	namesErr  error // a prefix that cannot be used: a failure, never a skip
+
 	once         sync.Once
 	postgresURL  string // a database on the server where test databases are created
 	postgresBase *url.URL
 	redisURL     string
 	admin        *pgxpool.Pool
+	pgOwner      *pgx.Conn     // holds the run's lock (own)
+	rdb          *redis.Client // the shared Redis, for the run's own use
+	redisOwner   *redis.Conn   // the connection named after the run (own)
 	template     string
 	err          error
 	containers   []testcontainers.Container
@@ -90,7 +112,10 @@ func Main(m *testing.M, leakOptions ...goleak.Option) {
 			code = 1
 		}
 	}
-	env.close()
+	if err := env.close(); err != nil {
+		fmt.Printf("testenv: FAIL: %v\n", err)
+		code = 1
+	}
 	if code == 0 {
 		if err := goleak.Find(leakOptions...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
@@ -100,13 +125,21 @@ func Main(m *testing.M, leakOptions ...goleak.Option) {
 	os.Exit(code)
 }
 
-func (s *servers) close() {
+// close removes what the run left on the servers and lets go of them.
+func (s *servers) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := s.cleanUp(ctx)
 	if s.admin != nil {
 		s.admin.Close()
 	}
 	for _, c := range s.containers {
 		_ = testcontainers.TerminateContainer(c)
 	}
+	if err != nil {
+		return fmt.Errorf("clean up after the tests: %w", err)
+	}
+	return nil
 }
 
 // skipLog counts the tests of this binary that skipped for want of servers, and keeps the
@@ -175,8 +208,19 @@ func required() bool {
 	return v == "1" || strings.EqualFold(v, "true")
 }
 
+// runNames returns the run's names, or fails the test when EnvPrefix cannot be used.
+func (s *servers) runNames(t testing.TB) names {
+	t.Helper()
+	s.namesOnce.Do(func() { s.names, s.namesErr = namesFromEnv() })
+	if s.namesErr != nil {
+		t.Fatal(s.namesErr)
+	}
+	return s.names
+}
+
 func (s *servers) get(t testing.TB) *servers {
 	t.Helper()
+	s.runNames(t)
 	s.once.Do(s.setUp)
 	if s.err != nil {
 		if required() {
@@ -191,12 +235,8 @@ func (s *servers) get(t testing.TB) *servers {
 func (s *servers) setUp() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s.postgresURL, s.redisURL = os.Getenv(EnvDatabaseURL), os.Getenv(EnvRedisURL)
-	if s.postgresURL == "" || s.redisURL == "" {
-		if err := s.startContainers(ctx); err != nil {
-			s.err = err
-			return
-		}
+	if s.err = s.locate(ctx); s.err != nil {
+		return
 	}
 	base, err := url.Parse(s.postgresURL)
 	if err != nil {
@@ -224,22 +264,121 @@ func (s *servers) setUp() {
 		s.err = fmt.Errorf("redis at %s: %w", redact(s.redisURL), err)
 		return
 	}
-	s.template, s.err = s.ensureTemplate(ctx)
+	if s.err = s.own(ctx); s.err != nil {
+		return
+	}
+	// What killed runs left is removed before anything new is made; failing to is no reason
+	// to fail the tests (nothing is removed then), but it is said.
+	if dropped, deleted, err := s.sweep(ctx); err != nil {
+		fmt.Printf("testenv: removing what earlier runs left under %s: %v\n", s.names.prefix, err)
+	} else if dropped+deleted > 0 {
+		fmt.Printf("testenv: removed %d databases and %d Redis keys left under %s by runs that ended without cleaning up\n", dropped, deleted, s.names.prefix)
+	}
+	s.template, s.err = s.buildTemplate(ctx)
 }
 
-// startContainers starts whichever server the environment did not name.
-func (s *servers) startContainers(ctx context.Context) error {
-	provider, err := testcontainers.NewDockerProvider()
-	var host string
-	if err == nil {
-		if err = provider.Health(ctx); err == nil {
-			host, err = provider.DaemonHost(ctx)
+// locate finds the servers: those the environment names; for any it does not, the usual
+// local server when it takes a connection; for any still missing, containers, when a Docker
+// engine answers. The local servers come before Docker because they are there at once, need no
+// image (none can be pulled offline, even where an engine runs), and are what CI tests on.
+func (s *servers) locate(ctx context.Context) error {
+	s.postgresURL, s.redisURL = os.Getenv(EnvDatabaseURL), os.Getenv(EnvRedisURL)
+	missing := "no server URLs set"
+	if s.postgresURL != "" || s.redisURL != "" {
+		missing = "no " + EnvRedisURL + " set"
+		if s.postgresURL == "" {
+			missing = "no " + EnvDatabaseURL + " set"
 		}
-		_ = provider.Close()
 	}
+	var localErrs []error
+	if s.postgresURL == "" {
+		if err := probePostgres(ctx, localPostgresURL); err != nil {
+			localErrs = append(localErrs, err)
+		} else {
+			s.postgresURL = localPostgresURL
+		}
+	}
+	if s.redisURL == "" {
+		if err := probeRedis(ctx, localRedisURL); err != nil {
+			localErrs = append(localErrs, err)
+		} else {
+			s.redisURL = localRedisURL
+		}
+	}
+	if s.postgresURL != "" && s.redisURL != "" {
+		return nil
+	}
+	local := localErrs[0] // one per server neither named nor found
+	if len(localErrs) == 2 {
+		local = fmt.Errorf("%w, %w", localErrs[0], localErrs[1])
+	}
+	host, err := dockerHost(ctx)
 	if err != nil {
-		return fmt.Errorf("no server URLs set and no Docker engine for testcontainers: %w", err)
+		return fmt.Errorf("%s, %w, and no Docker engine for testcontainers (%w)", missing, local, err)
 	}
+	if err := s.startContainers(ctx, host); err != nil {
+		return fmt.Errorf("%s, %w, and testcontainers failed: %w", missing, local, err)
+	}
+	return nil
+}
+
+// probeTimeout bounds each try of a usual local server: on loopback, a server that is there
+// answers at once, and one that is not refuses at once.
+const probeTimeout = 2 * time.Second
+
+// probePostgres reports whether the Postgres server of rawURL takes a connection.
+func probePostgres(ctx context.Context, rawURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, rawURL)
+	if err != nil {
+		return fmt.Errorf("no Postgres at %s to use: %w", redact(rawURL), err)
+	}
+	return conn.Close(ctx)
+}
+
+// probeRedis reports whether the Redis server of rawURL answers a PING.
+func probeRedis(ctx context.Context, rawURL string) error {
+	opts, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return fmt.Errorf("parse %s: %w", redact(rawURL), err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	// A port that refuses is told by a dial of our own: go-redis would retry it, and log each
+	// failed dial.
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", opts.Addr)
+	if err != nil {
+		return fmt.Errorf("no Redis at %s to use: %w", redact(rawURL), err)
+	}
+	_ = conn.Close()
+	opts.MaxRetries, opts.DialerRetries = -1, 1
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("no Redis at %s to use: %w", redact(rawURL), err)
+	}
+	return nil
+}
+
+// dockerHost returns the host of the Docker engine testcontainers would use, or why there is
+// none.
+func dockerHost(ctx context.Context) (string, error) {
+	provider, err := testcontainers.NewDockerProvider()
+	if err != nil {
+		return "", err
+	}
+	defer provider.Close()
+	if err := provider.Health(ctx); err != nil {
+		return "", err
+	}
+	return provider.DaemonHost(ctx)
+}
+
+// startContainers starts whichever server the environment did not name, on the Docker engine
+// at host.
+func (s *servers) startContainers(ctx context.Context, host string) error {
 	if s.postgresURL == "" {
 		pg, err := tcpostgres.Run(ctx, postgresImage,
 			tcpostgres.WithDatabase("postgres"), tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"),
@@ -308,70 +447,18 @@ func postgresReady() wait.Strategy {
 	}).WithStartupTimeout(2 * time.Minute)
 }
 
-// ensureTemplate builds, once per schema and server, a database holding the migrated schema,
-// named after a hash of the migration files so that a changed schema gets a new template. An
-// advisory lock makes concurrent test binaries wait for each other; the template is built under
-// a temporary name and renamed when complete, so a crash never leaves a half-built template.
-func (s *servers) ensureTemplate(ctx context.Context) (string, error) {
-	sum, err := migrationsHash()
-	if err != nil {
-		return "", err
-	}
-	name := "stocksvc_tpl_" + sum[:16]
-	conn, err := s.admin.Acquire(ctx)
-	if err != nil {
-		return "", fmt.Errorf("acquire admin connection: %w", err)
-	}
-	defer conn.Release()
-	const lockID = 0x5707c5 // arbitrary, shared by every stocksvc test binary
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockID); err != nil {
-		return "", fmt.Errorf("lock template: %w", err)
-	}
-	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, lockID) }()
-
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
-		return "", fmt.Errorf("look up template: %w", err)
-	}
-	if exists {
-		return name, nil
-	}
-	building := name + "_building"
-	if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{building}.Sanitize()+` WITH (FORCE)`); err != nil {
-		return "", fmt.Errorf("drop stale template: %w", err)
-	}
-	if _, err := conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{building}.Sanitize()); err != nil {
+// buildTemplate builds the run's template: a database holding the migrated schema, from which
+// every test's database is cloned. It is the run's own, so no other run is cloning from it
+// when the run drops it at its end, and one left half-built goes with the rest of the run's.
+func (s *servers) buildTemplate(ctx context.Context) (string, error) {
+	name := s.names.template()
+	if _, err := s.admin.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()); err != nil {
 		return "", fmt.Errorf("create template: %w", err)
 	}
-	if err := migrations.Up(withDatabase(s.postgresBase, building)); err != nil {
+	if err := migrations.Up(withDatabase(s.postgresBase, name)); err != nil {
 		return "", fmt.Errorf("migrate template: %w", err)
 	}
-	if _, err := conn.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{building}.Sanitize()+` RENAME TO `+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", fmt.Errorf("publish template: %w", err)
-	}
 	return name, nil
-}
-
-func migrationsHash() (string, error) {
-	h := sha256.New()
-	err := fs.WalkDir(migrations.Files, ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(migrations.Files, path)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(h, "%s\x00%d\x00", path, len(b))
-		h.Write(b)
-		return nil
-	})
-	if err != nil {
-		return "", fmt.Errorf("hash migrations: %w", err)
-	}
-	// River's migrations come with its module version, not as files here.
-	fmt.Fprintf(h, "river\x00%d", migrations.RiverLatest())
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // DatabaseURL returns the URL of a new database holding the migrated schema and nothing else.
@@ -380,16 +467,31 @@ func DatabaseURL(t testing.TB) string {
 	t.Helper()
 	s := env.get(t)
 	ctx := context.Background()
-	name := "stocksvc_test_" + randomHex(8)
+	name := s.names.newDatabase()
 	if _, err := s.admin.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()+` TEMPLATE `+pgx.Identifier{s.template}.Sanitize()); err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
 	t.Cleanup(func() {
-		if _, err := s.admin.Exec(context.Background(), `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`); err != nil {
-			t.Errorf("drop test database %s: %v", name, err)
+		if err := dropDatabase(context.Background(), s.admin, name); err != nil {
+			t.Error(err)
 		}
 	})
 	return withDatabase(s.postgresBase, name)
+}
+
+// DatabaseName returns a name for a database that the test creates itself (or has the code
+// under test create), on the server of DatabaseURL. It is the run's, like every database the
+// tests make: whatever the test leaves is dropped when the run ends.
+func DatabaseName(t testing.TB) string {
+	t.Helper()
+	return env.runNames(t).newDatabase()
+}
+
+// NamePrefix returns the prefix of every database and Redis key prefix the tests make
+// (EnvPrefix, or DefaultPrefix).
+func NamePrefix(t testing.TB) string {
+	t.Helper()
+	return env.runNames(t).prefix
 }
 
 // Pool returns a connection pool to a new database (see DatabaseURL), closed when the test
@@ -426,29 +528,18 @@ func Redis(t testing.TB) (*redis.Client, string) {
 	return rdb, prefix
 }
 
-// KeyPrefix returns a random Redis key prefix for one test.
+// KeyPrefix returns a random Redis key prefix for one test, under the run's (see NamePrefix):
+// keys under it that the test leaves on the shared server are deleted when the run ends.
 func KeyPrefix(t testing.TB) string {
 	t.Helper()
-	return "stocksvc-test:" + randomHex(6) + ":"
+	return env.runNames(t).newKeyPrefix()
 }
 
 // DeleteKeys deletes every key that starts with prefix, and nothing else.
 func DeleteKeys(t testing.TB, rdb redis.UniversalClient, prefix string) {
 	t.Helper()
-	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, escapeGlob(prefix)+"*", 500).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Errorf("scan test keys: %v", err)
-		return
-	}
-	for _, k := range keys {
-		if err := rdb.Unlink(ctx, k).Err(); err != nil {
-			t.Errorf("delete test key %s: %v", k, err)
-		}
+	if _, err := deleteKeys(context.Background(), rdb, prefix); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stocksvc/stocksvc/internal/clock"
+	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 )
@@ -207,7 +207,7 @@ const commitWait = 5 * time.Second
 // stopped: a lock that keeps the same token and is not refreshed (a holder refreshes every
 // third of the TTL) belongs to the stopped replica. It returns after half the TTL.
 func (d *drillEnv) heldByPaused(ctx context.Context, rdb *redis.Client) (bool, error) {
-	keys := []string{d.lockKey(d.hot), d.lockKey(d.scarce)}
+	keys := []string{stocklock.Name(d.c.Prefix, d.hot), stocklock.Name(d.c.Prefix, d.scarce)}
 	type seen struct {
 		token string
 		ttl   time.Duration
@@ -231,10 +231,6 @@ func (d *drillEnv) heldByPaused(ctx context.Context, rdb *redis.Client) (bool, e
 		}
 	}
 	return false, nil
-}
-
-func (d *drillEnv) lockKey(product int64) string {
-	return d.c.Prefix + "lock:product:{" + strconv.FormatInt(product, 10) + "}"
 }
 
 // primeVictim sends a stream of hot orders straight to replica r — one every 4 ms for 100 ms
@@ -330,7 +326,7 @@ func expireLocks(ctx context.Context, d *drillEnv) error {
 	}
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
-	keys := []string{d.lockKey(d.hot), d.lockKey(d.scarce)}
+	keys := []string{stocklock.Name(d.c.Prefix, d.hot), stocklock.Name(d.c.Prefix, d.scarce)}
 	d.event("deleting the lock keys for 5s")
 	deadline := time.Now().Add(5 * time.Second)
 	var deleted int64

@@ -15,4 +15,7 @@ type Options struct {
 	LockMaxRetries int
 	KillAfter      time.Duration
 	PGBenchClients int // -compare's anchor
+	// CustomerAuth is how the orders name their customer: "token" (a token per k6 VU, of an
+	// issuer of the run's own, which the replicas verify) or "body" (the body's customer_id).
+	CustomerAuth string
 }

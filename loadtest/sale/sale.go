@@ -81,6 +81,38 @@ type k6Summary struct {
 	} `json:"state"`
 }
 
+// customers makes the sale's customers in token mode: an issuer of the run's own, whose key
+// set the replicas verify with, and a token for each customer vu-1, vu-2, ... in dir's
+// tokens.json, which flashsale.js reads (TOKENS_FILE: k6 cannot sign ES256 itself). In body
+// mode there is neither, and the orders name their customer in the body.
+func (h *harness) customers(dir, label string, o Options) (*cluster.Identity, string, error) {
+	if o.CustomerAuth == "body" {
+		h.Printf("[%s] customers named in the orders' bodies, unverified (-customer-auth body)\n", label)
+		return nil, "", nil
+	}
+	identity, err := cluster.NewIdentity(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	customers := make([]string, tokenCustomers(o.VUs))
+	for i := range customers {
+		customers[i] = "vu-" + strconv.Itoa(i+1)
+	}
+	tokens := filepath.Join(dir, "tokens.json")
+	if err := identity.WriteTokens(tokens, customers); err != nil {
+		return nil, "", err
+	}
+	h.Printf("[%s] customers verified by token: %d minted, one a k6 VU\n", label, len(customers))
+	return identity, tokens, nil
+}
+
+// tokenCustomers is how many customers' tokens a sale with vus VUs mints: as many as
+// flashsale.js's scenarios can start VUs (the rush 2×vus, carts and retries max(4, vus/5)
+// each, the race at most 50), so that no two VUs share a customer. Were the script to start
+// more, those past the tokens would share them, which the sale's products (no limit per
+// customer) allow.
+func tokenCustomers(vus int) int { return 2*vus + 2*max(4, (vus+4)/5) + 50 }
+
 // runSale starts a deployment (cluster.Start), drives k6 through its balancer, gathers what
 // everyone saw, and stops every process; the run's database stays for the checks until
 // closeRun.
@@ -112,11 +144,15 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec, o Options) (*saleR
 	if spec.queueWait > 0 {
 		settings = append(settings, "STOCKSVC_QUEUE_WAIT="+spec.queueWait.String())
 	}
+	identity, tokens, err := h.customers(run.dir, spec.label, o)
+	if err != nil {
+		return nil, err
+	}
 	c, err := cluster.Start(ctx, cluster.Config{
 		Dir: run.dir, Binary: h.Binary, HAProxy: h.HAProxy, Replicas: h.Cluster.Replicas,
 		ServerURL: h.Cluster.DatabaseURL, Database: run.database,
 		RedisURL: h.Cluster.RedisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
-		Redlock: h.Cluster.Redlock, Keep: h.Cluster.Keep, Warnings: h.W,
+		Redlock: h.Cluster.Redlock, Keep: h.Cluster.Keep, Warnings: h.W, Identity: identity,
 		Env: func(int) []string { return settings },
 		BeforeReplicas: func(c *cluster.Cluster) error {
 			if c.Redlock != nil {
@@ -156,6 +192,9 @@ func (h *harness) runSale(ctx context.Context, spec saleSpec, o Options) (*saleR
 		// Every request's end, status and duration, for the report page's plots and -compare's
 		// figures: k6's CSV output, compressed (a few MB for a default sale).
 		"K6_CSV_TIME_FORMAT=unix_milli",
+	}
+	if tokens != "" {
+		k6env = append(k6env, "TOKENS_FILE="+tokens)
 	}
 	if o.KillAfter > 0 {
 		// Requests in flight on the killed replica fail (the balancer answers 502 for them)

@@ -2,14 +2,19 @@ package sale
 
 import (
 	"compress/gzip"
+	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stocksvc/stocksvc/internal/identity"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
@@ -132,5 +137,51 @@ func TestHotScenarios(t *testing.T) {
 	t.Parallel()
 	if got := hotScenarios("rush,carts, retries,race"); got != "rush, carts, retries" {
 		t.Errorf("hotScenarios = %q, want the race left out", got)
+	}
+}
+
+// TestCustomers: in token mode the sale mints a token for each of the customers vu-1, vu-2,
+// ... that the replicas, set up by the identity's Env, accept as those customers; in body
+// mode there is no identity and no tokens file.
+func TestCustomers(t *testing.T) {
+	t.Parallel()
+	h := &harness{&env.Harness{W: io.Discard}}
+	dir := t.TempDir()
+	id, path, err := h.customers(dir, "sale", Options{VUs: 10, CustomerAuth: "token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tokens []string
+	if err := json.Unmarshal(b, &tokens); err != nil {
+		t.Fatal(err)
+	}
+	if len(tokens) != tokenCustomers(10) || tokenCustomers(10) < 2*10+2*4+50 {
+		t.Fatalf("%d tokens, want tokenCustomers(10) = %d, as many as flashsale.js may start VUs", len(tokens), tokenCustomers(10))
+	}
+	settings := map[string]string{}
+	for _, kv := range id.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		settings[k] = v
+	}
+	v, err := identity.NewVerifier(context.Background(), identity.Config{Issuer: settings["STOCKSVC_JWT_ISSUER"],
+		Audience: settings["STOCKSVC_JWT_AUDIENCE"], JWKSFile: settings["STOCKSVC_JWKS_FILE"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	for i, tok := range []string{tokens[0], tokens[len(tokens)-1]} {
+		want := []string{"vu-1", "vu-" + strconv.Itoa(len(tokens))}[i]
+		if got, err := v.Verify(context.Background(), tok); err != nil || got != want {
+			t.Errorf("token for %s verifies as %q, %v", want, got, err)
+		}
+	}
+
+	id, path, err = h.customers(t.TempDir(), "sale", Options{VUs: 10, CustomerAuth: "body"})
+	if id != nil || path != "" || err != nil {
+		t.Errorf("body mode: identity %v, tokens %q, %v; want none", id, path, err)
 	}
 }

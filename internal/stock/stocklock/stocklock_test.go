@@ -3,7 +3,6 @@ package stocklock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -24,8 +23,23 @@ const guard = 10 * time.Second
 
 var errGuard = errors.New("test guard: waited too long")
 
-// lockName is the name the lockers give product id's lock under prefix.
-func lockName(prefix string, id int64) string { return fmt.Sprintf("%slock:product:{%d}", prefix, id) }
+// TestName pins the names of product locks: replicas of two versions share the locks during a
+// rolling upgrade only if both name them alike, and operators find them by this name.
+func TestName(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		prefix string
+		id     int64
+		want   string
+	}{
+		{"stocksvc:", 42, "stocksvc:lock:product:{42}"},
+		{"", 7, "lock:product:{7}"},
+	} {
+		if got := stocklock.Name(tt.prefix, tt.id); got != tt.want {
+			t.Errorf("Name(%q, %d) = %q, want %q", tt.prefix, tt.id, got, tt.want)
+		}
+	}
+}
 
 // newLockClient returns a lock client under the test's key prefix, closed when the test ends,
 // with the Redis client under it and the prefix.
@@ -83,7 +97,7 @@ func TestRedisGrantCarriesFencesAndNotes(t *testing.T) {
 func TestRedisBusy(t *testing.T) {
 	t.Parallel()
 	c, _, prefix := newLockClient(t)
-	held, err := c.Obtain(t.Context(), lockName(prefix, 7), time.Minute, nil)
+	held, err := c.Obtain(t.Context(), stocklock.Name(prefix, 7), time.Minute, nil)
 	if err != nil {
 		t.Fatalf("hold the lock elsewhere: %v", err)
 	}
@@ -119,7 +133,7 @@ func TestLockLostIsErrLockLost(t *testing.T) {
 		{name: "redis", start: func(t *testing.T) (stock.Locker, func(int64)) {
 			c, rdb, prefix := newLockClient(t)
 			return stocklock.NewRedis(c, stocklock.Config{TTL: ttl}), func(id int64) {
-				if err := rdb.Del(context.Background(), lockName(prefix, id)).Err(); err != nil {
+				if err := rdb.Del(context.Background(), stocklock.Name(prefix, id)).Err(); err != nil {
 					t.Errorf("DEL: %v", err)
 				}
 			}
@@ -128,7 +142,7 @@ func TestLockLostIsErrLockLost(t *testing.T) {
 			nodes := testenv.StartRedisNodes(t, 3)
 			return stocklock.NewRedlock(testenv.Redlock(t, nodes), "", stocklock.Config{TTL: ttl}), func(id int64) {
 				for _, n := range nodes {
-					if err := n.Client().Del(context.Background(), lockName("", id)).Err(); err != nil {
+					if err := n.Client().Del(context.Background(), stocklock.Name("", id)).Err(); err != nil {
 						t.Errorf("DEL on %s: %v", n.Addr(), err)
 					}
 				}
@@ -188,7 +202,7 @@ func TestRedlockBusyOrUnavailable(t *testing.T) {
 				nodes[i].Kill()
 			}
 			if tt.held {
-				l, err := testenv.Redlock(t, nodes).Obtain(t.Context(), lockName("", 1), time.Minute, nil)
+				l, err := testenv.Redlock(t, nodes).Obtain(t.Context(), stocklock.Name("", 1), time.Minute, nil)
 				if err != nil {
 					t.Fatalf("hold the lock elsewhere: %v", err)
 				}
@@ -199,8 +213,10 @@ func TestRedlockBusyOrUnavailable(t *testing.T) {
 			ran := false
 			err := locker.WithProducts(t.Context(), []int64{1}, func(_ context.Context, g *stock.Grant) error {
 				ran, fence = true, g.Fences[1]
-				if len(g.Notes) != 0 {
-					t.Errorf("Redlock grant has notes %v, want none", g.Notes)
+				for id, note := range g.Notes {
+					if note != "" {
+						t.Errorf("Redlock grant has the note %q for product %d, want none", note, id)
+					}
 				}
 				return nil
 			})
