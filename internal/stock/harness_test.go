@@ -37,8 +37,13 @@ type world struct {
 	prefix      string
 }
 
+// newWorld is the servers' world. Under go test -short, which runs only the tests that need no
+// server (memWorld's), the test skips.
 func newWorld(t testing.TB) *world {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs Postgres and Redis (-short runs the server-free tests only)")
+	}
 	_, prefix := testenv.Redis(t) // deletes the prefix's keys at the end
 	return &world{databaseURL: testenv.DatabaseURL(t), redisURL: testenv.RedisURL(t), prefix: prefix}
 }
