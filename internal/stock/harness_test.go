@@ -1,6 +1,7 @@
 package stock_test
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -17,11 +18,17 @@ import (
 	"github.com/stocksvc/stocksvc/internal/stock/demo"
 	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 	"github.com/stocksvc/stocksvc/internal/stock/stockpg"
+	"github.com/stocksvc/stocksvc/internal/stock/stocktest"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 	"github.com/stocksvc/stocksvc/internal/view"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
+
+// The package's tests run replicas of the Service in one of two worlds: over the in-memory store
+// and locker of package stocktest (memWorld), for the rules — nothing to install, and fast —
+// or over a real Postgres and Redis (world), for the adapters and the races only a real
+// database has. docs/development.md lists which tests need a server, and why.
 
 // world is what replicas share: a database and a Redis key prefix.
 type world struct {
@@ -30,16 +37,22 @@ type world struct {
 	prefix      string
 }
 
+// newWorld is the servers' world. Under go test -short, which runs only the tests that need no
+// server (memWorld's), the test skips.
 func newWorld(t testing.TB) *world {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs Postgres and Redis (-short runs the server-free tests only)")
+	}
 	_, prefix := testenv.Redis(t) // deletes the prefix's keys at the end
 	return &world{databaseURL: testenv.DatabaseURL(t), redisURL: testenv.RedisURL(t), prefix: prefix}
 }
 
 // replica is one service instance with its own pools, as a separate process would have.
+// Without a server (memWorld) it has no pools: redis, pool and cache are nil.
 type replica struct {
 	svc      *stock.Service
-	store    *stockpg.Store
+	store    stock.Store
 	registry *prometheus.Registry
 	redis    *redis.Client
 	pool     *pgxpool.Pool
@@ -121,6 +134,106 @@ func (w *world) replica(t testing.TB, d stock.Defense, o replicaOptions) *replic
 		stock.NewMetrics(reg))
 	t.Cleanup(svc.Close)
 	return &replica{svc: svc, store: store, registry: reg, redis: rdb, pool: pool, cache: cache}
+}
+
+// memWorld is what replicas share without a server: one in-memory store, standing for the
+// database, and one in-process locker, standing for the locks in Redis.
+type memWorld struct {
+	store  *stocktest.MemStore
+	locker *stocktest.LocalLocker
+}
+
+func newMemWorld() *memWorld {
+	return &memWorld{store: stocktest.NewMemStore(), locker: &stocktest.LocalLocker{}}
+}
+
+// replica is a replica over the world's store and locker, with the conditions of defense d (a
+// demonstration store, and locker, for another than the default) and the options of o that
+// mean something without a server: maxBatch, views (the store's, never stale:
+// MemStore.Views), now, skipRules, and lockWait as the queue's patience.
+func (w *memWorld) replica(t testing.TB, d stock.Defense, o replicaOptions) *replica {
+	t.Helper()
+	var store stock.Store = w.store
+	if d != stock.DefaultDefense() {
+		store = w.store.Demo(d)
+	}
+	var views stock.Views
+	if o.views {
+		views = w.store.Views()
+	}
+	locker, views := demo.Parts(d, w.locker, views)
+	return memReplica(t, store, locker, stock.Config{ConflictRetries: 50, QueueWait: cmp.Or(o.lockWait, 5*time.Second),
+		MaxBatchOrders: o.maxBatch, Views: views, Now: o.now, SkipRuleChecks: o.skipRules})
+}
+
+// memReplica is a replica over store and locker, with cfg and metrics of its own.
+func memReplica(t testing.TB, store stock.Store, locker stock.Locker, cfg stock.Config) *replica {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	svc := stock.NewService(store, locker, cfg, stock.NewMetrics(reg))
+	t.Cleanup(svc.Close)
+	return &replica{svc: svc, store: store, registry: reg}
+}
+
+// countingStore counts the calls of the purchase path a service makes to its store: reads,
+// writes, lookups of records and of a product's keys (calls, all of them).
+type countingStore struct {
+	stock.Store
+	snapshots, commits, records, calls atomic.Int64
+}
+
+func (c *countingStore) Snapshot(ctx context.Context, ids []int64, keys []stock.RecordKey, customers []string) (stock.Snapshot, error) {
+	c.snapshots.Add(1)
+	c.calls.Add(1)
+	return c.Store.Snapshot(ctx, ids, keys, customers)
+}
+
+func (c *countingStore) Commit(ctx context.Context, w stock.Write) (stock.Committed, error) {
+	c.commits.Add(1)
+	c.calls.Add(1)
+	return c.Store.Commit(ctx, w)
+}
+
+func (c *countingStore) Records(ctx context.Context, keys []stock.RecordKey) (map[stock.RecordKey]stock.IdempotencyRecord, error) {
+	c.records.Add(1)
+	c.calls.Add(1)
+	return c.Store.Records(ctx, keys)
+}
+
+func (c *countingStore) StoredKeys(ctx context.Context, id int64, limit int) ([]stock.RecordKey, error) {
+	c.calls.Add(1)
+	return c.Store.StoredKeys(ctx, id, limit)
+}
+
+// holdLock holds product id's lock in locker, as another replica would, until release is
+// called (at the latest when the test ends).
+func holdLock(t testing.TB, locker stock.Locker, id int64) (release func()) {
+	t.Helper()
+	held, let := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- locker.WithProducts(context.Background(), []int64{id}, func(context.Context, *stock.Grant) error {
+			close(held)
+			<-let
+			return nil
+		})
+	}()
+	select {
+	case <-held:
+	case err := <-done:
+		t.Fatalf("hold the lock of product %d: %v", id, err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			close(let)
+			if err := <-done; err != nil {
+				t.Errorf("hold the lock of product %d: %v", id, err)
+			}
+		})
+	}
+	t.Cleanup(release)
+	return release
 }
 
 // queryCounter is a pgx tracer that counts the queries a pool sends.

@@ -12,16 +12,16 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/stocksvc/stocksvc/internal/lock"
 	"github.com/stocksvc/stocksvc/internal/stock"
-	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
 // Each test below opens the race window by hand: A's batch reads the stock and is held at the
 // gate; purchase B runs to completion on another replica; then A resumes and tries to write.
 // Exactly one layer is on, so the layer that refuses A's write is the one under test; A's batch
-// then reads again and is decided from what is left.
+// then reads again and is decided from what is left. They run on the in-memory store, whose
+// write carries the same conditions as Postgres's (the store contract, in package stockpg,
+// holds both to them); the races under load run on Postgres.
 
 // race runs the A/B interleaving and returns A's and B's results.
 func race(t *testing.T, a, b *replica, g *gate, reqA, reqB stock.OrderRequest, between func()) (resA, resB error) {
@@ -47,7 +47,7 @@ func race(t *testing.T, a, b *replica, g *gate, reqA, reqB stock.OrderRequest, b
 
 func TestVersionLayerCatchesConcurrentWrite(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := newMemWorld()
 	d := stock.Defense{Version: true, Check: true}
 	a, b := w.replica(t, d, replicaOptions{}), w.replica(t, d, replicaOptions{})
 	id := createProduct(t, a, "version", 5)
@@ -68,7 +68,7 @@ func TestVersionLayerCatchesConcurrentWrite(t *testing.T) {
 
 func TestGuardLayerCatchesLastUnitRace(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := newMemWorld()
 	d := stock.Defense{Guard: true, Check: true}
 	a, b := w.replica(t, d, replicaOptions{}), w.replica(t, d, replicaOptions{})
 	id := createProduct(t, a, "guard", 1)
@@ -93,7 +93,7 @@ func TestGuardLayerCatchesLastUnitRace(t *testing.T) {
 
 func TestCheckConstraintCatchesWhatNothingElseStops(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := newMemWorld()
 	d := stock.Defense{Check: true}
 	a, b := w.replica(t, d, replicaOptions{}), w.replica(t, d, replicaOptions{})
 	id := createProduct(t, a, "check", 1)
@@ -116,14 +116,14 @@ func TestCheckConstraintCatchesWhatNothingElseStops(t *testing.T) {
 	}
 }
 
-// TestHoldLimitCatchesWhatAStaleReadMissed: the cap on a customer's held units in Postgres
-// (customer_holds' CHECK), on its own. With no lock, A's batch reads that the customer holds
-// nothing, B holds the cap for the same customer meanwhile, and A's write — decided by the
-// replica's own check, from its stale read — would take the customer above it: the CHECK
-// refuses the whole write, and A's next read refuses the order for the cap.
+// TestHoldLimitCatchesWhatAStaleReadMissed: the cap on a customer's held units in the store
+// (customer_holds' CHECK, in Postgres), on its own. With no lock, A's batch reads that the
+// customer holds nothing, B holds the cap for the same customer meanwhile, and A's write —
+// decided by the replica's own check, from its stale read — would take the customer above it:
+// the CHECK refuses the whole write, and A's next read refuses the order for the cap.
 func TestHoldLimitCatchesWhatAStaleReadMissed(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := newMemWorld()
 	d := stock.Defense{Check: true}
 	a, b := w.replica(t, d, replicaOptions{}), w.replica(t, d, replicaOptions{})
 	id := createRuled(t, a, "hold-limit", 10, stock.SaleRules{HoldFor: time.Hour, MaxHeldPerCustomer: 2})
@@ -141,7 +141,7 @@ func TestHoldLimitCatchesWhatAStaleReadMissed(t *testing.T) {
 	if got := catches(t, a, stock.LayerHoldLimit); got != 1 {
 		t.Errorf("hold_limit catches = %v, want 1", got)
 	}
-	if n := heldCount(t, a, id, "hoarder"); n != 2 {
+	if n := heldOf(t, w, id, "hoarder"); n != 2 {
 		t.Errorf("customer_holds: %d held, want 2", n)
 	}
 	if au := mustAudit(t, a, id); au.Held != 2 || au.Stock != 8 || !au.Consistent() {
@@ -149,27 +149,31 @@ func TestHoldLimitCatchesWhatAStaleReadMissed(t *testing.T) {
 	}
 }
 
-// TestFenceCatchesHolderWhoseLockExpired removes A's lock while A is between read and write —
-// what an expired lease looks like to everyone else — so that B obtains the lock with a newer
-// fencing token and sells. A's write must then be refused, although A still believes it holds
-// the lock (its next refresh is seconds away).
+// heldOf is what the in-memory store says customer holds of product id (0 when none), as
+// heldCount reads it from Postgres's customer_holds.
+func heldOf(t testing.TB, w *memWorld, id int64, customer string) int64 {
+	t.Helper()
+	snap, err := w.store.Snapshot(context.Background(), []int64{id}, nil, []string{customer})
+	if err != nil {
+		t.Fatalf("read the held units: %v", err)
+	}
+	return snap.Levels[id].Held[customer]
+}
+
+// TestFenceCatchesHolderWhoseLockExpired ends A's lease while A is between read and write — what
+// an expired lease looks like to everyone else — so that B obtains the lock with a newer fencing
+// token and sells. A's write must then be refused, although A still believes it holds the lock
+// (its next refresh is seconds away).
 func TestFenceCatchesHolderWhoseLockExpired(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := newMemWorld()
 	d := stock.DefaultDefense()
-	a := w.replica(t, d, replicaOptions{lockTTL: 30 * time.Second})
-	b := w.replica(t, d, replicaOptions{})
+	a, b := w.replica(t, d, replicaOptions{}), w.replica(t, d, replicaOptions{})
 	id := createProduct(t, a, "fence", 5)
 	g := newGate()
 	stock.SetAfterRead(a.svc, g.hook)
 
-	expire := func() {
-		key := stocklock.Name(w.prefix, id)
-		if n, err := a.redis.Del(context.Background(), key).Result(); err != nil || n != 1 {
-			t.Fatalf("expire A's lock %s: deleted %d, %v", key, n, err)
-		}
-	}
-	errA, errB := race(t, a, b, g, order("a", one(id, 1)), order("b", one(id, 1)), expire)
+	errA, errB := race(t, a, b, g, order("a", one(id, 1)), order("b", one(id, 1)), func() { w.locker.Expire(id) })
 	if errB != nil {
 		t.Fatalf("B: %v, want success", errB)
 	}
@@ -188,7 +192,7 @@ func TestFenceCatchesHolderWhoseLockExpired(t *testing.T) {
 // last unit twice.
 func TestNaiveWriteOversells(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := newMemWorld()
 	var naive stock.Defense
 	a, b := w.replica(t, naive, replicaOptions{}), w.replica(t, naive, replicaOptions{})
 	id := createProduct(t, a, "naive", 1)
@@ -350,24 +354,20 @@ func assertOrdersMatch(t *testing.T, r *replica, productID int64, res loadResult
 
 // TestFenceRefusesAWholeBatchWhoseLeaseRanOut gathers four orders into one batch of replica A
 // (a first order whose batch waits for a lock held elsewhere, and three that queue meanwhile and
-// join it once it has the lock), holds that batch between its read and its write, and deletes
-// A's lock meanwhile — what an expired lease looks like to the others. Replica B takes the lock
+// join it once it has the lock), holds that batch between its read and its write, and ends A's
+// lease meanwhile — what an expired lease looks like to the others. Replica B takes the lock
 // with a newer fencing token and sells. A's write is refused by the fence: none of its four
 // orders is sold, each is answered ErrLockLost, and the audit is exact.
 func TestFenceRefusesAWholeBatchWhoseLeaseRanOut(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	d := stock.DefaultDefense()
-	a := w.replica(t, d, replicaOptions{lockTTL: 30 * time.Second, lockWait: 20 * time.Second})
-	b := w.replica(t, d, replicaOptions{})
+	w := newMemWorld()
+	locks := &askingLocker{Locker: w.locker, asked: make(chan struct{}, 4)}
+	a := memReplica(t, w.store, locks, stock.Config{ConflictRetries: 50, QueueWait: 20 * time.Second})
+	b := w.replica(t, stock.DefaultDefense(), replicaOptions{})
 	id := createProduct(t, a, "fence-batch", 10)
-	lockName := stocklock.Name(w.prefix, id)
 	ctx := context.Background()
 
-	outside, err := lock.New(a.redis).Obtain(ctx, lockName, time.Minute, nil)
-	if err != nil {
-		t.Fatalf("hold the lock: %v", err)
-	}
+	release := holdLock(t, w.locker, id)
 	g := newGateFor(4)
 	stock.SetAfterRead(a.svc, g.hook)
 	results := make(chan error, 4)
@@ -376,23 +376,16 @@ func TestFenceRefusesAWholeBatchWhoseLeaseRanOut(t *testing.T) {
 		results <- err
 	}
 	go place("plug")
-	waitForCondition(t, func() bool { // the plug's batch waits for the lock
-		n, _ := a.redis.LLen(ctx, lockName+":waiters").Result()
-		return n == 1
-	})
+	<-locks.asked // the plug's batch waits for the lock
 	for _, c := range []string{"x", "y", "z"} {
 		go place(c)
 	}
 	waitForCondition(t, func() bool {
 		return testenv.Gauge(t, a.registry, "stocksvc_orders_queued") == 3
 	})
-	if err := outside.Release(ctx); err != nil {
-		t.Fatalf("release: %v", err)
-	}
+	release()
 	<-g.reached // the batch of four has read, and holds the lock
-	if n, err := a.redis.Del(ctx, lockName).Result(); err != nil || n != 1 {
-		t.Fatalf("expire A's lock: deleted %d, %v", n, err)
-	}
+	w.locker.Expire(id)
 	if _, err := b.svc.PlaceOrder(ctx, order("b", one(id, 1))); err != nil {
 		t.Fatalf("B: %v", err)
 	}

@@ -3,30 +3,12 @@ package stock_test
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/google/uuid"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
-	"github.com/stocksvc/stocksvc/internal/stock/stocklock"
 )
-
-// commitCounter counts the writes a service makes, and its reads of records.
-type commitCounter struct {
-	stock.Store
-	commits, records atomic.Int64
-}
-
-func (c *commitCounter) Commit(ctx context.Context, w stock.Write) (stock.Committed, error) {
-	c.commits.Add(1)
-	return c.Store.Commit(ctx, w)
-}
-
-func (c *commitCounter) Records(ctx context.Context, keys []stock.RecordKey) (map[stock.RecordKey]stock.IdempotencyRecord, error) {
-	c.records.Add(1)
-	return c.Store.Records(ctx, keys)
-}
 
 // TestReplayDoesNotRedoItsBatch: retries of an order that another replica confirmed land in a
 // batch of new orders (twice, as a client that sent its key again after a timeout might). The
@@ -36,13 +18,11 @@ func (c *commitCounter) Records(ctx context.Context, keys []stock.RecordKey) (ma
 // that did not bring the record back would read it.)
 func TestReplayDoesNotRedoItsBatch(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := newMemWorld()
 	other := w.replica(t, stock.DefaultDefense(), replicaOptions{})
-	r := w.replica(t, stock.DefaultDefense(), replicaOptions{})
-	store := &commitCounter{Store: r.store}
-	svc := stock.NewService(store, stocklock.NewRedis(newLockClient(t, r.redis, w.prefix), stocklock.Config{}),
-		stock.Config{}, nil)
-	t.Cleanup(svc.Close)
+	store := &countingStore{Store: w.store}
+	r := memReplica(t, store, w.locker, stock.Config{})
+	svc := r.svc
 	id := createProduct(t, r, "replayed", 20)
 	ctx := context.Background()
 

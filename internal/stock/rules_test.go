@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,8 +12,9 @@ import (
 	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
-// The sale rules — a window and a limit per customer — on real Postgres and Redis: each has a
-// refusal before the queue and a line in Postgres that holds alone.
+// The sale rules — a window and a limit per customer: each has a refusal before the queue and
+// a line in the store that holds alone. The rules run on the in-memory store and views
+// (memWorld); the race for the limit runs on Postgres, whose CHECK it is.
 
 // pgNow is Postgres's clock, the one that decides when a sale is open.
 func pgNow(t testing.TB, r *replica) time.Time {
@@ -53,6 +53,29 @@ func tables(t testing.TB, r *replica, id int64, customer string) (units, counted
 		t.Fatalf("read customer_purchases: %v", err)
 	}
 	return units, counted
+}
+
+// bought is what the in-memory store holds for a customer's purchases of product id, as tables
+// reads it from Postgres: the units in its orders, and the count the limit is checked against.
+func bought(t testing.TB, w *memWorld, id int64, customer string) (units, counted int64) {
+	t.Helper()
+	ctx := context.Background()
+	page, err := w.store.CustomerOrders(ctx, stock.OrdersQuery{CustomerID: customer, Limit: 1000})
+	if err != nil {
+		t.Fatalf("list orders: %v", err)
+	}
+	for _, o := range page.Orders {
+		for _, it := range o.Items {
+			if it.ProductID == id {
+				units += it.Quantity
+			}
+		}
+	}
+	snap, err := w.store.Snapshot(ctx, []int64{id}, nil, []string{customer})
+	if err != nil {
+		t.Fatalf("read the counts: %v", err)
+	}
+	return units, snap.Levels[id].Bought[customer]
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -139,7 +162,7 @@ func TestOneWinnerPerCustomer(t *testing.T) {
 // carts; lowering the limit leaves a customer above it what they have, and nothing more.
 func TestLimitAcrossBatchesCartsAndLowering(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := newMemWorld()
 	r := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true})
 	ctx := context.Background()
 	limited := createRuled(t, r, "cart-limited", 10, stock.SaleRules{MaxPerCustomer: 3})
@@ -170,7 +193,7 @@ func TestLimitAcrossBatchesCartsAndLowering(t *testing.T) {
 	if _, err := r.svc.PlaceOrder(ctx, order("cy", one(limited, 1))); err != nil {
 		t.Errorf("a new customer under the lowered limit: %v", err)
 	}
-	if units, counted := tables(t, r, limited, "ann"); units != 3 || counted != 3 {
+	if units, counted := bought(t, w, limited, "ann"); units != 3 || counted != 3 {
 		t.Errorf("ann: %d units ordered, %d counted; want 3 and 3", units, counted)
 	}
 	// Lifted: no limit, no refusal.
@@ -182,20 +205,21 @@ func TestLimitAcrossBatchesCartsAndLowering(t *testing.T) {
 	}
 }
 
-// TestSaleNotOpenIsRefusedWithoutPostgres: before the opening, an order is refused from the
-// product's view — no query, no lock — saying when the sale opens; opening it early (an admin)
-// is seen by every replica once the change is answered.
-func TestSaleNotOpenIsRefusedWithoutPostgres(t *testing.T) {
+// TestSaleNotOpenIsRefusedWithoutTheStore: before the opening, an order is refused from the
+// product's view — no call to the store, no lock — saying when the sale opens; opening it early
+// (an admin) is seen by every replica once the change is answered.
+func TestSaleNotOpenIsRefusedWithoutTheStore(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
-	var queries atomic.Int64
-	a := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true, queries: &queries})
+	w := newMemWorld()
+	store := &countingStore{Store: w.store}
+	locks := &askingLocker{Locker: w.locker, asked: make(chan struct{}, 16)}
+	a := memReplica(t, store, locks, stock.Config{Views: w.store.Views()})
 	b := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true})
 	ctx := context.Background()
-	opens := pgNow(t, a).Add(time.Hour)
+	opens := time.Now().Add(time.Hour) // the store's clock
 	id := createRuled(t, a, "not-yet", 5, stock.SaleRules{StartsAt: &opens})
+	queries := &store.calls
 
-	// The first order reads the view (from Redis, or rebuilt); the next are answered from it.
 	for _, r := range []*replica{a, b} {
 		if _, err := r.svc.PlaceOrder(ctx, order("early", one(id, 1))); !errors.Is(err, stock.ErrSaleNotOpen) {
 			t.Fatalf("order before the opening = %v, want sale not open", err)
@@ -208,7 +232,7 @@ func TestSaleNotOpenIsRefusedWithoutPostgres(t *testing.T) {
 		t.Fatalf("order = %v, want sale not open until %v", err, opens)
 	}
 	if n := queries.Load() - before; n != 0 {
-		t.Errorf("a refusal before the opening sent %d queries to Postgres, want none", n)
+		t.Errorf("a refusal before the opening made %d calls to the store, want none", n)
 	}
 	// Keyed orders too: the keys with an outcome for the product are loaded once (nothing can
 	// be confirmed while the sale is closed), and then nothing more is asked.
@@ -228,7 +252,10 @@ func TestSaleNotOpenIsRefusedWithoutPostgres(t *testing.T) {
 		}
 	}
 	if n := queries.Load() - before; n != 0 {
-		t.Errorf("keyed refusals before the opening sent %d queries to Postgres, want none once the key set is loaded", n)
+		t.Errorf("keyed refusals before the opening made %d calls to the store, want none once the key set is loaded", n)
+	}
+	if n := len(locks.asked); n != 0 {
+		t.Errorf("refusals before the opening asked for the product's lock %d times, want none", n)
 	}
 	if n := testenv.Metric(t, a.registry, "stocksvc_orders_refused_fast_total", "rule", "sale_not_open"); n < 1 {
 		t.Errorf("stocksvc_orders_refused_fast_total{rule=sale_not_open} = %v, want the refusals counted", n)
@@ -243,18 +270,19 @@ func TestSaleNotOpenIsRefusedWithoutPostgres(t *testing.T) {
 }
 
 // TestSkewedClockCannotSellEarly: a replica whose clock runs an hour ahead thinks the sale is
-// open; Postgres's clock refuses it — from the batch's read when the replica checks the rules,
-// and by the purchase statement itself (the window layer, counted) when it leaves them to
-// Postgres. Nothing is sold either way, and the buyer is told when the sale opens.
+// open; the store's clock (Postgres's, in production) refuses it — from the batch's read when
+// the replica checks the rules, and by the write itself (the window layer, counted) when it
+// leaves them to the store. Nothing is sold either way, and the buyer is told when the sale
+// opens.
 func TestSkewedClockCannotSellEarly(t *testing.T) {
 	t.Parallel()
 	for _, skip := range []bool{false, true} {
-		t.Run(fmt.Sprintf("postgres alone %v", skip), func(t *testing.T) {
+		t.Run(fmt.Sprintf("store alone %v", skip), func(t *testing.T) {
 			t.Parallel()
-			w := newWorld(t)
+			w := newMemWorld()
 			ahead := func() time.Time { return time.Now().Add(time.Hour) }
 			r := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true, now: ahead, skipRules: skip})
-			opens := pgNow(t, r).Add(30 * time.Minute)
+			opens := time.Now().Add(30 * time.Minute) // the store's clock
 			id := createRuled(t, r, "skewed", 5, stock.SaleRules{StartsAt: &opens})
 			for i := range 3 {
 				_, err := r.svc.PlaceOrder(context.Background(), order(fmt.Sprint("c", i), one(id, 1)))
@@ -283,7 +311,7 @@ func TestSkewedClockCannotSellEarly(t *testing.T) {
 // confirmed before the end and retried with its key after it is replayed, not refused.
 func TestSaleEnded(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := newMemWorld()
 	r := w.replica(t, stock.DefaultDefense(), replicaOptions{views: true})
 	ctx := context.Background()
 	id := createProduct(t, r, "ending", 5)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
+	"github.com/stocksvc/stocksvc/internal/testenv"
 )
 
 // heldCases are the Store contract of the cap on what one customer holds of a product (issue
@@ -161,6 +162,55 @@ var heldCases = []storeCase{
 			if err != nil || got.MaxHeldPerCustomer != step.want {
 				t.Errorf("%s: cap %d, %v; want %d", step.name, got.MaxHeldPerCustomer, err, step.want)
 			}
+		}
+	}},
+	{"an expired hold frees its customer's cap and count under the limit, as a cancelled one does", func(t *testing.T, s stock.Store, demo demos) {
+		ctx := context.Background()
+		p, err := s.CreateProduct(ctx, stock.NewProduct{SKU: "expiring", Name: "expiring", Stock: 10,
+			Sale: stock.SaleRules{HoldFor: time.Second, MaxPerCustomer: 5, MaxHeldPerCustomer: 2}})
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		id := p.ID
+		hold := func(qty int64) stock.Order {
+			t.Helper()
+			w := heldWrite("c", customerLevels(t, s, "c", id), stock.Item{ProductID: id, Quantity: qty})
+			if _, err := s.Commit(ctx, w); err != nil {
+				t.Fatalf("hold %d: %v", qty, err)
+			}
+			return w.Orders[0]
+		}
+		has := func() stock.Level {
+			t.Helper()
+			return customerLevels(t, s, "c", id)[id]
+		}
+		cancelled := hold(1)
+		if _, err := s.ReleaseHolds(ctx, []uuid.UUID{cancelled.ID}, []int64{id}, false); err != nil {
+			t.Fatalf("cancel: %v", err)
+		}
+		if l := has(); l.Held["c"] != 0 || l.Bought["c"] != 0 || l.Stock != 10 {
+			t.Errorf("after the cancel: held %d, bought %d, stock %d; want 0, 0, 10", l.Held["c"], l.Bought["c"], l.Stock)
+		}
+		expiring := hold(2)
+		if l := has(); l.Held["c"] != 2 || l.Bought["c"] != 2 {
+			t.Errorf("held %d, bought %d; want 2 and 2", l.Held["c"], l.Bought["c"])
+		}
+		// Due once its second has passed on the store's clock.
+		testenv.Poll(t, 10*time.Second, "the hold to be due", func() bool {
+			due, err := s.DueHolds(ctx, []uuid.UUID{expiring.ID}, 0, 10)
+			if err != nil {
+				t.Fatalf("due holds: %v", err)
+			}
+			return len(due[expiring.ID]) == 1 && due[expiring.ID][0] == id
+		})
+		if rel, err := s.ReleaseHolds(ctx, []uuid.UUID{expiring.ID}, []int64{id}, true); err != nil || len(rel.Lag) != 1 {
+			t.Fatalf("expire = %+v, %v; want the hold expired", rel, err)
+		}
+		if l := has(); l.Held["c"] != 0 || l.Bought["c"] != 0 || l.Stock != 10 {
+			t.Errorf("after the expiry: held %d, bought %d, stock %d; want 0, 0, 10", l.Held["c"], l.Bought["c"], l.Stock)
+		}
+		if o, err := s.Order(ctx, expiring.ID); err != nil || o.Status != stock.OrderStatusExpired {
+			t.Errorf("the expired order = %+v, %v; want expired", o, err)
 		}
 	}},
 }

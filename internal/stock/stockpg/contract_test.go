@@ -55,7 +55,7 @@ func TestStoreContract(t *testing.T) {
 	for name, open := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			for _, tc := range slices.Concat(storeCases, heldCases) {
+			for _, tc := range slices.Concat(storeCases, heldCases, saleCases) {
 				t.Run(tc.name, func(t *testing.T) {
 					t.Parallel()
 					o := open(t)

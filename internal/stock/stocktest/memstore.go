@@ -1,7 +1,8 @@
-// Package stocktest provides an in-memory stock.Store, for unit tests of the service's rules
-// and for benchmarks of everything above the database. It keeps the Store contract — the same
-// conditions on every decrement, the same errors — but nothing it holds survives the process,
-// and it is no stand-in for Postgres in integration tests: those run against the real one.
+// Package stocktest provides an in-memory stock.Store, with an in-process stock.Locker and
+// stock.Views over the store, for unit tests of the service's rules and for benchmarks of
+// everything above the database. The store keeps the Store contract — the same conditions on
+// every decrement, the same errors — but nothing it holds survives the process, and it is no
+// stand-in for Postgres in integration tests: those run against the real one.
 package stocktest
 
 import (
@@ -58,6 +59,15 @@ var _ stock.Store = (*MemStore)(nil)
 func NewMemStore() *MemStore {
 	return &MemStore{products: map[int64]*product{}, orders: map[uuid.UUID]stock.Order{},
 		records: map[stock.RecordKey]record{}, restocks: map[string]restock{}, now: time.Now}
+}
+
+// SetClock sets the store's clock, which stands for Postgres's: it decides whether a sale is
+// open to a write, when a hold expires and how old a key's record is. NewMemStore's is
+// time.Now; a test moves time by setting another.
+func (m *MemStore) SetClock(now func() time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.now = now
 }
 
 // CreateProduct implements stock.Store.
@@ -245,53 +255,87 @@ func (m *MemStore) Commit(_ context.Context, w stock.Write) (stock.Committed, er
 func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var skipped []uuid.UUID
-	var stored map[stock.RecordKey]stock.IdempotencyRecord
+	var c stock.Committed
 	if w.SkipStored {
-		for _, r := range w.Records {
-			if have, taken := m.records[r.RecordKey]; taken && r.Order != nil {
-				skipped = append(skipped, r.Order.ID)
-				if stored == nil {
-					stored = map[stock.RecordKey]stock.IdempotencyRecord{}
-				}
-				stored[r.RecordKey] = have.rec
-			}
-		}
-		if len(skipped) > 0 {
-			w = w.Without(skipped)
+		c.Skipped, c.Stored = m.stored(w.Records)
+		if len(c.Skipped) > 0 {
+			w = w.Without(c.Skipped)
 			if len(w.Orders) == 0 {
 				return stock.Committed{}, &stock.RefusedError{Conditions: cond, Reason: "every order's key was stored meanwhile"}
 			}
 		}
 	}
+	if err := m.refused(w, cond); err != nil {
+		return stock.Committed{}, err
+	}
+	bought, err := m.bought(w.Orders)
+	if err != nil {
+		return stock.Committed{}, err
+	}
+	held, err := m.held(w.Orders)
+	if err != nil {
+		return stock.Committed{}, err
+	}
+	c.At = m.now()
+	c.Holds = m.apply(w, cond, c.At, bought, held)
+	return c, nil
+}
+
+// stored returns the orders of records whose key has a record already, and those records.
+// m.mu is held.
+func (m *MemStore) stored(records []stock.IdempotencyRecord) ([]uuid.UUID, map[stock.RecordKey]stock.IdempotencyRecord) {
+	var skipped []uuid.UUID
+	var stored map[stock.RecordKey]stock.IdempotencyRecord
+	for _, r := range records {
+		if have, taken := m.records[r.RecordKey]; taken && r.Order != nil {
+			skipped = append(skipped, r.Order.ID)
+			if stored == nil {
+				stored = map[stock.RecordKey]stock.IdempotencyRecord{}
+			}
+			stored[r.RecordKey] = have.rec
+		}
+	}
+	return skipped, stored
+}
+
+// refused returns the refusal of w by the conditions cond selects, the sale window, the CHECK
+// on the stock or a key that has a record, as the Postgres store reports each; nil when w may
+// be written. m.mu is held.
+func (m *MemStore) refused(w stock.Write, cond stock.Defense) error {
 	for _, dec := range w.Decrements {
 		x, ok := m.products[dec.ProductID]
 		if !ok {
-			return stock.Committed{}, fmt.Errorf("%w: product %d is gone", stock.ErrConflict, dec.ProductID)
+			return fmt.Errorf("%w: product %d is gone", stock.ErrConflict, dec.ProductID)
 		}
 		refused := cond.Version && x.p.Version != dec.Read.Version ||
 			cond.Guard && x.p.Stock < dec.Quantity ||
 			cond.Lock && x.fence > dec.Fence ||
 			!saleOpen(x.p, m.now())
 		if refused {
-			return stock.Committed{}, &stock.RefusedError{Conditions: cond, Reason: fmt.Sprintf("the decrement of product %d matched no row", dec.ProductID)}
+			return &stock.RefusedError{Conditions: cond, Reason: fmt.Sprintf("the decrement of product %d matched no row", dec.ProductID)}
 		}
 		left := x.p.Stock - dec.Quantity
 		if cond.Naive() {
 			left = dec.Read.Stock - dec.Quantity
 		}
 		if left < 0 {
-			return stock.Committed{}, &stock.CaughtError{Layer: stock.LayerCheck, ProductID: dec.ProductID,
+			return &stock.CaughtError{Layer: stock.LayerCheck, ProductID: dec.ProductID,
 				Err: fmt.Errorf("%w: stock would be %d", stock.ErrConflict, left)}
 		}
 	}
 	for _, r := range w.Records {
 		if _, taken := m.records[r.RecordKey]; taken {
-			return stock.Committed{}, fmt.Errorf("%w: key %q of customer %q has a record", stock.ErrConflict, r.Key, r.CustomerID)
+			return fmt.Errorf("%w: key %q of customer %q has a record", stock.ErrConflict, r.Key, r.CustomerID)
 		}
 	}
-	bought := map[int64]map[string]int64{} // what the limited products' customers will have
-	for _, o := range w.Orders {
+	return nil
+}
+
+// bought returns what the customers of orders will have bought of each product with a limit,
+// or the refusal of customer_purchases' CHECK. m.mu is held.
+func (m *MemStore) bought(orders []stock.Order) (map[int64]map[string]int64, error) {
+	bought := map[int64]map[string]int64{}
+	for _, o := range orders {
 		for _, it := range o.Items {
 			x := m.products[it.ProductID]
 			if x == nil || x.p.MaxPerCustomer == 0 {
@@ -306,17 +350,18 @@ func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, e
 			}
 			n += it.Quantity
 			if n > x.p.MaxPerCustomer {
-				return stock.Committed{}, &stock.CaughtError{Layer: stock.LayerLimit, ProductID: it.ProductID,
+				return nil, &stock.CaughtError{Layer: stock.LayerLimit, ProductID: it.ProductID,
 					Err: fmt.Errorf("%w: customer %q would have %d", stock.ErrConflict, o.CustomerID, n)}
 			}
 			bought[it.ProductID][o.CustomerID] = n
 		}
 	}
-	held, err := m.held(w.Orders)
-	if err != nil {
-		return stock.Committed{}, err
-	}
-	now := m.now()
+	return bought, nil
+}
+
+// apply writes w, which refused found nothing against, at now, with what its customers will
+// have bought and hold, and returns the orders it held with when each expires. m.mu is held.
+func (m *MemStore) apply(w stock.Write, cond stock.Defense, now time.Time, bought, held map[int64]map[string]int64) map[uuid.UUID]time.Time {
 	for id, customers := range bought {
 		for c, n := range customers {
 			m.products[id].bought[c] = n
@@ -361,7 +406,7 @@ func (m *MemStore) commit(w stock.Write, cond stock.Defense) (stock.Committed, e
 		}
 		m.records[r.RecordKey] = record{rec: r, created: now}
 	}
-	return stock.Committed{At: now, Skipped: skipped, Stored: stored, Holds: holds}, nil
+	return holds
 }
 
 // held returns what the customers of orders will hold of each product of a held order, or
@@ -431,56 +476,82 @@ func (m *MemStore) PurgeIdempotencyKeys(_ context.Context, retention time.Durati
 // one process only; replicas need the Redis locker.
 type LocalLocker struct {
 	mu    sync.Mutex
-	locks map[int64]chan struct{} // a product's lock is held while its channel holds a value
-	notes map[int64]string        // what the last holder of each product's lock left
+	locks map[int64]*localLock
+	notes map[int64]string // what the last holder of each product's lock left
 	fence int64
+}
+
+// localLock is one product's lock: held while held holds a value, by the grant whose fencing
+// token is holder (0 while free, or once the holder's lease has ended: Expire).
+type localLock struct {
+	held   chan struct{}
+	holder int64
 }
 
 var _ stock.Locker = (*LocalLocker)(nil)
 
-// WithProducts implements stock.Locker. It waits as long as ctx allows.
+// WithProducts implements stock.Locker. It waits as long as ctx allows. A holder whose lease
+// ended meanwhile (Expire) lets go of nothing, and leaves no note.
 func (l *LocalLocker) WithProducts(ctx context.Context, ids []int64, fn func(ctx context.Context, g *stock.Grant) error) error {
 	ids = slices.Clone(ids)
 	slices.Sort(ids)
 	g := &stock.Grant{Fences: make(map[int64]int64, len(ids)), Notes: map[int64]string{}, Leave: map[int64]string{}}
-	var held []chan struct{}
+	var held []int64
+	ran := false
 	defer func() {
-		for _, h := range held {
-			<-h
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, id := range held {
+			lk := l.locks[id]
+			if lk.holder != g.Fences[id] {
+				continue // its lease ended: the lock is another's, or free
+			}
+			if ran {
+				l.notes[id] = g.Leave[id]
+			}
+			lk.holder = 0
+			<-lk.held
 		}
 	}()
 	for _, id := range ids {
 		l.mu.Lock()
 		if l.locks == nil {
-			l.locks = map[int64]chan struct{}{}
+			l.locks, l.notes = map[int64]*localLock{}, map[int64]string{}
 		}
-		h := l.locks[id]
-		if h == nil {
-			h = make(chan struct{}, 1)
-			l.locks[id] = h
+		lk := l.locks[id]
+		if lk == nil {
+			lk = &localLock{held: make(chan struct{}, 1)}
+			l.locks[id] = lk
 		}
 		l.mu.Unlock()
 		select {
-		case h <- struct{}{}:
+		case lk.held <- struct{}{}:
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %w", stock.ErrBusy, ctx.Err())
 		}
-		held = append(held, h)
 		l.mu.Lock()
 		l.fence++
+		lk.holder = l.fence
 		g.Fences[id], g.Notes[id] = l.fence, l.notes[id]
 		l.mu.Unlock()
+		held = append(held, id)
 	}
-	err := fn(ctx, g)
+	ran = true
+	return fn(ctx, g)
+}
+
+// Expire ends the lease of product id's lock now, as a lease runs out while its holder is
+// paused: the next caller is granted the lock at once, with a newer fencing token, while the
+// holder goes on unaware until its write meets the fence, and lets go of nothing when it ends
+// (the note stays the last one left by a holder that still held the lock). Without a holder,
+// it does nothing.
+func (l *LocalLocker) Expire(id int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.notes == nil {
-		l.notes = map[int64]string{}
+	if lk := l.locks[id]; lk != nil && lk.holder != 0 {
+		lk.holder = 0
+		<-lk.held
 	}
-	for _, id := range ids {
-		l.notes[id] = g.Leave[id]
-	}
-	return err
 }
 
 // saleOpen reports whether p's sale window holds at now, as the purchase statement checks it.
