@@ -1,7 +1,11 @@
-// The sale report's plots (loadtest/report/page.go): three uPlot charts per run, on one time
-// axis — outcomes per second, stock remaining, latency percentiles — with the fault windows
-// shaded, the benchmark's loads outlined, and the sold-out moment and the fault's events drawn
-// over them. window.stocksvcReport lists the charts, for a reader's console and for the
+// The sale report's plots (loadtest/report/page.go): uPlot charts per run, on one time axis —
+// outcomes per second, stock remaining, latency percentiles by outcome, and any panel the mode
+// adds — with the fault windows shaded, the benchmark's loads outlined, and the sold-out moment
+// and the fault's events drawn over them. Each legend reads the whole run's figure (a total,
+// the value at the end, a percentile over the run) until a moment is picked, so that a static
+// render, a screenshot or a print, says something where uPlot would say "–". The charts share
+// the window's height, so that a tall window (a tall screenshot) is filled rather than left
+// blank below them. window.stocksvcReport lists the charts, for a reader's console and for the
 // browser test (report/browser_test.go), which checks that they hold the run's data.
 (function () {
   'use strict';
@@ -72,46 +76,66 @@
     return m;
   }
 
+  // fromZero is a linear scale's range from a little below zero: a series at zero is drawn
+  // above the axis, not hidden under it.
+  const fromZero = (u, min, max) => {
+    const hi = Math.max(max || 0, 1);
+    return [-0.04 * hi, 1.08 * hi];
+  };
+
+  // chartHeight shares the window's height among a run's charts (each also has a caption and
+  // a legend, about 64 px): a tall window gets tall charts, within reason.
+  const chartHeight = (n) => Math.round(Math.min(560, Math.max(220, (window.innerHeight - 48) / Math.max(1, n) - 64)));
+
   function chart(run, kind, xs, series, yLabel, extra) {
     const el = document.getElementById(`${run.id}-${kind}`);
     if (!el) return;
     const end = xMax(run);
+    const unit = (extra && extra.unit) || '';
     const opts = {
       width: Math.max(320, el.clientWidth),
-      height: 240,
+      height: chartHeight(run.charts),
       cursor: { sync: { key: run.id } },
-      scales: { x: { time: false, range: () => [0, end] }, y: (extra && extra.y) || {} },
+      scales: { x: { time: false, range: () => [0, end] }, y: (extra && extra.y) || { range: fromZero } },
       axes: [
         { label: 'seconds since the load began' },
         { label: yLabel, size: 64 },
       ],
-      series: [{ label: 't', value: (u, v) => (v == null ? '–' : `${v.toFixed(2)} s`) }].concat(series.map((s) => ({
+      series: [{ label: 't', value: (u, v, i, idx) => (idx == null ? run.span : v == null ? '–' : `${v.toFixed(2)} s`) }].concat(series.map((s) => ({
         label: s.name,
         stroke: s.color,
+        dash: s.dash ? [6, 4] : undefined,
         fill: (extra && extra.fill) ? `${s.color}1f` : undefined,
-        width: 1.5,
+        width: s.dash ? 1.5 : 2,
         spanGaps: !!(extra && extra.spanGaps),
         paths: extra && extra.paths,
-        value: (u, v) => (v == null ? '–' : `${v.toFixed(v < 10 ? 2 : 0)}${(extra && extra.unit) || ''}`),
+        points: extra && extra.points,
+        value: (u, v, i, idx) => (idx == null ? s.legend : v == null ? '–' : `${v.toFixed(v < 10 ? 2 : 0)}${unit}`),
       }))),
       plugins: [overlay(run)],
     };
     const plot = new uPlot(opts, [xs].concat(series.map((s) => s.values)), el);
+    plot.setLegend({ idx: null });
     report.charts.push({ run: run.id, kind, plot });
   }
 
   for (const run of window.STOCKSVC_RUNS || []) {
     try {
+      const panels = run.panels || [];
+      run.charts = 2 + (run.stock.length ? 1 : 0) + panels.length;
       chart(run, 'outcomes', run.t, run.outcomes, 'answers / s', { fill: true, unit: '/s' });
       if (run.stock.length) {
         chart(run, 'stock', run.stockT, run.stock, 'units', { paths: uPlot.paths.stepped({ align: 1 }), spanGaps: true });
       }
       if (run.latency.length) {
-        chart(run, 'latency', run.t, run.latency, 'ms (log scale)', { y: { distr: 3 }, unit: ' ms' });
+        // Dots as well as lines: an outcome answered in a few buckets only (a busy answer, a
+        // failure) has no neighbour to draw a line to, and would not show at all.
+        chart(run, 'latency', run.t, run.latency, 'ms (log scale)', { y: { distr: 3 }, unit: ' ms', points: { show: true, size: 4 } });
       } else {
         const el = document.getElementById(`${run.id}-latency`);
         if (el) el.textContent = 'No latency measured in this run.';
       }
+      panels.forEach((p, i) => chart(run, `panel${i}`, p.t, p.series, p.unit, { paths: uPlot.paths.stepped({ align: 1 }), spanGaps: true }));
     } catch (e) {
       report.errors.push(`${run.id}: ${e}`);
       throw e;
@@ -120,8 +144,10 @@
 
   window.addEventListener('resize', () => {
     for (const c of report.charts) {
+      const run = (window.STOCKSVC_RUNS || []).find((r) => r.id === c.run);
       const w = Math.max(320, c.plot.root.parentElement.clientWidth);
-      if (w !== c.plot.width) c.plot.setSize({ width: w, height: c.plot.height });
+      const h = chartHeight(run ? run.charts : 3);
+      if (w !== c.plot.width || h !== c.plot.height) c.plot.setSize({ width: w, height: h });
     }
   });
   document.body.dataset.charts = String(report.charts.length);
