@@ -110,8 +110,9 @@ type plotted struct {
 	Data   [][]*float64 `json:"data"` // x first
 	// Painted counts the plot area's pixels of each series' colour, by label.
 	Painted map[string]int `json:"painted"`
-	// Fault and Clear are the plot area's pixels near its top in the middle of the first fault
-	// window and halfway from its end to the plot's: [r, g, b, alpha], or null without a fault.
+	// Fault and Clear are pixels of the plot area's top third, [r, g, b, alpha], or null
+	// without a fault: the most common one in the middle of the first fault window, and the
+	// faintest halfway from its end to the plot's.
 	Fault       []int `json:"fault"`
 	Clear       []int `json:"clear"`
 	SoldOutDark int   `json:"soldOutDark"` // dark pixels in the sold-out moment's column
@@ -139,6 +140,12 @@ const inspect = `(() => {
       painted[s.label] = n;
     });
     const x = (t) => u.valToPos(t, 'x', true) - left;
+    // Down a column's top third, where the charts' series seldom go: its most common pixel
+    // (a shade under a grid line or a dot stays the shade), and its faintest (between the
+    // grid lines, nothing at all where nothing is drawn).
+    const column = (cx) => { const out = []; for (let y = 2; y < height / 3; y++) out.push(at(cx, y)); return out; };
+    const common = (cx) => { const n = {}; let best = null; for (const p of column(cx)) { const k = p.join(); n[k] = (n[k] || 0) + 1; if (!best || n[k] > n[best.join()]) best = p; } return best; };
+    const faintest = (cx) => column(cx).reduce((a, p) => (p[3] < a[3] ? p : a));
     const f = run.faults && run.faults[0];
     let soldOutDark = 0;
     if (run.soldOut != null) {
@@ -152,8 +159,8 @@ const inspect = `(() => {
     return {
       run: c.run, kind: c.kind, labels: u.series.slice(1).map((s) => s.label), data: u.data, painted, legend,
       yMin: u.scales.y.min, bottom: u.over.getBoundingClientRect().bottom,
-      fault: f ? at(x((f.start + f.end) / 2), 3) : null,
-      clear: f ? at(x(f.end + (u.scales.x.max - f.end) / 2), 3) : null,
+      fault: f ? common(x((f.start + f.end) / 2)) : null,
+      clear: f ? faintest(x(f.end + (u.scales.x.max - f.end) / 2)) : null,
       soldOutDark,
     };
   });

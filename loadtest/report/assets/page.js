@@ -3,9 +3,10 @@
 // adds — with the fault windows shaded, the benchmark's loads outlined, and the sold-out moment
 // and the fault's events drawn over them. Each legend reads the whole run's figure (a total,
 // the value at the end, a percentile over the run) until a moment is picked, so that a static
-// render, a screenshot or a print, says something where uPlot would say "–". The charts share
-// the window's height, so that a tall window (a tall screenshot) is filled rather than left
-// blank below them. window.stocksvcReport lists the charts, for a reader's console and for the
+// render, a screenshot or a print, says something where uPlot would say "–". A run's charts
+// share the window's height left below its tables, so that the run, from its title to its last
+// chart, fills the window — a tall screenshot included, whose lower half stayed blank when
+// every chart was 240 px — within 200 to 700 px a chart. window.stocksvcReport lists the charts, for a reader's console and for the
 // browser test (report/browser_test.go), which checks that they hold the run's data.
 (function () {
   'use strict';
@@ -83,9 +84,24 @@
     return [-0.04 * hi, 1.08 * hi];
   };
 
-  // chartHeight shares the window's height among a run's charts (each also has a caption and
-  // a legend, about 64 px): a tall window gets tall charts, within reason.
-  const chartHeight = (n) => Math.round(Math.min(560, Math.max(220, (window.innerHeight - 48) / Math.max(1, n) - 64)));
+  // fit sizes a run's charts to the window: its height, less what stands above the charts
+  // (for the first run the page's header too, since it is what the window opens on) and what
+  // each chart has besides its plot (caption, axes' legend, key), measured rather than guessed.
+  function fit(run, index) {
+    const charts = report.charts.filter((c) => c.run === run.id);
+    const section = document.getElementById(run.id);
+    const column = section && section.querySelector('.charts');
+    const figure = column && column.querySelector('figure');
+    if (!charts.length || !figure) return;
+    const width = Math.max(320, column.clientWidth);
+    const top = figure.getBoundingClientRect().top - (index === 0 ? -window.scrollY : section.getBoundingClientRect().top);
+    const plots = charts.reduce((sum, c) => sum + c.plot.height, 0);
+    const besides = column.getBoundingClientRect().bottom - figure.getBoundingClientRect().top - plots;
+    const height = Math.round(Math.min(700, Math.max(200, (window.innerHeight - top - besides - 24) / charts.length)));
+    for (const c of charts) {
+      if (c.plot.width !== width || c.plot.height !== height) c.plot.setSize({ width, height });
+    }
+  }
 
   function chart(run, kind, xs, series, yLabel, extra) {
     const el = document.getElementById(`${run.id}-${kind}`);
@@ -94,7 +110,7 @@
     const unit = (extra && extra.unit) || '';
     const opts = {
       width: Math.max(320, el.clientWidth),
-      height: chartHeight(run.charts),
+      height: 240, // until fit sizes it
       cursor: { sync: { key: run.id } },
       scales: { x: { time: false, range: () => [0, end] }, y: (extra && extra.y) || { range: fromZero } },
       axes: [
@@ -119,10 +135,10 @@
     report.charts.push({ run: run.id, kind, plot });
   }
 
-  for (const run of window.STOCKSVC_RUNS || []) {
+  const runs = window.STOCKSVC_RUNS || [];
+  for (const run of runs) {
     try {
       const panels = run.panels || [];
-      run.charts = 2 + (run.stock.length ? 1 : 0) + panels.length;
       chart(run, 'outcomes', run.t, run.outcomes, 'answers / s', { fill: true, unit: '/s' });
       if (run.stock.length) {
         chart(run, 'stock', run.stockT, run.stock, 'units', { paths: uPlot.paths.stepped({ align: 1 }), spanGaps: true });
@@ -142,13 +158,11 @@
     }
   }
 
-  window.addEventListener('resize', () => {
-    for (const c of report.charts) {
-      const run = (window.STOCKSVC_RUNS || []).find((r) => r.id === c.run);
-      const w = Math.max(320, c.plot.root.parentElement.clientWidth);
-      const h = chartHeight(run ? run.charts : 3);
-      if (w !== c.plot.width || h !== c.plot.height) c.plot.setSize({ width: w, height: h });
-    }
+  // uPlot lays a new chart out in a microtask (its legend, its canvas): measure after that.
+  // This runs before the page's load event, as the browser test expects.
+  Promise.resolve().then(() => {
+    runs.forEach(fit);
+    window.addEventListener('resize', () => runs.forEach(fit));
+    document.body.dataset.charts = String(report.charts.length);
   });
-  document.body.dataset.charts = String(report.charts.length);
 })();
