@@ -11,7 +11,8 @@ import (
 // syntheticSale is a sale the tests know everything about: 10 s of load; for 2 s (0.5–2.5 s) 40
 // confirmed answers a second, each taking 20 ms, then the product is sold out and 100
 // sold-out answers a second of 2 ms follow; 5 busy answers at 1.0 s; a fault from 4 s to 6 s
-// during which 3 answers are unavailable (no answer, 500 ms each).
+// during which 3 answers are unavailable (no answer, 500 ms each). A second product sells 10
+// units; the console's totals and a panel of the line in front of the sale come with it.
 func syntheticSale() Run {
 	var answers []Answer
 	for i := range 80 {
@@ -30,12 +31,21 @@ func syntheticSale() Run {
 	for i := range 80 {
 		stock.Points = append(stock.Points, Point{500*time.Millisecond + time.Duration(i)*25*time.Millisecond, float64(160 - 2*(i+1))})
 	}
+	second := Line{Name: "second product", Points: []Point{{0, 40}, {time.Second, 35}, {2 * time.Second, 30}}}
+	line := Line{Name: "length", Points: []Point{{0, 50}, {time.Second, 30}, {2 * time.Second, 0}}}
 	soldOut := 2475 * time.Millisecond
 	return Run{
-		Title: "flash sale", About: "a synthetic sale for the tests", Verdict: "PASS",
+		Totals: []Group{
+			{Name: "Totals", Fields: []Field{{"orders confirmed", "80"}, {"units sold", "hot 160, second 10"}}},
+			{Name: "Refusals by reason", Fields: []Field{{"sold-out", "750"}, {"busy", "5"}}},
+			{Name: "Per replica", Fields: []Field{{"r1", "420 orders (balancer: 421 requests)"}}},
+			{Name: "Defense-layer catches", Fields: []Field{{"guard", "7"}}},
+		},
+		Panels: []Panel{{Title: "The line", Of: "the synthetic opening", Unit: "customers", Lines: []Line{line}}},
+		Title:  "flash sale", About: "a synthetic sale for the tests", Verdict: "PASS",
 		Params:  []Field{{"replicas", "3"}, {"stock", "160"}},
 		Checks:  []Check{{Name: "no oversell", OK: true, Detail: "0 units"}},
-		Answers: answers, Stock: []Line{stock}, SoldOut: &soldOut,
+		Answers: answers, Stock: []Line{stock, second}, SoldOut: &soldOut,
 		Faults: []Window{{Start: 4 * time.Second, End: 6 * time.Second, Label: "kill-replica"}},
 		Events: []Mark{{At: 4 * time.Second, Label: "SIGKILL r2"}, {At: 6 * time.Second, Label: "r2 ready again"}},
 		End:    10 * time.Second,
@@ -141,8 +151,16 @@ func TestPhasesAndRates(t *testing.T) {
 	if rates[1].Counts[Confirmed] != 0 {
 		t.Errorf("refusing counts %d confirmed answers, want none: the last sale is the selling phase's", rates[1].Counts[Confirmed])
 	}
-	if rates[0].P50 != 20 || rates[0].P99 != 300 {
-		t.Errorf("selling p50/p99 = %v/%v, want 20/300", rates[0].P50, rates[0].P99)
+	// Latency by outcome, never mixed: the selling phase's 20 ms sales apart from its 300 ms
+	// busy answers.
+	if l := rates[0].Latency["confirmed"]; l.N != 80 || l.P50 != 20 || l.P99 != 20 {
+		t.Errorf("selling: confirmed latency %+v, want 80 answers, p50 and p99 20 ms", l)
+	}
+	if l := rates[0].Latency["others"]; l.N != 5 || l.P99 != 300 {
+		t.Errorf("selling: other answers' latency %+v, want the 5 busy answers' 300 ms", l)
+	}
+	if l := rates[1].Latency["sold-out"]; l.N != 750 || l.P99 != 2 {
+		t.Errorf("refusing: sold-out latency %+v, want 750 answers of 2 ms", l)
 	}
 	if rates[2].Counts[Down] != 3 || rates[2].Counts[SoldOut] != 201 {
 		t.Errorf("during the fault: %v, want 3 unavailable and 201 sold-out", rates[2].Counts)
@@ -191,13 +209,16 @@ func TestStockGrid(t *testing.T) {
 	ts, lines := stockGrid([]Line{
 		{Name: "a", Points: []Point{{0, 10}, {2 * time.Second, 8}}},
 		{Name: "b", Points: []Point{{time.Second, 4}}},
-	})
-	if len(ts) != 3 || ts[1] != 1 {
-		t.Fatalf("times %v, want 0, 1, 2", ts)
+	}, 5*time.Second)
+	if len(ts) != 4 || ts[1] != 1 || ts[3] != 5 {
+		t.Fatalf("times %v, want 0, 1, 2 and the end, 5", ts)
 	}
 	a, b := lines[0].Values, lines[1].Values
-	if *a[0] != 10 || *a[1] != 10 || *a[2] != 8 || b[0] != nil || *b[1] != 4 || *b[2] != 4 {
-		t.Errorf("a holds its value until it moves, b is null before its first point")
+	if *a[0] != 10 || *a[1] != 10 || *a[2] != 8 || *a[3] != 8 || b[0] != nil || *b[1] != 4 || *b[3] != 4 {
+		t.Errorf("a holds its value until it moves and to the end, b is null before its first point")
+	}
+	if lines[0].Legend != "8 at the end" {
+		t.Errorf("a's legend = %q, want its value at the end", lines[0].Legend)
 	}
 }
 
@@ -211,7 +232,8 @@ func TestRender(t *testing.T) {
 	}
 	page := string(b)
 	for _, want := range []string{"uPlot 1.6.32 (MIT licence)", `id="run0-outcomes"`, `id="run0-stock"`, `id="run0-latency"`,
-		"no oversell", "selling", "refusing (sold out)", "40.5/s", "during kill-replica", "SIGKILL r2", `"soldOut":2.475`, `<a href="summary.txt">`} {
+		"no oversell", "selling", "refusing (sold out)", "40.5/s", "during kill-replica", "SIGKILL r2", `"soldOut":2.475`, `<a href="summary.txt">`,
+		"Refusals by reason", "hot 160, second 10", "Latency by outcome", `id="run0-panel0"`, "The line", `"legend":"80 in all"`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)
 		}

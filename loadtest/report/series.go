@@ -78,13 +78,39 @@ type Mark struct {
 }
 
 // Series is a run's answers in buckets of Step: each class's answers per second, and the
-// latency percentiles of the answers in each bucket (NaN where a bucket has none).
+// latency percentiles of the answers in each bucket (NaN where a bucket has none), of every
+// answer (P50, P95, P99: all a run sampled from a histogram has) and of each outcome apart
+// (ByOutcome, by LatencyGroup: a run whose answers were each timed).
 type Series struct {
 	Step          time.Duration
 	Start         []time.Duration // each bucket's start
 	Rates         map[Class][]float64
 	P50, P95, P99 []float64 // ms
+	ByOutcome     map[string]Percentiles
 }
+
+// Percentiles are latency percentiles over time, in ms, one per bucket.
+type Percentiles struct{ P50, P95, P99 []float64 }
+
+// LatencyGroups are the outcomes whose latencies the report keeps apart, in the order it
+// shows them: a sale's confirmed answers wait for the lock and Postgres, its sold-out answers
+// mostly for neither, so that a percentile over both describes no request anyone made.
+var LatencyGroups = []string{"confirmed", "accepted", "sold-out", "others"}
+
+// LatencyGroup is the latency group of a class: its own for confirmed, accepted and
+// sold-out, "others" for the rest (busy, other refusals, unavailable), which are few.
+func LatencyGroup(c Class) string {
+	switch c {
+	case Confirmed, Accepted, SoldOut:
+		return string(c)
+	}
+	return "others"
+}
+
+// drawnAlways are the classes a run of answers draws even when it saw none of them: a line
+// at zero says "none", where a missing line leaves the reader to guess. Accepted answers come
+// only from asynchronous orders, so a synchronous run leaves them out.
+var drawnAlways = []Class{Confirmed, SoldOut, Busy, Other, Down}
 
 // bucketSteps are the bucket widths the report picks from: the narrowest that keeps a run
 // within maxBuckets.
@@ -119,6 +145,7 @@ func Bucket(answers []Answer, step, end time.Duration) Series {
 		counts[c] = make([]int, n)
 	}
 	latencies := make([][]float64, n)
+	byGroup := map[string][][]float64{}
 	for _, a := range answers {
 		if a.At < 0 {
 			continue
@@ -130,11 +157,16 @@ func Bucket(answers []Answer, step, end time.Duration) Series {
 		counts[a.Class][i]++
 		if a.Latency >= 0 {
 			latencies[i] = append(latencies[i], ms(a.Latency))
+			g := LatencyGroup(a.Class)
+			if byGroup[g] == nil {
+				byGroup[g] = make([][]float64, n)
+			}
+			byGroup[g][i] = append(byGroup[g][i], ms(a.Latency))
 		}
 	}
 	for c, cs := range counts {
-		if !slices.ContainsFunc(cs, func(n int) bool { return n > 0 }) {
-			continue // a class this run never saw is not drawn
+		if len(answers) == 0 || (!slices.Contains(drawnAlways, c) && !slices.ContainsFunc(cs, func(n int) bool { return n > 0 })) {
+			continue // an optional class this run never saw is not drawn
 		}
 		rates := make([]float64, n)
 		for i, k := range cs {
@@ -146,7 +178,49 @@ func Bucket(answers []Answer, step, end time.Duration) Series {
 	for i, ls := range latencies {
 		s.P50[i], s.P95[i], s.P99[i] = Percentile(ls, 50), Percentile(ls, 95), Percentile(ls, 99)
 	}
+	s.ByOutcome = map[string]Percentiles{}
+	for g, buckets := range byGroup {
+		p := Percentiles{P50: make([]float64, n), P95: make([]float64, n), P99: make([]float64, n)}
+		for i, ls := range buckets {
+			p.P50[i], p.P95[i], p.P99[i] = Percentile(ls, 50), Percentile(ls, 95), Percentile(ls, 99)
+		}
+		s.ByOutcome[g] = p
+	}
 	return s
+}
+
+// Latency is the latency of some answers over a whole run or phase: how many had one, and
+// their nearest-rank percentiles in ms (NaN for none).
+type Latency struct {
+	N             int
+	P50, P95, P99 float64
+}
+
+// groupClasses are the classes of a latency group.
+func groupClasses(group string) []Class {
+	var out []Class
+	for _, c := range Classes {
+		if LatencyGroup(c) == group {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// LatencyOf is the latency of the answers of the classes given. It is the one computation
+// behind every latency figure a run prints or shows for its answers — the sale's console
+// summary and its page's table take it from the same answers — so that the two cannot
+// disagree as they did when the console printed k6's interpolated percentiles over every
+// 201 and the page nearest-rank ones over the hot product's answers of every class
+// (issue #34, item 6).
+func LatencyOf(answers []Answer, classes ...Class) Latency {
+	var ls []float64
+	for _, a := range answers {
+		if a.Latency >= 0 && slices.Contains(classes, a.Class) {
+			ls = append(ls, ms(a.Latency))
+		}
+	}
+	return Latency{N: len(ls), P50: Percentile(ls, 50), P95: Percentile(ls, 95), P99: Percentile(ls, 99)}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -156,7 +230,9 @@ type PhaseRates struct {
 	Name       string
 	Start, End time.Duration
 	Counts     map[Class]int
-	P50, P99   float64 // ms, over the phase's answers with a latency; NaN: none
+	// Latency is the latency of the phase's answers by LatencyGroup; nil for a run sampled
+	// from counters.
+	Latency map[string]Latency
 }
 
 // Rate is class's answers per second over the phase (0 for an empty phase).
@@ -214,18 +290,21 @@ func faultPhases(faults []Window) []Window {
 func Rates(answers []Answer, phases []Window) []PhaseRates {
 	out := make([]PhaseRates, 0, len(phases))
 	for _, w := range phases {
-		p := PhaseRates{Name: w.Label, Start: w.Start, End: w.End, Counts: map[Class]int{}}
-		var ls []float64
+		p := PhaseRates{Name: w.Label, Start: w.Start, End: w.End, Counts: map[Class]int{}, Latency: map[string]Latency{}}
+		var in []Answer
 		for _, a := range answers {
 			if a.At < w.Start || a.At > w.End {
 				continue
 			}
 			p.Counts[a.Class]++
-			if a.Latency >= 0 {
-				ls = append(ls, ms(a.Latency))
+			in = append(in, a)
+		}
+		for _, c := range Classes {
+			g := LatencyGroup(c)
+			if _, done := p.Latency[g]; !done {
+				p.Latency[g] = LatencyOf(in, groupClasses(g)...)
 			}
 		}
-		p.P50, p.P99 = Percentile(ls, 50), Percentile(ls, 99)
 		out = append(out, p)
 	}
 	return out
@@ -238,7 +317,7 @@ func Rates(answers []Answer, phases []Window) []PhaseRates {
 func RatesFromSeries(s Series, phases []Window) []PhaseRates {
 	out := make([]PhaseRates, 0, len(phases))
 	for _, w := range phases {
-		p := PhaseRates{Name: w.Label, Start: w.Start, End: w.End, Counts: map[Class]int{}, P50: math.NaN(), P99: math.NaN()}
+		p := PhaseRates{Name: w.Label, Start: w.Start, End: w.End, Counts: map[Class]int{}}
 		for i, at := range s.Start {
 			if at < w.Start || at >= w.End {
 				continue

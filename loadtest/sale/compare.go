@@ -131,7 +131,11 @@ func (h *harness) comparePageRun(ctx context.Context, run *saleRun, o Options, t
 			outcome = "FAIL"
 		}
 	}
-	return h.pageRun(ctx, run, o, title, run.spec.label+"/", ledgers, outcome)
+	log, err := readOrders(run)
+	if err != nil {
+		return report.Run{}, err
+	}
+	return h.pageRun(ctx, run, o, title, run.spec.label+"/", ledgers, outcome, log)
 }
 
 // orderSample is one order request k6 recorded.

@@ -63,8 +63,16 @@ func (h *harness) sale(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	err = h.report(run, o, invariants, ledgers, timing)
-	if perr := h.writePage(checkCtx, run, o, invariants, verdictOf(err)); perr != nil {
+	log, logErr := readOrders(run)
+	if logErr != nil {
+		// The checks and the summary still stand; only the latency line and the page want it.
+		h.Printf("  warning: %v\n", logErr)
+	}
+	err = h.report(run, o, invariants, ledgers, timing, log)
+	if logErr != nil {
+		return err
+	}
+	if perr := h.writePage(checkCtx, run, o, invariants, verdictOf(err), log); perr != nil {
 		h.Printf("  warning: no report page: %v\n", perr)
 	}
 	return err
@@ -72,8 +80,8 @@ func (h *harness) sale(ctx context.Context, o Options) error {
 
 // writePage writes the sale's report page beside its logs (report.html, which the summary
 // names) and prints its headline rates, each over the phase it describes.
-func (h *harness) writePage(ctx context.Context, run *saleRun, o Options, invariants []verdict.Invariant, outcome string) error {
-	r, err := h.pageRun(ctx, run, o, "flash sale", "", invariants, outcome)
+func (h *harness) writePage(ctx context.Context, run *saleRun, o Options, invariants []verdict.Invariant, outcome string, log orderLog) error {
+	r, err := h.pageRun(ctx, run, o, "flash sale", "", invariants, outcome, log)
 	if err != nil {
 		return err
 	}

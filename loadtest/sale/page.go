@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/stocksvc/stocksvc/loadtest/env"
@@ -14,52 +13,73 @@ import (
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
-// pageRun is a sale as its report page shows it (package report): every order k6 sent for
-// the hot product — the rush, the carts, the retries; the race's product is the exact race's,
-// judged in the checks — from k6's request log, the hot product's stock over time and the
-// moment it sold out from Postgres, and the replica killed, if one was. dir is the run's
-// directory as the page links to it ("" when the page is in it).
-func (h *harness) pageRun(ctx context.Context, run *saleRun, o Options, title, dir string, checks []verdict.Invariant, outcome string) (report.Run, error) {
+// orderLog is every order k6 sent, from its request log, as the report counts them: the
+// answers, timed from start, the first request's beginning.
+type orderLog struct {
+	answers []report.Answer
+	start   time.Time
+}
+
+// readOrders reads the run's request log (requests.csv.gz). Every order of every scenario is
+// in it, the exact race's included: the console's latency line and the page's latency table
+// are both over these answers, computed by report.LatencyOf.
+func readOrders(run *saleRun) (orderLog, error) {
 	samples, err := readOrderSamples(filepath.Join(run.dir, "requests.csv.gz"))
 	if err != nil {
-		return report.Run{}, fmt.Errorf("k6's request log: %w", err)
+		return orderLog{}, fmt.Errorf("k6's request log: %w", err)
 	}
-	var start time.Time
+	var l orderLog
 	for _, s := range samples {
-		if b := s.begin(); start.IsZero() || b.Before(start) {
-			start = b
+		if b := s.begin(); l.start.IsZero() || b.Before(l.start) {
+			l.start = b
 		}
 	}
+	for _, s := range samples {
+		l.answers = append(l.answers, report.Answer{At: s.end.Sub(l.start), Latency: time.Duration(s.duration * float64(time.Millisecond)),
+			Class: report.ClassOf(s.status, "")})
+	}
+	return l, nil
+}
+
+// pageRun is a sale as its report page shows it (package report): the console's totals;
+// every order k6 sent, from its request log; every product's stock over time and the moment
+// the hot product sold out, from Postgres; and the replica killed, if one was. dir is the
+// run's directory as the page links to it ("" when the page is in it).
+func (h *harness) pageRun(ctx context.Context, run *saleRun, o Options, title, dir string, checks []verdict.Invariant, outcome string, log orderLog) (report.Run, error) {
+	start := log.start
 	r := report.Run{
 		Title: title, Verdict: outcome, Checks: verdict.Checks(checks),
 		About: fmt.Sprintf("k6 (%s) through HAProxy over %d replicas: arrivals ramping to %d orders/s and back over %v, on a hot product of %d units.",
 			run.spec.scenarios, h.Cluster.Replicas, o.Rate, o.Duration, o.Stock),
-		OutcomesOf: fmt.Sprintf("every order for the hot product (%s), by the answer k6 got", hotScenarios(run.spec.scenarios)),
-		LatencyOf:  "the same orders, request to answer at k6, every answer in the bucket",
+		OutcomesOf: fmt.Sprintf("every order k6 sent (%s), by the answer it got", run.spec.scenarios),
+		LatencyOf:  "the same orders, request to answer at k6",
 		StockOf:    "Postgres: the initial stock less each order, at its transaction's start",
 		Params:     h.saleParams(run.spec, o),
+		Answers:    log.answers,
 		Files: []report.Field{{Name: "k6 summary", Value: dir + "summary.txt"}, {Name: "every request", Value: dir + "requests.csv.gz"},
 			{Name: "k6's log", Value: dir + "k6.log"}},
 	}
-	for _, s := range samples {
-		if s.scenario == "race" {
-			continue
-		}
-		r.Answers = append(r.Answers, report.Answer{At: s.end.Sub(start), Latency: time.Duration(s.duration * float64(time.Millisecond)),
-			Class: report.ClassOf(s.status, "")})
-	}
-	hot := run.summary.SetupData.Hot
-	if hot == 0 {
-		return r, nil // k6 never set up its products
-	}
-	stock, err := verdict.StockLine(ctx, run.pool, hot, "hot product", start)
-	if err != nil {
-		return report.Run{}, err
-	}
-	r.Stock = []report.Line{stock}
 	t, err := saleTiming(ctx, run)
 	if err != nil {
 		return report.Run{}, err
+	}
+	r.Totals = newSaleTotals(run, log, t).groups()
+	setup := run.summary.SetupData
+	if setup.Hot == 0 {
+		return r, nil // k6 never set up its products
+	}
+	for _, p := range []struct {
+		id   int64
+		name string
+	}{{setup.Hot, "hot product"}, {setup.Second, "cart product"}, {setup.Race, "race product"}} {
+		if p.id == 0 {
+			continue
+		}
+		stock, err := verdict.StockLine(ctx, run.pool, p.id, p.name, start)
+		if err != nil {
+			return report.Run{}, err
+		}
+		r.Stock = append(r.Stock, stock)
 	}
 	if t.soldOut && !t.lastSale.IsZero() {
 		at := t.lastSale.Sub(start)
@@ -69,17 +89,6 @@ func (h *harness) pageRun(ctx context.Context, run *saleRun, o Options, title, d
 		r.Events = append(r.Events, report.Mark{At: run.killedAt.Sub(start), Label: "SIGKILL " + run.replicas[run.killed].name})
 	}
 	return r, nil
-}
-
-// hotScenarios lists the scenarios that order the hot product: all but the race.
-func hotScenarios(scenarios string) string {
-	var hot []string
-	for _, sc := range strings.Split(scenarios, ",") {
-		if sc = strings.TrimSpace(sc); sc != "" && sc != "race" {
-			hot = append(hot, sc)
-		}
-	}
-	return strings.Join(hot, ", ")
 }
 
 func (s orderSample) begin() time.Time {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/report"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -64,50 +65,140 @@ func saleTiming(ctx context.Context, run *saleRun) (timing, error) {
 	return t, nil
 }
 
-// report prints the one-screen summary and returns env.ErrFailed when anything failed, else
-// env.ErrStopped when a signal cut the load short.
-func (h *harness) report(run *saleRun, o Options, invariants []verdict.Invariant, ledgers map[int64]verdict.Ledger, t timing) error {
-	s := run.summary
-	secs := s.State.TestRunDurationMs / 1000
-	count := func(m string) float64 { return s.Value(m, "count") }
-	lat := func(m string) string {
-		if count(m) == 0 {
-			return "      -"
-		}
-		return fmt.Sprintf("%5.1f/%5.1f/%6.1f ms", s.Value(m, "med"), s.Value(m, "p(95)"), s.Value(m, "p(99)"))
-	}
-	h.Printf("\n=== stocksvc flash sale: %d replicas behind HAProxy, defense %s, lock retry %s\n",
-		h.Cluster.Replicas, run.spec.defense, run.spec.lockRetry)
-	h.Printf("load          %s scenarios, peak %d orders/s for %v, hot stock %d, exact race %d units\n",
-		run.spec.scenarios, o.Rate, o.Duration, o.Stock, o.RaceStock)
-	confirmed := count("confirmed_orders")
-	h.Printf("purchases     %.0f confirmed = %.1f/s over %.1fs", confirmed, confirmed/secs, secs)
-	if !t.firstSale.IsZero() {
-		window := t.lastSale.Sub(t.firstSale)
-		h.Printf("; hot product %s in %v", map[bool]string{true: "sold out", false: "still in stock"}[t.soldOut], window.Round(time.Millisecond))
-	}
-	h.Printf("\nrejections    sold-out %.0f (%.1f/s), busy %.0f (%.1f/s)\n", count("sold_out"), count("sold_out")/secs, count("busy"), count("busy")/secs)
-	h.Printf("latency       p50/p95/p99  confirmed %s   sold-out %s   busy %s\n",
-		lat("order_latency_confirmed"), lat("order_latency_sold_out"), lat("order_latency_busy"))
-	h.Printf("requests      %.0f, failed %.3f%%, dropped iterations %.0f\n",
-		count("http_reqs"), 100*s.Value("http_req_failed", "rate"), count("dropped_iterations"))
+// saleTotals are a sale's totals, read once, for the console's summary and the report page's
+// tables both: what one prints the other shows (issue #34, item 6).
+type saleTotals struct {
+	secs                  float64 // the load's length, by k6
+	confirmed             float64 // orders confirmed (k6's count: a replayed 201 is not a new order)
+	units                 [3]float64
+	soldOut, busy         float64                         // k6's counts of 409 sold-out and 429 answers
+	other, unavailable    int                             // from the request log: other refusals; 5xx or no answer
+	requests, failedShare float64                         // every request k6 made, and the share that failed
+	dropped               float64                         // iterations k6 could not start
+	latency               map[report.Class]report.Latency // over every order k6 sent
+	hot                   string                          // "sold out in 3.31s", "still in stock after ..."
+	perReplica, catches   []report.Field                  // in the replicas' order; catches by layer
+}
 
-	var perReplica, catchLine []string
+// unitRoles are the products whose units k6 counts, in the order it reports them.
+var unitRoles = [3]string{"hot", "second", "race"}
+
+// catchLayers are the defense layers the summary reports catches of.
+var catchLayers = []string{"version", "guard", "fence", "check"}
+
+func newSaleTotals(run *saleRun, log orderLog, t timing) saleTotals {
+	s := run.summary
+	count := func(m string) float64 { return s.Value(m, "count") }
+	tot := saleTotals{secs: s.State.TestRunDurationMs / 1000, confirmed: count("confirmed_orders"),
+		soldOut: count("sold_out"), busy: count("busy"), requests: count("http_reqs"),
+		failedShare: s.Value("http_req_failed", "rate"), dropped: count("dropped_iterations"),
+		latency: map[report.Class]report.Latency{}}
+	for i, role := range unitRoles {
+		tot.units[i] = count("confirmed_units_" + role)
+	}
+	for _, a := range log.answers {
+		switch a.Class {
+		case report.Other:
+			tot.other++
+		case report.Down:
+			tot.unavailable++
+		}
+	}
+	for _, c := range []report.Class{report.Confirmed, report.SoldOut, report.Busy} {
+		tot.latency[c] = report.LatencyOf(log.answers, c)
+	}
+	if !t.firstSale.IsZero() {
+		tot.hot = fmt.Sprintf("%s in %v", map[bool]string{true: "sold out", false: "still in stock"}[t.soldOut],
+			t.lastSale.Sub(t.firstSale).Round(time.Millisecond))
+	}
 	catches := map[string]float64{}
 	for _, r := range run.replicas {
 		lb := run.balancer[r.name]
-		switch {
-		case r.killed:
-			perReplica = append(perReplica, fmt.Sprintf("%s killed (balancer: %d)", r.name, lb))
-		default:
-			perReplica = append(perReplica, fmt.Sprintf("%s %.0f orders (balancer: %d reqs)", r.name, r.orders, lb))
+		value := fmt.Sprintf("%.0f orders (balancer: %d reqs)", r.orders, lb)
+		if r.killed {
+			value = fmt.Sprintf("killed (balancer: %d)", lb)
 		}
+		tot.perReplica = append(tot.perReplica, report.Field{Name: r.name, Value: value})
 		for k, v := range r.catches {
 			catches[k] += v
 		}
 	}
-	for _, l := range []string{"version", "guard", "fence", "check"} {
-		catchLine = append(catchLine, fmt.Sprintf("%s %.0f", l, catches[l]))
+	for _, l := range catchLayers {
+		tot.catches = append(tot.catches, report.Field{Name: l, Value: fmt.Sprintf("%.0f", catches[l])})
+	}
+	return tot
+}
+
+// perSecond is n and its rate over the load, as "120 (4.0/s)".
+func (t saleTotals) perSecond(n float64) string {
+	if t.secs <= 0 {
+		return fmt.Sprintf("%.0f", n)
+	}
+	return fmt.Sprintf("%.0f (%.1f/s)", n, n/t.secs)
+}
+
+// lat is a class's p50/p95/p99, as the console's latency line prints it.
+func (t saleTotals) lat(c report.Class) string {
+	l := t.latency[c]
+	if l.N == 0 {
+		return "      -"
+	}
+	return fmt.Sprintf("%5.1f/%5.1f/%6.1f ms", l.P50, l.P95, l.P99)
+}
+
+func (t saleTotals) unitsSold() string {
+	parts := make([]string, len(unitRoles))
+	for i, role := range unitRoles {
+		parts[i] = fmt.Sprintf("%s %.0f", role, t.units[i])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// groups are the totals as the report page's tables (the latency by class is the page's own
+// table, computed from the same answers).
+func (t saleTotals) groups() []report.Group {
+	orders := []report.Field{{Name: "orders confirmed", Value: t.perSecond(t.confirmed)}, {Name: "units sold", Value: t.unitsSold()}}
+	if t.hot != "" {
+		orders = append(orders, report.Field{Name: "hot product", Value: t.hot})
+	}
+	return []report.Group{
+		{Name: "Totals", Fields: orders},
+		{Name: "Refusals by reason", Fields: []report.Field{
+			{Name: "sold-out", Value: t.perSecond(t.soldOut)}, {Name: "busy (429)", Value: t.perSecond(t.busy)},
+			{Name: "other refusals", Value: fmt.Sprint(t.other)}, {Name: "unavailable", Value: fmt.Sprint(t.unavailable)}}},
+		{Name: "Requests", Fields: []report.Field{
+			{Name: "sent", Value: fmt.Sprintf("%.0f", t.requests)}, {Name: "failed", Value: fmt.Sprintf("%.3f%%", 100*t.failedShare)},
+			{Name: "dropped iterations", Value: fmt.Sprintf("%.0f", t.dropped)}}},
+		{Name: "Per replica", Fields: t.perReplica},
+		{Name: "Defense-layer catches (live replicas)", Fields: t.catches},
+	}
+}
+
+// report prints the one-screen summary and returns env.ErrFailed when anything failed, else
+// env.ErrStopped when a signal cut the load short.
+func (h *harness) report(run *saleRun, o Options, invariants []verdict.Invariant, ledgers map[int64]verdict.Ledger, t timing, log orderLog) error {
+	s := run.summary
+	tot := newSaleTotals(run, log, t)
+	h.Printf("\n=== stocksvc flash sale: %d replicas behind HAProxy, defense %s, lock retry %s\n",
+		h.Cluster.Replicas, run.spec.defense, run.spec.lockRetry)
+	h.Printf("load          %s scenarios, peak %d orders/s for %v, hot stock %d, exact race %d units\n",
+		run.spec.scenarios, o.Rate, o.Duration, o.Stock, o.RaceStock)
+	h.Printf("purchases     %.0f confirmed = %.1f/s over %.1fs", tot.confirmed, tot.confirmed/tot.secs, tot.secs)
+	if tot.hot != "" {
+		h.Printf("; hot product %s", tot.hot)
+	}
+	h.Printf("\nunits sold    %s\n", tot.unitsSold())
+	h.Printf("rejections    sold-out %s, busy %s, other %d, unavailable %d\n", tot.perSecond(tot.soldOut), tot.perSecond(tot.busy), tot.other, tot.unavailable)
+	h.Printf("latency       p50/p95/p99  confirmed %s   sold-out %s   busy %s\n",
+		tot.lat(report.Confirmed), tot.lat(report.SoldOut), tot.lat(report.Busy))
+	h.Printf("requests      %.0f, failed %.3f%%, dropped iterations %.0f\n", tot.requests, 100*tot.failedShare, tot.dropped)
+
+	var perReplica, catchLine []string
+	for _, f := range tot.perReplica {
+		perReplica = append(perReplica, f.Name+" "+f.Value)
+	}
+	for _, f := range tot.catches {
+		catchLine = append(catchLine, f.Name+" "+f.Value)
 	}
 	h.Printf("per replica   %s\n", strings.Join(perReplica, ", "))
 	h.Printf("layer catches %s (all live replicas)\n", strings.Join(catchLine, ", "))
@@ -126,7 +217,7 @@ func (h *harness) report(run *saleRun, o Options, invariants []verdict.Invariant
 		h.Printf("k6 thresholds FAILED: %s\n", strings.Join(thresholds, "; "))
 	}
 	if run.stopped {
-		h.Printf("stopped       by a signal after %.1fs of %v; the figures above cover what ran, the checks below all of it\n", secs, o.Duration)
+		h.Printf("stopped       by a signal after %.1fs of %v; the figures above cover what ran, the checks below all of it\n", tot.secs, o.Duration)
 	}
 	// k6 exits non-zero when it is interrupted; that is not a finding.
 	if run.k6Err != nil && len(thresholds) == 0 && !run.stopped {

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stocksvc/stocksvc/internal/identity"
 	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/report"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -119,7 +120,7 @@ func TestReportVerdict(t *testing.T) {
 			run := &saleRun{killed: -1, stopped: c.stopped, k6Err: c.k6Err, dir: t.TempDir(),
 				replicas: []replicaReport{{name: "r1"}}}
 			run.summary.State.TestRunDurationMs = 12_000
-			err := h.report(run, Options{Duration: 30 * time.Second}, c.invariants, nil, timing{})
+			err := h.report(run, Options{Duration: 30 * time.Second}, c.invariants, nil, timing{}, orderLog{})
 			if !errors.Is(err, c.want) || (c.want == nil && err != nil) {
 				t.Errorf("report() = %v, want %v", err, c.want)
 			}
@@ -130,13 +131,6 @@ func TestReportVerdict(t *testing.T) {
 				t.Errorf("summary says stopped = %v, want %v:\n%s", stoppedLine, c.stopped, out.String())
 			}
 		})
-	}
-}
-
-func TestHotScenarios(t *testing.T) {
-	t.Parallel()
-	if got := hotScenarios("rush,carts, retries,race"); got != "rush, carts, retries" {
-		t.Errorf("hotScenarios = %q, want the race left out", got)
 	}
 }
 
@@ -183,5 +177,68 @@ func TestCustomers(t *testing.T) {
 	id, path, err = h.customers(t.TempDir(), "sale", Options{VUs: 10, CustomerAuth: "body"})
 	if id != nil || path != "" || err != nil {
 		t.Errorf("body mode: identity %v, tokens %q, %v; want none", id, path, err)
+	}
+}
+
+// TestTotalsMatchTheConsole: the report page's totals and latency are the console's, from the
+// same figures: the counts k6 kept, the replicas' and the balancer's, and the latency of the
+// orders in k6's request log by outcome, which the page's own table computes the same way.
+func TestTotalsMatchTheConsole(t *testing.T) {
+	t.Parallel()
+	run := &saleRun{killed: 1, dir: t.TempDir(), balancer: map[string]int64{"r1": 700, "r2": 90},
+		replicas: []replicaReport{{name: "r1", orders: 690, catches: map[string]float64{"guard": 4, "fence": 1}}, {name: "r2", killed: true}}}
+	summary := `{"state": {"testRunDurationMs": 10000}, "metrics": {
+		"confirmed_orders": {"values": {"count": 50}}, "confirmed_units_hot": {"values": {"count": 100}},
+		"confirmed_units_second": {"values": {"count": 7}}, "sold_out": {"values": {"count": 600}},
+		"busy": {"values": {"count": 3}}, "http_reqs": {"values": {"count": 800}},
+		"http_req_failed": {"values": {"rate": 0.00125}}, "dropped_iterations": {"values": {"count": 2}}}}`
+	if err := json.Unmarshal([]byte(summary), &run.summary); err != nil {
+		t.Fatal(err)
+	}
+	var log orderLog
+	for i := range 100 {
+		// Confirmed answers of 1..100 ms, sold-out ones of 2 ms, one unavailable of 900 ms.
+		log.answers = append(log.answers,
+			report.Answer{At: time.Duration(i) * time.Millisecond, Latency: time.Duration(i+1) * time.Millisecond, Class: report.Confirmed},
+			report.Answer{At: time.Second, Latency: 2 * time.Millisecond, Class: report.SoldOut})
+	}
+	log.answers = append(log.answers, report.Answer{At: 2 * time.Second, Latency: 900 * time.Millisecond, Class: report.Down})
+	var out strings.Builder
+	h := &harness{&env.Harness{Cluster: env.ClusterOptions{Replicas: 2}, W: &out}}
+	if err := h.report(run, Options{Duration: 10 * time.Second}, nil, nil, timing{}, log); err != nil {
+		t.Fatalf("report() = %v", err)
+	}
+	console := out.String()
+	for _, want := range []string{
+		"purchases     50 confirmed = 5.0/s over 10.0s", "units sold    hot 100, second 7, race 0",
+		"rejections    sold-out 600 (60.0/s), busy 3 (0.3/s), other 0, unavailable 1",
+		// Nearest rank over the 100 confirmed answers: p99 is the 99th, 99 ms.
+		"confirmed  50.0/ 95.0/  99.0 ms   sold-out   2.0/  2.0/   2.0 ms   busy       -",
+		"requests      800, failed 0.125%, dropped iterations 2",
+		"per replica   r1 690 orders (balancer: 700 reqs), r2 killed (balancer: 90)",
+		"layer catches version 0, guard 4, fence 1, check 0",
+	} {
+		if !strings.Contains(console, want) {
+			t.Errorf("the console lacks %q:\n%s", want, console)
+		}
+	}
+	page := map[string]string{}
+	for _, g := range newSaleTotals(run, log, timing{}).groups() {
+		for _, f := range g.Fields {
+			page[g.Name+"/"+f.Name] = f.Value
+		}
+	}
+	for key, want := range map[string]string{
+		"Totals/orders confirmed": "50 (5.0/s)", "Totals/units sold": "hot 100, second 7, race 0",
+		"Refusals by reason/sold-out": "600 (60.0/s)", "Refusals by reason/unavailable": "1",
+		"Requests/failed": "0.125%", "Per replica/r2": "killed (balancer: 90)", "Defense-layer catches (live replicas)/guard": "4",
+	} {
+		if page[key] != want {
+			t.Errorf("the page's %s = %q, want %q as the console", key, page[key], want)
+		}
+	}
+	// The page's latency table is report.LatencyOf over the same answers.
+	if l := report.LatencyOf(log.answers, report.Confirmed); l.P99 != 99 || l.N != 100 {
+		t.Errorf("the page's confirmed latency %+v, want the console's p99 of 99 ms over 100 answers", l)
 	}
 }
