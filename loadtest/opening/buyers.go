@@ -29,6 +29,8 @@ type outcome struct {
 	// not knowing.
 	requests   int
 	unresolved bool
+	// answers counts its answers by status and problem code ("409 not-admitted", "304").
+	answers map[string]int
 }
 
 // buyer is one customer's client.
@@ -39,12 +41,14 @@ type buyer struct {
 	customer string
 	product  int64
 	requests int
+	answers  map[string]int
 }
 
 func newBuyer(base, token, customer string, product int64) *buyer {
 	// A transport of its own: a person's browser, a script's process.
 	tr := &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}
-	return &buyer{client: &http.Client{Transport: tr, Timeout: 20 * time.Second}, base: base, token: token, customer: customer, product: product}
+	return &buyer{client: &http.Client{Transport: tr, Timeout: 20 * time.Second}, base: base, token: token, customer: customer, product: product,
+		answers: map[string]int{}}
 }
 
 func (b *buyer) close() { b.client.CloseIdleConnections() }
@@ -83,6 +87,7 @@ func (b *buyer) do(ctx context.Context, method, path string, header http.Header,
 	b.requests++
 	res, err := b.client.Do(req)
 	if err != nil {
+		b.answers["error"]++
 		return answer{}, err
 	}
 	defer res.Body.Close()
@@ -101,8 +106,12 @@ func (b *buyer) do(ctx context.Context, method, path string, header http.Header,
 		}
 		_ = json.Unmarshal(raw, &p)
 		a.code = p.Code
+		b.answers[strconv.Itoa(res.StatusCode)+" "+p.Code]++
 	case res.StatusCode == http.StatusOK || res.StatusCode == http.StatusCreated:
 		_ = json.Unmarshal(raw, &a.ticket)
+	}
+	if a.code == "" {
+		b.answers[strconv.Itoa(res.StatusCode)]++
 	}
 	return a, nil
 }
@@ -185,7 +194,7 @@ const politeWait = 10 * time.Second
 // told, orders with the pass once admitted. A leaver leaves on the first status after the draw
 // (waiting or admitted: its admission must pass to the next at once).
 func politeInLine(ctx context.Context, b *buyer, arrive time.Time, leaver bool) (o outcome) {
-	defer func() { o.requests = b.requests }()
+	defer func() { o.requests, o.answers = b.requests, b.answers }()
 	if !pause(ctx, time.Until(arrive)) {
 		o.unresolved = true
 		return o
@@ -269,7 +278,7 @@ func politeInLine(ctx context.Context, b *buyer, arrive time.Time, leaver bool) 
 // politeNoLine is a person without a line: arrives at arrive, orders, and comes back exactly
 // when Retry-After says, until it wins or hears the units are gone.
 func politeNoLine(ctx context.Context, b *buyer, arrive time.Time) (o outcome) {
-	defer func() { o.requests = b.requests }()
+	defer func() { o.requests, o.answers = b.requests, b.answers }()
 	if !pause(ctx, time.Until(arrive)) {
 		o.unresolved = true
 		return o
@@ -299,7 +308,7 @@ func politeNoLine(ctx context.Context, b *buyer, arrive time.Time) (o outcome) {
 // line it joins and cycles through every route — join, a plain poll of its ticket, an order
 // without a pass, an order with the pass when it has one; without a line it sends orders.
 func script(ctx context.Context, b *buyer, start time.Time, lined bool) (o outcome) {
-	defer func() { o.requests = b.requests }()
+	defer func() { o.requests, o.answers = b.requests, b.answers }()
 	if !pause(ctx, time.Until(start)) {
 		o.unresolved = true
 		return o

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
@@ -30,7 +31,7 @@ import (
 //   - polite buyers, each arriving once at a random moment before the opening (the round's
 //     seed draws them). With a line they join, wait with the long-poll as told and order with
 //     the pass once admitted; without, they order and come back exactly when Retry-After says;
-//   - scripts, from a second before the opening with no pause: with a line they join and cycle
+//   - scripts, from scriptsLead before the opening with no pause: with a line they join and cycle
 //     through every route (join, a plain poll, an order without a pass, an order with the pass
 //     once they have one); without, they send orders;
 //   - with a line, leavers: polite buyers who leave the line at their first status after the
@@ -120,6 +121,11 @@ func (o FairOptions) validate() error {
 	return nil
 }
 
+// scriptsLead is how long before the opening the scripts start: long enough that their joins,
+// all sent at once to a loaded machine, reach Postgres before the draw (a late one would go to
+// the back, and the polite buyers would win more than a fair draw gives them).
+const scriptsLead = 2 * time.Second
+
 // roundResult is one round: a mix, a seed, with the line or without.
 type roundResult struct {
 	mix        mix
@@ -139,6 +145,11 @@ type roundResult struct {
 	left                 int
 	invariants           []verdict.Invariant
 	scriptRequests       int
+	// answers counts each group's answers by status and problem code ("p", "s", "l").
+	answers map[string]map[string]int
+	// late counts each group's tickets placed after the draw: joins that reached Postgres
+	// after the opening.
+	late map[string]int64
 }
 
 func (r roundResult) ratio() float64 {
@@ -351,7 +362,7 @@ func runRound(ctx context.Context, h *env.Harness, c *cluster.Cluster, pool *pgx
 		start("l", cu, func(b *buyer) outcome { return politeInLine(roundCtx, b, at, true) })
 	}
 	for _, cu := range scripts {
-		start("s", cu, func(b *buyer) outcome { return script(roundCtx, b, opens.Add(-time.Second), lined) })
+		start("s", cu, func(b *buyer) outcome { return script(roundCtx, b, opens.Add(-scriptsLead), lined) })
 	}
 	wg.Wait()
 	close(results)
@@ -361,7 +372,14 @@ func runRound(ctx context.Context, h *env.Harness, c *cluster.Cluster, pool *pgx
 		return r, err
 	}
 	soldOutAt := opens.Add(r.soldOut)
+	r.answers = map[string]map[string]int{}
 	for res := range results {
+		if r.answers[res.kind] == nil {
+			r.answers[res.kind] = map[string]int{}
+		}
+		for k, n := range res.out.answers {
+			r.answers[res.kind][k] += n
+		}
 		switch res.kind {
 		case "s":
 			r.scriptRequests += res.out.requests
@@ -421,6 +439,16 @@ func (r *roundResult) read(ctx context.Context, pool *pgxpool.Pool, prefix strin
 	if err != nil {
 		return fmt.Errorf("read the winners: %w", err)
 	}
+	rows, _ = pool.Query(ctx, `
+		SELECT substring(t.customer_id from length($2) + 1 for 1), count(*)
+		  FROM line_tickets t JOIN lines l ON l.product_id = t.product_id
+		 WHERE t.product_id = $1 AND t.place > l.drawn GROUP BY 1`, r.product, prefix)
+	r.late = map[string]int64{}
+	var group string
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&group, &n}, func() error { r.late[group] = n; return nil }); err != nil {
+		return fmt.Errorf("read the late arrivals: %w", err)
+	}
 	for _, w := range winners {
 		switch {
 		case strings.HasPrefix(w, prefix+"p"):
@@ -450,8 +478,20 @@ func (r roundResult) line() string {
 	if r.lined {
 		kind = "with the line"
 	}
-	return fmt.Sprintf("%s, seed %d, %s: polite %d/%d, scripts %d/%d, ratio %.2f, sold out +%v (script requests %d)",
-		r.mix, r.seed, kind, r.politeWins, r.mix.Polite, r.scriptWins, r.mix.Scripts, r.ratio(), r.soldOut.Round(time.Millisecond), r.scriptRequests)
+	return fmt.Sprintf("%s, seed %d, %s: polite %d/%d, scripts %d/%d, ratio %.2f, first order +%v, sold out +%v; late arrivals polite %d, scripts %d; polite answers %s; script answers %s",
+		r.mix, r.seed, kind, r.politeWins, r.mix.Polite, r.scriptWins, r.mix.Scripts, r.ratio(), r.firstSale.Round(time.Millisecond), r.soldOut.Round(time.Millisecond),
+		r.late["p"], r.late["s"], answerList(r.answers["p"]), answerList(r.answers["s"]))
+}
+
+// answerList renders answers by status and code, most first.
+func answerList(m map[string]int) string {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(m[b], m[a]), cmp.Compare(a, b)) })
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s ×%d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 func fairFailed(rounds []roundResult) bool {
@@ -471,14 +511,15 @@ func fairFailed(rounds []roundResult) bool {
 // fairReport is the Markdown report: the fairness table, the 1-s figures, the speed ratios.
 func fairReport(mixes []mix, rounds []roundResult, speed *speedResult, o FairOptions) string {
 	var b strings.Builder
-	b.WriteString("| mix | seed | line | polite wins / buyers | scripts wins / buyers | ratio | opening → sold out | script requests |\n| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("| mix | seed | line | polite wins / buyers | scripts wins / buyers | ratio | opening → sold out | script requests | late joins (polite, scripts) | 429 busy (polite, scripts) |\n| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
 	for _, r := range rounds {
 		line := "without"
 		if r.lined {
 			line = "with"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %d / %d | %d / %d | %.2f | %v | %d |\n", r.mix, r.seed, line, r.politeWins, r.mix.Polite,
-			r.scriptWins, r.mix.Scripts, r.ratio(), r.soldOut.Round(time.Millisecond), r.scriptRequests)
+		fmt.Fprintf(&b, "| %s | %d | %s | %d / %d | %d / %d | %.2f | %v | %d | %d, %d | %d, %d |\n", r.mix, r.seed, line, r.politeWins, r.mix.Polite,
+			r.scriptWins, r.mix.Scripts, r.ratio(), r.soldOut.Round(time.Millisecond), r.scriptRequests, r.late["p"], r.late["s"],
+			r.answers["p"]["429 busy"], r.answers["s"]["429 busy"])
 	}
 	b.WriteString("\nA fair draw's probability of meeting 0.8 ≤ ratio ≤ 1.25 (hypergeometric, exact):\n\n")
 	for _, m := range mixes {
