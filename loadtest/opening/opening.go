@@ -354,12 +354,18 @@ func (r result) String() string {
 	}
 	fmt.Fprintf(&b, "The opening: %d replicas behind HAProxy; %d units, at most %d a customer; %d customers (every %d-th sends %d orders at once), %d buying at once from 1.5 s before the opening to %v after it; %d closed-loop clients in the refusal and healthz phases (%.0f s each).\n\n",
 		r.replicas, r.o.Stock, r.o.Limit, r.o.Customers, r.o.Greedy, r.o.Limit+2, r.o.CrowdVUs, r.o.Crowd, r.o.Closed, phaseSeconds)
+	refused := "sale-not-open"
+	if r.o.Line > 0 {
+		fmt.Fprintf(&b, "Through a line admitting %d buyers at once: %.0f joins, %.0f admissions.\n\n", r.o.Line,
+			s.Value("line_joins", "count"), s.Value("line_admissions", "count"))
+		refused = "not-admitted (no pass)"
+	}
 	b.WriteString("| figure | value |\n| --- | ---: |\n")
 	ratio := "-"
 	if healthz > 0 {
 		ratio = fmt.Sprintf("%.2f×", refusals/healthz)
 	}
-	fmt.Fprintf(&b, "| sale-not-open refusals before the opening, closed loop | %.0f/s (p50 %.1f ms, p99 %.1f ms) |\n", refusals,
+	fmt.Fprintf(&b, "| %s refusals before the opening, closed loop | %.0f/s (p50 %.1f ms, p99 %.1f ms) |\n", refused, refusals,
 		s.Value("latency_refusal", "med"), s.Value("latency_refusal", "p(99)"))
 	fmt.Fprintf(&b, "| GET /healthz through the same balancer, same clients | %.0f/s (p50 %.1f ms, p99 %.1f ms) |\n", healthz,
 		s.Value("latency_healthz", "med"), s.Value("latency_healthz", "p(99)"))
