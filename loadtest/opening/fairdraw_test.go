@@ -1,6 +1,7 @@
 package opening
 
 import (
+	"flag"
 	"math"
 	"math/big"
 	"testing"
@@ -85,5 +86,41 @@ func TestPickedCrowdsMeetTheBound(t *testing.T) {
 	}
 	if p, _ := FairChance(200, 20, 110); p >= 0.95 {
 		t.Errorf("200 polite, 20 scripts, 110 units: %.4f, expected far under 0.95", p)
+	}
+}
+
+// TestFairFlags: the -opening-fair flags parse into FairOptions, and what cannot run is
+// refused before anything starts.
+func TestFairFlags(t *testing.T) {
+	t.Parallel()
+	parse := func(args ...string) (Options, error) {
+		var o Options
+		var on bool
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		o.Register(fs, &on)
+		if err := fs.Parse(args); err != nil {
+			return o, err
+		}
+		return o, o.Validate()
+	}
+	o, err := parse("-opening-fair", "-opening-mixes", "10:5:7", "-opening-seeds", "2", "-opening-speed", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Fair.On || o.Fair.Mixes != "10:5:7" || o.Fair.Seeds != 2 || o.Fair.Speed != 0 || o.Fair.Admit != 1000 {
+		t.Errorf("parsed %+v", o.Fair)
+	}
+	for _, bad := range [][]string{
+		{"-opening-fair", "-opening-mixes", "10:5"},
+		{"-opening-fair", "-opening-mixes", "10:5:15"},
+		{"-opening-fair", "-opening-mixes", "10:0:5"},
+		{"-opening-fair", "-opening-seeds", "0"},
+		{"-opening-fair", "-opening-fair-lead", "1s"},
+		{"-opening-fair", "-opening-admit", "0"},
+		{"-opening-line", "-1"},
+	} {
+		if _, err := parse(bad...); err == nil {
+			t.Errorf("%v: no error", bad)
+		}
 	}
 }
