@@ -15,6 +15,11 @@
 //             orders until confirmed LIMIT times, refused customer-limit, or sold out; every
 //             GREEDY-th customer sends BURST orders at once, to go past the limit
 //
+// With LINE=N (issue #33) the product is sold through a line admitting N buyers at once: each
+// customer of the crowd joins it before the opening, waits with the long-poll (Prefer: wait,
+// If-None-Match) and orders once, with its pass, when admitted; the refusals before the
+// opening are then 409 not-admitted, and greedy bursts send the one pass several times.
+//
 // Requests carry `Authorization: Bearer <token>` from TOKENS_FILE (a JSON array: token i is
 // customer c-i's, minted by the harness) when given, and customer_id in the body always.
 //
@@ -26,7 +31,7 @@
 //
 // Environment: BASE_URL, ADMIN_TOKEN, PRODUCT_ID, OPENS_AT_MS, LEAD_S (12), STOCK (500),
 // LIMIT (2), CUSTOMERS (3000), CROWD_VUS (150), CLOSED_VUS (64), CROWD_S (10), GREEDY (5),
-// BURST (LIMIT + 2), TOKENS_FILE, SUMMARY_JSON, SUMMARY_TXT.
+// BURST (LIMIT + 2), LINE (0: no line), TOKENS_FILE, SUMMARY_JSON, SUMMARY_TXT.
 
 import http from 'k6/http';
 import { check, sleep } from 'k6';
@@ -45,6 +50,7 @@ const CROWD_S = intEnv('CROWD_S', 10);
 const GREEDY = intEnv('GREEDY', 5);
 const BURST = intEnv('BURST', LIMIT + 2);
 const LEAD_S = intEnv('LEAD_S', 12);
+const LINE = intEnv('LINE', 0);
 
 // Phases, in ms from the opening.
 const REFUSALS = [-6000, -4000];
@@ -85,6 +91,8 @@ export const options = {
     sold_out: ['count>=0'],
     busy: ['count>=0'],
     late_not_open: ['count>=0'],
+    line_joins: ['count>=0'],
+    line_admissions: ['count>=0'],
   },
   summaryTrendStats: ['avg', 'min', 'med', 'p(90)', 'p(95)', 'p(99)', 'max', 'count'],
   setupTimeout: '60s',
@@ -103,6 +111,8 @@ const earlyConfirmations = new Counter('early_confirmations');
 const overLimit = new Counter('over_limit');
 const violations = new Counter('invariant_violations');
 const latePhaseStart = new Counter('late_phase_start');
+const lineJoins = new Counter('line_joins');
+const lineAdmissions = new Counter('line_admissions');
 const firstConfirmed = new Trend('first_confirmed_after_opening', true);
 const latency = {
   refusal: new Trend('latency_refusal', true),
@@ -122,7 +132,8 @@ export function setup() {
   const opensAt = Date.now() + LEAD_S * 1000;
   const sku = `k6-opening-${Date.now()}-${crypto.randomUUID().slice(0, 8)}`;
   const res = http.post(`${BASE_URL}/v1/products`,
-    JSON.stringify({ sku, name: 'k6 opening', stock: STOCK, sale_starts_at: new Date(opensAt).toISOString(), max_per_customer: LIMIT }),
+    JSON.stringify({ sku, name: 'k6 opening', stock: STOCK, sale_starts_at: new Date(opensAt).toISOString(), max_per_customer: LIMIT,
+      line: LINE > 0 ? { admit: LINE, admission_for: 60 } : null }),
     { headers: { ...json, Authorization: `Bearer ${ADMIN_TOKEN}` }, responseCallback: http.expectedStatuses(201) });
   if (res.status !== 201) throw new Error(`create the product: status ${res.status}: ${res.body}`);
   return { product: res.json('id'), opensAt: Date.parse(res.json('sale_starts_at')) };
@@ -138,9 +149,10 @@ function waitFor(data, phase) {
   return data.opensAt + phase[1];
 }
 
-function orderRequest(data, customer) {
+function orderRequest(data, customer, pass) {
   const headers = { ...json };
-  if (tokens) headers.Authorization = `Bearer ${tokens[customer]}`;
+  if (pass) headers['Line-Pass'] = pass;
+  else if (tokens) headers.Authorization = `Bearer ${tokens[customer]}`;
   return {
     method: 'POST',
     url: `${BASE_URL}/v1/orders`,
@@ -161,11 +173,15 @@ export function refusals(data) {
     refusalAnswers.add(1);
     latency.refusal.add(res.timings.duration);
     tally(data, res, null);
-    check(res, {
-      'before the opening: 409 sale-not-open': (r) => r.status === 409 && code(r) === 'sale-not-open',
-      'sale-not-open says when: Retry-After ≥ 1 and sale_starts_at': (r) =>
-        parseInt(r.headers['Retry-After'], 10) >= 1 && Date.parse(r.json('sale_starts_at')) === data.opensAt,
-    });
+    if (LINE > 0) {
+      check(res, { 'before the opening, without a pass: 409 not-admitted': (r) => r.status === 409 && code(r) === 'not-admitted' });
+    } else {
+      check(res, {
+        'before the opening: 409 sale-not-open': (r) => r.status === 409 && code(r) === 'sale-not-open',
+        'sale-not-open says when: Retry-After ≥ 1 and sale_starts_at': (r) =>
+          parseInt(r.headers['Retry-After'], 10) >= 1 && Date.parse(r.json('sale_starts_at')) === data.opensAt,
+      });
+    }
     customer = (customer + CLOSED_VUS) % CUSTOMERS;
   }
 }
@@ -214,9 +230,39 @@ function tally(data, res, state) {
     busy.add(1);
   }
   check(res, {
-    'order answered 201, 409 sale-not-open/customer-limit/sold-out, or 429': (r) =>
-      r.status === 201 || r.status === 429 || ['sale-not-open', 'customer-limit', 'sold-out'].includes(c),
+    'order answered 201, 409 sale-not-open/customer-limit/sold-out (with a line: not-admitted/admission-used), or 429': (r) =>
+      r.status === 201 || r.status === 429 || ['sale-not-open', 'customer-limit', 'sold-out'].includes(c) ||
+      LINE > 0 && ['not-admitted', 'admission-used'].includes(c),
   });
+}
+
+// inLine has customer join the line and wait with the long-poll until admitted (its pass),
+// sold out or the end (null either way).
+function inLine(data, customer, end) {
+  const line = `${BASE_URL}/v1/products/${data.product}/line`;
+  const headers = tokens ? { Authorization: `Bearer ${tokens[customer]}` } : { ...json };
+  const body = tokens ? null : JSON.stringify({ customer_id: `c-${customer}` });
+  const joined = http.post(line, body, { headers, tags: { name: 'POST /v1/products/{id}/line' }, responseCallback: http.expectedStatuses(200, 201, 409, 429) });
+  if (joined.status !== 200 && joined.status !== 201) return null;
+  lineJoins.add(1);
+  const ticket = joined.json('ticket');
+  let etag = joined.headers['Etag'];
+  let status = joined.json('status');
+  let pass = joined.json('pass');
+  while (Date.now() < end && status !== 'admitted' && status !== 'sold_out' && status !== 'sale_ended') {
+    const res = http.get(`${line}/ticket`, {
+      headers: { 'Line-Ticket': ticket, 'If-None-Match': etag, Prefer: 'wait=10' },
+      tags: { name: 'GET /v1/products/{id}/line/ticket' }, responseCallback: http.expectedStatuses(200, 304, 429), timeout: '20s',
+    });
+    if (res.status === 429) sleep(parseInt(res.headers['Retry-After'] || '1', 10));
+    if (res.status !== 200) continue;
+    etag = res.headers['Etag'];
+    status = res.json('status');
+    pass = res.json('pass');
+  }
+  if (status !== 'admitted') return null;
+  lineAdmissions.add(1);
+  return pass;
 }
 
 // crowd: each VU serves its customers in turn, from before the opening until the end.
@@ -228,14 +274,24 @@ export function crowd(data) {
   while (Date.now() < end && customer < CUSTOMERS) {
     const state = { bought: 0, limited: false, soldOut: false };
     const greedy = GREEDY > 0 && customer % GREEDY === 0;
+    let pass = null;
+    if (LINE > 0) {
+      pass = inLine(data, customer, end);
+      if (!pass) {
+        customer += CROWD_VUS;
+        continue;
+      }
+    }
     while (Date.now() < end && state.bought < LIMIT && !state.limited && !state.soldOut) {
       if (greedy) {
-        const q = orderRequest(data, customer);
+        const q = orderRequest(data, customer, pass);
         for (const res of http.batch(Array(BURST).fill([q.method, q.url, q.body, q.params]))) tally(data, res, state);
       } else {
-        const q = orderRequest(data, customer);
+        const q = orderRequest(data, customer, pass);
         tally(data, http.post(q.url, q.body, q.params), state);
       }
+      // With a line, one admission is one order: the customer is done.
+      if (pass) break;
       // A buyer refused before the opening tries again at once: the crowd does not wait.
     }
     if (state.soldOut) {

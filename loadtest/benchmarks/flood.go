@@ -58,7 +58,7 @@ func (o *FloodOptions) Register(fs *flag.FlagSet) {
 	fs.IntVar(&o.Buyers, "flood-buyers", 64, "in -flood, wrk connections buying the hot product")
 	fs.IntVar(&o.Conns, "flood-conns", 32, "in -flood, wrk connections flooding")
 	fs.Float64Var(&o.Rate, "flood-rate", 0, "in -flood, pace every flood to at most this many requests/s, so that kinds are compared at one rate (0: closed loop, as fast as answers come)")
-	fs.StringVar(&o.Kinds, "flood-kinds", "healthz,audit,audit-admin,missing-ids,bad-signature,one-customer", "in -flood, the floods to run (healthz, the baseline, always runs)")
+	fs.StringVar(&o.Kinds, "flood-kinds", "healthz,audit,audit-admin,missing-ids,bad-signature,one-customer,no-pass", "in -flood, the floods to run (healthz, the baseline, always runs)")
 }
 
 // Validate refuses flags -flood cannot run with; a mode that is off is not judged.
@@ -92,6 +92,7 @@ var floodKinds = []floodKind{
 	{name: "missing-ids", about: "`POST /v1/orders` for random missing product ids, each keyed", target: 0.9},
 	{name: "bad-signature", about: "`POST /v1/orders` with a token of a known `kid` and a bad signature, a new one each time", target: 0.9},
 	{name: "one-customer", about: "`POST /v1/orders` of the hot product, one customer's valid token, each keyed", target: 0.9},
+	{name: noPassKind, about: "`POST /v1/orders` of a product sold through a line, without a pass (valid tokens, each keyed; issue #33)", target: 0.9},
 }
 
 // The customers of the flood benchmark's tokens: the buyers, the missing-ids flood (enough of
@@ -112,7 +113,7 @@ func pickFloodKinds(spec string) ([]floodKind, error) {
 		}
 		i := slices.IndexFunc(floodKinds, func(k floodKind) bool { return k.name == name })
 		if i < 0 {
-			return nil, fmt.Errorf("-flood-kinds: unknown flood %q (want some of healthz, audit, audit-admin, missing-ids, bad-signature, one-customer)", name)
+			return nil, fmt.Errorf("-flood-kinds: unknown flood %q (want some of healthz, audit, audit-admin, missing-ids, bad-signature, one-customer, no-pass)", name)
 		}
 		if !slices.ContainsFunc(picked, func(k floodKind) bool { return k.name == name }) {
 			picked = append(picked, floodKinds[i])
@@ -247,6 +248,9 @@ func (h *harness) floodBench(ctx context.Context, o FloodOptions) error {
 		return err
 	}
 	creds.hot, creds.admin = hot, c.Token
+	if creds.lined, err = linedFloodProduct(ctx, c, kinds); err != nil {
+		return err
+	}
 	// The buyers are in the sale already: each replica has verified their tokens once, as it
 	// would have by the time a flood starts. A buyer it has not would be checked in the flood's
 	// round, and, behind the one address every wrk connection comes from, wait out the forged
@@ -375,6 +379,7 @@ type floodCredentials struct {
 	// its signature.
 	forged, forgedLast string
 	hot                int64  // the hot product
+	lined              int64  // the product with a line of the no-pass flood (0: not flooded)
 	admin              string // the admin token
 }
 
@@ -462,6 +467,8 @@ func floodJob(k floodKind, script string, conns int, c floodCredentials, round i
 		j.env = []string{"MODE=forged", product, fmt.Sprintf("KEYPREFIX=f%d", round), "FORGED=" + c.forged, "FORGED_LAST=" + c.forgedLast}
 	case "one-customer":
 		j.env = []string{"MODE=order", product, fmt.Sprintf("KEYPREFIX=o%d", round), "TOKENS=" + c.one}
+	case noPassKind:
+		j.env = noPassEnv(c, round)
 	}
 	return j
 }

@@ -44,6 +44,11 @@ type Options struct {
 	// Skew, when not zero, runs the first replica's clock this far ahead (negative: behind)
 	// with STOCKSVC_CLOCK_SKEW (a demonstration setting): Postgres's clock must still decide.
 	Skew time.Duration
+	// Line, when positive, sells the product through a line admitting this many buyers at once
+	// (issue #33): the crowd joins, waits with the long-poll and orders with its pass.
+	Line int
+	// Fair, when on, runs issue #33's acceptance (fair.go) instead of the k6 crowd.
+	Fair FairOptions
 }
 
 // Script is opening.js's file name, beside flashsale.js.
@@ -60,12 +65,19 @@ func (o *Options) Register(fs *flag.FlagSet, on *bool) {
 	fs.DurationVar(&o.Lead, "opening-lead", 12*time.Second, "in -opening, from the product's creation to the opening (the phases before it take 6 s, k6 needs some to start)")
 	fs.DurationVar(&o.Crowd, "opening-crowd", 10*time.Second, "in -opening, how long the crowd buys after the opening (whole seconds)")
 	fs.IntVar(&o.Greedy, "opening-greedy", 5, "in -opening, every n-th customer sends limit+2 orders at once (0: none)")
+	o.Fair.register(fs)
+	fs.IntVar(&o.Line, "opening-line", 0, "in -opening, sell the product through a line admitting this many buyers at once (issue #33): the k6 crowd joins, waits with the long-poll and orders with its pass (0: no line)")
 	fs.DurationVar(&o.Skew, "opening-skew", 0, "in -opening, run the first replica's clock this far ahead (negative: behind), STOCKSVC_CLOCK_SKEW with STOCKSVC_DEMO_UNSAFE=1: nothing may sell before the opening all the same")
 }
 
 // Validate refuses -opening flags it cannot run with.
 func (o Options) Validate() error {
+	if o.Fair.On {
+		return o.Fair.validate()
+	}
 	switch {
+	case o.Line < 0 || o.Line > 10000:
+		return errors.New("-opening-line is 0 (no line) to 10000")
 	case o.Stock < 1 || o.Limit < 1 || o.Customers < 1 || o.CrowdVUs < 1 || o.Closed < 1 || o.Greedy < 0:
 		return errors.New("-opening-stock, -limit, -customers, -vus and -closed must be positive, -opening-greedy not negative")
 	case o.Lead < 8*time.Second:
@@ -79,6 +91,9 @@ func (o Options) Validate() error {
 // Run runs the opening once and reports it; env.ErrFailed when an invariant or a k6
 // threshold failed, env.ErrStopped when a signal cut it short.
 func Run(ctx context.Context, h *env.Harness, o Options) error {
+	if o.Fair.On {
+		return RunFair(ctx, h, o.Fair)
+	}
 	dir := filepath.Join(h.Out, "opening")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -156,6 +171,7 @@ func Run(ctx context.Context, h *env.Harness, o Options) error {
 		"CLOSED_VUS=" + strconv.Itoa(o.Closed),
 		"CROWD_S=" + strconv.Itoa(int(o.Crowd.Seconds())),
 		"GREEDY=" + strconv.Itoa(o.Greedy),
+		"LINE=" + strconv.Itoa(o.Line),
 		"TOKENS_FILE=" + tokens,
 		"SUMMARY_JSON=" + summaryPath,
 		"SUMMARY_TXT=" + filepath.Join(dir, "summary.txt"),
@@ -226,8 +242,12 @@ func createProduct(ctx context.Context, c *cluster.Cluster, o Options, opens tim
 		ID           int64      `json:"id"`
 		SaleStartsAt *time.Time `json:"sale_starts_at"`
 	}
-	err := c.CreateProductWith(ctx, map[string]any{"sku": "OPENING-" + rand.Text()[:8], "name": "the opening", "stock": o.Stock,
-		"sale_starts_at": opens.UTC().Format(time.RFC3339Nano), "max_per_customer": o.Limit}, &p)
+	body := map[string]any{"sku": "OPENING-" + rand.Text()[:8], "name": "the opening", "stock": o.Stock,
+		"sale_starts_at": opens.UTC().Format(time.RFC3339Nano), "max_per_customer": o.Limit}
+	if o.Line > 0 {
+		body["line"] = map[string]any{"admit": o.Line, "admission_for": 60}
+	}
+	err := c.CreateProductWith(ctx, body, &p)
 	if err != nil {
 		return 0, err
 	}
@@ -334,12 +354,18 @@ func (r result) String() string {
 	}
 	fmt.Fprintf(&b, "The opening: %d replicas behind HAProxy; %d units, at most %d a customer; %d customers (every %d-th sends %d orders at once), %d buying at once from 1.5 s before the opening to %v after it; %d closed-loop clients in the refusal and healthz phases (%.0f s each).\n\n",
 		r.replicas, r.o.Stock, r.o.Limit, r.o.Customers, r.o.Greedy, r.o.Limit+2, r.o.CrowdVUs, r.o.Crowd, r.o.Closed, phaseSeconds)
+	refused := "sale-not-open"
+	if r.o.Line > 0 {
+		fmt.Fprintf(&b, "Through a line admitting %d buyers at once: %.0f joins, %.0f admissions.\n\n", r.o.Line,
+			s.Value("line_joins", "count"), s.Value("line_admissions", "count"))
+		refused = "not-admitted (no pass)"
+	}
 	b.WriteString("| figure | value |\n| --- | ---: |\n")
 	ratio := "-"
 	if healthz > 0 {
 		ratio = fmt.Sprintf("%.2f×", refusals/healthz)
 	}
-	fmt.Fprintf(&b, "| sale-not-open refusals before the opening, closed loop | %.0f/s (p50 %.1f ms, p99 %.1f ms) |\n", refusals,
+	fmt.Fprintf(&b, "| %s refusals before the opening, closed loop | %.0f/s (p50 %.1f ms, p99 %.1f ms) |\n", refused, refusals,
 		s.Value("latency_refusal", "med"), s.Value("latency_refusal", "p(99)"))
 	fmt.Fprintf(&b, "| GET /healthz through the same balancer, same clients | %.0f/s (p50 %.1f ms, p99 %.1f ms) |\n", healthz,
 		s.Value("latency_healthz", "med"), s.Value("latency_healthz", "p(99)"))

@@ -66,6 +66,13 @@ func TestReport(t *testing.T) {
 			t.Errorf("%s: failed = %v, want %v", c.name, got, c.want)
 		}
 	}
+	lined := r
+	lined.o.Line = 100
+	lined.summary = summary(map[string]float64{"refusal_answers": 10000, "healthz_answers": 20000, "line_joins": 600, "line_admissions": 300}, true)
+	if text := lined.String(); !strings.Contains(text, "Through a line admitting 100 buyers at once: 600 joins, 300 admissions.") ||
+		!strings.Contains(text, "| not-admitted (no pass) refusals before the opening") {
+		t.Errorf("an opening through a line:\n%s", text)
+	}
 	if unsold := (result{fig: figures{firstSale: -1, sold: 10, stock: 500}}).String(); !strings.Contains(unsold, "no order confirmed") ||
 		!strings.Contains(unsold, "not sold out (10 of 500)") {
 		t.Errorf("a sale that sold nothing at first, and did not sell out:\n%s", unsold)

@@ -1,0 +1,363 @@
+package opening
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The buyers of -opening-fair: goroutines, each with an HTTP client (and connections) of its
+// own, one customer each, acting as a person or a script would.
+
+// outcome is what one buyer ends with.
+type outcome struct {
+	won bool
+	// learnt is when the buyer first heard that the units were gone (a ticket's sold_out, an
+	// order's sold-out); zero if it won, left or never heard.
+	learnt time.Time
+	// waited says the buyer was in line when the units ran out (a ticket it had not left and
+	// that was not admitted for an order that won): the buyers the 1-s bound is about.
+	waited bool
+	left   bool
+	// requests is how many requests it sent; unresolved, that the round ended with it still
+	// not knowing.
+	requests   int
+	unresolved bool
+	// answers counts its answers by status and problem code ("409 not-admitted", "304").
+	answers map[string]int
+}
+
+// buyer is one customer's client.
+type buyer struct {
+	client   *http.Client
+	base     string
+	token    string
+	customer string
+	product  int64
+	requests int
+	answers  map[string]int
+}
+
+func newBuyer(base, token, customer string, product int64) *buyer {
+	// A transport of its own: a person's browser, a script's process.
+	tr := &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: time.Minute}
+	return &buyer{client: &http.Client{Transport: tr, Timeout: 20 * time.Second}, base: base, token: token, customer: customer, product: product,
+		answers: map[string]int{}}
+}
+
+func (b *buyer) close() { b.client.CloseIdleConnections() }
+
+// answer is one response: its status, problem code, Retry-After, ETag and body.
+type answer struct {
+	status     int
+	code       string
+	retryAfter time.Duration
+	etag       string
+	ticket     ticketAnswer
+}
+
+// ticketAnswer is the part of a ticket's status the buyers read.
+type ticketAnswer struct {
+	Status string `json:"status"`
+	Ticket string `json:"ticket"`
+	Pass   string `json:"pass"`
+}
+
+func (b *buyer) do(ctx context.Context, method, path string, header http.Header, body []byte) (answer, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, b.base+path, rd)
+	if err != nil {
+		return answer{}, err
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	b.requests++
+	res, err := b.client.Do(req)
+	if err != nil {
+		b.answers["error"]++
+		return answer{}, err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return answer{}, err
+	}
+	a := answer{status: res.StatusCode, etag: res.Header.Get("ETag")}
+	if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil {
+		a.retryAfter = time.Duration(s) * time.Second
+	}
+	switch {
+	case strings.HasPrefix(res.Header.Get("Content-Type"), "application/problem+json"):
+		var p struct {
+			Code string `json:"code"`
+		}
+		_ = json.Unmarshal(raw, &p)
+		a.code = p.Code
+		b.answers[strconv.Itoa(res.StatusCode)+" "+p.Code]++
+	case res.StatusCode == http.StatusOK || res.StatusCode == http.StatusCreated:
+		_ = json.Unmarshal(raw, &a.ticket)
+	}
+	if a.code == "" {
+		b.answers[strconv.Itoa(res.StatusCode)]++
+	}
+	return a, nil
+}
+
+func (b *buyer) productPath() string { return "/v1/products/" + strconv.FormatInt(b.product, 10) }
+
+func (b *buyer) auth() http.Header { return http.Header{"Authorization": {"Bearer " + b.token}} }
+
+// join joins the product's line.
+func (b *buyer) join(ctx context.Context) (answer, error) {
+	return b.do(ctx, http.MethodPost, b.productPath()+"/line", b.auth(), nil)
+}
+
+// status asks for a ticket's status: a plain poll with etag "", else a long-poll of wait.
+func (b *buyer) status(ctx context.Context, ticket, etag string, wait time.Duration) (answer, error) {
+	h := http.Header{"Line-Ticket": {ticket}}
+	if etag != "" {
+		h.Set("If-None-Match", etag)
+		h.Set("Prefer", "wait="+strconv.Itoa(int(wait/time.Second)))
+	}
+	return b.do(ctx, http.MethodGet, b.productPath()+"/line/ticket", h, nil)
+}
+
+func (b *buyer) leave(ctx context.Context, ticket string) (answer, error) {
+	return b.do(ctx, http.MethodDelete, b.productPath()+"/line/ticket", http.Header{"Line-Ticket": {ticket}}, nil)
+}
+
+// order sends an order of one unit under key, with the pass when given (which names the
+// customer: no token with it, as docs/api.md says), else with the customer's token; a buyer
+// without a token (body mode) names itself in the body.
+func (b *buyer) order(ctx context.Context, pass, key string) (answer, error) {
+	h := http.Header{"Idempotency-Key": {key}}
+	if pass != "" {
+		h.Set("Line-Pass", pass)
+	} else if b.token != "" {
+		h.Set("Authorization", "Bearer "+b.token)
+	}
+	customer := ""
+	if b.token == "" {
+		customer = `"customer_id":"` + b.customer + `",`
+	}
+	body := []byte(`{` + customer + `"items":[{"product_id":` + strconv.FormatInt(b.product, 10) + `,"quantity":1}]}`)
+	return b.do(ctx, http.MethodPost, "/v1/orders", h, body)
+}
+
+func newKey() string { return rand.Text() }
+
+// gone reports whether an answer says the units are gone for this buyer: a ticket sold out or
+// its sale ended, an order refused sold-out or sale-ended.
+func gone(a answer) bool {
+	switch {
+	case a.status == http.StatusOK && (a.ticket.Status == "sold_out" || a.ticket.Status == "sale_ended"):
+		return true
+	case a.code == "sold-out" || a.code == "sale-ended":
+		return true
+	}
+	return false
+}
+
+// pause waits d or until ctx ends; false if ctx ended.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// politeRetry is how long a polite buyer waits after an answer that asks for nothing more
+// precise (a 5xx without Retry-After, a broken connection).
+const politeRetry = time.Second
+
+// politeWait is the long-poll a polite buyer asks for: under HAProxy's 30 s server timeout.
+const politeWait = 10 * time.Second
+
+// politeInLine is a person with a line: arrives at arrive, joins, waits with the long-poll as
+// told, orders with the pass once admitted. A leaver leaves on the first status after the draw
+// (waiting or admitted: its admission must pass to the next at once).
+func politeInLine(ctx context.Context, b *buyer, arrive time.Time, leaver bool) (o outcome) {
+	defer func() { o.requests, o.answers = b.requests, b.answers }()
+	if !pause(ctx, time.Until(arrive)) {
+		o.unresolved = true
+		return o
+	}
+	var ticket, etag string
+	for ticket == "" {
+		a, err := b.join(ctx)
+		switch {
+		case ctx.Err() != nil:
+			o.unresolved = true
+			return o
+		case err == nil && (a.status == http.StatusCreated || a.status == http.StatusOK):
+			ticket, etag = a.ticket.Ticket, a.etag
+		case err == nil && gone(a):
+			o.learnt = time.Now()
+			return o
+		default:
+			if !pause(ctx, max(a.retryAfter, politeRetry)) {
+				o.unresolved = true
+				return o
+			}
+		}
+	}
+	var pass string
+	for {
+		if pass != "" {
+			a, err := b.order(ctx, pass, newKey())
+			switch {
+			case err == nil && a.status == http.StatusCreated:
+				o.won = true
+				return o
+			case err == nil && gone(a):
+				o.learnt, o.waited = time.Now(), true
+				return o
+			case err == nil && a.status == http.StatusConflict:
+				// Admission used, expired or refused: back to the status.
+				pass = ""
+				continue
+			}
+			if !pause(ctx, max(a.retryAfter, politeRetry)) {
+				o.unresolved = true
+				return o
+			}
+			continue
+		}
+		a, err := b.status(ctx, ticket, etag, politeWait)
+		if ctx.Err() != nil {
+			o.unresolved = true
+			return o
+		}
+		if err != nil || a.status != http.StatusOK && a.status != http.StatusNotModified {
+			if !pause(ctx, max(a.retryAfter, politeRetry)) {
+				o.unresolved = true
+				return o
+			}
+			continue
+		}
+		if a.status == http.StatusNotModified {
+			continue
+		}
+		etag = a.etag
+		if leaver && (a.ticket.Status == "waiting" || a.ticket.Status == "admitted") {
+			if _, err := b.leave(ctx, ticket); err == nil {
+				o.left = true
+				return o
+			}
+		}
+		switch a.ticket.Status {
+		case "admitted":
+			pass = a.ticket.Pass
+		case "sold_out", "sale_ended":
+			o.learnt, o.waited = time.Now(), true
+			return o
+		case "expired", "left", "used":
+			// Not what a buyer who orders at once meets; it ends here, as a person would give up.
+			return o
+		}
+	}
+}
+
+// politeNoLine is a person without a line: arrives at arrive, orders, and comes back exactly
+// when Retry-After says, until it wins or hears the units are gone.
+func politeNoLine(ctx context.Context, b *buyer, arrive time.Time) (o outcome) {
+	defer func() { o.requests, o.answers = b.requests, b.answers }()
+	if !pause(ctx, time.Until(arrive)) {
+		o.unresolved = true
+		return o
+	}
+	key := newKey()
+	for {
+		a, err := b.order(ctx, "", key)
+		switch {
+		case ctx.Err() != nil:
+			o.unresolved = true
+			return o
+		case err == nil && a.status == http.StatusCreated:
+			o.won = true
+			return o
+		case err == nil && gone(a):
+			o.learnt, o.waited = time.Now(), true
+			return o
+		}
+		if !pause(ctx, max(a.retryAfter, 100*time.Millisecond)) {
+			o.unresolved = true
+			return o
+		}
+	}
+}
+
+// script hammers from start with no pause until it wins or hears the units are gone. With a
+// line it joins and cycles through every route — join, a plain poll of its ticket, an order
+// without a pass, an order with the pass when it has one; without a line it sends orders.
+func script(ctx context.Context, b *buyer, start time.Time, lined bool) (o outcome) {
+	defer func() { o.requests, o.answers = b.requests, b.answers }()
+	if !pause(ctx, time.Until(start)) {
+		o.unresolved = true
+		return o
+	}
+	var ticket, pass string
+	for step := 0; ; step++ {
+		if ctx.Err() != nil {
+			o.unresolved = true
+			return o
+		}
+		var a answer
+		var err error
+		ordered := true
+		switch {
+		case !lined:
+			a, err = b.order(ctx, "", newKey())
+		case step%4 == 0 || ticket == "":
+			ordered = false
+			a, err = b.join(ctx)
+			if err == nil && (a.status == http.StatusCreated || a.status == http.StatusOK) {
+				ticket = a.ticket.Ticket
+				if a.ticket.Pass != "" {
+					pass = a.ticket.Pass
+				}
+			}
+		case step%4 == 1:
+			ordered = false
+			a, err = b.status(ctx, ticket, "", 0)
+			if err == nil && a.status == http.StatusOK && a.ticket.Pass != "" {
+				pass = a.ticket.Pass
+			}
+		case step%4 == 2:
+			a, err = b.order(ctx, "", newKey())
+		default:
+			if pass == "" {
+				continue
+			}
+			a, err = b.order(ctx, pass, newKey())
+		}
+		if err != nil {
+			continue
+		}
+		if ordered && a.status == http.StatusCreated {
+			o.won = true
+			return o
+		}
+		if gone(a) {
+			o.learnt, o.waited = time.Now(), lined
+			return o
+		}
+	}
+}
