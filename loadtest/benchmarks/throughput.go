@@ -338,7 +338,9 @@ func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
 	if err != nil {
 		return err
 	}
-	run := throughputPageRun(h.Cluster.Replicas, o, samples, loads, checks, []float64{before.TPS, after.TPS})
+	run := report.ThroughputRun(report.Throughput{Replicas: h.Cluster.Replicas, Clients: o.Clients, Duration: o.Duration,
+		PGBenchClients: o.PGBenchClients, Stock: throughputStock, Samples: samples, SampleEvery: sampleEvery, Loads: loads,
+		Checks: checks, Anchors: []float64{before.TPS, after.TPS}})
 	run.Files = []report.Field{{Name: "table", Value: "throughput.md"}, {Name: "CPU profile of r1", Value: "throughput/r1.cpu.pprof"}}
 	page := report.Page{Title: "stocksvc throughput", Command: "go run -C loadtest . " + strings.Join(h.Args, " "), Runs: []report.Run{run}}
 	path = filepath.Join(h.Out, "report.html")
