@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/model"
+	"github.com/stocksvc/stocksvc/loadtest/report"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -360,4 +362,38 @@ func (d *drillEnv) judge(ctx context.Context, ops []*model.Op, end time.Duration
 	}
 	out.noSale = d.noSale
 	return nil
+}
+
+// pageName is the run's report page, beside its history.
+const pageName = "report.html"
+
+// writePage writes the run's page (report.DrillPage) to its directory; it reads the hot
+// product's stock from Postgres.
+func (d *drillEnv) writePage(ctx context.Context, pool *pgxpool.Pool, ops []*model.Op, out drillOutcome) error {
+	hot, err := verdict.StockLine(ctx, pool, d.hot, "hot product", d.rec.Start)
+	if err != nil {
+		return err
+	}
+	a := out.avail
+	page := report.Drill{
+		Scenario: d.sc.name, About: d.sc.about, Run: out.run, Seed: out.seed, Verdict: out.verdict(),
+		Params: report.DrillParams{Replicas: d.h.Cluster.Replicas, Victim: d.c.Replicas[d.victim].Name, Rate: d.plan.rate,
+			Defense: d.h.Cluster.Defense, LockTTL: d.plan.lockTTL, LockWait: d.lockWait(), ClientTimeout: d.plan.clientTimeout,
+			HotStock: d.hotStock(), Buyers: d.sc.buyers},
+		Checks: verdict.Checks(append(append([]verdict.Invariant{}, out.invariants...), out.reconcile...)),
+		Failed: out.failed, Invalid: out.invalid, Notes: out.notes,
+		History: ops, Operations: out.ops, AtOnce: out.concurrent, Orders: a.orders, Unknown: out.unknown, Resolved: out.resolved,
+		Writes: out.writes, Reads: out.reads, Busy: a.busy, Unavailable: a.unavailable, LongestStall: a.longestStall, StallAt: a.stallAt,
+		Catches: out.catches, Hot: hot,
+	}
+	d.mu.Lock()
+	for _, w := range d.faults {
+		page.Faults = append(page.Faults, report.Window{Start: w.start, End: w.end, Label: d.sc.name})
+	}
+	for _, e := range d.events {
+		page.Events = append(page.Events, report.Mark{At: e.at, Label: e.what})
+	}
+	d.mu.Unlock()
+	command := "go run -C loadtest . " + strings.Join(d.h.Args, " ")
+	return report.Write(filepath.Join(d.dir, pageName), report.DrillPage(command, page))
 }
