@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -16,10 +17,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
+	"github.com/stocksvc/stocksvc/loadtest/report"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -539,4 +542,47 @@ func (h *harness) asyncReport(dir string, o AsyncOptions, fig asyncFigures, chec
 	}
 	h.Printf("verdict: PASS\n")
 	return nil
+}
+
+// writeAsyncPage writes the sale's page (report.AsyncPage) to its directory, with the
+// decisions and the product's stock read from Postgres.
+func (d *drillEnv) writeAsyncPage(ctx context.Context, pool *pgxpool.Pool, product int64, o AsyncOptions, fig asyncFigures, orders []*asyncOrder,
+	checks []verdict.Invariant, result error) error {
+	outcome := "PASS"
+	if errors.Is(result, env.ErrFailed) {
+		outcome = "FAIL"
+	}
+	page := report.AsyncSale{
+		Replicas: d.h.Cluster.Replicas, Rate: o.Rate, Stock: o.Stock, Duration: o.Duration, Seed: o.Seed,
+		KillAfter: o.KillAfter, PauseAfter: o.PauseAfter, PauseFor: o.PauseFor, Verdict: outcome, Checks: verdict.Checks(checks),
+		Sent: fig.sent, Retried: fig.retried, Accepted: fig.accepted, RefusedAtOnce: fig.refusedAtOnce, Failed: fig.failed,
+		Confirmed: fig.confirmed, Rejected: fig.rejected, Pending: fig.pending,
+		AcceptP50: fig.acceptP50, AcceptP99: fig.acceptP99, P50: fig.p50, P99: fig.p99, Max: fig.max,
+	}
+	for _, ord := range orders {
+		page.Orders = append(page.Orders, report.AsyncOrder{Status: ord.status, Sent: ord.sent, Answered: ord.answered})
+	}
+	rows, _ := pool.Query(ctx, `SELECT decided_at, status FROM async_orders WHERE product_id = $1 AND decided_at IS NOT NULL`, product)
+	var decided time.Time
+	var status string
+	_, err := pgx.ForEachRow(rows, []any{&decided, &status}, func() error {
+		page.Decisions = append(page.Decisions, report.AsyncDecision{At: max(0, decided.Sub(d.rec.Start)), Status: status})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read the decisions: %w", err)
+	}
+	if page.Product, err = verdict.StockLine(ctx, pool, product, "product", d.rec.Start); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	for _, w := range d.faults {
+		page.Faults = append(page.Faults, report.Window{Start: w.start, End: w.end})
+	}
+	for _, e := range d.events {
+		page.Events = append(page.Events, report.Mark{At: e.at, Label: e.what})
+	}
+	d.mu.Unlock()
+	command := "go run -C loadtest . " + strings.Join(d.h.Args, " ")
+	return report.Write(filepath.Join(d.dir, pageName), report.AsyncPage(command, page))
 }
