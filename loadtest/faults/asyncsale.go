@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/internal/clock"
+	"github.com/stocksvc/stocksvc/loadtest/client"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 	"github.com/stocksvc/stocksvc/loadtest/report"
@@ -90,9 +91,9 @@ func (h *harness) asyncSale(ctx context.Context, o AsyncOptions) error {
 		return err
 	}
 	front := fmt.Sprintf("http://127.0.0.1:%d", d.c.Front)
-	d.client = newDrillClient([]string{front}, d.c.Token, "async", 10*time.Second, d.rec, retryPolicy{})
-	defer d.client.close()
-	product, err := d.client.createProduct(ctx, "ASYNC-"+rand.Text()[:6], int64(o.Stock))
+	d.client = client.New([]string{front}, d.c.Token, "async", 10*time.Second, d.rec, client.RetryPolicy{})
+	defer d.client.Close()
+	product, err := d.client.CreateProduct(ctx, "ASYNC-"+rand.Text()[:6], int64(o.Stock))
 	if err != nil {
 		return err
 	}
@@ -104,7 +105,7 @@ func (h *harness) asyncSale(ctx context.Context, o AsyncOptions) error {
 	var fig asyncFigures
 	fig.killedAt, fig.pausedAt = -1, -1
 	if o.Baseline {
-		other, err := d.client.createProduct(ctx, "SYNC-"+rand.Text()[:6], int64(o.Stock))
+		other, err := d.client.CreateProduct(ctx, "SYNC-"+rand.Text()[:6], int64(o.Stock))
 		if err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/stocksvc/stocksvc/internal/clock"
+	"github.com/stocksvc/stocksvc/loadtest/client"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
@@ -53,7 +54,7 @@ type drillEnv struct {
 	c       *cluster.Cluster
 	rng     *lockedRand
 	rec     *model.Recorder
-	client  *drillClient
+	client  *client.Client
 	load    *load
 	victim  int
 	catches map[string]float64
@@ -306,25 +307,25 @@ func (l *load) one(ctx context.Context) {
 		limitedEnd = 120
 	}
 	l.open.Add(1)
-	d.client.goOp(func() {
+	d.client.Go(func() {
 		defer l.open.Add(-1)
 		// The operation outlives the load's context: it runs to its answer (or its budget).
 		ctx := context.WithoutCancel(ctx)
 		switch {
 		case roll < 45:
-			d.client.order(ctx, d.hot, int64(1+d.rng.intN(3)))
+			d.client.Order(ctx, d.hot, int64(1+d.rng.intN(3)))
 		case roll < 75:
-			d.client.order(ctx, d.scarce, int64(1+d.rng.intN(2)))
+			d.client.Order(ctx, d.scarce, int64(1+d.rng.intN(2)))
 		case roll < 88:
-			d.client.read(ctx, d.hot)
+			d.client.Read(ctx, d.hot)
 		case roll < 100:
-			d.client.read(ctx, d.scarce)
+			d.client.Read(ctx, d.scarce)
 		case roll < limitedEnd:
-			d.client.orderAs(ctx, d.regularCustomer(), d.limited, int64(1+d.rng.intN(limitedLimit)))
+			d.client.OrderAs(ctx, d.regularCustomer(), d.limited, int64(1+d.rng.intN(limitedLimit)))
 		case roll < limitedEnd+20:
 			d.holdBuyer(ctx)
 		default:
-			d.client.read(ctx, d.holds)
+			d.client.Read(ctx, d.holds)
 		}
 	})
 }
@@ -338,7 +339,7 @@ const limitedLimit = 2
 // arriving.
 func (d *drillEnv) regularCustomer() string {
 	n := 3 + int(d.regular.Add(1))/4
-	return fmt.Sprintf("%s-regular-%d", d.client.tag, d.rng.intN(n))
+	return fmt.Sprintf("%s-regular-%d", d.client.Tag(), d.rng.intN(n))
 }
 
 // createLimited creates the product with sale rules: it opens half the warm-up after its
@@ -346,11 +347,11 @@ func (d *drillEnv) regularCustomer() string {
 // Postgres's clock judges it) and sells at most limitedLimit units to a customer; the drill
 // ends its sale halfway through the tail (endLimited). With -rules=false it has none.
 func (d *drillEnv) createLimited(ctx context.Context) (int64, error) {
-	var rules saleRules
+	var rules client.SaleRules
 	if d.plan.rules {
-		rules = saleRules{opens: time.Now().Add(d.plan.warmup / 2), limit: limitedLimit}
+		rules = client.SaleRules{Opens: time.Now().Add(d.plan.warmup / 2), Limit: limitedLimit}
 	}
-	return d.client.createSale(ctx, "LIMITED-"+rand.Text()[:6], limitedStock, rules)
+	return d.client.CreateSale(ctx, "LIMITED-"+rand.Text()[:6], limitedStock, rules)
 }
 
 // limitedStock outlasts what the limited product's customers may buy in any drill.
@@ -366,14 +367,14 @@ func (l *load) restock(ctx context.Context) {
 			return
 		}
 		bg := context.WithoutCancel(ctx)
-		d.client.restock(bg, d.scarce, int64(1+d.rng.intN(3)))
+		d.client.Restock(bg, d.scarce, int64(1+d.rng.intN(3)))
 		if d.holds != 0 && d.rng.intN(2) == 0 {
 			// Paid holds take units for good: a restock now and then keeps the product
 			// selling, and its stock moving both ways.
-			d.client.restock(bg, d.holds, int64(1+d.rng.intN(2)))
+			d.client.Restock(bg, d.holds, int64(1+d.rng.intN(2)))
 		}
 		if time.Now().After(nextHot) {
-			d.client.restock(bg, d.hot, 10)
+			d.client.Restock(bg, d.hot, 10)
 			nextHot = time.Now().Add(4 * time.Second)
 		}
 	}
@@ -397,10 +398,10 @@ const rushStock = 1_000_000
 // client (so that d.client.wait waits for the last orders).
 func (d *drillEnv) rush(ctx context.Context, n int) {
 	for range n {
-		d.client.goOp(func() {
+		d.client.Go(func() {
 			for ctx.Err() == nil {
 				// An order runs to its answer (or its budget) even when the load stops.
-				d.client.buy(context.WithoutCancel(ctx), d.hot)
+				d.client.Buy(context.WithoutCancel(ctx), d.hot)
 			}
 		})
 	}

@@ -157,7 +157,7 @@ func TestDrillCatchesUnsafeDefense(t *testing.T) {
 		expected: 2 * time.Second, extraLoad: 20, inject: func(ctx context.Context, d *drillEnv) error {
 			for range 20 {
 				for range 8 {
-					d.client.goOp(func() { d.client.order(context.WithoutCancel(ctx), d.hot, 1) })
+					d.client.Go(func() { d.client.Order(context.WithoutCancel(ctx), d.hot, 1) })
 				}
 				if err := clock.Sleep(ctx, 100*time.Millisecond); err != nil {
 					return err
@@ -198,35 +198,6 @@ func TestNoFenceCatches(t *testing.T) {
 		d := &drillEnv{catches: map[string]float64{"fence": n, "version": 2}}
 		if failed, _ := noFenceCatches(d, nil, availability{}); (len(failed) > 0) != (n > 0) {
 			t.Errorf("%v fence catches: failed = %q", n, failed)
-		}
-	}
-}
-
-// TestRuleRefusals: the sale rules' refusals decide an order (no retry) and mean what the
-// model says; a 409 without a known code is not one of them.
-func TestRuleRefusals(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		code string
-		kind attemptKind
-		want model.Outcome
-	}{
-		{"sold-out", attemptDone, model.SoldOut},
-		{"sale-not-open", attemptDone, model.NotOpen},
-		{"sale-ended", attemptDone, model.Ended},
-		{"customer-limit", attemptDone, model.OverLimit},
-		{"idempotency-key-in-flight", attemptNoEffect, 0},
-		{"something-else", attemptUnexpected, 0},
-	}
-	for _, c := range cases {
-		a := answer{status: http.StatusConflict, contentType: "application/problem+json", body: []byte(`{"code":"` + c.code + `"}`)}
-		if got := classify(a, http.StatusCreated); got != c.kind {
-			t.Errorf("classify(409 %s) = %v, want %v", c.code, got, c.kind)
-		}
-		if c.kind == attemptDone {
-			if got := refusalOutcome(c.code); got != c.want {
-				t.Errorf("refusalOutcome(%s) = %v, want %v", c.code, got, c.want)
-			}
 		}
 	}
 }

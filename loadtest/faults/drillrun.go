@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/internal/clock"
+	"github.com/stocksvc/stocksvc/loadtest/client"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 	"github.com/stocksvc/stocksvc/loadtest/report"
@@ -45,7 +46,7 @@ func (h *harness) drill(ctx context.Context, d *drillEnv, out *drillOutcome) err
 		return err
 	}
 	d.connect(out.run)
-	defer d.client.close()
+	defer d.client.Close()
 	if err := d.createProducts(ctx); err != nil {
 		return err
 	}
@@ -115,19 +116,19 @@ func (d *drillEnv) connect(run int) {
 			bases = append(bases, fmt.Sprintf("http://127.0.0.1:%d", r.Port))
 		}
 	}
-	d.client = newDrillClient(bases, d.c.Token, "drill"+strconv.Itoa(run), d.plan.clientTimeout, d.rec,
-		retryPolicy{attempts: 6, budget: 12 * time.Second, pause: 100 * time.Millisecond})
-	d.client.bearer = d.identity.Token
+	d.client = client.New(bases, d.c.Token, "drill"+strconv.Itoa(run), d.plan.clientTimeout, d.rec,
+		client.RetryPolicy{Attempts: 6, Budget: 12 * time.Second, Pause: 100 * time.Millisecond})
+	d.client.Bearer = d.identity.Token
 }
 
 // createProducts creates the hot, scarce and limited products, and the held one when the
 // scenario sells with holds.
 func (d *drillEnv) createProducts(ctx context.Context) error {
 	var err error
-	if d.hot, err = d.client.createProduct(ctx, "HOT-"+rand.Text()[:6], d.hotStock()); err != nil {
+	if d.hot, err = d.client.CreateProduct(ctx, "HOT-"+rand.Text()[:6], d.hotStock()); err != nil {
 		return err
 	}
-	if d.scarce, err = d.client.createProduct(ctx, "SCARCE-"+rand.Text()[:6], 4); err != nil {
+	if d.scarce, err = d.client.CreateProduct(ctx, "SCARCE-"+rand.Text()[:6], 4); err != nil {
 		return err
 	}
 	if d.limited, err = d.createLimited(ctx); err != nil {
@@ -173,7 +174,7 @@ func (d *drillEnv) sell(ctx context.Context) (faultStart, faultEnd time.Duration
 	faultStart, faultEnd, faultErr := d.injectAndHeal(ctx)
 	stopLoad()
 	wg.Wait()
-	d.client.wait() // every operation runs to its answer or its retry budget
+	d.client.Wait() // every operation runs to its answer or its retry budget
 	d.event("load stopped; %d arrivals dropped (too many open operations)", d.load.dropped.Load())
 	if faultErr != nil && ctx.Err() == nil {
 		return 0, 0, fmt.Errorf("inject %s: %w", d.sc.name, faultErr)
@@ -225,7 +226,7 @@ func (d *drillEnv) injectAndHeal(ctx context.Context) (faultStart, faultEnd time
 	if err := clock.Sleep(ctx, plan.tail/2); err != nil {
 		return faultStart, faultEnd, err
 	}
-	if end := d.client.endSale(context.WithoutCancel(ctx), d.limited); end.Out.Outcome != model.Confirmed {
+	if end := d.client.EndSale(context.WithoutCancel(ctx), d.limited); end.Out.Outcome != model.Confirmed {
 		d.fail("ending the limited product's sale: %s", end.DescribeAttempts())
 	}
 	return faultStart, faultEnd, clock.Sleep(ctx, plan.tail-plan.tail/2)

@@ -35,7 +35,7 @@ type scenario struct {
 	expected  time.Duration
 	extraLoad float64
 	// buyers is how many closed-loop buyers of the hot product run beside the drill's load
-	// (drillClient.buy: a 429 ends an order, Go's own resends are on); 0 runs none. With
+	// (client.Client.Buy: a 429 ends an order, Go's own resends are on); 0 runs none. With
 	// buyers, the hot product has stock enough never to sell out.
 	buyers int
 	// lockWait, when set, is the replicas' STOCKSVC_LOCK_WAIT instead of -lock-wait.
@@ -242,11 +242,11 @@ func (d *drillEnv) primeVictim(ctx context.Context, r *cluster.Replica) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", r.Port)
 	stream, cancel := context.WithCancel(ctx)
 	defer cancel()
-	d.client.goOp(func() {
+	d.client.Go(func() {
 		tick := time.NewTicker(4 * time.Millisecond)
 		defer tick.Stop()
 		for range 25 {
-			d.client.goOp(func() { d.client.orderVia(context.WithoutCancel(ctx), base, d.hot, 1) })
+			d.client.Go(func() { d.client.OrderVia(context.WithoutCancel(ctx), base, d.hot, 1) })
 			select {
 			case <-stream.Done():
 				return
