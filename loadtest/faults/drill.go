@@ -19,6 +19,7 @@ import (
 	"github.com/stocksvc/stocksvc/loadtest/client"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/failpoint"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
@@ -58,8 +59,8 @@ type drillEnv struct {
 	load    *load
 	victim  int
 	catches map[string]float64
-	pgProxy *tcpProxy // between the victim and Postgres
-	rdProxy *tcpProxy // between the victim and Redis
+	pgProxy *failpoint.Proxy // between the victim and Postgres
+	rdProxy *failpoint.Proxy // between the victim and Redis
 	hot     int64
 	scarce  int64
 	limited int64 // the product with sale rules
@@ -174,21 +175,21 @@ func (d *drillEnv) setup(ctx context.Context) error {
 		BeforeReplicas: func(c *cluster.Cluster) error {
 			if d.sc.proxyPostgres {
 				u, _ := url.Parse(c.DatabaseURL)
-				p, err := newTCPProxy("pg", u.Host, true)
+				p, err := failpoint.NewProxy("pg", u.Host, true)
 				if err != nil {
 					return err
 				}
 				d.pgProxy = p
-				victimEnv = append(victimEnv, "DATABASE_URL="+cluster.WithHost(c.DatabaseURL, p.addr()))
+				victimEnv = append(victimEnv, "DATABASE_URL="+cluster.WithHost(c.DatabaseURL, p.Addr()))
 			}
 			if d.sc.proxyRedis {
 				u, _ := url.Parse(c.RedisURL)
-				p, err := newTCPProxy("redis", u.Host, false)
+				p, err := failpoint.NewProxy("redis", u.Host, false)
 				if err != nil {
 					return err
 				}
 				d.rdProxy = p
-				victimEnv = append(victimEnv, "REDIS_URL="+cluster.WithHost(c.RedisURL, p.addr()))
+				victimEnv = append(victimEnv, "REDIS_URL="+cluster.WithHost(c.RedisURL, p.Addr()))
 			}
 			return nil
 		},
@@ -240,10 +241,10 @@ func (d *drillEnv) teardown() {
 		}
 	}
 	if d.pgProxy != nil {
-		d.pgProxy.stop()
+		d.pgProxy.Stop()
 	}
 	if d.rdProxy != nil {
-		d.rdProxy.stop()
+		d.rdProxy.Stop()
 	}
 	if d.c != nil {
 		d.c.Close()

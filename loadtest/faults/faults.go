@@ -171,7 +171,7 @@ func killReplica(ctx context.Context, d *drillEnv) error {
 func killAtCommit(ctx context.Context, d *drillEnv) error {
 	r := d.c.Replicas[d.victim]
 	killed := make(chan time.Duration, 1)
-	d.pgProxy.cut.atNextCommit(func() {
+	d.pgProxy.Cut.AtNextCommit(func() {
 		r.Proc.Signal(syscall.SIGKILL)
 		killed <- d.rec.Now()
 	})
@@ -179,7 +179,7 @@ func killAtCommit(ctx context.Context, d *drillEnv) error {
 	case at := <-killed:
 		d.event("SIGKILL %s at a commit point (%.3fs): its write committed, its answers not sent", r.Name, at.Seconds())
 	case <-time.After(commitWait):
-		if d.pgProxy.cut.onCommit.Swap(nil) == nil { // a commit point came meanwhile
+		if !d.pgProxy.Cut.CancelNextCommit() { // a commit point came meanwhile
 			at := <-killed
 			d.event("SIGKILL %s at a commit point (%.3fs): its write committed, its answers not sent", r.Name, at.Seconds())
 			break
@@ -188,7 +188,7 @@ func killAtCommit(ctx context.Context, d *drillEnv) error {
 		d.event("SIGKILL %s: no commit point within %v", r.Name, commitWait)
 		d.note("%s made no commit within %v; it was killed at a random moment instead", r.Name, commitWait)
 	case <-ctx.Done():
-		d.pgProxy.cut.onCommit.Store(nil)
+		d.pgProxy.Cut.CancelNextCommit()
 		return ctx.Err()
 	}
 	<-r.Proc.Done()
@@ -361,14 +361,14 @@ func restartPostgres(ctx context.Context, d *drillEnv) error {
 }
 
 func pgResetAtCommit(ctx context.Context, d *drillEnv) error {
-	cut := d.pgProxy.cut
+	cut := d.pgProxy.Cut
 	d.event("cutting %s's Postgres connections at 30%% of its commits for 6s", d.c.Replicas[d.victim].Name)
-	cut.arm(0.3)
+	cut.Arm(0.3)
 	err := clock.Sleep(ctx, 6*time.Second)
-	cut.disarm()
-	d.event("stopped cutting: %d of %d commits cut", cut.cuts.Load(), cut.commits.Load())
-	d.note("%d of %d commits on %s cut after the server committed", cut.cuts.Load(), cut.commits.Load(), d.c.Replicas[d.victim].Name)
-	if cut.cuts.Load() == 0 {
+	cut.Disarm()
+	d.event("stopped cutting: %d of %d commits cut", cut.Cuts(), cut.Commits())
+	d.note("%d of %d commits on %s cut after the server committed", cut.Cuts(), cut.Commits(), d.c.Replicas[d.victim].Name)
+	if cut.Cuts() == 0 {
 		d.fail("no commit was cut: the drill did not test lost commit answers")
 	}
 	return err
@@ -376,11 +376,11 @@ func pgResetAtCommit(ctx context.Context, d *drillEnv) error {
 
 func redisLatency(ctx context.Context, d *drillEnv) error {
 	d.event("%s's Redis answers delayed 400±200ms for 6s", d.c.Replicas[d.victim].Name)
-	if err := d.rdProxy.add(`{"name":"latency","type":"latency","stream":"downstream","attributes":{"latency":400,"jitter":200}}`); err != nil {
+	if err := d.rdProxy.Add(`{"name":"latency","type":"latency","stream":"downstream","attributes":{"latency":400,"jitter":200}}`); err != nil {
 		return err
 	}
 	err := clock.Sleep(ctx, 6*time.Second)
-	d.rdProxy.clear(context.WithoutCancel(ctx))
+	d.rdProxy.Clear(context.WithoutCancel(ctx))
 	d.event("latency removed")
 	return err
 }
@@ -388,12 +388,12 @@ func redisLatency(ctx context.Context, d *drillEnv) error {
 func redisPartition(ctx context.Context, d *drillEnv) error {
 	d.event("%s's Redis connections silent for 5s", d.c.Replicas[d.victim].Name)
 	for _, stream := range []string{"up", "down"} {
-		if err := d.rdProxy.add(`{"name":"silence_` + stream + `","type":"timeout","stream":"` + stream + `stream","attributes":{"timeout":0}}`); err != nil {
+		if err := d.rdProxy.Add(`{"name":"silence_` + stream + `","type":"timeout","stream":"` + stream + `stream","attributes":{"timeout":0}}`); err != nil {
 			return err
 		}
 	}
 	err := clock.Sleep(ctx, 5*time.Second)
-	d.rdProxy.clear(context.WithoutCancel(ctx))
+	d.rdProxy.Clear(context.WithoutCancel(ctx))
 	d.event("partition healed")
 	return err
 }
