@@ -24,6 +24,7 @@ import (
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 	"github.com/stocksvc/stocksvc/loadtest/report"
+	"github.com/stocksvc/stocksvc/loadtest/traffic"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -81,7 +82,7 @@ type asyncFigures struct {
 func (h *harness) asyncSale(ctx context.Context, o AsyncOptions) error {
 	sc := scenario{name: "async-sale", about: "every order Prefer: respond-async; SIGKILL a replica mid-sale, restart it"}
 	plan := drillPlan{lockTTL: 2 * time.Second}
-	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(o.Seed, 0), rec: model.NewRecorder(),
+	d := &drillEnv{h: h, plan: plan, sc: sc, rng: traffic.NewRand(o.Seed, 0), rec: model.NewRecorder(),
 		dir: filepath.Join(h.Out, "async-sale")}
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return err
@@ -257,7 +258,7 @@ func (h *harness) openLoop(ctx context.Context, o AsyncOptions, d *drillEnv, htt
 		case <-tick.C:
 		}
 		n++
-		o := &asyncOrder{key: fmt.Sprintf("%s-%d-%d", d.c.Prefix, product, n), qty: int64(1 + d.rng.intN(2)), ids: map[string]bool{}, sent: d.rec.Now()}
+		o := &asyncOrder{key: fmt.Sprintf("%s-%d-%d", d.c.Prefix, product, n), qty: int64(1 + d.rng.IntN(2)), ids: map[string]bool{}, sent: d.rec.Now()}
 		mu.Lock()
 		orders = append(orders, o)
 		mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	mrand "math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,12 +14,12 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/stocksvc/stocksvc/internal/clock"
 	"github.com/stocksvc/stocksvc/loadtest/client"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/failpoint"
 	"github.com/stocksvc/stocksvc/loadtest/model"
+	"github.com/stocksvc/stocksvc/loadtest/traffic"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -53,10 +52,10 @@ type drillEnv struct {
 	sc      scenario
 	dir     string
 	c       *cluster.Cluster
-	rng     *lockedRand
+	rng     *traffic.Rand
 	rec     *model.Recorder
 	client  *client.Client
-	load    *load
+	load    *traffic.Mix
 	victim  int
 	catches map[string]float64
 	pgProxy *failpoint.Proxy // between the victim and Postgres
@@ -90,40 +89,6 @@ type event struct {
 // window is when a fault was in force.
 type window struct{ start, end time.Duration }
 
-// lockedRand is the run's seeded randomness, shared by its goroutines.
-type lockedRand struct {
-	mu sync.Mutex
-	r  *mrand.Rand
-}
-
-// newLockedRand seeds the run's choices (victim, timings, quantities) with seed alone, so that
-// -seed S -runs 1 makes the choices of the run that printed seed S.
-func newLockedRand(seed uint64, stream uint64) *lockedRand {
-	return &lockedRand{r: mrand.New(mrand.NewPCG(seed, stream))}
-}
-
-func (l *lockedRand) intN(n int) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.r.IntN(n)
-}
-
-func (l *lockedRand) float() float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.r.Float64()
-}
-
-// between returns a duration in [lo, hi).
-func (l *lockedRand) between(lo, hi time.Duration) time.Duration {
-	if hi <= lo {
-		return lo
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return lo + time.Duration(l.r.Int64N(int64(hi-lo)))
-}
-
 func (d *drillEnv) event(format string, args ...any) {
 	e := event{at: d.rec.Now(), what: fmt.Sprintf(format, args...)}
 	d.mu.Lock()
@@ -154,7 +119,7 @@ func (d *drillEnv) note(format string, args ...any) {
 // setup starts the run's world (cluster.Start). Everything it starts is stopped, and its
 // database dropped, by d.teardown, deferred by the caller.
 func (d *drillEnv) setup(ctx context.Context) error {
-	d.victim = d.rng.intN(d.h.Cluster.Replicas)
+	d.victim = d.rng.IntN(d.h.Cluster.Replicas)
 	var victimEnv []string
 	// Customers prove who they are with tokens of the run's own issuer.
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
@@ -251,86 +216,6 @@ func (d *drillEnv) teardown() {
 	}
 }
 
-// load is the drill's traffic: operations arrive at a rate (open loop: a slow service does
-// not slow the arrivals), on two products — a hot one whose stock outlasts the fault, and a
-// scarce one that sells out again and again and is restocked all along, so that "sold out"
-// must be un-said in time.
-type load struct {
-	d       *drillEnv
-	factor  atomic.Int64 // the arrival rate's multiplier, in thousandths (burst)
-	dropped atomic.Int64 // arrivals not sent because too many operations were open
-	open    atomic.Int64
-	maxOpen int64
-}
-
-func (l *load) setFactor(f float64) { l.factor.Store(int64(f * 1000)) }
-
-// run makes arrivals until ctx ends.
-func (l *load) run(ctx context.Context) {
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	last := time.Now()
-	credit := 0.0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-tick.C:
-			credit += now.Sub(last).Seconds() * l.d.plan.rate * float64(l.factor.Load()) / 1000
-			last = now
-			for ; credit >= 1; credit-- {
-				if l.open.Load() >= l.maxOpen {
-					l.dropped.Add(1)
-					continue
-				}
-				l.one(ctx)
-			}
-		}
-	}
-}
-
-// one sends one operation: 45% orders for the hot product, 30% for the scarce one, 25% reads
-// of both. Beside closed-loop buyers the hot product's stock moves by dozens of concurrent
-// orders at a time; the model checks each batch of them as one operation (model.History), so
-// reads of it stay within Porcupine's reach.
-func (l *load) one(ctx context.Context) {
-	d := l.d
-	rolls := 100
-	if d.limited != 0 {
-		rolls = 120 // a fifth more: orders of the limited product
-	}
-	if d.holds != 0 {
-		rolls += 25 // a fifth more: buyers of the holds product (20) and reads of it (5)
-	}
-	roll := d.rng.intN(rolls)
-	limitedEnd := 100
-	if d.limited != 0 {
-		limitedEnd = 120
-	}
-	l.open.Add(1)
-	d.client.Go(func() {
-		defer l.open.Add(-1)
-		// The operation outlives the load's context: it runs to its answer (or its budget).
-		ctx := context.WithoutCancel(ctx)
-		switch {
-		case roll < 45:
-			d.client.Order(ctx, d.hot, int64(1+d.rng.intN(3)))
-		case roll < 75:
-			d.client.Order(ctx, d.scarce, int64(1+d.rng.intN(2)))
-		case roll < 88:
-			d.client.Read(ctx, d.hot)
-		case roll < 100:
-			d.client.Read(ctx, d.scarce)
-		case roll < limitedEnd:
-			d.client.OrderAs(ctx, d.regularCustomer(), d.limited, int64(1+d.rng.intN(limitedLimit)))
-		case roll < limitedEnd+20:
-			d.holdBuyer(ctx)
-		default:
-			d.client.Read(ctx, d.holds)
-		}
-	})
-}
-
 // limitedLimit is the limited product's max_per_customer; orders are of 1 to limitedLimit
 // units, so that a customer's second order often exceeds it.
 const limitedLimit = 2
@@ -340,7 +225,7 @@ const limitedLimit = 2
 // arriving.
 func (d *drillEnv) regularCustomer() string {
 	n := 3 + int(d.regular.Add(1))/4
-	return fmt.Sprintf("%s-regular-%d", d.client.Tag(), d.rng.intN(n))
+	return fmt.Sprintf("%s-regular-%d", d.client.Tag(), d.rng.IntN(n))
 }
 
 // createLimited creates the product with sale rules: it opens half the warm-up after its
@@ -358,29 +243,6 @@ func (d *drillEnv) createLimited(ctx context.Context) (int64, error) {
 // limitedStock outlasts what the limited product's customers may buy in any drill.
 const limitedStock = 100_000
 
-// restock restocks the scarce product every 400–800 ms and the hot one every 4 s, one
-// restock at a time, until ctx ends.
-func (l *load) restock(ctx context.Context) {
-	d := l.d
-	nextHot := time.Now().Add(4 * time.Second)
-	for {
-		if clock.Sleep(ctx, d.rng.between(400*time.Millisecond, 800*time.Millisecond)) != nil {
-			return
-		}
-		bg := context.WithoutCancel(ctx)
-		d.client.Restock(bg, d.scarce, int64(1+d.rng.intN(3)))
-		if d.holds != 0 && d.rng.intN(2) == 0 {
-			// Paid holds take units for good: a restock now and then keeps the product
-			// selling, and its stock moving both ways.
-			d.client.Restock(bg, d.holds, int64(1+d.rng.intN(2)))
-		}
-		if time.Now().After(nextHot) {
-			d.client.Restock(bg, d.hot, 10)
-			nextHot = time.Now().Add(4 * time.Second)
-		}
-	}
-}
-
 // hotStock sizes the hot product so that it outlasts the fault at the rate the scenario
 // drives: the orders it gets at 2 units on average, over the whole run, doubled.
 func (d *drillEnv) hotStock() int64 {
@@ -394,19 +256,6 @@ func (d *drillEnv) hotStock() int64 {
 // rushStock is the hot product's stock in a scenario with closed-loop buyers: more than they
 // can buy in a drill, so that every order of theirs can be confirmed.
 const rushStock = 1_000_000
-
-// rush runs n closed-loop buyers of the hot product until ctx ends, each an operation of the
-// client (so that d.client.wait waits for the last orders).
-func (d *drillEnv) rush(ctx context.Context, n int) {
-	for range n {
-		d.client.Go(func() {
-			for ctx.Err() == nil {
-				// An order runs to its answer (or its budget) even when the load stops.
-				d.client.Buy(context.WithoutCancel(ctx), d.hot)
-			}
-		})
-	}
-}
 
 // drillOutcome is one run's verdict and figures.
 type drillOutcome struct {

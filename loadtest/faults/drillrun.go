@@ -17,6 +17,7 @@ import (
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 	"github.com/stocksvc/stocksvc/loadtest/report"
+	"github.com/stocksvc/stocksvc/loadtest/traffic"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -28,7 +29,7 @@ import (
 // runDrill runs scenario sc once and judges it.
 func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run int, seed uint64) drillOutcome {
 	out := drillOutcome{scenario: sc.name, run: run, seed: seed}
-	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(seed, 0), rec: model.NewRecorder(),
+	d := &drillEnv{h: h, plan: plan, sc: sc, rng: traffic.NewRand(seed, 0), rec: model.NewRecorder(),
 		dir: filepath.Join(h.Out, fmt.Sprintf("%s-%d", sc.name, run))}
 	out.err = h.drill(ctx, d, &out)
 	return out
@@ -163,19 +164,20 @@ func (d *drillEnv) watchReleases(ctx context.Context) (w *verdict.ReleaseWatcher
 // tail, then stops the load and waits for every operation's answer. It returns when the fault
 // was in force; an error only when the fault could not be injected (a signal is not one).
 func (d *drillEnv) sell(ctx context.Context) (faultStart, faultEnd time.Duration, err error) {
-	d.load = &load{d: d, maxOpen: 400}
-	d.load.setFactor(1)
+	d.load = &traffic.Mix{Client: d.client, Rand: d.rng, Rate: d.plan.rate, MaxOpen: 400, Hot: d.hot, Scarce: d.scarce,
+		Limited: d.limited, LimitedCustomer: d.regularCustomer, LimitedMax: limitedLimit, Holds: d.holds, HoldBuyer: d.holdBuyer}
+	d.load.SetFactor(1)
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { d.load.run(loadCtx) })
-	wg.Go(func() { d.load.restock(loadCtx) })
-	d.rush(loadCtx, d.sc.buyers)
+	wg.Go(func() { d.load.Run(loadCtx) })
+	wg.Go(func() { d.load.Restock(loadCtx) })
+	traffic.Rush(loadCtx, d.client, d.hot, d.sc.buyers)
 	d.announce()
 	faultStart, faultEnd, faultErr := d.injectAndHeal(ctx)
 	stopLoad()
 	wg.Wait()
 	d.client.Wait() // every operation runs to its answer or its retry budget
-	d.event("load stopped; %d arrivals dropped (too many open operations)", d.load.dropped.Load())
+	d.event("load stopped; %d arrivals dropped (too many open operations)", d.load.Dropped())
 	if faultErr != nil && ctx.Err() == nil {
 		return 0, 0, fmt.Errorf("inject %s: %w", d.sc.name, faultErr)
 	}

@@ -254,7 +254,7 @@ func (d *drillEnv) primeVictim(ctx context.Context, r *cluster.Replica) {
 			}
 		}
 	})
-	_ = clock.Sleep(ctx, d.rng.between(50*time.Millisecond, 90*time.Millisecond))
+	_ = clock.Sleep(ctx, d.rng.Between(50*time.Millisecond, 90*time.Millisecond))
 }
 
 func rollingRestart(ctx context.Context, d *drillEnv) error {
@@ -335,7 +335,7 @@ func expireLocks(ctx context.Context, d *drillEnv) error {
 		if err == nil {
 			deleted += n
 		}
-		if err := clock.Sleep(ctx, d.rng.between(20*time.Millisecond, 80*time.Millisecond)); err != nil {
+		if err := clock.Sleep(ctx, d.rng.Between(20*time.Millisecond, 80*time.Millisecond)); err != nil {
 			return err
 		}
 	}
@@ -400,9 +400,9 @@ func redisPartition(ctx context.Context, d *drillEnv) error {
 
 func burst(ctx context.Context, d *drillEnv) error {
 	d.event("arrivals at 10× for 2s")
-	d.load.setFactor(10)
+	d.load.SetFactor(10)
 	err := clock.Sleep(ctx, 2*time.Second)
-	d.load.setFactor(1)
+	d.load.SetFactor(1)
 	d.event("arrivals back to 1×")
 	return err
 }

@@ -71,21 +71,21 @@ func (d *drillEnv) holdBuyer(ctx context.Context) {
 	if !d.holdsOpen.enter() {
 		return
 	}
-	order := d.client.Order(ctx, d.holds, int64(1+d.rng.intN(2)))
+	order := d.client.Order(ctx, d.holds, int64(1+d.rng.IntN(2)))
 	d.holdsOpen.leave()
 	if order.Out.Outcome != model.Held || order.OrderID == "" {
 		return
 	}
-	roll := d.rng.float()
+	roll := d.rng.Float()
 	if roll >= 0.45 {
 		return
 	}
-	if clock.Sleep(ctx, d.rng.between(0, holdFor+time.Second)) != nil {
+	if clock.Sleep(ctx, d.rng.Between(0, holdFor+time.Second)) != nil {
 		return
 	}
-	kind, twice := model.KindConfirm, d.rng.intN(10) == 0
+	kind, twice := model.KindConfirm, d.rng.IntN(10) == 0
 	if roll >= 0.30 {
-		kind, twice = model.KindCancel, d.rng.intN(5) == 0
+		kind, twice = model.KindCancel, d.rng.IntN(5) == 0
 	}
 	settle := func() {
 		if !d.holdsOpen.enter() {

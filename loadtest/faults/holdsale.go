@@ -18,6 +18,7 @@ import (
 	"github.com/stocksvc/stocksvc/loadtest/client"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
+	"github.com/stocksvc/stocksvc/loadtest/traffic"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -77,7 +78,7 @@ type holdsFigures struct {
 
 func (h *harness) holdsSale(ctx context.Context, o HoldsOptions) error {
 	sc := scenario{name: "holds-sale", about: "the sale with holds beside the plain sale"}
-	d := &drillEnv{h: h, plan: drillPlan{lockTTL: 2 * time.Second}, sc: sc, rng: newLockedRand(o.Seed, 0), rec: model.NewRecorder(),
+	d := &drillEnv{h: h, plan: drillPlan{lockTTL: 2 * time.Second}, sc: sc, rng: traffic.NewRand(o.Seed, 0), rec: model.NewRecorder(),
 		dir: filepath.Join(h.Out, "holds-sale")}
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return err
@@ -126,14 +127,14 @@ func (h *harness) holdsSale(ctx context.Context, o HoldsOptions) error {
 			if order.Out.Outcome != model.Held || order.OrderID == "" {
 				return
 			}
-			roll := d.rng.float()
+			roll := d.rng.Float()
 			var kind model.Kind
 			var wait time.Duration
 			switch {
 			case roll < o.Pay:
-				kind, wait = model.KindConfirm, d.rng.between(200*time.Millisecond, 2*o.HoldFor/3)
+				kind, wait = model.KindConfirm, d.rng.Between(200*time.Millisecond, 2*o.HoldFor/3)
 			case roll < o.Pay+o.Cancel:
-				kind, wait = model.KindCancel, d.rng.between(0, o.HoldFor/2)
+				kind, wait = model.KindCancel, d.rng.Between(0, o.HoldFor/2)
 			default:
 				return // never pays: the expiry gives the unit back
 			}

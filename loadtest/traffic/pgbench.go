@@ -1,7 +1,9 @@
-// Package traffic is the load the harness's modes put on a deployment, beside the modes that
-// judge it: today the physical anchor every comparison is measured against (pgbench's bare
-// conditional decrement), which the sale's -compare and the benchmarks' -throughput both run,
-// so that neither mode imports the other. The drills' buyers, scripts and rushes belong here too.
+// Package traffic is the load the harness's modes put on a deployment, apart from the modes
+// that judge it: the drills' mix of operations at a rate and their closed-loop buyers (Mix,
+// Rush, on package client), the seeded randomness a run's choices come from (Rand), and the
+// physical anchor every comparison is measured against (PGBench: pgbench's bare conditional
+// decrement), which the sale's -compare and the benchmarks' -throughput both run, so that
+// neither mode imports the other.
 package traffic
 
 import (
