@@ -137,7 +137,7 @@ func pickFloodKinds(spec string) ([]floodKind, error) {
 // unique to the process, then the thread, a counter and randomness. With $DELAY_MS, each
 // connection waits that long before each request. It prints the answers by status
 // (`wrk-status`), as statusLua does.
-const floodLua = `
+var floodLua = wrkScript(`
 local mode = os.getenv("MODE") or "get"
 local product = os.getenv("PRODUCT")
 local prefix = os.getenv("KEYPREFIX") or "k"
@@ -154,16 +154,6 @@ local b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 if pause > 0 then
   function delay() return pause end
 end
-local threads = {}
-function setup(thread)
-  table.insert(threads, thread)
-  thread:set("tid", #threads)
-end
-function init(args)
-  math.randomseed(os.time() * 1000 + tid)
-  counter = 0
-  statuses = {}
-end
 -- signature returns n random base64url characters and the fixed last one.
 local function signature(n)
   local s = {}
@@ -175,8 +165,7 @@ local function signature(n)
 end
 if mode == "order" or mode == "missing" or mode == "forged" then
   function request()
-    counter = counter + 1
-    local key = string.format("%s-%d-%d-%08x%08x", prefix, tid, counter, math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
+    local key = newKey(prefix)
     local id = product
     if mode == "missing" then
       id = string.format("7%012d", math.random(0, 999999999))
@@ -194,16 +183,12 @@ if mode == "order" or mode == "missing" or mode == "forged" then
   end
 end
 function response(status, headers, body)
-  statuses[status] = (statuses[status] or 0) + 1
+  countStatus(status)
 end
 function done(summary, latency, requests)
-  for _, t in ipairs(threads) do
-    for code, n in pairs(t:get("statuses")) do
-      io.write(string.format("wrk-status %d %d\n", code, n))
-    end
-  end
+  printStatuses()
 end
-`
+`)
 
 // floodRound is what one round measured.
 type floodRound struct {

@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -357,5 +359,39 @@ func TestReplayChecks(t *testing.T) {
 	}
 	if got := fmt.Sprintf("%.2f", bad[1].ratio); got != "0.50" {
 		t.Errorf("sequential ratio %s, want 0.50", got)
+	}
+}
+
+// TestOrderScriptSendsFreshOrders runs orderLua, the throughput benchmark's closed loop, and
+// checks that every request is an order of $PRODUCT with a key no other request had, and that
+// the script, which has no response(), prints no counts of its own.
+func TestOrderScriptSendsFreshOrders(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	keys := map[string]int{}
+	var wrong atomic.Int64
+	svc := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method != http.MethodPost || !strings.Contains(string(body), `"product_id":5,`) {
+			wrong.Add(1)
+		}
+		mu.Lock()
+		keys[r.Header.Get("Idempotency-Key")]++
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	})
+	res := runScript(t, orderLua, []string{"PRODUCT=5"}, svc)
+	if res.requests == 0 || wrong.Load() != 0 {
+		t.Fatalf("%d requests, %d not an order of product 5", res.requests, wrong.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for k, n := range keys {
+		if k == "" || n != 1 {
+			t.Fatalf("key %q sent %d times: want every key once", k, n)
+		}
+	}
+	if strings.Contains(res.out, "wrk-status") {
+		t.Fatalf("orderLua printed status counts:\n%s", res.out)
 	}
 }

@@ -81,19 +81,11 @@ var replayModes = []string{replayFresh, replaySequential, replayConcurrent}
 // (`refused`, by status as `refused-NNN`); a first answer that was not 201 makes the second a
 // retry, not a replay (`retry`). Every mode runs the same code per answer, so that the
 // counting costs each the same.
-const replayLua = `
+var replayLua = wrkScript(`
 local mode = os.getenv("MODE") or "fresh"
 local product = os.getenv("PRODUCT")
 local prefix = os.getenv("KEYPREFIX") or "r"
-local threads = {}
-function setup(thread)
-  table.insert(threads, thread)
-  thread:set("tid", #threads)
-end
-function init(args)
-  math.randomseed(os.time() * 1000 + tid)
-  counter = 0
-  statuses = {}
+function start()
   counts = {}
   queue = {}
   head, tail = 1, 0
@@ -117,8 +109,7 @@ function request()
     count("second-sent")
     return order(key)
   end
-  counter = counter + 1
-  local key = string.format("%s-%d-%d-%08x%08x", prefix, tid, counter, math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
+  local key = newKey(prefix)
   if mode == "concurrent" then
     tail = tail + 1
     queue[tail] = key
@@ -126,7 +117,7 @@ function request()
   return order(key)
 end
 function response(status, headers, body)
-  statuses[status] = (statuses[status] or 0) + 1
+  countStatus(status)
   -- HAProxy hands header names on in lower case.
   local key, loc, replayed = nil, "", false
   for name, value in pairs(headers) do
@@ -165,16 +156,13 @@ function response(status, headers, body)
   end
 end
 function done(summary, latency, requests)
-  for _, t in ipairs(threads) do
-    for code, n in pairs(t:get("statuses")) do
-      io.write(string.format("wrk-status %d %d\n", code, n))
-    end
+  printStatuses(function(t)
     for name, n in pairs(t:get("counts")) do
       io.write(string.format("wrk-count %s %d\n", name, n))
     end
-  end
+  end)
 end
-`
+`)
 
 // replayRound is what one round measured.
 type replayRound struct {

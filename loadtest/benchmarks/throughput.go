@@ -20,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/report"
-	"github.com/stocksvc/stocksvc/loadtest/sale"
+	"github.com/stocksvc/stocksvc/loadtest/traffic"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
@@ -217,11 +217,11 @@ func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
 		defer c.Close()
 		h.Printf("[throughput] on a Patroni topology: a primary and two standbys, synchronous_mode_strict, fsync on (%s)\n", c.HA.Timing)
 	}
-	anchor := func() (sale.Comparison, error) {
+	anchor := func() (traffic.Anchor, error) {
 		if o.PostgresHA {
-			return sale.PGBenchAnchorOn(ctx, h.Harness, c.ServerURL, o.PGBenchClients, 0)
+			return traffic.PGBench(ctx, h.Harness, c.ServerURL, o.PGBenchClients)
 		}
-		return sale.PGBenchAnchor(ctx, h.Harness, o.PGBenchClients, 0)
+		return traffic.PGBench(ctx, h.Harness, h.Cluster.DatabaseURL, o.PGBenchClients)
 	}
 	before, err := anchor()
 	if err != nil {
@@ -304,8 +304,8 @@ func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
 		return err
 	}
 	load("pgbench alone", began)
-	anchors := []sale.Comparison{before, after}
-	best := max(before.PurchasesPerS, after.PurchasesPerS)
+	anchors := []traffic.Anchor{before, after}
+	best := max(before.TPS, after.TPS)
 	h.Printf("[throughput]   %.0f confirmed/s (%.2f× pgbench's better run)\n", peak.confirmedPerS(), peak.confirmedPerS()/best)
 	phases := []phase{peak}
 	for _, f := range []float64{0.8, 2} {
@@ -338,7 +338,9 @@ func (h *harness) throughput(ctx context.Context, o ThroughputOptions) error {
 	if err != nil {
 		return err
 	}
-	run := throughputPageRun(h.Cluster.Replicas, o, samples, loads, checks, []float64{before.PurchasesPerS, after.PurchasesPerS})
+	run := report.ThroughputRun(report.Throughput{Replicas: h.Cluster.Replicas, Clients: o.Clients, Duration: o.Duration,
+		PGBenchClients: o.PGBenchClients, Stock: throughputStock, Samples: samples, SampleEvery: sampleEvery, Loads: loads,
+		Checks: checks, Anchors: []float64{before.TPS, after.TPS}})
 	run.Files = []report.Field{{Name: "table", Value: "throughput.md"}, {Name: "CPU profile of r1", Value: "throughput/r1.cpu.pprof"}}
 	page := report.Page{Title: "stocksvc throughput", Command: "go run -C loadtest . " + strings.Join(h.Args, " "), Runs: []report.Run{run}}
 	path = filepath.Join(h.Out, "report.html")
@@ -363,12 +365,12 @@ func ledgerChecks(ctx context.Context, databaseURL string) ([]report.Check, erro
 	return verdict.Checks(invs), nil
 }
 
-func throughputReport(replicas int, o ThroughputOptions, anchors []sale.Comparison, phases []phase) string {
+func throughputReport(replicas int, o ThroughputOptions, anchors []traffic.Anchor, phases []phase) string {
 	var b strings.Builder
 	peak := phases[0]
 	best := 0.0
 	for _, a := range anchors {
-		best = max(best, a.PurchasesPerS)
+		best = max(best, a.TPS)
 	}
 	fmt.Fprintf(&b, "One run: %d replicas behind HAProxy, one product, every order one unit with its own Idempotency-Key; pgbench measured in the same run, before and after the closed loop, and ratios taken against its better run.\n\n", replicas)
 	if o.PostgresHA {
@@ -379,7 +381,7 @@ func throughputReport(replicas int, o ThroughputOptions, anchors []sale.Comparis
 	for i, a := range anchors {
 		when := []string{"before", "after"}[min(i, 1)]
 		fmt.Fprintf(&b, "| pgbench %s: %d clients, bare `UPDATE ... WHERE stock > 0` | pgbench | closed | | %.0f tx/s | %.2f× | – / %.1f ms | | | |\n",
-			when, o.PGBenchClients, a.PurchasesPerS, a.PurchasesPerS/best, a.P99Confirmed)
+			when, o.PGBenchClients, a.TPS, a.TPS/best, a.P99)
 	}
 	for _, p := range phases {
 		offered := fmt.Sprintf("%d clients", o.Clients)

@@ -24,29 +24,19 @@ import (
 
 // orderLua makes each wrk request a new order of one unit of product $PRODUCT, with its own
 // customer and Idempotency-Key (thread number, counter and randomness: unique across threads).
-const orderLua = `
+var orderLua = wrkScript(`
 local product = os.getenv("PRODUCT")
 local pause = tonumber(os.getenv("DELAY_MS") or "0")
 if pause > 0 then
   -- Paced: each connection waits this long before its next request.
   function delay() return pause end
 end
-local threads = 0
-function setup(thread)
-  threads = threads + 1
-  thread:set("tid", threads)
-end
-function init(args)
-  math.randomseed(os.time() * 1000 + tid)
-  counter = 0
-end
 function request()
-  counter = counter + 1
-  local key = string.format("wrk-%d-%d-%08x%08x", tid, counter, math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
+  local key = newKey("wrk")
   local body = string.format('{"customer_id":"c%d-%d","items":[{"product_id":%s,"quantity":1}]}', tid, counter, product)
   return wrk.format("POST", "/v1/orders", {["Content-Type"] = "application/json", ["Idempotency-Key"] = key}, body)
 end
-`
+`)
 
 // statusLua counts wrk's answers by status, which wrk alone does not (it counts non-2xx, all
 // together), and prints the counts when the run is over, one line per thread and status. It
@@ -55,42 +45,30 @@ end
 // whose problem code is not sold-out is counted apart: the sold-out rounds must see none.
 // Every round of the -cache mode runs this one script, so that the counting costs each kind
 // of round the same.
-const statusLua = `
+var statusLua = wrkScript(`
 local product = os.getenv("PRODUCT")
-local threads = {}
-function setup(thread)
-  table.insert(threads, thread)
-  thread:set("tid", #threads)
-end
-function init(args)
-  math.randomseed(os.time() * 1000 + tid)
-  counter = 0
-  statuses = {}
+function start()
   notSoldOut = 0
 end
 if product then
   function request()
-    counter = counter + 1
-    local key = string.format("wrk-%d-%d-%08x%08x", tid, counter, math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
+    local key = newKey("wrk")
     local body = string.format('{"customer_id":"c%d-%d","items":[{"product_id":%s,"quantity":1}]}', tid, counter, product)
     return wrk.format("POST", "/v1/orders", {["Content-Type"] = "application/json", ["Idempotency-Key"] = key}, body)
   end
 end
 function response(status, headers, body)
-  statuses[status] = (statuses[status] or 0) + 1
+  countStatus(status)
   if status == 409 and not string.find(body or "", '"code":"sold-out"', 1, true) then
     notSoldOut = notSoldOut + 1
   end
 end
 function done(summary, latency, requests)
-  for _, t in ipairs(threads) do
-    for code, n in pairs(t:get("statuses")) do
-      io.write(string.format("wrk-status %d %d\n", code, n))
-    end
+  printStatuses(function(t)
     io.write(string.format("wrk-409-not-sold-out %d\n", t:get("notSoldOut")))
-  end
+  end)
 end
-`
+`)
 
 // notCreated counts the answers wrk saw that were not a 2xx: it does not tell them apart.
 const notCreated = 999

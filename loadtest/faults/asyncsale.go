@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -16,10 +17,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/internal/clock"
+	"github.com/stocksvc/stocksvc/loadtest/client"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
+	"github.com/stocksvc/stocksvc/loadtest/report"
+	"github.com/stocksvc/stocksvc/loadtest/traffic"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -77,7 +82,7 @@ type asyncFigures struct {
 func (h *harness) asyncSale(ctx context.Context, o AsyncOptions) error {
 	sc := scenario{name: "async-sale", about: "every order Prefer: respond-async; SIGKILL a replica mid-sale, restart it"}
 	plan := drillPlan{lockTTL: 2 * time.Second}
-	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(o.Seed, 0), rec: model.NewRecorder(),
+	d := &drillEnv{h: h, plan: plan, sc: sc, rng: traffic.NewRand(o.Seed, 0), rec: model.NewRecorder(),
 		dir: filepath.Join(h.Out, "async-sale")}
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return err
@@ -87,9 +92,9 @@ func (h *harness) asyncSale(ctx context.Context, o AsyncOptions) error {
 		return err
 	}
 	front := fmt.Sprintf("http://127.0.0.1:%d", d.c.Front)
-	d.client = newDrillClient([]string{front}, d.c.Token, "async", 10*time.Second, d.rec, retryPolicy{})
-	defer d.client.close()
-	product, err := d.client.createProduct(ctx, "ASYNC-"+rand.Text()[:6], int64(o.Stock))
+	d.client = client.New([]string{front}, d.c.Token, "async", 10*time.Second, d.rec, client.RetryPolicy{})
+	defer d.client.Close()
+	product, err := d.client.CreateProduct(ctx, "ASYNC-"+rand.Text()[:6], int64(o.Stock))
 	if err != nil {
 		return err
 	}
@@ -101,7 +106,7 @@ func (h *harness) asyncSale(ctx context.Context, o AsyncOptions) error {
 	var fig asyncFigures
 	fig.killedAt, fig.pausedAt = -1, -1
 	if o.Baseline {
-		other, err := d.client.createProduct(ctx, "SYNC-"+rand.Text()[:6], int64(o.Stock))
+		other, err := d.client.CreateProduct(ctx, "SYNC-"+rand.Text()[:6], int64(o.Stock))
 		if err != nil {
 			return err
 		}
@@ -253,7 +258,7 @@ func (h *harness) openLoop(ctx context.Context, o AsyncOptions, d *drillEnv, htt
 		case <-tick.C:
 		}
 		n++
-		o := &asyncOrder{key: fmt.Sprintf("%s-%d-%d", d.c.Prefix, product, n), qty: int64(1 + d.rng.intN(2)), ids: map[string]bool{}, sent: d.rec.Now()}
+		o := &asyncOrder{key: fmt.Sprintf("%s-%d-%d", d.c.Prefix, product, n), qty: int64(1 + d.rng.IntN(2)), ids: map[string]bool{}, sent: d.rec.Now()}
 		mu.Lock()
 		orders = append(orders, o)
 		mu.Unlock()
@@ -539,4 +544,47 @@ func (h *harness) asyncReport(dir string, o AsyncOptions, fig asyncFigures, chec
 	}
 	h.Printf("verdict: PASS\n")
 	return nil
+}
+
+// writeAsyncPage writes the sale's page (report.AsyncPage) to its directory, with the
+// decisions and the product's stock read from Postgres.
+func (d *drillEnv) writeAsyncPage(ctx context.Context, pool *pgxpool.Pool, product int64, o AsyncOptions, fig asyncFigures, orders []*asyncOrder,
+	checks []verdict.Invariant, result error) error {
+	outcome := "PASS"
+	if errors.Is(result, env.ErrFailed) {
+		outcome = "FAIL"
+	}
+	page := report.AsyncSale{
+		Replicas: d.h.Cluster.Replicas, Rate: o.Rate, Stock: o.Stock, Duration: o.Duration, Seed: o.Seed,
+		KillAfter: o.KillAfter, PauseAfter: o.PauseAfter, PauseFor: o.PauseFor, Verdict: outcome, Checks: verdict.Checks(checks),
+		Sent: fig.sent, Retried: fig.retried, Accepted: fig.accepted, RefusedAtOnce: fig.refusedAtOnce, Failed: fig.failed,
+		Confirmed: fig.confirmed, Rejected: fig.rejected, Pending: fig.pending,
+		AcceptP50: fig.acceptP50, AcceptP99: fig.acceptP99, P50: fig.p50, P99: fig.p99, Max: fig.max,
+	}
+	for _, ord := range orders {
+		page.Orders = append(page.Orders, report.AsyncOrder{Status: ord.status, Sent: ord.sent, Answered: ord.answered})
+	}
+	rows, _ := pool.Query(ctx, `SELECT decided_at, status FROM async_orders WHERE product_id = $1 AND decided_at IS NOT NULL`, product)
+	var decided time.Time
+	var status string
+	_, err := pgx.ForEachRow(rows, []any{&decided, &status}, func() error {
+		page.Decisions = append(page.Decisions, report.AsyncDecision{At: max(0, decided.Sub(d.rec.Start)), Status: status})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read the decisions: %w", err)
+	}
+	if page.Product, err = verdict.StockLine(ctx, pool, product, "product", d.rec.Start); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	for _, w := range d.faults {
+		page.Faults = append(page.Faults, report.Window{Start: w.start, End: w.end})
+	}
+	for _, e := range d.events {
+		page.Events = append(page.Events, report.Mark{At: e.at, Label: e.what})
+	}
+	d.mu.Unlock()
+	command := "go run -C loadtest . " + strings.Join(d.h.Args, " ")
+	return report.Write(filepath.Join(d.dir, pageName), report.AsyncPage(command, page))
 }

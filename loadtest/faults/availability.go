@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stocksvc/stocksvc/loadtest/client"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
@@ -81,7 +82,7 @@ func measureAvailability(ops []*model.Op, faults []window) availability {
 				busy[slice] = true
 			case failed:
 				down[slice] = true
-			case at.Status == http.StatusCreated || at.Status == http.StatusConflict && ruleCodes[at.Code]:
+			case at.Status == http.StatusCreated || at.Status == http.StatusConflict && client.RuleCodes[at.Code]:
 				decided = append(decided, at.End)
 			case at.Status == http.StatusConflict && at.Code == "idempotency-key-in-flight" && answeredByReplica:
 				a.staleInFlight++

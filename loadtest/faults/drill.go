@@ -4,23 +4,22 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	mrand "math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stocksvc/stocksvc/internal/clock"
+	"github.com/stocksvc/stocksvc/loadtest/client"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/failpoint"
 	"github.com/stocksvc/stocksvc/loadtest/model"
+	"github.com/stocksvc/stocksvc/loadtest/traffic"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -53,14 +52,14 @@ type drillEnv struct {
 	sc      scenario
 	dir     string
 	c       *cluster.Cluster
-	rng     *lockedRand
+	rng     *traffic.Rand
 	rec     *model.Recorder
-	client  *drillClient
-	load    *load
+	client  *client.Client
+	load    *traffic.Mix
 	victim  int
 	catches map[string]float64
-	pgProxy *tcpProxy // between the victim and Postgres
-	rdProxy *tcpProxy // between the victim and Redis
+	pgProxy *failpoint.Proxy // between the victim and Postgres
+	rdProxy *failpoint.Proxy // between the victim and Redis
 	hot     int64
 	scarce  int64
 	limited int64 // the product with sale rules
@@ -89,40 +88,6 @@ type event struct {
 
 // window is when a fault was in force.
 type window struct{ start, end time.Duration }
-
-// lockedRand is the run's seeded randomness, shared by its goroutines.
-type lockedRand struct {
-	mu sync.Mutex
-	r  *mrand.Rand
-}
-
-// newLockedRand seeds the run's choices (victim, timings, quantities) with seed alone, so that
-// -seed S -runs 1 makes the choices of the run that printed seed S.
-func newLockedRand(seed uint64, stream uint64) *lockedRand {
-	return &lockedRand{r: mrand.New(mrand.NewPCG(seed, stream))}
-}
-
-func (l *lockedRand) intN(n int) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.r.IntN(n)
-}
-
-func (l *lockedRand) float() float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.r.Float64()
-}
-
-// between returns a duration in [lo, hi).
-func (l *lockedRand) between(lo, hi time.Duration) time.Duration {
-	if hi <= lo {
-		return lo
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return lo + time.Duration(l.r.Int64N(int64(hi-lo)))
-}
 
 func (d *drillEnv) event(format string, args ...any) {
 	e := event{at: d.rec.Now(), what: fmt.Sprintf(format, args...)}
@@ -154,7 +119,7 @@ func (d *drillEnv) note(format string, args ...any) {
 // setup starts the run's world (cluster.Start). Everything it starts is stopped, and its
 // database dropped, by d.teardown, deferred by the caller.
 func (d *drillEnv) setup(ctx context.Context) error {
-	d.victim = d.rng.intN(d.h.Cluster.Replicas)
+	d.victim = d.rng.IntN(d.h.Cluster.Replicas)
 	var victimEnv []string
 	// Customers prove who they are with tokens of the run's own issuer.
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
@@ -175,21 +140,21 @@ func (d *drillEnv) setup(ctx context.Context) error {
 		BeforeReplicas: func(c *cluster.Cluster) error {
 			if d.sc.proxyPostgres {
 				u, _ := url.Parse(c.DatabaseURL)
-				p, err := newTCPProxy("pg", u.Host, true)
+				p, err := failpoint.NewProxy("pg", u.Host, true)
 				if err != nil {
 					return err
 				}
 				d.pgProxy = p
-				victimEnv = append(victimEnv, "DATABASE_URL="+cluster.WithHost(c.DatabaseURL, p.addr()))
+				victimEnv = append(victimEnv, "DATABASE_URL="+cluster.WithHost(c.DatabaseURL, p.Addr()))
 			}
 			if d.sc.proxyRedis {
 				u, _ := url.Parse(c.RedisURL)
-				p, err := newTCPProxy("redis", u.Host, false)
+				p, err := failpoint.NewProxy("redis", u.Host, false)
 				if err != nil {
 					return err
 				}
 				d.rdProxy = p
-				victimEnv = append(victimEnv, "REDIS_URL="+cluster.WithHost(c.RedisURL, p.addr()))
+				victimEnv = append(victimEnv, "REDIS_URL="+cluster.WithHost(c.RedisURL, p.Addr()))
 			}
 			return nil
 		},
@@ -241,94 +206,14 @@ func (d *drillEnv) teardown() {
 		}
 	}
 	if d.pgProxy != nil {
-		d.pgProxy.stop()
+		d.pgProxy.Stop()
 	}
 	if d.rdProxy != nil {
-		d.rdProxy.stop()
+		d.rdProxy.Stop()
 	}
 	if d.c != nil {
 		d.c.Close()
 	}
-}
-
-// load is the drill's traffic: operations arrive at a rate (open loop: a slow service does
-// not slow the arrivals), on two products — a hot one whose stock outlasts the fault, and a
-// scarce one that sells out again and again and is restocked all along, so that "sold out"
-// must be un-said in time.
-type load struct {
-	d       *drillEnv
-	factor  atomic.Int64 // the arrival rate's multiplier, in thousandths (burst)
-	dropped atomic.Int64 // arrivals not sent because too many operations were open
-	open    atomic.Int64
-	maxOpen int64
-}
-
-func (l *load) setFactor(f float64) { l.factor.Store(int64(f * 1000)) }
-
-// run makes arrivals until ctx ends.
-func (l *load) run(ctx context.Context) {
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	last := time.Now()
-	credit := 0.0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-tick.C:
-			credit += now.Sub(last).Seconds() * l.d.plan.rate * float64(l.factor.Load()) / 1000
-			last = now
-			for ; credit >= 1; credit-- {
-				if l.open.Load() >= l.maxOpen {
-					l.dropped.Add(1)
-					continue
-				}
-				l.one(ctx)
-			}
-		}
-	}
-}
-
-// one sends one operation: 45% orders for the hot product, 30% for the scarce one, 25% reads
-// of both. Beside closed-loop buyers the hot product's stock moves by dozens of concurrent
-// orders at a time; the model checks each batch of them as one operation (model.History), so
-// reads of it stay within Porcupine's reach.
-func (l *load) one(ctx context.Context) {
-	d := l.d
-	rolls := 100
-	if d.limited != 0 {
-		rolls = 120 // a fifth more: orders of the limited product
-	}
-	if d.holds != 0 {
-		rolls += 25 // a fifth more: buyers of the holds product (20) and reads of it (5)
-	}
-	roll := d.rng.intN(rolls)
-	limitedEnd := 100
-	if d.limited != 0 {
-		limitedEnd = 120
-	}
-	l.open.Add(1)
-	d.client.goOp(func() {
-		defer l.open.Add(-1)
-		// The operation outlives the load's context: it runs to its answer (or its budget).
-		ctx := context.WithoutCancel(ctx)
-		switch {
-		case roll < 45:
-			d.client.order(ctx, d.hot, int64(1+d.rng.intN(3)))
-		case roll < 75:
-			d.client.order(ctx, d.scarce, int64(1+d.rng.intN(2)))
-		case roll < 88:
-			d.client.read(ctx, d.hot)
-		case roll < 100:
-			d.client.read(ctx, d.scarce)
-		case roll < limitedEnd:
-			d.client.orderAs(ctx, d.regularCustomer(), d.limited, int64(1+d.rng.intN(limitedLimit)))
-		case roll < limitedEnd+20:
-			d.holdBuyer(ctx)
-		default:
-			d.client.read(ctx, d.holds)
-		}
-	})
 }
 
 // limitedLimit is the limited product's max_per_customer; orders are of 1 to limitedLimit
@@ -340,7 +225,7 @@ const limitedLimit = 2
 // arriving.
 func (d *drillEnv) regularCustomer() string {
 	n := 3 + int(d.regular.Add(1))/4
-	return fmt.Sprintf("%s-regular-%d", d.client.tag, d.rng.intN(n))
+	return fmt.Sprintf("%s-regular-%d", d.client.Tag(), d.rng.IntN(n))
 }
 
 // createLimited creates the product with sale rules: it opens half the warm-up after its
@@ -348,38 +233,15 @@ func (d *drillEnv) regularCustomer() string {
 // Postgres's clock judges it) and sells at most limitedLimit units to a customer; the drill
 // ends its sale halfway through the tail (endLimited). With -rules=false it has none.
 func (d *drillEnv) createLimited(ctx context.Context) (int64, error) {
-	var rules saleRules
+	var rules client.SaleRules
 	if d.plan.rules {
-		rules = saleRules{opens: time.Now().Add(d.plan.warmup / 2), limit: limitedLimit}
+		rules = client.SaleRules{Opens: time.Now().Add(d.plan.warmup / 2), Limit: limitedLimit}
 	}
-	return d.client.createSale(ctx, "LIMITED-"+rand.Text()[:6], limitedStock, rules)
+	return d.client.CreateSale(ctx, "LIMITED-"+rand.Text()[:6], limitedStock, rules)
 }
 
 // limitedStock outlasts what the limited product's customers may buy in any drill.
 const limitedStock = 100_000
-
-// restock restocks the scarce product every 400–800 ms and the hot one every 4 s, one
-// restock at a time, until ctx ends.
-func (l *load) restock(ctx context.Context) {
-	d := l.d
-	nextHot := time.Now().Add(4 * time.Second)
-	for {
-		if clock.Sleep(ctx, d.rng.between(400*time.Millisecond, 800*time.Millisecond)) != nil {
-			return
-		}
-		bg := context.WithoutCancel(ctx)
-		d.client.restock(bg, d.scarce, int64(1+d.rng.intN(3)))
-		if d.holds != 0 && d.rng.intN(2) == 0 {
-			// Paid holds take units for good: a restock now and then keeps the product
-			// selling, and its stock moving both ways.
-			d.client.restock(bg, d.holds, int64(1+d.rng.intN(2)))
-		}
-		if time.Now().After(nextHot) {
-			d.client.restock(bg, d.hot, 10)
-			nextHot = time.Now().Add(4 * time.Second)
-		}
-	}
-}
 
 // hotStock sizes the hot product so that it outlasts the fault at the rate the scenario
 // drives: the orders it gets at 2 units on average, over the whole run, doubled.
@@ -394,19 +256,6 @@ func (d *drillEnv) hotStock() int64 {
 // rushStock is the hot product's stock in a scenario with closed-loop buyers: more than they
 // can buy in a drill, so that every order of theirs can be confirmed.
 const rushStock = 1_000_000
-
-// rush runs n closed-loop buyers of the hot product until ctx ends, each an operation of the
-// client (so that d.client.wait waits for the last orders).
-func (d *drillEnv) rush(ctx context.Context, n int) {
-	for range n {
-		d.client.goOp(func() {
-			for ctx.Err() == nil {
-				// An order runs to its answer (or its budget) even when the load stops.
-				d.client.buy(context.WithoutCancel(ctx), d.hot)
-			}
-		})
-	}
-}
 
 // drillOutcome is one run's verdict and figures.
 type drillOutcome struct {
@@ -457,264 +306,6 @@ func (o drillOutcome) verdict() string {
 		return "INVALID"
 	}
 	return "PASS"
-}
-
-// runDrill runs scenario sc once and judges it.
-func (h *harness) runDrill(ctx context.Context, plan drillPlan, sc scenario, run int, seed uint64) (out drillOutcome) {
-	out = drillOutcome{scenario: sc.name, run: run, seed: seed}
-	d := &drillEnv{h: h, plan: plan, sc: sc, rng: newLockedRand(seed, 0), rec: model.NewRecorder(),
-		dir: filepath.Join(h.Out, fmt.Sprintf("%s-%d", sc.name, run))}
-	out.dir = d.dir
-	if err := os.MkdirAll(d.dir, 0o755); err != nil {
-		out.err = err
-		return out
-	}
-	defer d.teardown()
-	h.Printf("\n[%s] %s, run %d, seed %d\n", filepath.Base(d.dir), sc.about, run, seed)
-	if err := d.setup(ctx); err != nil {
-		out.err = err
-		return out
-	}
-	bases := []string{fmt.Sprintf("http://127.0.0.1:%d", d.c.Front)}
-	if plan.direct {
-		bases = nil
-		for _, r := range d.c.Replicas {
-			bases = append(bases, fmt.Sprintf("http://127.0.0.1:%d", r.Port))
-		}
-	}
-	d.client = newDrillClient(bases, d.c.Token, "drill"+strconv.Itoa(run), plan.clientTimeout, d.rec,
-		retryPolicy{attempts: 6, budget: 12 * time.Second, pause: 100 * time.Millisecond})
-	d.client.bearer = d.identity.Token
-	defer d.client.close()
-	var err error
-	if d.hot, err = d.client.createProduct(ctx, "HOT-"+rand.Text()[:6], d.hotStock()); err != nil {
-		out.err = err
-		return out
-	}
-	if d.scarce, err = d.client.createProduct(ctx, "SCARCE-"+rand.Text()[:6], 4); err != nil {
-		out.err = err
-		return out
-	}
-	if d.limited, err = d.createLimited(ctx); err != nil {
-		out.err = err
-		return out
-	}
-	var watcher *verdict.ReleaseWatcher
-	if sc.holds {
-		if d.holds, err = d.createHolds(ctx); err != nil {
-			out.err = err
-			return out
-		}
-		// The releases' moments are read back from Postgres; a watcher of the orders table
-		// bounds each from above while the drill runs (verdict.HoldOps).
-		cfg, err := pgxpool.ParseConfig(d.c.DatabaseURL)
-		if err != nil {
-			out.err = err
-			return out
-		}
-		cfg.MaxConns = 2
-		watchPool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			out.err = err
-			return out
-		}
-		defer watchPool.Close()
-		watcher = verdict.WatchReleases(ctx, watchPool, d.rec, 100*time.Millisecond)
-		defer watcher.Stop()
-	}
-	d.load = &load{d: d, maxOpen: 400}
-	d.load.setFactor(1)
-
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { d.load.run(loadCtx) })
-	wg.Go(func() { d.load.restock(loadCtx) })
-	d.rush(loadCtx, sc.buyers)
-	h.Printf("[%s] selling: %.0f operations/s, hot product %d units, scarce product 4 units; victim %s\n",
-		filepath.Base(d.dir), plan.rate, d.hotStock(), d.c.Replicas[d.victim].Name)
-	if plan.rules {
-		h.Printf("[%s] and %.0f orders/s of a product whose sale opens in %v and is ended %v after the fault, at most %d units a customer, by customers who come back\n",
-			filepath.Base(d.dir), plan.rate/5, plan.warmup/2, plan.tail/2, limitedLimit)
-	} else {
-		h.Printf("[%s] and %.0f orders/s of a product without rules (-rules=false), by customers who come back\n", filepath.Base(d.dir), plan.rate/5)
-	}
-	if d.holds != 0 {
-		h.Printf("[%s] and %.0f orders/s of a product held %v (%d units), whose buyers pay, cancel or walk away\n", filepath.Base(d.dir),
-			plan.rate*20/145, holdFor, holdStock)
-	}
-	if sc.buyers > 0 {
-		h.Printf("[%s] and %d closed-loop buyers of the hot product; replicas' lock wait %v\n", filepath.Base(d.dir), sc.buyers, d.lockWait())
-	}
-	faultErr := clock.Sleep(ctx, plan.warmup)
-	var faultStart, faultEnd time.Duration
-	if faultErr == nil {
-		faultStart = d.rec.Now()
-		faultErr = sc.inject(ctx, d)
-		faultEnd = d.rec.Now()
-		if len(d.faults) == 0 {
-			d.faultWindow(faultStart)
-		}
-	}
-	if faultErr == nil && plan.rules {
-		// The limited product's sale ends early, by an admin, halfway through the tail: orders
-		// after it must be refused sale-ended, whichever replica answers.
-		if faultErr = clock.Sleep(ctx, plan.tail/2); faultErr == nil {
-			if end := d.client.endSale(context.WithoutCancel(ctx), d.limited); end.Out.Outcome != model.Confirmed {
-				d.fail("ending the limited product's sale: %s", end.DescribeAttempts())
-			}
-			faultErr = clock.Sleep(ctx, plan.tail-plan.tail/2)
-		}
-	} else if faultErr == nil {
-		faultErr = clock.Sleep(ctx, plan.tail)
-	}
-	stopLoad()
-	wg.Wait()
-	d.client.wait() // every operation runs to its answer or its retry budget
-	d.event("load stopped; %d arrivals dropped (too many open operations)", d.load.dropped.Load())
-	if faultErr != nil && ctx.Err() == nil {
-		out.err = fmt.Errorf("inject %s: %w", sc.name, faultErr)
-		return out
-	}
-	if watcher != nil {
-		// Every hold must end while the replicas run: the expiry's job, or the sweep.
-		settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), holdFor+holdsGrace+10*time.Second)
-		pool, err := pgxpool.New(settleCtx, d.c.DatabaseURL)
-		if err == nil {
-			err = d.settleHolds(settleCtx, pool)
-			pool.Close()
-		}
-		cancel()
-		if err != nil {
-			out.err = fmt.Errorf("wait for the holds to end: %w", err)
-			return out
-		}
-	}
-
-	// What the defense layers caught, by the live replicas' own counters (a killed
-	// replica's are lost with it): whether the fault made the fence, say, earn its keep.
-	out.catches = map[string]float64{}
-	for _, r := range d.c.Replicas {
-		if m, err := cluster.ScrapeReplica(ctx, r.Port, d.c.Token); err == nil {
-			for layer, n := range m.Catches {
-				out.catches[layer] += n
-			}
-		}
-	}
-	d.catches = out.catches
-
-	// Nothing may take effect once every replica has stopped: that is the end of the history.
-	var stopping sync.WaitGroup
-	for _, r := range d.c.Replicas {
-		stopping.Go(func() { _ = r.Proc.Stop(20 * time.Second) })
-	}
-	stopping.Wait()
-	end := d.rec.Now()
-	var seen map[string]time.Duration
-	if watcher != nil {
-		seen = watcher.Stop()
-	}
-
-	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-	defer cancel()
-	pool, err := pgxpool.New(checkCtx, d.c.DatabaseURL)
-	if err != nil {
-		out.err = fmt.Errorf("connect to %s: %w", d.c.Database, err)
-		return out
-	}
-	defer pool.Close()
-	if out.invariants, _, err = verdict.Ledgers(checkCtx, pool); err != nil {
-		out.err = err
-		return out
-	}
-	rules, err := verdict.Rules(checkCtx, pool)
-	if err != nil {
-		out.err = err
-		return out
-	}
-	out.invariants = append(out.invariants, rules...)
-	holds, err := verdict.Holds(checkCtx, pool, holdsGrace)
-	if err != nil {
-		out.err = err
-		return out
-	}
-	out.invariants = append(out.invariants, holds...)
-	ops := d.rec.Snapshot()
-	keys, err := verdict.Keys(checkCtx, pool, ops, d.rec.Start)
-	if err != nil {
-		out.err = err
-		return out
-	}
-	if out.reconcile, err = verdict.Orders(checkCtx, pool, ops, d.rec.Start); err != nil {
-		out.err = err
-		return out
-	}
-	out.reconcile = append(out.reconcile, keys...)
-	// The holds' releases, expiries and final statuses, after Orders has given the orders
-	// whose outcome was unknown their ids.
-	holdOps, holdChecks, err := verdict.HoldOps(checkCtx, pool, ops, d.rec.Start, seen, end)
-	if err != nil {
-		out.err = err
-		return out
-	}
-	out.reconcile = append(out.reconcile, holdChecks...)
-	for _, p := range ops {
-		if p.RefusedButSold {
-			continue // a violation, not an unknown outcome
-		}
-		if p.In.Kind == model.KindOrder && len(p.Attempts) > 0 && p.Out.Outcome == model.Happened {
-			out.resolved++
-		}
-		if p.Out.Outcome == model.Unknown || p.Out.Outcome == model.Happened {
-			out.unknown++
-		}
-	}
-	products := []int64{d.hot, d.scarce, d.limited}
-	if d.holds != 0 {
-		products = append(products, d.holds)
-	}
-	final, err := verdict.FinalStock(checkCtx, pool, products, end)
-	if err != nil {
-		out.err = err
-		return out
-	}
-	ops = append(ops, holdOps...)
-	ops = append(ops, final...)
-	if err := model.WriteText(filepath.Join(d.dir, "history.txt"), ops); err != nil {
-		out.err = err
-		return out
-	}
-	if err := model.Save(filepath.Join(d.dir, "history.json"), ops, end); err != nil {
-		out.err = err
-		return out
-	}
-
-	h.Printf("[%s] checking the history against the model\n", filepath.Base(d.dir))
-	if out.writes, out.reads, err = checkBoth(plan, ops, end, d.annotations(), d.dir); err != nil {
-		out.err = err
-		return out
-	}
-	out.ops, out.concurrent = out.reads.Ops, out.reads.Concurrent
-
-	out.avail = measureAvailability(ops, d.faults)
-	out.invalid = d.validity(ops, faultStart, faultEnd)
-	if ctx.Err() != nil {
-		out.invalid = append([]string{"stopped by a signal: the checks cover what ran"}, out.invalid...)
-	}
-	out.failed, out.notes = d.failed, d.notes
-	if sc.check != nil {
-		f, n := sc.check(d, ops, out.avail)
-		out.failed = append(out.failed, f...)
-		out.notes = append(out.notes, n...)
-	}
-	out.noSale = d.noSale
-	// The page reads Postgres again: a context of its own, the checks' may have run out
-	// while the checker searched.
-	pageCtx, cancelPage := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancelPage()
-	if err := d.writePage(pageCtx, pool, ops, out); err != nil {
-		h.Printf("[%s] warning: no report page: %v\n", filepath.Base(d.dir), err)
-	}
-	return out
 }
 
 // checkBoth checks the writes-only history and the one with reads.

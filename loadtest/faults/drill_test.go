@@ -2,7 +2,6 @@ package faults
 
 import (
 	"context"
-	"encoding/binary"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,56 +19,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-// pgMessage encodes one backend message.
-func pgMessage(typ byte, body string) []byte {
-	b := []byte{typ, 0, 0, 0, 0}
-	binary.BigEndian.PutUint32(b[1:], uint32(4+len(body)))
-	return append(b, body...)
-}
-
-// TestPGWatchFindsCommitPoints feeds the commit cut's protocol reader what Postgres answers
-// for an explicit transaction, an implicit one, a read and a rollback, split at every byte:
-// only the two commits of writes are commit points.
-func TestPGWatchFindsCommitPoints(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		name   string
-		stream [][]byte
-		want   bool
-	}{
-		{"explicit transaction", [][]byte{pgMessage('C', "BEGIN\x00"), pgMessage('Z', "T"), pgMessage('C', "UPDATE 1\x00"),
-			pgMessage('Z', "T"), pgMessage('C', "INSERT 0 1\x00"), pgMessage('Z', "T"), pgMessage('C', "COMMIT\x00"), pgMessage('Z', "I")}, true},
-		{"implicit transaction", [][]byte{pgMessage('1', ""), pgMessage('2', ""), pgMessage('D', "\x00\x01\x00\x00\x00\x015"),
-			pgMessage('C', "UPDATE 1\x00"), pgMessage('Z', "I")}, true},
-		{"read", [][]byte{pgMessage('T', strings.Repeat("x", 300)), pgMessage('D', "row"), pgMessage('C', "SELECT 1\x00"), pgMessage('Z', "I")}, false},
-		{"rollback", [][]byte{pgMessage('C', "BEGIN\x00"), pgMessage('Z', "T"), pgMessage('C', "UPDATE 1\x00"), pgMessage('Z', "T"),
-			pgMessage('C', "ROLLBACK\x00"), pgMessage('Z', "I")}, false},
-		{"failed transaction", [][]byte{pgMessage('C', "UPDATE 1\x00"), pgMessage('Z', "T"), pgMessage('E', "SERROR\x00"), pgMessage('Z', "E"),
-			pgMessage('C', "ROLLBACK\x00"), pgMessage('Z', "I")}, false},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			var all []byte
-			for _, m := range c.stream {
-				all = append(all, m...)
-			}
-			for split := 0; split <= len(all); split++ {
-				var w pgWatch
-				got := w.feed(all[:split])
-				got = w.feed(all[split:]) || got
-				if got != c.want {
-					t.Fatalf("split at %d: commit point = %v, want %v", split, got, c.want)
-				}
-			}
-			var w pgWatch
-			if got := w.feed(all) || w.feed(all); got != c.want {
-				t.Errorf("twice in one stream: commit point = %v, want %v", got, c.want)
-			}
-		})
-	}
-}
 
 func TestPickScenarios(t *testing.T) {
 	t.Parallel()
@@ -157,7 +106,7 @@ func TestDrillCatchesUnsafeDefense(t *testing.T) {
 		expected: 2 * time.Second, extraLoad: 20, inject: func(ctx context.Context, d *drillEnv) error {
 			for range 20 {
 				for range 8 {
-					d.client.goOp(func() { d.client.order(context.WithoutCancel(ctx), d.hot, 1) })
+					d.client.Go(func() { d.client.Order(context.WithoutCancel(ctx), d.hot, 1) })
 				}
 				if err := clock.Sleep(ctx, 100*time.Millisecond); err != nil {
 					return err
@@ -198,35 +147,6 @@ func TestNoFenceCatches(t *testing.T) {
 		d := &drillEnv{catches: map[string]float64{"fence": n, "version": 2}}
 		if failed, _ := noFenceCatches(d, nil, availability{}); (len(failed) > 0) != (n > 0) {
 			t.Errorf("%v fence catches: failed = %q", n, failed)
-		}
-	}
-}
-
-// TestRuleRefusals: the sale rules' refusals decide an order (no retry) and mean what the
-// model says; a 409 without a known code is not one of them.
-func TestRuleRefusals(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		code string
-		kind attemptKind
-		want model.Outcome
-	}{
-		{"sold-out", attemptDone, model.SoldOut},
-		{"sale-not-open", attemptDone, model.NotOpen},
-		{"sale-ended", attemptDone, model.Ended},
-		{"customer-limit", attemptDone, model.OverLimit},
-		{"idempotency-key-in-flight", attemptNoEffect, 0},
-		{"something-else", attemptUnexpected, 0},
-	}
-	for _, c := range cases {
-		a := answer{status: http.StatusConflict, contentType: "application/problem+json", body: []byte(`{"code":"` + c.code + `"}`)}
-		if got := classify(a, http.StatusCreated); got != c.kind {
-			t.Errorf("classify(409 %s) = %v, want %v", c.code, got, c.kind)
-		}
-		if c.kind == attemptDone {
-			if got := refusalOutcome(c.code); got != c.want {
-				t.Errorf("refusalOutcome(%s) = %v, want %v", c.code, got, c.want)
-			}
 		}
 	}
 }

@@ -35,7 +35,7 @@ type scenario struct {
 	expected  time.Duration
 	extraLoad float64
 	// buyers is how many closed-loop buyers of the hot product run beside the drill's load
-	// (drillClient.buy: a 429 ends an order, Go's own resends are on); 0 runs none. With
+	// (client.Client.Buy: a 429 ends an order, Go's own resends are on); 0 runs none. With
 	// buyers, the hot product has stock enough never to sell out.
 	buyers int
 	// lockWait, when set, is the replicas' STOCKSVC_LOCK_WAIT instead of -lock-wait.
@@ -171,7 +171,7 @@ func killReplica(ctx context.Context, d *drillEnv) error {
 func killAtCommit(ctx context.Context, d *drillEnv) error {
 	r := d.c.Replicas[d.victim]
 	killed := make(chan time.Duration, 1)
-	d.pgProxy.cut.atNextCommit(func() {
+	d.pgProxy.Cut.AtNextCommit(func() {
 		r.Proc.Signal(syscall.SIGKILL)
 		killed <- d.rec.Now()
 	})
@@ -179,7 +179,7 @@ func killAtCommit(ctx context.Context, d *drillEnv) error {
 	case at := <-killed:
 		d.event("SIGKILL %s at a commit point (%.3fs): its write committed, its answers not sent", r.Name, at.Seconds())
 	case <-time.After(commitWait):
-		if d.pgProxy.cut.onCommit.Swap(nil) == nil { // a commit point came meanwhile
+		if !d.pgProxy.Cut.CancelNextCommit() { // a commit point came meanwhile
 			at := <-killed
 			d.event("SIGKILL %s at a commit point (%.3fs): its write committed, its answers not sent", r.Name, at.Seconds())
 			break
@@ -188,7 +188,7 @@ func killAtCommit(ctx context.Context, d *drillEnv) error {
 		d.event("SIGKILL %s: no commit point within %v", r.Name, commitWait)
 		d.note("%s made no commit within %v; it was killed at a random moment instead", r.Name, commitWait)
 	case <-ctx.Done():
-		d.pgProxy.cut.onCommit.Store(nil)
+		d.pgProxy.Cut.CancelNextCommit()
 		return ctx.Err()
 	}
 	<-r.Proc.Done()
@@ -242,11 +242,11 @@ func (d *drillEnv) primeVictim(ctx context.Context, r *cluster.Replica) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", r.Port)
 	stream, cancel := context.WithCancel(ctx)
 	defer cancel()
-	d.client.goOp(func() {
+	d.client.Go(func() {
 		tick := time.NewTicker(4 * time.Millisecond)
 		defer tick.Stop()
 		for range 25 {
-			d.client.goOp(func() { d.client.orderVia(context.WithoutCancel(ctx), base, d.hot, 1) })
+			d.client.Go(func() { d.client.OrderVia(context.WithoutCancel(ctx), base, d.hot, 1) })
 			select {
 			case <-stream.Done():
 				return
@@ -254,7 +254,7 @@ func (d *drillEnv) primeVictim(ctx context.Context, r *cluster.Replica) {
 			}
 		}
 	})
-	_ = clock.Sleep(ctx, d.rng.between(50*time.Millisecond, 90*time.Millisecond))
+	_ = clock.Sleep(ctx, d.rng.Between(50*time.Millisecond, 90*time.Millisecond))
 }
 
 func rollingRestart(ctx context.Context, d *drillEnv) error {
@@ -335,7 +335,7 @@ func expireLocks(ctx context.Context, d *drillEnv) error {
 		if err == nil {
 			deleted += n
 		}
-		if err := clock.Sleep(ctx, d.rng.between(20*time.Millisecond, 80*time.Millisecond)); err != nil {
+		if err := clock.Sleep(ctx, d.rng.Between(20*time.Millisecond, 80*time.Millisecond)); err != nil {
 			return err
 		}
 	}
@@ -361,14 +361,14 @@ func restartPostgres(ctx context.Context, d *drillEnv) error {
 }
 
 func pgResetAtCommit(ctx context.Context, d *drillEnv) error {
-	cut := d.pgProxy.cut
+	cut := d.pgProxy.Cut
 	d.event("cutting %s's Postgres connections at 30%% of its commits for 6s", d.c.Replicas[d.victim].Name)
-	cut.arm(0.3)
+	cut.Arm(0.3)
 	err := clock.Sleep(ctx, 6*time.Second)
-	cut.disarm()
-	d.event("stopped cutting: %d of %d commits cut", cut.cuts.Load(), cut.commits.Load())
-	d.note("%d of %d commits on %s cut after the server committed", cut.cuts.Load(), cut.commits.Load(), d.c.Replicas[d.victim].Name)
-	if cut.cuts.Load() == 0 {
+	cut.Disarm()
+	d.event("stopped cutting: %d of %d commits cut", cut.Cuts(), cut.Commits())
+	d.note("%d of %d commits on %s cut after the server committed", cut.Cuts(), cut.Commits(), d.c.Replicas[d.victim].Name)
+	if cut.Cuts() == 0 {
 		d.fail("no commit was cut: the drill did not test lost commit answers")
 	}
 	return err
@@ -376,11 +376,11 @@ func pgResetAtCommit(ctx context.Context, d *drillEnv) error {
 
 func redisLatency(ctx context.Context, d *drillEnv) error {
 	d.event("%s's Redis answers delayed 400±200ms for 6s", d.c.Replicas[d.victim].Name)
-	if err := d.rdProxy.add(`{"name":"latency","type":"latency","stream":"downstream","attributes":{"latency":400,"jitter":200}}`); err != nil {
+	if err := d.rdProxy.Add(`{"name":"latency","type":"latency","stream":"downstream","attributes":{"latency":400,"jitter":200}}`); err != nil {
 		return err
 	}
 	err := clock.Sleep(ctx, 6*time.Second)
-	d.rdProxy.clear(context.WithoutCancel(ctx))
+	d.rdProxy.Clear(context.WithoutCancel(ctx))
 	d.event("latency removed")
 	return err
 }
@@ -388,21 +388,21 @@ func redisLatency(ctx context.Context, d *drillEnv) error {
 func redisPartition(ctx context.Context, d *drillEnv) error {
 	d.event("%s's Redis connections silent for 5s", d.c.Replicas[d.victim].Name)
 	for _, stream := range []string{"up", "down"} {
-		if err := d.rdProxy.add(`{"name":"silence_` + stream + `","type":"timeout","stream":"` + stream + `stream","attributes":{"timeout":0}}`); err != nil {
+		if err := d.rdProxy.Add(`{"name":"silence_` + stream + `","type":"timeout","stream":"` + stream + `stream","attributes":{"timeout":0}}`); err != nil {
 			return err
 		}
 	}
 	err := clock.Sleep(ctx, 5*time.Second)
-	d.rdProxy.clear(context.WithoutCancel(ctx))
+	d.rdProxy.Clear(context.WithoutCancel(ctx))
 	d.event("partition healed")
 	return err
 }
 
 func burst(ctx context.Context, d *drillEnv) error {
 	d.event("arrivals at 10× for 2s")
-	d.load.setFactor(10)
+	d.load.SetFactor(10)
 	err := clock.Sleep(ctx, 2*time.Second)
-	d.load.setFactor(1)
+	d.load.SetFactor(1)
 	d.event("arrivals back to 1×")
 	return err
 }

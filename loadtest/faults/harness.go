@@ -2,7 +2,9 @@
 // through the balancer over the replicas (package cluster), a fault injected while it sells
 // (faults.go: one scenario per fault), and the judgement of everything the clients were told
 // — linearizability against the model of the stock (package model) and the SQL verdict
-// (package verdict). drill.go runs one drill; drillreport.go reports them; client.go is the clients.
+// (package verdict). drill.go is a drill's world, drillrun.go runs one drill in named
+// steps, drillreport.go reports them; the clients are package client's, the load package
+// traffic's, the proxies package failpoint's, the pages package report's.
 package faults
 
 import (

@@ -3,15 +3,14 @@ package faults
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/internal/clock"
+	"github.com/stocksvc/stocksvc/loadtest/client"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
@@ -20,71 +19,6 @@ import (
 // and Redis paused — comes while holds expire. Every release is read back from Postgres and
 // checked by the model with the rest (model/holds.go, verdict.HoldOps), and the SQL verdict
 // checks the holds' books (verdict.Holds).
-
-// holdCodes are the 409s that decide a confirm or a cancel.
-var holdCodes = map[string]bool{"hold-expired": true, "order-cancelled": true, "order-confirmed": true}
-
-// settle confirms (model.KindConfirm) or cancels (model.KindCancel) the hold order made, as
-// its customer, retrying what may not have arrived (both are idempotent), and records it. It
-// returns, besides, a description of an answer the contract does not allow, if one came.
-func (c *drillClient) settle(ctx context.Context, order *model.Op, kind model.Kind) (*model.Op, string) {
-	verb := "confirm"
-	if kind == model.KindCancel {
-		verb = "cancel"
-	}
-	p := &model.Op{Client: c.lane(), In: model.Input{Kind: kind, Product: order.In.Product, Hold: order.OrderID}, Customer: order.Customer}
-	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
-	header := map[string]string{"Authorization": "Bearer " + c.token} // an admin, when customers carry no tokens
-	if c.bearer != nil {
-		token, err := c.bearer(order.Customer)
-		if err != nil {
-			p.Invoke, p.Return = c.rec.Now(), c.rec.Now()
-			p.Out = model.Output{Outcome: model.Refused}
-			c.rec.Add(p)
-			return p, ""
-		}
-		header["Authorization"] = "Bearer " + token
-	}
-	p.Invoke = c.rec.Now()
-	last, kindOf, unknown := c.writeCodes(ctx, p, func(ctx context.Context) answer {
-		return c.do(ctx, http.MethodPost, c.base()+"/v1/orders/"+order.OrderID+"/"+verb, nil, header)
-	}, http.StatusOK, false, holdCodes)
-	p.Return = c.rec.Now()
-	var unexpected string
-	switch {
-	case kindOf == attemptDone && last.status == http.StatusOK:
-		var o struct {
-			Status string `json:"status"`
-		}
-		_ = json.Unmarshal(last.body, &o)
-		switch {
-		case kind == model.KindConfirm && o.Status == string(model.StatusConfirmed):
-			p.Out.Outcome = model.Confirmed
-		case kind == model.KindCancel && o.Status == string(model.StatusCancelled):
-			p.Out.Outcome = model.Cancelled
-		case kind == model.KindCancel && o.Status == string(model.StatusExpired):
-			p.Out.Outcome = model.Expired
-		default:
-			p.Out.Outcome = model.Refused
-			unexpected = fmt.Sprintf("%s of %s answered 200 %q", verb, order.OrderID, o.Status)
-		}
-	case kindOf == attemptDone:
-		p.Out.Outcome = map[string]model.Outcome{"hold-expired": model.HoldExpired, "order-cancelled": model.OrderCancelled,
-			"order-confirmed": model.OrderConfirmed}[last.problemCode()]
-	case kindOf == attemptUnexpected:
-		p.Out.Outcome = model.Refused
-		unexpected = fmt.Sprintf("%s of %s answered %d %s", verb, order.OrderID, last.status, last.problemCode())
-		if unknown {
-			p.Out.Outcome = model.Unknown
-		}
-	case unknown:
-		p.Out.Outcome = model.Unknown
-	default:
-		p.Out.Outcome = model.Refused
-	}
-	c.rec.Add(p)
-	return p, unexpected
-}
 
 // The holds product of the holds-expiry drill.
 const (
@@ -97,7 +31,7 @@ const (
 
 // createHolds creates the holds product.
 func (d *drillEnv) createHolds(ctx context.Context) (int64, error) {
-	return d.client.createSale(ctx, "HOLDS-"+rand.Text()[:6], holdStock, saleRules{holdFor: int64(holdFor / time.Second)})
+	return d.client.CreateSale(ctx, "HOLDS-"+rand.Text()[:6], holdStock, client.SaleRules{HoldFor: int64(holdFor / time.Second)})
 }
 
 // holdsGateSize is the most operations of the holds product's buyers (orders, confirms,
@@ -137,33 +71,33 @@ func (d *drillEnv) holdBuyer(ctx context.Context) {
 	if !d.holdsOpen.enter() {
 		return
 	}
-	order := d.client.order(ctx, d.holds, int64(1+d.rng.intN(2)))
+	order := d.client.Order(ctx, d.holds, int64(1+d.rng.IntN(2)))
 	d.holdsOpen.leave()
 	if order.Out.Outcome != model.Held || order.OrderID == "" {
 		return
 	}
-	roll := d.rng.float()
+	roll := d.rng.Float()
 	if roll >= 0.45 {
 		return
 	}
-	if clock.Sleep(ctx, d.rng.between(0, holdFor+time.Second)) != nil {
+	if clock.Sleep(ctx, d.rng.Between(0, holdFor+time.Second)) != nil {
 		return
 	}
-	kind, twice := model.KindConfirm, d.rng.intN(10) == 0
+	kind, twice := model.KindConfirm, d.rng.IntN(10) == 0
 	if roll >= 0.30 {
-		kind, twice = model.KindCancel, d.rng.intN(5) == 0
+		kind, twice = model.KindCancel, d.rng.IntN(5) == 0
 	}
 	settle := func() {
 		if !d.holdsOpen.enter() {
 			return
 		}
 		defer d.holdsOpen.leave()
-		if _, bad := d.client.settle(ctx, order, kind); bad != "" {
+		if _, bad := d.client.Settle(ctx, order, kind); bad != "" {
 			d.fail("%s", bad)
 		}
 	}
 	if twice && kind == model.KindCancel {
-		d.client.goOp(settle) // two cancels at once, through the balancer: units back once
+		d.client.Go(settle) // two cancels at once, through the balancer: units back once
 	}
 	settle()
 	if twice && kind == model.KindConfirm {

@@ -15,8 +15,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/internal/clock"
+	"github.com/stocksvc/stocksvc/loadtest/client"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/model"
+	"github.com/stocksvc/stocksvc/loadtest/traffic"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -76,7 +78,7 @@ type holdsFigures struct {
 
 func (h *harness) holdsSale(ctx context.Context, o HoldsOptions) error {
 	sc := scenario{name: "holds-sale", about: "the sale with holds beside the plain sale"}
-	d := &drillEnv{h: h, plan: drillPlan{lockTTL: 2 * time.Second}, sc: sc, rng: newLockedRand(o.Seed, 0), rec: model.NewRecorder(),
+	d := &drillEnv{h: h, plan: drillPlan{lockTTL: 2 * time.Second}, sc: sc, rng: traffic.NewRand(o.Seed, 0), rec: model.NewRecorder(),
 		dir: filepath.Join(h.Out, "holds-sale")}
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return err
@@ -85,15 +87,15 @@ func (h *harness) holdsSale(ctx context.Context, o HoldsOptions) error {
 	if err := d.setup(ctx); err != nil {
 		return err
 	}
-	d.client = newDrillClient([]string{fmt.Sprintf("http://127.0.0.1:%d", d.c.Front)}, d.c.Token, "holds", 10*time.Second, d.rec,
-		retryPolicy{attempts: 6, budget: 12 * time.Second, pause: 100 * time.Millisecond})
-	d.client.bearer = d.identity.Token
-	defer d.client.close()
-	plain, err := d.client.createProduct(ctx, "PLAIN-"+rand.Text()[:6], int64(o.Stock))
+	d.client = client.New([]string{fmt.Sprintf("http://127.0.0.1:%d", d.c.Front)}, d.c.Token, "holds", 10*time.Second, d.rec,
+		client.RetryPolicy{Attempts: 6, Budget: 12 * time.Second, Pause: 100 * time.Millisecond})
+	d.client.Bearer = d.identity.Token
+	defer d.client.Close()
+	plain, err := d.client.CreateProduct(ctx, "PLAIN-"+rand.Text()[:6], int64(o.Stock))
 	if err != nil {
 		return err
 	}
-	held, err := d.client.createSale(ctx, "HELD-"+rand.Text()[:6], int64(o.Stock), saleRules{holdFor: int64(o.HoldFor / time.Second)})
+	held, err := d.client.CreateSale(ctx, "HELD-"+rand.Text()[:6], int64(o.Stock), client.SaleRules{HoldFor: int64(o.HoldFor / time.Second)})
 	if err != nil {
 		return err
 	}
@@ -116,30 +118,30 @@ func (h *harness) holdsSale(ctx context.Context, o HoldsOptions) error {
 		bg := context.WithoutCancel(ctx)
 		if n%2 == 0 {
 			arrivals[0].Add(1)
-			d.client.goOp(func() { d.client.order(bg, plain, 1) })
+			d.client.Go(func() { d.client.Order(bg, plain, 1) })
 			continue
 		}
 		arrivals[1].Add(1)
-		d.client.goOp(func() {
-			order := d.client.order(bg, held, 1)
+		d.client.Go(func() {
+			order := d.client.Order(bg, held, 1)
 			if order.Out.Outcome != model.Held || order.OrderID == "" {
 				return
 			}
-			roll := d.rng.float()
+			roll := d.rng.Float()
 			var kind model.Kind
 			var wait time.Duration
 			switch {
 			case roll < o.Pay:
-				kind, wait = model.KindConfirm, d.rng.between(200*time.Millisecond, 2*o.HoldFor/3)
+				kind, wait = model.KindConfirm, d.rng.Between(200*time.Millisecond, 2*o.HoldFor/3)
 			case roll < o.Pay+o.Cancel:
-				kind, wait = model.KindCancel, d.rng.between(0, o.HoldFor/2)
+				kind, wait = model.KindCancel, d.rng.Between(0, o.HoldFor/2)
 			default:
 				return // never pays: the expiry gives the unit back
 			}
 			if clock.Sleep(bg, wait) != nil { // the buyer's own time before paying
 				return
 			}
-			if _, bad := d.client.settle(bg, order, kind); bad != "" {
+			if _, bad := d.client.Settle(bg, order, kind); bad != "" {
 				mu.Lock()
 				unexpected = append(unexpected, bad)
 				mu.Unlock()
@@ -149,7 +151,7 @@ func (h *harness) holdsSale(ctx context.Context, o HoldsOptions) error {
 	tick.Stop()
 	stop()
 	loadEnd := d.rec.Now()
-	d.client.wait()
+	d.client.Wait()
 	h.Printf("[holds-sale] load done (%.1fs); waiting for every hold to end\n", (loadEnd - loadStart).Seconds())
 	pool, err := pgxpool.New(ctx, d.c.DatabaseURL)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stocksvc/stocksvc/internal/clock"
+	"github.com/stocksvc/stocksvc/loadtest/client"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
@@ -42,8 +43,8 @@ type hangProbe struct {
 // hangProbeEvery after it is called (just after Redis is stopped), each through the usual way in,
 // and returns once every read has been answered or has given up.
 func (d *drillEnv) probeReads(ctx context.Context) []hangRead {
-	client := &http.Client{Timeout: hangReadBudget, Transport: &http.Transport{}}
-	defer client.CloseIdleConnections()
+	httpc := &http.Client{Timeout: hangReadBudget, Transport: &http.Transport{}}
+	defer httpc.CloseIdleConnections()
 	reads := make([]hangRead, hangProbes)
 	var wg sync.WaitGroup
 	for i := range hangProbes {
@@ -54,10 +55,10 @@ func (d *drillEnv) probeReads(ctx context.Context) []hangRead {
 		wg.Go(func() {
 			r := &reads[i]
 			r.sent = d.rec.Now()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/products/%d", d.client.base(), d.hot), nil)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/products/%d", d.client.Base(), d.hot), nil)
 			if err == nil {
 				var res *http.Response
-				if res, err = client.Do(req); err == nil {
+				if res, err = httpc.Do(req); err == nil {
 					_, err = io.Copy(io.Discard, res.Body)
 					res.Body.Close()
 					r.status = res.StatusCode
@@ -65,7 +66,7 @@ func (d *drillEnv) probeReads(ctx context.Context) []hangRead {
 			}
 			r.answered = d.rec.Now()
 			if err != nil {
-				r.err = shortErr(err)
+				r.err = client.ShortErr(err)
 			}
 		})
 	}

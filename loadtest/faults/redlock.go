@@ -18,7 +18,7 @@ import (
 // seeds again from its clock. Locks held elsewhere must stay exclusive and their fencing
 // tokens must keep increasing, or Postgres refuses writes (noFenceCatches).
 func restartRedlockNode(ctx context.Context, d *drillEnv) error {
-	i := d.rng.intN(len(d.c.Redlock))
+	i := d.rng.IntN(len(d.c.Redlock))
 	node := d.c.Redlock[i]
 	d.primeVictim(ctx, d.c.Replicas[d.victim])
 	d.event("SIGKILL redlock node %d of %d (%s)", i+1, len(d.c.Redlock), node.Addr())

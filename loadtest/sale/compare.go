@@ -9,17 +9,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
 	"github.com/stocksvc/stocksvc/loadtest/report"
+	"github.com/stocksvc/stocksvc/loadtest/traffic"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -264,112 +262,25 @@ func readOrderSamples(path string) ([]orderSample, error) {
 	return out, nil
 }
 
-var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
-
-// pgbenchAnchor measures the physical floor: pgbench running the bare single-row conditional
-// decrement on the same Postgres, with no service, lock or HTTP in the way, with clients
-// clients. stock is what the row's time to sell out is computed for.
+// pgbenchAnchor is the compare table's row for the physical floor (package traffic's
+// pgbench), with the time to sell stock units computed from its rate.
 func (h *harness) pgbenchAnchor(ctx context.Context, clients, stock int) (Comparison, error) {
-	return h.pgbenchAnchorOn(ctx, h.Cluster.DatabaseURL, clients, stock)
-}
-
-// pgbenchAnchorOn is pgbenchAnchor on the Postgres server serverURL points at (a database of
-// its own is made there and dropped): a multi-host URL, which libpq reads as pgx does, reaches
-// an HA cluster's primary.
-func (h *harness) pgbenchAnchorOn(ctx context.Context, serverURL string, clients, stock int) (Comparison, error) {
-	pgbench, err := cluster.FindTool(ctx, "pgbench", "postgresql-client", h.W)
+	a, err := traffic.PGBench(ctx, h.Harness, h.Cluster.DatabaseURL, clients)
 	if err != nil {
 		return Comparison{}, err
 	}
-	dir := filepath.Join(h.Out, "d-pgbench")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return Comparison{}, err
-	}
-	name := fmt.Sprintf("stocksvc_load_%d_pgbench", time.Now().Unix())
-	dbURL, err := cluster.CreateDatabase(ctx, serverURL, name)
-	if err != nil {
-		return Comparison{}, err
-	}
-	defer func() {
-		if err := cluster.DropDatabase(serverURL, name); err != nil {
-			h.Printf("  warning: %v\n", err)
-		}
-	}()
-	psql := func(sql string) error {
-		out, err := exec.CommandContext(ctx, "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql, dbURL).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("psql: %v: %s", err, out)
-		}
-		return nil
-	}
-	// Enough stock that it never runs out during the run, so every transaction is a sale.
-	if err := psql(`CREATE TABLE bench_stock (id int PRIMARY KEY, stock bigint NOT NULL CHECK (stock >= 0));
-	                INSERT INTO bench_stock VALUES (1, 1000000000000)`); err != nil {
-		return Comparison{}, err
-	}
-	script := filepath.Join(dir, "decrement.sql")
-	if err := os.WriteFile(script, []byte("UPDATE bench_stock SET stock = stock - 1 WHERE id = 1 AND stock > 0;\n"), 0o644); err != nil {
-		return Comparison{}, err
-	}
-	const seconds = 10
-	h.Printf("[d-pgbench] pgbench -c %d -T %d: bare UPDATE ... WHERE stock > 0 on one row\n", clients, seconds)
-	cmd := exec.CommandContext(ctx, pgbench, "-n", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)),
-		"-T", strconv.Itoa(seconds), "-f", script, "-l", "--log-prefix", filepath.Join(dir, "latency"), dbURL)
-	out, err := cmd.CombinedOutput()
-	_ = os.WriteFile(filepath.Join(dir, "pgbench.log"), out, 0o644)
-	if err != nil {
-		return Comparison{}, fmt.Errorf("pgbench: %v: %s", err, out)
-	}
-	m := tpsLine.FindSubmatch(out)
-	if m == nil {
-		return Comparison{}, fmt.Errorf("pgbench printed no tps line: %s", out)
-	}
-	tps, _ := strconv.ParseFloat(string(m[1]), 64)
-	latencies, err := pgbenchLatencies(dir)
-	if err != nil {
-		return Comparison{}, err
-	}
-	row := Comparison{
+	return Comparison{
 		label:         "d-pgbench",
 		title:         fmt.Sprintf("(d) physical anchor: pgbench, %d clients, bare UPDATE ... WHERE stock > 0", clients),
-		PurchasesPerS: tps,
+		PurchasesPerS: a.TPS,
 		stock:         int64(stock),
 		sold:          int64(stock),
-		P99Confirmed:  report.Percentile(latencies, 99),
-		p99All:        report.Percentile(latencies, 99),
-		requests:      len(latencies),
+		P99Confirmed:  a.P99,
+		p99All:        a.P99,
+		requests:      len(a.Latencies),
 		note:          "time to sell out computed as stock / tps",
-	}
-	if tps > 0 {
-		row.sellOut = time.Duration(float64(stock) / tps * float64(time.Second))
-	}
-	return row, nil
-}
-
-// pgbenchLatencies reads the per-transaction logs (third field: latency in µs) as ms.
-func pgbenchLatencies(dir string) ([]float64, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "latency.*"))
-	if err != nil || len(files) == 0 {
-		return nil, fmt.Errorf("pgbench wrote no transaction log in %s", dir)
-	}
-	var out []float64
-	for _, name := range files {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			return nil, err
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			f := strings.Fields(line)
-			if len(f) < 3 {
-				continue
-			}
-			us, err := strconv.ParseFloat(f[2], 64)
-			if err == nil {
-				out = append(out, us/1000)
-			}
-		}
-	}
-	return out, nil
+		sellOut:       a.SellOut(stock),
+	}, nil
 }
 
 // comparisonTable formats the rows as Markdown, with ratios against the first row.

@@ -27,19 +27,6 @@ func Compare(ctx context.Context, h *env.Harness, o Options) error {
 	return (&harness{h}).compare(ctx, o)
 }
 
-// PGBenchAnchor measures the physical floor the benchmarks compare with: pgbench running the
-// bare single-row conditional decrement on the run's Postgres server with clients clients.
-// stock is what the row's time to sell out is computed for.
-func PGBenchAnchor(ctx context.Context, h *env.Harness, clients, stock int) (Comparison, error) {
-	return (&harness{h}).pgbenchAnchor(ctx, clients, stock)
-}
-
-// PGBenchAnchorOn is PGBenchAnchor on the Postgres server serverURL points at (an HA
-// cluster's multi-host URL, say).
-func PGBenchAnchorOn(ctx context.Context, h *env.Harness, serverURL string, clients, stock int) (Comparison, error) {
-	return (&harness{h}).pgbenchAnchorOn(ctx, serverURL, clients, stock)
-}
-
 // sale runs the one configured sale and reports it.
 func (h *harness) sale(ctx context.Context, o Options) error {
 	spec := saleSpec{label: "sale", defense: h.Cluster.Defense, lockRetry: o.LockRetry,

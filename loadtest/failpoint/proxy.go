@@ -1,4 +1,10 @@
-package faults
+// Package failpoint is the mechanisms the fault drills inject faults with, apart from the
+// drills that use them (package faults): a toxiproxy proxy run inside the harness between one
+// replica and Postgres or Redis (latency, silence), the commit cut that severs a Postgres
+// connection at the moment the server has committed, and which process owns a socket (to find
+// who holds a connection before pausing it). Killing, pausing and restarting the servers
+// themselves is package cluster's (Proc.Signal, Stop, Start).
+package failpoint
 
 import (
 	"context"
@@ -13,65 +19,68 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// tcpProxy is a toxiproxy proxy run inside the harness (no toxiproxy server, no API port):
+// Proxy is a toxiproxy proxy run inside the harness (no toxiproxy server, no API port):
 // it stands between one replica and Postgres or Redis, so that a fault hits that replica's
 // connections only.
-type tcpProxy struct {
+type Proxy struct {
 	proxy *toxiproxy.Proxy
-	cut   *commitCut // installed on Postgres proxies from the start, disarmed
+	Cut   *CommitCut // installed on Postgres proxies from the start, disarmed
 }
 
-func newTCPProxy(name, upstream string, watchCommits bool) (*tcpProxy, error) {
+// NewProxy starts a proxy named name to upstream (host:port) on a loopback port of its own;
+// with watchCommits, a disarmed commit cut (Cut) sits on what the server sends.
+func NewProxy(name, upstream string, watchCommits bool) (*Proxy, error) {
 	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	p := toxiproxy.NewProxy(srv, name, "127.0.0.1:0", upstream)
 	if err := p.Start(); err != nil {
 		return nil, fmt.Errorf("start proxy %s to %s: %w", name, upstream, err)
 	}
-	t := &tcpProxy{proxy: p}
+	t := &Proxy{proxy: p}
 	if watchCommits {
 		// Toxiproxy makes toxics by type name from its own registry; registering the same type
 		// again is harmless.
-		toxics.Register(commitCutType, new(commitCut))
+		toxics.Register(commitCutType, new(CommitCut))
 		w, err := p.Toxics.AddToxicJson(strings.NewReader(`{"name":"commit_cut","type":"` + commitCutType + `","stream":"downstream"}`))
 		if err != nil {
 			p.Stop()
 			return nil, fmt.Errorf("add commit cut to %s: %w", name, err)
 		}
-		t.cut = w.Toxic.(*commitCut)
+		t.Cut = w.Toxic.(*CommitCut)
 	}
 	return t, nil
 }
 
-// addr is where the replica connects instead of the server.
-func (t *tcpProxy) addr() string { return t.proxy.Listen }
+// Addr is where the replica connects instead of the server.
+func (t *Proxy) Addr() string { return t.proxy.Listen }
 
-// add installs a toxic given in toxiproxy's JSON form.
-func (t *tcpProxy) add(toxicJSON string) error {
+// Add installs a toxic given in toxiproxy's JSON form.
+func (t *Proxy) Add(toxicJSON string) error {
 	if _, err := t.proxy.Toxics.AddToxicJson(strings.NewReader(toxicJSON)); err != nil {
 		return fmt.Errorf("add toxic %s: %w", toxicJSON, err)
 	}
 	return nil
 }
 
-// clear removes every toxic but the (disarmed) commit cut.
-func (t *tcpProxy) clear(ctx context.Context) {
+// Clear removes every toxic but the (disarmed) commit cut.
+func (t *Proxy) Clear(ctx context.Context) {
 	for _, name := range []string{"latency", "silence_up", "silence_down"} {
 		_ = t.proxy.Toxics.RemoveToxic(ctx, name)
 	}
 }
 
-func (t *tcpProxy) stop() { t.proxy.Stop() }
+// Stop closes the proxy and every connection through it.
+func (t *Proxy) Stop() { t.proxy.Stop() }
 
 const commitCutType = "stocksvc_commit_cut"
 
-// commitCut watches what Postgres sends a client and, while armed, cuts the connection at a
+// CommitCut watches what Postgres sends a client and, while armed, cuts the connection at a
 // commit with the given probability: the moment the server has committed (CommandComplete
 // COMMIT, or an INSERT/UPDATE/DELETE in an implicit transaction, followed by ReadyForQuery
 // idle) and the client has not heard it yet. The client then cannot know whether its order
 // was taken — the hardest case for "never lose an order, never sell twice". It recognises the
 // moment from the protocol, not from the service's SQL, so it works whatever statements the
 // purchase path uses.
-type commitCut struct {
+type CommitCut struct {
 	armed       atomic.Bool
 	probability atomic.Uint64 // in millionths
 	commits     atomic.Int64  // commit points seen while armed
@@ -82,21 +91,33 @@ type commitCut struct {
 	onCommit atomic.Pointer[func()]
 }
 
-// atNextCommit has f called at the next commit point, in place of passing it on.
-func (c *commitCut) atNextCommit(f func()) { c.onCommit.Store(&f) }
+// AtNextCommit has f called at the next commit point, in place of passing it on.
+func (c *CommitCut) AtNextCommit(f func()) { c.onCommit.Store(&f) }
 
-func (c *commitCut) arm(probability float64) {
+// Arm has the cut sever connections at a commit with probability (0 to 1).
+func (c *CommitCut) Arm(probability float64) {
 	c.probability.Store(uint64(probability * 1e6))
 	c.armed.Store(true)
 }
 
-func (c *commitCut) disarm() { c.armed.Store(false) }
+// Disarm stops cutting; the counts stay.
+func (c *CommitCut) Disarm() { c.armed.Store(false) }
+
+// CancelNextCommit withdraws what AtNextCommit gave; false when a commit point came first
+// (the function has run, or is running).
+func (c *CommitCut) CancelNextCommit() bool { return c.onCommit.Swap(nil) != nil }
+
+// Commits is how many commit points the cut saw while armed, Cuts how many it severed.
+func (c *CommitCut) Commits() int64 { return c.commits.Load() }
+
+// Cuts is how many connections the cut severed at a commit point.
+func (c *CommitCut) Cuts() int64 { return c.cuts.Load() }
 
 // NewState makes each connection's protocol reader (toxics.StatefulToxic).
-func (c *commitCut) NewState() any { return new(pgWatch) }
+func (c *CommitCut) NewState() any { return new(pgWatch) }
 
 // Pipe forwards the server's bytes, and cuts at a commit point when the dice say so.
-func (c *commitCut) Pipe(stub *toxics.ToxicStub) {
+func (c *CommitCut) Pipe(stub *toxics.ToxicStub) {
 	w, _ := stub.State.(*pgWatch)
 	if w == nil {
 		w = new(pgWatch)
@@ -135,7 +156,7 @@ func (c *commitCut) Pipe(stub *toxics.ToxicStub) {
 
 // cutAndDrain closes the connection, and keeps reading what the server still sends, so the
 // proxy's reader never blocks.
-func (c *commitCut) cutAndDrain(stub *toxics.ToxicStub) {
+func (c *CommitCut) cutAndDrain(stub *toxics.ToxicStub) {
 	stub.Close()
 	for {
 		select {

@@ -1,4 +1,8 @@
-package faults
+// Package client is the drills' recording HTTP client (etcd's robustness suite has one too):
+// every operation a drill makes goes through a Client, which records it in a model.Recorder
+// with each attempt's invocation and answer times and what it was told, so that the
+// linearizability checker and the SQL verdict can judge what the clients were told.
+package client
 
 import (
 	"bytes"
@@ -20,19 +24,19 @@ import (
 	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
-// drillClient makes the operations of a drill and records each one: every attempt's
+// Client makes the operations of a drill and records each one: every attempt's
 // invocation and answer times and what it was told. It retries an order with the same
 // Idempotency-Key until an answer says what happened, within a budget; so does it a restock.
-type drillClient struct {
+type Client struct {
 	bases   []string // where requests go, in turn: the balancer, or the replicas themselves
 	token   string
 	http    *http.Client
 	rec     *model.Recorder
 	tag     string // starts every customer id, unique to the run
-	retries retryPolicy
+	retries RetryPolicy
 	// bearer, when set, returns the token a customer's orders carry (the replicas verify
 	// tokens); nil sends the customer in the body only.
-	bearer func(customer string) (string, error)
+	Bearer func(customer string) (string, error)
 
 	mu       sync.Mutex
 	next     int // round robin over bases
@@ -42,22 +46,22 @@ type drillClient struct {
 	inflight sync.WaitGroup
 }
 
-// retryPolicy bounds how long an operation keeps asking.
-type retryPolicy struct {
-	attempts int           // most attempts per operation
-	budget   time.Duration // no new attempt once this long has passed since the first
-	pause    time.Duration // first pause between attempts, doubled each time, at most 1s
+// RetryPolicy bounds how long an operation keeps asking.
+type RetryPolicy struct {
+	Attempts int           // most attempts per operation
+	Budget   time.Duration // no new attempt once this long has passed since the first
+	Pause    time.Duration // first pause between attempts, doubled each time, at most 1s
 }
 
-func newDrillClient(bases []string, token, tag string, timeout time.Duration, rec *model.Recorder, retries retryPolicy) *drillClient {
+func New(bases []string, token, tag string, timeout time.Duration, rec *model.Recorder, retries RetryPolicy) *Client {
 	transport := &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0, IdleConnTimeout: 30 * time.Second}
-	return &drillClient{bases: bases, token: token, tag: tag, rec: rec, retries: retries,
+	return &Client{bases: bases, token: token, tag: tag, rec: rec, retries: retries,
 		http: &http.Client{Timeout: timeout, Transport: transport}}
 }
 
-func (c *drillClient) close() { c.http.CloseIdleConnections() }
+func (c *Client) Close() { c.http.CloseIdleConnections() }
 
-func (c *drillClient) base() string {
+func (c *Client) Base() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b := c.bases[c.next%len(c.bases)]
@@ -66,7 +70,7 @@ func (c *drillClient) base() string {
 }
 
 // lane takes the lowest free client id, for the visualisation's rows.
-func (c *drillClient) lane() int {
+func (c *Client) lane() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, busy := range c.lanes {
@@ -81,7 +85,7 @@ func (c *drillClient) lane() int {
 
 // freeLane gives a lane back, unless its operation's outcome is unknown: that one may still
 // take effect, so its row stays open to the end.
-func (c *drillClient) freeLane(id int, o model.Outcome) {
+func (c *Client) freeLane(id int, o model.Outcome) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if o == model.Unknown {
@@ -91,7 +95,7 @@ func (c *drillClient) freeLane(id int, o model.Outcome) {
 	c.lanes[id] = false
 }
 
-func (c *drillClient) customer() string {
+func (c *Client) customer() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
@@ -108,7 +112,7 @@ type answer struct {
 	resent      bool // Go's transport sent the request a second time, on a new connection
 }
 
-func (c *drillClient) do(ctx context.Context, method, url string, body []byte, header map[string]string) answer {
+func (c *Client) do(ctx context.Context, method, url string, body []byte, header map[string]string) answer {
 	return c.send(ctx, method, url, body, header, false)
 }
 
@@ -117,7 +121,7 @@ func (c *drillClient) do(ctx context.Context, method, url string, body []byte, h
 // request with an Idempotency-Key does. Unless resend, that is turned off: every request the
 // service sees is then an attempt the history records. With resend, it is left on, as an
 // ordinary Go client has it, and the answer says whether it happened.
-func (c *drillClient) send(ctx context.Context, method, url string, body []byte, header map[string]string, resend bool) answer {
+func (c *Client) send(ctx context.Context, method, url string, body []byte, header map[string]string, resend bool) answer {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -182,7 +186,7 @@ const (
 // classify reads an answer to a write. A 503 from the balancer itself means no replica was
 // there to take the request, so nothing happened; a 503 from a replica may follow a commit
 // whose answer was lost (Postgres went away mid-commit), so its outcome is unknown.
-func classify(a answer, okStatus int) attemptKind { return classifyCodes(a, okStatus, ruleCodes) }
+func classify(a answer, okStatus int) attemptKind { return classifyCodes(a, okStatus, RuleCodes) }
 
 // classifyCodes is classify with the 409 codes that decide the operation (done).
 func classifyCodes(a answer, okStatus int, done map[string]bool) attemptKind {
@@ -203,10 +207,10 @@ func classifyCodes(a answer, okStatus int, done map[string]bool) attemptKind {
 	return attemptUnexpected
 }
 
-// ruleCodes are the refusals that decide an order without selling it: sold out, and the sale
+// RuleCodes are the refusals that decide an order without selling it: sold out, and the sale
 // rules (issue #20). None is stored under the order's key (but sold-out), and each is final for
 // the request as it was sent.
-var ruleCodes = map[string]bool{"sold-out": true, "sale-not-open": true, "sale-ended": true, "customer-limit": true}
+var RuleCodes = map[string]bool{"sold-out": true, "sale-not-open": true, "sale-ended": true, "customer-limit": true}
 
 // refusalOutcome is what a decisive refusal means for the model.
 func refusalOutcome(code string) model.Outcome {
@@ -225,14 +229,14 @@ func refusalOutcome(code string) model.Outcome {
 // with refusalEnds, also when a replica refused it (429), as a buyer who believes "nothing
 // was sold" walks away. It returns the last answer, its kind, and whether some attempt's
 // outcome was unknown.
-func (c *drillClient) write(ctx context.Context, p *model.Op, send func(ctx context.Context) answer, okStatus int, refusalEnds bool) (answer, attemptKind, bool) {
-	return c.writeCodes(ctx, p, send, okStatus, refusalEnds, ruleCodes)
+func (c *Client) write(ctx context.Context, p *model.Op, send func(ctx context.Context) answer, okStatus int, refusalEnds bool) (answer, attemptKind, bool) {
+	return c.writeCodes(ctx, p, send, okStatus, refusalEnds, RuleCodes)
 }
 
 // writeCodes is write with the 409 codes that decide the operation (done).
-func (c *drillClient) writeCodes(ctx context.Context, p *model.Op, send func(ctx context.Context) answer, okStatus int, refusalEnds bool,
+func (c *Client) writeCodes(ctx context.Context, p *model.Op, send func(ctx context.Context) answer, okStatus int, refusalEnds bool,
 	done map[string]bool) (answer, attemptKind, bool) {
-	pause := c.retries.pause
+	pause := c.retries.Pause
 	var last answer
 	unknown := false
 	for n := 1; ; n++ {
@@ -242,15 +246,15 @@ func (c *drillClient) writeCodes(ctx context.Context, p *model.Op, send func(ctx
 		kind := classifyCodes(a, okStatus, done)
 		at := model.Attempt{Start: start, End: end, Status: a.status, Code: a.problemCode(), Replica: a.fromReplica(), Resent: a.resent}
 		if a.err != nil {
-			at.Err = shortErr(a.err)
+			at.Err = ShortErr(a.err)
 		}
 		p.Attempts = append(p.Attempts, at)
 		last = a
 		if kind == attemptUnknown {
 			unknown = true
 		}
-		if kind == attemptDone || kind == attemptUnexpected || n >= c.retries.attempts || refusalEnds && kind == attemptNoEffect && a.fromReplica() ||
-			c.rec.Now()-p.Invoke+pause > c.retries.budget || ctx.Err() != nil {
+		if kind == attemptDone || kind == attemptUnexpected || n >= c.retries.Attempts || refusalEnds && kind == attemptNoEffect && a.fromReplica() ||
+			c.rec.Now()-p.Invoke+pause > c.retries.Budget || ctx.Err() != nil {
 			return last, kind, unknown
 		}
 		wait := pause
@@ -268,7 +272,7 @@ func (c *drillClient) writeCodes(ctx context.Context, p *model.Op, send func(ctx
 	}
 }
 
-func shortErr(err error) string {
+func ShortErr(err error) string {
 	var s string
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "Client.Timeout"):
@@ -287,19 +291,19 @@ func shortErr(err error) string {
 
 // order buys qty units of product and records the operation. Its customer id is unique, so
 // that the run can later find the order in the database whatever the client was told.
-func (c *drillClient) order(ctx context.Context, product, qty int64) *model.Op {
-	return c.orderVia(ctx, "", product, qty)
+func (c *Client) Order(ctx context.Context, product, qty int64) *model.Op {
+	return c.OrderVia(ctx, "", product, qty)
 }
 
 // orderVia is order with the first attempt sent to base (a replica, say) rather than in turn;
 // retries go the usual way.
-func (c *drillClient) orderVia(ctx context.Context, base string, product, qty int64) *model.Op {
+func (c *Client) OrderVia(ctx context.Context, base string, product, qty int64) *model.Op {
 	return c.place(ctx, product, qty, orderStyle{base: base})
 }
 
 // orderAs is order for a customer who may order again (a product's limit counts their
 // units): the run finds the order by its Idempotency-Key.
-func (c *drillClient) orderAs(ctx context.Context, customer string, product, qty int64) *model.Op {
+func (c *Client) OrderAs(ctx context.Context, customer string, product, qty int64) *model.Op {
 	return c.place(ctx, product, qty, orderStyle{customer: customer})
 }
 
@@ -307,7 +311,7 @@ func (c *drillClient) orderAs(ctx context.Context, customer string, product, qty
 // refusals for sold keys: one unit; a 429 ends it (the buyer believes nothing was sold and
 // moves on); a lost answer is asked again with the same key; and Go's transport may send a
 // request again by itself when its connection breaks, as it does for any Go client.
-func (c *drillClient) buy(ctx context.Context, product int64) *model.Op {
+func (c *Client) Buy(ctx context.Context, product int64) *model.Op {
 	return c.place(ctx, product, 1, orderStyle{resend: true, refusalEnds: true})
 }
 
@@ -320,7 +324,7 @@ type orderStyle struct {
 }
 
 // place makes an order of qty units of product and records the operation.
-func (c *drillClient) place(ctx context.Context, product, qty int64, style orderStyle) *model.Op {
+func (c *Client) place(ctx context.Context, product, qty int64, style orderStyle) *model.Op {
 	customer := style.customer
 	if customer == "" {
 		customer = c.customer()
@@ -329,8 +333,8 @@ func (c *drillClient) place(ctx context.Context, product, qty int64, style order
 	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
 	body, _ := json.Marshal(map[string]any{"customer_id": p.Customer, "items": []map[string]int64{{"product_id": product, "quantity": qty}}})
 	header := map[string]string{"Idempotency-Key": p.Key}
-	if c.bearer != nil {
-		token, err := c.bearer(p.Customer)
+	if c.Bearer != nil {
+		token, err := c.Bearer(p.Customer)
 		if err != nil {
 			// No request was sent: the operation did nothing.
 			p.Invoke, p.Return = c.rec.Now(), c.rec.Now()
@@ -346,7 +350,7 @@ func (c *drillClient) place(ctx context.Context, product, qty int64, style order
 	last, kind, unknown := c.write(ctx, p, func(ctx context.Context) answer {
 		to := base
 		if to == "" {
-			to = c.base()
+			to = c.Base()
 		}
 		base = ""
 		return c.send(ctx, http.MethodPost, to+"/v1/orders", body, header, style.resend)
@@ -389,14 +393,14 @@ func (c *drillClient) place(ctx context.Context, product, qty int64, style order
 // restock adds qty units, with an Idempotency-Key kept across its retries: a restock is one
 // operation however often it is sent. (A service that ignores the key and adds the stock once
 // per attempt fails the check whenever an attempt it took was answered ambiguously.)
-func (c *drillClient) restock(ctx context.Context, product, qty int64) *model.Op {
+func (c *Client) Restock(ctx context.Context, product, qty int64) *model.Op {
 	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindRestock, Product: product, Quantity: qty}}
 	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
 	body, _ := json.Marshal(map[string]int64{"quantity": qty})
 	header := map[string]string{"Idempotency-Key": uuid.NewString(), "Authorization": "Bearer " + c.token}
 	p.Invoke = c.rec.Now()
 	last, kind, unknown := c.write(ctx, p, func(ctx context.Context) answer {
-		return c.do(ctx, http.MethodPost, fmt.Sprintf("%s/v1/products/%d/restock", c.base(), product), body, header)
+		return c.do(ctx, http.MethodPost, fmt.Sprintf("%s/v1/products/%d/restock", c.Base(), product), body, header)
 	}, http.StatusOK, false)
 	p.Return = c.rec.Now()
 	switch {
@@ -417,7 +421,7 @@ func (c *drillClient) restock(ctx context.Context, product, qty int64) *model.Op
 
 // read asks once for product's stock. A read that fails observed nothing: it is recorded
 // (for availability) but left out of the checked history.
-func (c *drillClient) read(ctx context.Context, product int64) *model.Op {
+func (c *Client) Read(ctx context.Context, product int64) *model.Op {
 	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindRead, Product: product}}
 	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
 	// A read that waits long observes little (its answer may come from any moment of the
@@ -425,11 +429,11 @@ func (c *drillClient) read(ctx context.Context, product int64) *model.Op {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	p.Invoke = c.rec.Now()
-	a := c.do(ctx, http.MethodGet, fmt.Sprintf("%s/v1/products/%d", c.base(), product), nil, nil)
+	a := c.do(ctx, http.MethodGet, fmt.Sprintf("%s/v1/products/%d", c.Base(), product), nil, nil)
 	p.Return = c.rec.Now()
 	at := model.Attempt{Start: p.Invoke, End: p.Return, Status: a.status, Code: a.problemCode(), Replica: a.fromReplica()}
 	if a.err != nil {
-		at.Err = shortErr(a.err)
+		at.Err = ShortErr(a.err)
 	}
 	p.Attempts = []model.Attempt{at}
 	var prod struct {
@@ -444,41 +448,41 @@ func (c *drillClient) read(ctx context.Context, product int64) *model.Op {
 	return p
 }
 
-// saleRules are a product's sale rules as the API takes them; zero values are absent.
-type saleRules struct {
-	opens, ends time.Time
-	limit       int64
-	holdFor     int64 // hold_for in seconds (issue #21): orders are held this long
+// SaleRules are a product's sale rules as the API takes them; zero values are absent.
+type SaleRules struct {
+	Opens, Ends time.Time
+	Limit       int64
+	HoldFor     int64 // hold_for in seconds (issue #21): orders are held this long
 }
 
 // createProduct creates a product through the API and records its creation, the state the
 // model starts from.
-func (c *drillClient) createProduct(ctx context.Context, sku string, stock int64) (int64, error) {
-	return c.createSale(ctx, sku, stock, saleRules{})
+func (c *Client) CreateProduct(ctx context.Context, sku string, stock int64) (int64, error) {
+	return c.CreateSale(ctx, sku, stock, SaleRules{})
 }
 
 // createSale creates a product with sale rules and records its creation with the rules the
 // service answered: the window's bounds, Postgres's timestamps, moved onto the recorder's
 // clock (one machine, one wall clock).
-func (c *drillClient) createSale(ctx context.Context, sku string, stock int64, rules saleRules) (int64, error) {
+func (c *Client) CreateSale(ctx context.Context, sku string, stock int64, rules SaleRules) (int64, error) {
 	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindCreate}}
 	defer func() { c.freeLane(p.Client, model.Confirmed) }()
 	fields := map[string]any{"sku": sku, "name": "drill " + sku, "stock": stock}
-	if !rules.opens.IsZero() {
-		fields["sale_starts_at"] = rules.opens.UTC().Format(time.RFC3339Nano)
+	if !rules.Opens.IsZero() {
+		fields["sale_starts_at"] = rules.Opens.UTC().Format(time.RFC3339Nano)
 	}
-	if !rules.ends.IsZero() {
-		fields["sale_ends_at"] = rules.ends.UTC().Format(time.RFC3339Nano)
+	if !rules.Ends.IsZero() {
+		fields["sale_ends_at"] = rules.Ends.UTC().Format(time.RFC3339Nano)
 	}
-	if rules.limit > 0 {
-		fields["max_per_customer"] = rules.limit
+	if rules.Limit > 0 {
+		fields["max_per_customer"] = rules.Limit
 	}
-	if rules.holdFor > 0 {
-		fields["hold_for"] = rules.holdFor
+	if rules.HoldFor > 0 {
+		fields["hold_for"] = rules.HoldFor
 	}
 	body, _ := json.Marshal(fields)
 	p.Invoke = c.rec.Now()
-	a := c.do(ctx, http.MethodPost, c.base()+"/v1/products", body, map[string]string{"Authorization": "Bearer " + c.token})
+	a := c.do(ctx, http.MethodPost, c.Base()+"/v1/products", body, map[string]string{"Authorization": "Bearer " + c.token})
 	p.Return = c.rec.Now()
 	if a.err != nil || a.status != http.StatusCreated {
 		return 0, fmt.Errorf("create product %s: %d %s %v", sku, a.status, a.body, a.err)
@@ -511,13 +515,13 @@ func (c *drillClient) createSale(ctx context.Context, sku string, stock int64, r
 
 // endSale ends product's sale now (an admin route; Postgres's clock dates the end) and records
 // it: the model's end of the window, somewhere within the request.
-func (c *drillClient) endSale(ctx context.Context, product int64) *model.Op {
+func (c *Client) EndSale(ctx context.Context, product int64) *model.Op {
 	p := &model.Op{Client: c.lane(), In: model.Input{Kind: model.KindClose, Product: product}}
 	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
 	header := map[string]string{"Idempotency-Key": uuid.NewString(), "Authorization": "Bearer " + c.token}
 	p.Invoke = c.rec.Now()
 	_, kind, unknown := c.write(ctx, p, func(ctx context.Context) answer {
-		return c.do(ctx, http.MethodPost, fmt.Sprintf("%s/v1/products/%d/sale/end", c.base(), product), nil, header)
+		return c.do(ctx, http.MethodPost, fmt.Sprintf("%s/v1/products/%d/sale/end", c.Base(), product), nil, header)
 	}, http.StatusOK, false)
 	p.Return = c.rec.Now()
 	switch {
@@ -533,8 +537,11 @@ func (c *drillClient) endSale(ctx context.Context, product int64) *model.Op {
 }
 
 // go runs f as one of the client's operations; wait waits for all of them.
-func (c *drillClient) goOp(f func()) {
+func (c *Client) Go(f func()) {
 	c.inflight.Go(f)
 }
 
-func (c *drillClient) wait() { c.inflight.Wait() }
+func (c *Client) Wait() { c.inflight.Wait() }
+
+// Tag starts every customer id the client makes: unique to the run.
+func (c *Client) Tag() string { return c.tag }
