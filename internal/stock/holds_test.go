@@ -113,7 +113,7 @@ func TestHoldTies(t *testing.T) {
 		var wg sync.WaitGroup
 		var confirmErr error
 		var expired int
-		wg.Go(func() { _, confirmErr = a.svc.Confirm(ctx, o.ID) })
+		wg.Go(func() { _, confirmErr = a.svc.Confirm(ctx, o.ID, "") })
 		until(t, "the confirm to queue", func() bool { return waiting() == 1 })
 		until(t, "the hold's time", func() bool { return pgNow(t, a).After(*o.ExpiresAt) })
 		wg.Go(func() {
@@ -142,7 +142,7 @@ func TestHoldTies(t *testing.T) {
 		var wg sync.WaitGroup
 		var cancelled stock.Order
 		var cancelErr error
-		wg.Go(func() { cancelled, cancelErr = a.svc.Cancel(ctx, o.ID) })
+		wg.Go(func() { cancelled, cancelErr = a.svc.Cancel(ctx, o.ID, "") })
 		wg.Go(func() {
 			if _, err := b.svc.ExpireDue(ctx, []uuid.UUID{o.ID}, 0, 1); err != nil {
 				t.Errorf("expire: %v", err)
@@ -166,7 +166,7 @@ func TestHoldTies(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
 		for i, r := range []*replica{a, b} {
-			wg.Go(func() { _, errs[i] = r.svc.Cancel(ctx, o.ID) })
+			wg.Go(func() { _, errs[i] = r.svc.Cancel(ctx, o.ID, "") })
 		}
 		until(t, "both cancels to queue", func() bool { return waiting() == 2 })
 		open()
@@ -217,7 +217,7 @@ func TestHoldLifecycle(t *testing.T) {
 		}
 	}
 	until(t, "the hold's time", func() bool { return pgNow(t, a).After(*o.ExpiresAt) })
-	if _, err := a.svc.Confirm(ctx, o.ID); !errors.Is(err, stock.ErrHoldExpired) {
+	if _, err := a.svc.Confirm(ctx, o.ID, ""); !errors.Is(err, stock.ErrHoldExpired) {
 		t.Fatalf("confirm after the expiry = %v, want hold expired", err)
 	}
 	// The sweep (no scheduler here) ends it; b, whose view said sold out, sells the unit at once.
@@ -231,10 +231,10 @@ func TestHoldLifecycle(t *testing.T) {
 	if o, err := a.svc.Order(ctx, o.ID); err != nil || o.Status != stock.OrderStatusExpired || o.DecidedAt == nil {
 		t.Errorf("the expired order reads %+v, %v", o, err)
 	}
-	if _, err := a.svc.Cancel(ctx, got.Order.ID); err != nil {
+	if _, err := a.svc.Cancel(ctx, got.Order.ID, ""); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
-	if _, err := a.svc.Confirm(ctx, got.Order.ID); !errors.Is(err, stock.ErrOrderCancelled) {
+	if _, err := a.svc.Confirm(ctx, got.Order.ID, ""); !errors.Is(err, stock.ErrOrderCancelled) {
 		t.Errorf("confirm after a cancel = %v, want order cancelled", err)
 	}
 	if a := mustAudit(t, a, id); !a.Consistent() || a.Stock != 1 || a.Held != 0 || a.Sold != 0 {
@@ -344,13 +344,13 @@ func TestHoldsEndedFreeTheCap(t *testing.T) {
 	first, second := mustHold(t, a, "gil", id, 1), mustHold(t, b, "gil", id, 1)
 	full(a, 2)
 
-	if _, err := b.svc.Cancel(ctx, first.ID); err != nil {
+	if _, err := b.svc.Cancel(ctx, first.ID, ""); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
 	third := mustHold(t, a, "gil", id, 1)
 	full(b, 2)
 
-	if _, err := a.svc.Confirm(ctx, second.ID); err != nil {
+	if _, err := a.svc.Confirm(ctx, second.ID, ""); err != nil {
 		t.Fatalf("confirm: %v", err)
 	}
 	fourth := mustHold(t, b, "gil", id, 1)
@@ -409,7 +409,7 @@ func TestHoldingSaysWhenUnitsAreHeld(t *testing.T) {
 	if held, err := store.Holding(ctx, other); err != nil || held {
 		t.Errorf("the product sold at once holds: %v, %v", held, err)
 	}
-	if _, err := r.svc.Cancel(ctx, o.ID); err != nil {
+	if _, err := r.svc.Cancel(ctx, o.ID, ""); err != nil {
 		t.Fatal(err)
 	}
 	if holding() {
