@@ -433,3 +433,59 @@ func TestHoldingSaysWhenUnitsAreHeld(t *testing.T) {
 		t.Error("memory: not holding with an order held")
 	}
 }
+
+// TestHoldDecisionsCounted: a confirm and a cancel are the caller's to make only on their own
+// orders (another customer's is not found, and changes nothing), each is counted once however
+// often it is repeated, and the wrong one after the other is refused — on the in-memory store,
+// with the views raised around the cancel.
+func TestHoldDecisionsCounted(t *testing.T) {
+	t.Parallel()
+	r := newMemWorld().replica(t, stock.DefaultDefense(), replicaOptions{views: true})
+	ctx := context.Background()
+	id := createHeld(t, r, "counted", 10, time.Hour, 0)
+	paid, gaveUp := mustHold(t, r, "ann", id, 2), mustHold(t, r, "bea", id, 3)
+	stockOf := func() int64 {
+		t.Helper()
+		v, err := r.svc.Product(ctx, id)
+		if err != nil {
+			t.Fatalf("product: %v", err)
+		}
+		return v.Stock
+	}
+	decided := func(outcome string) float64 {
+		t.Helper()
+		return testenv.Metric(t, r.registry, "stocksvc_holds_total", "outcome", outcome)
+	}
+	if _, err := r.svc.Confirm(ctx, paid.ID, "bea"); !errors.Is(err, stock.ErrOrderNotFound) {
+		t.Errorf("bea's confirm of ann's order: %v, want ErrOrderNotFound", err)
+	}
+	if _, err := r.svc.Cancel(ctx, paid.ID, "bea"); !errors.Is(err, stock.ErrOrderNotFound) {
+		t.Errorf("bea's cancel of ann's order: %v, want ErrOrderNotFound", err)
+	}
+	if _, err := r.svc.Cancel(ctx, uuid.Must(uuid.NewV7()), ""); !errors.Is(err, stock.ErrOrderNotFound) {
+		t.Errorf("cancel of no order: %v, want ErrOrderNotFound", err)
+	}
+	if got := stockOf(); got != 5 || decided(stock.OrderStatusConfirmed)+decided(stock.OrderStatusCancelled) != 0 {
+		t.Fatalf("after the refusals: stock %d, %v decisions counted; want 5 and none", got, decided(stock.OrderStatusConfirmed)+decided(stock.OrderStatusCancelled))
+	}
+	for range 2 {
+		if o, err := r.svc.Confirm(ctx, paid.ID, "ann"); err != nil || o.Status != stock.OrderStatusConfirmed {
+			t.Errorf("ann's confirm = %+v, %v; want confirmed", o, err)
+		}
+		if o, err := r.svc.Cancel(ctx, gaveUp.ID, ""); err != nil || o.Status != stock.OrderStatusCancelled {
+			t.Errorf("an admin's cancel = %+v, %v; want cancelled", o, err)
+		}
+	}
+	if c, x := decided(stock.OrderStatusConfirmed), decided(stock.OrderStatusCancelled); c != 1 || x != 1 {
+		t.Errorf("counted %v confirmed and %v cancelled, want 1 and 1", c, x)
+	}
+	if _, err := r.svc.Cancel(ctx, paid.ID, "ann"); !errors.Is(err, stock.ErrOrderConfirmed) {
+		t.Errorf("cancel of the confirmed order: %v, want ErrOrderConfirmed", err)
+	}
+	if _, err := r.svc.Confirm(ctx, gaveUp.ID, "bea"); !errors.Is(err, stock.ErrOrderCancelled) {
+		t.Errorf("confirm of the cancelled order: %v, want ErrOrderCancelled", err)
+	}
+	if got := stockOf(); got != 8 {
+		t.Errorf("stock %d, want 8: the cancelled units back once", got)
+	}
+}
