@@ -33,8 +33,10 @@ var (
 //
 // A confirm and a cancel are each decided by one statement that checks everything itself —
 // the order's customer (customer, "" for any: an admin's call), its status and, for a confirm,
-// its expires_at — and returns the order as it left it: nothing is read before it to check,
-// nor after it to answer, but to tell a refusal's reason.
+// its expires_at — and returns the order as it left it. Nothing is read after it to answer
+// but to tell why it matched nothing, and nothing before it that it relies on (a cancel reads
+// its order first for the products whose views it raises, and may answer from that read at
+// once, but the statement checks again).
 type HoldStore interface {
 	// ConfirmHold confirms order id of customer ("" for any customer's) if it is held and its
 	// hold has not expired, by the store's clock — its units leave its customer's held units
