@@ -304,3 +304,46 @@ func TestBodyMode(t *testing.T) {
 	path := "/v1/orders/" + uuid.NewString()
 	wantProblem(t, call(t, request{Method: http.MethodGet, URL: in.URL + path}), "order-not-found", path)
 }
+
+// TestTokenModeHolds: a held order is confirmed or cancelled by its customer or an admin; to
+// another customer it does not exist, and their confirm or cancel changes nothing.
+func TestTokenModeHolds(t *testing.T) {
+	t.Parallel()
+	tk := newTokens(t)
+	in := newFakeInstance(t, fakeOptions{customers: tk.auth})
+	p := createRuledProduct(t, in.URL, "token-holds", 10, map[string]any{"hold_for": 600})
+	alice, bob := tk.header(t, "alice"), tk.header(t, "bob")
+	hold := func() orderBody {
+		t.Helper()
+		var o orderBody
+		wantJSON(t, postOrder(t, in.URL, items(p.ID), alice), http.StatusCreated, &o)
+		if o.Status != "held" {
+			t.Fatalf("order %+v, want held", o)
+		}
+		return o
+	}
+	decide := func(id, action string, header map[string]string) response {
+		t.Helper()
+		return call(t, request{Method: http.MethodPost, URL: in.URL + "/v1/orders/" + id + "/" + action, Header: header})
+	}
+	first, second := hold(), hold()
+	for _, action := range []string{"confirm", "cancel"} {
+		path := "/v1/orders/" + first.ID + "/" + action
+		wantProblem(t, decide(first.ID, action, bob), "order-not-found", path)
+	}
+	var o orderBody
+	wantJSON(t, call(t, request{Method: http.MethodGet, URL: in.URL + "/v1/orders/" + first.ID, Header: alice}), http.StatusOK, &o)
+	if o.Status != "held" {
+		t.Fatalf("after another customer's confirm and cancel: %+v, want held", o)
+	}
+	wantJSON(t, decide(first.ID, "confirm", alice), http.StatusOK, &o)
+	if o.Status != "confirmed" || o.CustomerID != "alice" {
+		t.Errorf("alice's confirm = %+v, want her order confirmed", o)
+	}
+	wantJSON(t, decide(second.ID, "cancel", adminHeader()), http.StatusOK, &o)
+	if o.Status != "cancelled" || o.CustomerID != "alice" {
+		t.Errorf("an admin's cancel = %+v, want alice's order cancelled", o)
+	}
+	wantProblem(t, decide(second.ID, "confirm", bob), "order-not-found", "/v1/orders/"+second.ID+"/confirm")
+	wantProblem(t, decide(second.ID, "confirm", alice), "order-cancelled", "/v1/orders/"+second.ID+"/confirm")
+}

@@ -5,7 +5,6 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/stocksvc/stocksvc/internal/async"
 	"github.com/stocksvc/stocksvc/internal/stock"
 )
 
@@ -218,72 +217,4 @@ type auditResponse struct {
 
 func toAuditResponse(a stock.Audit) auditResponse {
 	return auditResponse{ProductID: a.ProductID, Stock: a.Stock, Received: a.Received, Sold: a.Sold, Held: a.Held, Consistent: a.Consistent()}
-}
-
-type orderItemDTO struct {
-	ProductID int64 `json:"product_id"`
-	Quantity  int64 `json:"quantity"`
-}
-
-type placeOrderRequest struct {
-	CustomerID string         `json:"customer_id"`
-	Items      []orderItemDTO `json:"items"`
-}
-
-func (r placeOrderRequest) toOrderRequest(idempotencyKey string) stock.OrderRequest {
-	items := make([]stock.Item, len(r.Items))
-	for i, it := range r.Items {
-		items[i] = stock.Item{ProductID: it.ProductID, Quantity: it.Quantity}
-	}
-	return stock.OrderRequest{CustomerID: r.CustomerID, Items: items, IdempotencyKey: idempotencyKey}
-}
-
-type orderResponse struct {
-	ID         string         `json:"id"`
-	CustomerID string         `json:"customer_id"`
-	Status     string         `json:"status"`
-	Items      []orderItemDTO `json:"items"`
-	CreatedAt  time.Time      `json:"created_at"`
-	// ExpiresAt: a held order's end unless confirmed (it stays on the order once decided).
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	// When a hold was confirmed, cancelled or expired; for an order accepted for later and not
-	// confirmed, when it was decided, and why it was rejected.
-	DecidedAt *time.Time    `json:"decided_at,omitempty"`
-	Rejection *rejectionDTO `json:"rejection,omitempty"`
-}
-
-// rejectionDTO is why an order accepted for later was refused: the problem a synchronous order
-// would have been answered with, without the envelope.
-type rejectionDTO struct {
-	Code      string `json:"code"`
-	ProductID int64  `json:"product_id,omitempty"`
-	Requested int64  `json:"requested,omitempty"`
-	Available *int64 `json:"available,omitempty"`
-}
-
-// toAsyncOrderResponse shows an order accepted for later; created_at is when it was accepted.
-func toAsyncOrderResponse(o async.Order) orderResponse {
-	r := toOrderResponse(stock.Order{ID: o.ID, CustomerID: o.CustomerID, Status: o.Status, Items: o.Items, CreatedAt: o.AcceptedAt})
-	if !o.DecidedAt.IsZero() {
-		at := o.DecidedAt.UTC()
-		r.DecidedAt = &at
-	}
-	if rej := o.Rejection; rej != nil {
-		r.Rejection = &rejectionDTO{Code: rejectionCode(rej.Reason), ProductID: rej.ProductID, Requested: rej.Requested}
-		if rej.Reason == async.ReasonSoldOut {
-			// What was left is a figure of a refusal for want of stock only (0 included).
-			available := rej.Available
-			r.Rejection.Available = &available
-		}
-	}
-	return r
-}
-
-func toOrderResponse(o stock.Order) orderResponse {
-	items := make([]orderItemDTO, len(o.Items))
-	for i, it := range o.Items {
-		items[i] = orderItemDTO{ProductID: it.ProductID, Quantity: it.Quantity}
-	}
-	return orderResponse{ID: o.ID.String(), CustomerID: o.CustomerID, Status: o.Status, Items: items, CreatedAt: o.CreatedAt.UTC(),
-		ExpiresAt: utc(o.ExpiresAt), DecidedAt: utc(o.DecidedAt)}
 }

@@ -98,18 +98,18 @@ func (f *fakeService) Products(ctx context.Context, after int64, limit int, onSa
 	return f.svc.Products(ctx, after, limit, onSale)
 }
 
-func (f *fakeService) Confirm(ctx context.Context, id uuid.UUID) (stock.Order, error) {
+func (f *fakeService) Confirm(ctx context.Context, id uuid.UUID, customer string) (stock.Order, error) {
 	if f.err != nil {
 		return stock.Order{}, f.err
 	}
-	return f.svc.Confirm(ctx, id)
+	return f.svc.Confirm(ctx, id, customer)
 }
 
-func (f *fakeService) Cancel(ctx context.Context, id uuid.UUID) (stock.Order, error) {
+func (f *fakeService) Cancel(ctx context.Context, id uuid.UUID, customer string) (stock.Order, error) {
 	if f.err != nil {
 		return stock.Order{}, f.err
 	}
-	return f.svc.Cancel(ctx, id)
+	return f.svc.Cancel(ctx, id, customer)
 }
 
 // fakeQueue is a stockhttp.Queue over memory: it accepts an order as async.Queue.Place does —

@@ -28,9 +28,10 @@ type Service interface {
 	Product(ctx context.Context, id int64) (stock.ProductView, error)
 	Restock(ctx context.Context, req stock.RestockRequest) (stock.RestockResult, error)
 	UpdateSale(ctx context.Context, id int64, c stock.SaleChange) (stock.Product, error)
-	// Confirm and Cancel decide a held order (the customer paid, or gave up).
-	Confirm(ctx context.Context, id uuid.UUID) (stock.Order, error)
-	Cancel(ctx context.Context, id uuid.UUID) (stock.Order, error)
+	// Confirm and Cancel decide a held order (the customer paid, or gave up) of customer, ""
+	// for any customer's (an admin's call); another customer's order does not exist to them.
+	Confirm(ctx context.Context, id uuid.UUID, customer string) (stock.Order, error)
+	Cancel(ctx context.Context, id uuid.UUID, customer string) (stock.Order, error)
 	Products(ctx context.Context, after int64, limit int, onSale bool) (stock.ProductsPage, error)
 	Audit(ctx context.Context, id int64) (stock.Audit, error)
 	// PlaceOrder decides an order at once. A result with Accepted set names the order its key

@@ -213,7 +213,7 @@ func TestUnitsThatComeBackAdmitTheNext(t *testing.T) {
 			t.Errorf("%s: sold out with a unit held, and not told it may return", j.customer)
 		}
 	}
-	if _, err := w.stock.Cancel(ctx, res.Order.ID); err != nil {
+	if _, err := w.stock.Cancel(ctx, res.Order.ID, ""); err != nil {
 		t.Fatal(err)
 	}
 	admittedNow := func() (n int) {

@@ -30,20 +30,35 @@ var (
 )
 
 // HoldStore is what holds ask of the store (the Store embeds it).
+//
+// A confirm and a cancel are each decided by one statement that checks everything itself —
+// the order's customer (customer, "" for any: an admin's call), its status and, for a confirm,
+// its expires_at — and returns the order as it left it. Nothing is read after it to answer
+// but to tell why it matched nothing, and nothing before it that it relies on (a cancel reads
+// its order first for the products whose views it raises, and may answer from that read at
+// once, but the statement checks again).
 type HoldStore interface {
-	// ConfirmHold confirms order id if it is held and its hold has not expired, by the store's
-	// clock — its units leave its customer's held units as it does — and returns the order as
-	// it stands: a confirmed order (also one confirmed before, or final at once) is returned as
-	// it is. Errors: ErrOrderNotFound, ErrHoldExpired (expired, or held past expires_at),
-	// ErrOrderCancelled, ErrUnavailable.
-	ConfirmHold(ctx context.Context, id uuid.UUID) (Order, error)
+	// ConfirmHold confirms order id of customer ("" for any customer's) if it is held and its
+	// hold has not expired, by the store's clock — its units leave its customer's held units
+	// as it does — and returns the order as it stands, and whether this call confirmed it: a
+	// confirmed order (also one confirmed before, or final at once) is returned as it is.
+	// Errors: ErrOrderNotFound (also another customer's order), ErrHoldExpired (expired, or
+	// held past expires_at), ErrOrderCancelled, ErrUnavailable.
+	ConfirmHold(ctx context.Context, id uuid.UUID, customer string) (o Order, confirmed bool, err error)
+	// CancelHold cancels order id of customer ("" for any customer's) if it is still held,
+	// and gives its units back to its products (products: all of them, which it locks in
+	// ascending id order first, as a cart's write does) and to its customer's counts (bought,
+	// and held), in one statement. It returns the order as it stands — also when another call
+	// or the expiry ended it, or it was confirmed: then Cancelled is false — and the products
+	// it gave units back to, as it left them. Errors: ErrOrderNotFound (also another
+	// customer's order), ErrUnavailable.
+	CancelHold(ctx context.Context, id uuid.UUID, customer string, products []int64) (Cancel, error)
 	// ReleaseHolds ends the holds among ids that are still held — cancelled, or with expire,
 	// expired if their expires_at has passed — and gives their units back to their products
 	// and their customers' counts (bought, and held), in one transaction that first locks the products' rows in
 	// ascending id order (products: every product of those orders). It returns the products
 	// it gave units back to, as it left them, and for each hold it ended the time from its
-	// expires_at to the release (negative when released before it: a cancel). Errors:
-	// ErrUnavailable.
+	// expires_at to the release (negative when released before it). Errors: ErrUnavailable.
 	ReleaseHolds(ctx context.Context, ids []uuid.UUID, products []int64, expire bool) (Released, error)
 	// DueHolds returns up to limit orders held whose expires_at is more than grace ago, oldest
 	// first, with their products; among, when not nil, restricts them to those orders.
@@ -51,9 +66,20 @@ type HoldStore interface {
 	DueHolds(ctx context.Context, among []uuid.UUID, grace time.Duration, limit int) (map[uuid.UUID][]int64, error)
 	// Replicated returns once every write the store has committed is kept as an acknowledged
 	// one must be — on Postgres with synchronous replication, on a standby — so that a state
-	// read from the store (a hold another call ended) can be answered as done. ReleaseHolds
-	// and ConfirmHold acknowledge their own writes so already. Errors: ErrUnavailable.
+	// read from the store (a hold another call ended) can be answered as done. ReleaseHolds,
+	// CancelHold and ConfirmHold acknowledge their own writes so already. Errors:
+	// ErrUnavailable.
 	Replicated(ctx context.Context) error
+}
+
+// Cancel is what CancelHold did.
+type Cancel struct {
+	// Order is the order as it stands after the call.
+	Order Order
+	// Cancelled says that this call cancelled it (and gave its units back).
+	Cancelled bool
+	// Products are the products it gave units back to, as it left them.
+	Products []Product
 }
 
 // Released is what ReleaseHolds gave back.
@@ -99,32 +125,40 @@ func (s *Service) scheduleExpiries(holds map[uuid.UUID]time.Time) {
 	}
 }
 
-// Confirm confirms held order id — the customer paid — before its hold expires. A confirmed
-// order is answered as it is (a retry). Errors: ErrOrderNotFound, ErrHoldExpired,
-// ErrOrderCancelled, ErrUnavailable.
-func (s *Service) Confirm(ctx context.Context, id uuid.UUID) (Order, error) {
-	before, err := s.store.Order(ctx, id)
+// Confirm confirms held order id of customer ("" for any customer's: an admin's call) — the
+// customer paid — before its hold expires. A confirmed order is answered as it is (a retry).
+// Another customer's order is one that does not exist. Errors: ErrOrderNotFound,
+// ErrHoldExpired, ErrOrderCancelled, ErrUnavailable.
+func (s *Service) Confirm(ctx context.Context, id uuid.UUID, customer string) (Order, error) {
+	o, confirmed, err := s.store.ConfirmHold(ctx, id, customer)
 	if err != nil {
 		return Order{}, err
 	}
-	o, err := s.store.ConfirmHold(ctx, id)
-	if err == nil && before.Status == OrderStatusHeld && o.Status == OrderStatusConfirmed {
+	if confirmed {
 		s.metrics.holds(OrderStatusConfirmed, 1)
 	}
-	return o, err
+	return o, nil
 }
 
-// Cancel cancels held order id and gives its units back — to the stock, on every replica's
-// views before it answers (as a restock does), and to the customer's count — once, however
-// often it is called or raced. An order already expired is answered as it is. A cancel is
-// answered only once it is replicated (Store.Replicated): one whose commit is on the primary
-// alone is ErrUnavailable, outcome unknown, and so is an order found cancelled or expired by
-// an earlier call until a standby has it. Errors: ErrOrderNotFound, ErrOrderConfirmed,
-// ErrUnavailable, the context's error.
-func (s *Service) Cancel(ctx context.Context, id uuid.UUID) (Order, error) {
+// Cancel cancels held order id of customer ("" for any customer's: an admin's call) and gives
+// its units back — to the stock, on every replica's views before it answers (as a restock
+// does), and to the customer's count — once, however often it is called or raced. Another
+// customer's order is one that does not exist; an order already expired is answered as it is.
+// A cancel is answered only once it is replicated (Store.Replicated): one whose commit is on
+// the primary alone is ErrUnavailable, outcome unknown, and so is an order found cancelled or
+// expired by an earlier call until a standby has it. Errors: ErrOrderNotFound,
+// ErrOrderConfirmed, ErrUnavailable, the context's error.
+//
+// It reads the order before the statement that decides it only for its products, whose views
+// are raised around that statement (release); the statement checks the customer and the status
+// again itself, so a confirm or an expiry between the two is seen by it.
+func (s *Service) Cancel(ctx context.Context, id uuid.UUID, customer string) (Order, error) {
 	o, err := s.store.Order(ctx, id)
-	if err != nil {
+	switch {
+	case err != nil:
 		return Order{}, err
+	case customer != "" && o.CustomerID != customer:
+		return Order{}, ErrOrderNotFound
 	}
 	switch o.Status {
 	case OrderStatusConfirmed:
@@ -132,25 +166,25 @@ func (s *Service) Cancel(ctx context.Context, id uuid.UUID) (Order, error) {
 	case OrderStatusCancelled, OrderStatusExpired:
 		return s.ended(ctx, o)
 	}
-	n, err := s.release(ctx, []uuid.UUID{id}, orderProducts(o.Items), false)
-	if err != nil {
-		return Order{}, err
-	}
-	if n > 0 {
-		s.metrics.holds(OrderStatusCancelled, n)
-	}
-	o, err = s.store.Order(ctx, id)
+	products := orderProducts(o.Items)
+	var c Cancel
+	err = s.release(ctx, products, func() ([]Product, error) {
+		var err error
+		c, err = s.store.CancelHold(ctx, id, customer, products)
+		return c.Products, err
+	})
 	switch {
 	case err != nil:
 		return Order{}, err
-	case o.Status == OrderStatusConfirmed:
-		// Confirmed between the read and the release: nothing was given back.
+	case c.Cancelled:
+		s.metrics.holds(OrderStatusCancelled, 1)
+		return c.Order, nil
+	case c.Order.Status == OrderStatusConfirmed:
+		// Confirmed between the read and the cancel: nothing was given back.
 		return Order{}, ErrOrderConfirmed
-	case n == 0:
-		// Ended meanwhile by another call, or the expiry.
-		return s.ended(ctx, o)
 	}
-	return o, nil
+	// Ended meanwhile by another call, or the expiry.
+	return s.ended(ctx, c.Order)
 }
 
 // ended answers a cancel with hold o, which an earlier call or the expiry ended: once that end
@@ -176,11 +210,23 @@ func (s *Service) ExpireHolds(ctx context.Context, holds map[uuid.UUID][]int64) 
 		products = append(products, ps...)
 	}
 	slices.Sort(products)
-	n, err := s.release(ctx, ids, slices.Compact(products), true)
-	if n > 0 {
+	products = slices.Compact(products)
+	var rel Released
+	err := s.release(ctx, products, func() ([]Product, error) {
+		var err error
+		rel, err = s.store.ReleaseHolds(ctx, ids, products, true)
+		return rel.Products, err
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, lag := range rel.Lag {
+		s.metrics.expiryLag(lag)
+	}
+	if n := len(rel.Lag); n > 0 {
 		s.metrics.holds(OrderStatusExpired, n)
 	}
-	return n, err
+	return len(rel.Lag), nil
 }
 
 // ExpireDue expires up to limit holds whose expires_at passed more than grace ago — among the
@@ -205,10 +251,11 @@ func orderProducts(items []Item) []int64 {
 	return slices.Compact(ids)
 }
 
-// release gives the units of the holds ids back, the views of products raised around the
-// write so that no replica refuses an order on the level before it once this returns; it
-// reports how many holds it ended.
-func (s *Service) release(ctx context.Context, ids []uuid.UUID, products []int64, expire bool) (int, error) {
+// release runs write, which gives units of products back and returns the products it raised as
+// it left them, with the views of products raised around it, so that no replica refuses an
+// order on the level before it once this returns; the customers' counts of the products raised
+// are forgotten (they went down).
+func (s *Service) release(ctx context.Context, products []int64, write func() ([]Product, error)) error {
 	var dones []func(*Product)
 	if s.cfg.Views != nil {
 		// Every product's raise waits out a lease: they wait together.
@@ -227,12 +274,12 @@ func (s *Service) release(ctx context.Context, ids []uuid.UUID, products []int64
 					done(nil)
 				}
 			}
-			return 0, err
+			return err
 		}
 	}
-	rel, err := s.store.ReleaseHolds(ctx, ids, products, expire)
+	raised, err := write()
 	left := map[int64]Product{}
-	for _, p := range rel.Products {
+	for _, p := range raised {
 		left[p.ID] = p
 		s.customers.forget(p.ID) // counts went down
 	}
@@ -244,12 +291,7 @@ func (s *Service) release(ctx context.Context, ids []uuid.UUID, products []int64
 		}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("release holds: %w", err)
+		return fmt.Errorf("release holds: %w", err)
 	}
-	for _, lag := range rel.Lag {
-		if expire {
-			s.metrics.expiryLag(lag)
-		}
-	}
-	return len(rel.Lag), nil
+	return nil
 }

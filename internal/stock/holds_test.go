@@ -113,7 +113,7 @@ func TestHoldTies(t *testing.T) {
 		var wg sync.WaitGroup
 		var confirmErr error
 		var expired int
-		wg.Go(func() { _, confirmErr = a.svc.Confirm(ctx, o.ID) })
+		wg.Go(func() { _, confirmErr = a.svc.Confirm(ctx, o.ID, "") })
 		until(t, "the confirm to queue", func() bool { return waiting() == 1 })
 		until(t, "the hold's time", func() bool { return pgNow(t, a).After(*o.ExpiresAt) })
 		wg.Go(func() {
@@ -142,7 +142,7 @@ func TestHoldTies(t *testing.T) {
 		var wg sync.WaitGroup
 		var cancelled stock.Order
 		var cancelErr error
-		wg.Go(func() { cancelled, cancelErr = a.svc.Cancel(ctx, o.ID) })
+		wg.Go(func() { cancelled, cancelErr = a.svc.Cancel(ctx, o.ID, "") })
 		wg.Go(func() {
 			if _, err := b.svc.ExpireDue(ctx, []uuid.UUID{o.ID}, 0, 1); err != nil {
 				t.Errorf("expire: %v", err)
@@ -166,7 +166,7 @@ func TestHoldTies(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
 		for i, r := range []*replica{a, b} {
-			wg.Go(func() { _, errs[i] = r.svc.Cancel(ctx, o.ID) })
+			wg.Go(func() { _, errs[i] = r.svc.Cancel(ctx, o.ID, "") })
 		}
 		until(t, "both cancels to queue", func() bool { return waiting() == 2 })
 		open()
@@ -217,7 +217,7 @@ func TestHoldLifecycle(t *testing.T) {
 		}
 	}
 	until(t, "the hold's time", func() bool { return pgNow(t, a).After(*o.ExpiresAt) })
-	if _, err := a.svc.Confirm(ctx, o.ID); !errors.Is(err, stock.ErrHoldExpired) {
+	if _, err := a.svc.Confirm(ctx, o.ID, ""); !errors.Is(err, stock.ErrHoldExpired) {
 		t.Fatalf("confirm after the expiry = %v, want hold expired", err)
 	}
 	// The sweep (no scheduler here) ends it; b, whose view said sold out, sells the unit at once.
@@ -231,10 +231,10 @@ func TestHoldLifecycle(t *testing.T) {
 	if o, err := a.svc.Order(ctx, o.ID); err != nil || o.Status != stock.OrderStatusExpired || o.DecidedAt == nil {
 		t.Errorf("the expired order reads %+v, %v", o, err)
 	}
-	if _, err := a.svc.Cancel(ctx, got.Order.ID); err != nil {
+	if _, err := a.svc.Cancel(ctx, got.Order.ID, ""); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
-	if _, err := a.svc.Confirm(ctx, got.Order.ID); !errors.Is(err, stock.ErrOrderCancelled) {
+	if _, err := a.svc.Confirm(ctx, got.Order.ID, ""); !errors.Is(err, stock.ErrOrderCancelled) {
 		t.Errorf("confirm after a cancel = %v, want order cancelled", err)
 	}
 	if a := mustAudit(t, a, id); !a.Consistent() || a.Stock != 1 || a.Held != 0 || a.Sold != 0 {
@@ -344,13 +344,13 @@ func TestHoldsEndedFreeTheCap(t *testing.T) {
 	first, second := mustHold(t, a, "gil", id, 1), mustHold(t, b, "gil", id, 1)
 	full(a, 2)
 
-	if _, err := b.svc.Cancel(ctx, first.ID); err != nil {
+	if _, err := b.svc.Cancel(ctx, first.ID, ""); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
 	third := mustHold(t, a, "gil", id, 1)
 	full(b, 2)
 
-	if _, err := a.svc.Confirm(ctx, second.ID); err != nil {
+	if _, err := a.svc.Confirm(ctx, second.ID, ""); err != nil {
 		t.Fatalf("confirm: %v", err)
 	}
 	fourth := mustHold(t, b, "gil", id, 1)
@@ -409,7 +409,7 @@ func TestHoldingSaysWhenUnitsAreHeld(t *testing.T) {
 	if held, err := store.Holding(ctx, other); err != nil || held {
 		t.Errorf("the product sold at once holds: %v, %v", held, err)
 	}
-	if _, err := r.svc.Cancel(ctx, o.ID); err != nil {
+	if _, err := r.svc.Cancel(ctx, o.ID, ""); err != nil {
 		t.Fatal(err)
 	}
 	if holding() {
@@ -431,5 +431,61 @@ func TestHoldingSaysWhenUnitsAreHeld(t *testing.T) {
 	}
 	if held, _ := mem.Holding(ctx, p.ID); !held {
 		t.Error("memory: not holding with an order held")
+	}
+}
+
+// TestHoldDecisionsCounted: a confirm and a cancel are the caller's to make only on their own
+// orders (another customer's is not found, and changes nothing), each is counted once however
+// often it is repeated, and the wrong one after the other is refused — on the in-memory store,
+// with the views raised around the cancel.
+func TestHoldDecisionsCounted(t *testing.T) {
+	t.Parallel()
+	r := newMemWorld().replica(t, stock.DefaultDefense(), replicaOptions{views: true})
+	ctx := context.Background()
+	id := createHeld(t, r, "counted", 10, time.Hour, 0)
+	paid, gaveUp := mustHold(t, r, "ann", id, 2), mustHold(t, r, "bea", id, 3)
+	stockOf := func() int64 {
+		t.Helper()
+		v, err := r.svc.Product(ctx, id)
+		if err != nil {
+			t.Fatalf("product: %v", err)
+		}
+		return v.Stock
+	}
+	decided := func(outcome string) float64 {
+		t.Helper()
+		return testenv.Metric(t, r.registry, "stocksvc_holds_total", "outcome", outcome)
+	}
+	if _, err := r.svc.Confirm(ctx, paid.ID, "bea"); !errors.Is(err, stock.ErrOrderNotFound) {
+		t.Errorf("bea's confirm of ann's order: %v, want ErrOrderNotFound", err)
+	}
+	if _, err := r.svc.Cancel(ctx, paid.ID, "bea"); !errors.Is(err, stock.ErrOrderNotFound) {
+		t.Errorf("bea's cancel of ann's order: %v, want ErrOrderNotFound", err)
+	}
+	if _, err := r.svc.Cancel(ctx, uuid.Must(uuid.NewV7()), ""); !errors.Is(err, stock.ErrOrderNotFound) {
+		t.Errorf("cancel of no order: %v, want ErrOrderNotFound", err)
+	}
+	if got := stockOf(); got != 5 || decided(stock.OrderStatusConfirmed)+decided(stock.OrderStatusCancelled) != 0 {
+		t.Fatalf("after the refusals: stock %d, %v decisions counted; want 5 and none", got, decided(stock.OrderStatusConfirmed)+decided(stock.OrderStatusCancelled))
+	}
+	for range 2 {
+		if o, err := r.svc.Confirm(ctx, paid.ID, "ann"); err != nil || o.Status != stock.OrderStatusConfirmed {
+			t.Errorf("ann's confirm = %+v, %v; want confirmed", o, err)
+		}
+		if o, err := r.svc.Cancel(ctx, gaveUp.ID, ""); err != nil || o.Status != stock.OrderStatusCancelled {
+			t.Errorf("an admin's cancel = %+v, %v; want cancelled", o, err)
+		}
+	}
+	if c, x := decided(stock.OrderStatusConfirmed), decided(stock.OrderStatusCancelled); c != 1 || x != 1 {
+		t.Errorf("counted %v confirmed and %v cancelled, want 1 and 1", c, x)
+	}
+	if _, err := r.svc.Cancel(ctx, paid.ID, "ann"); !errors.Is(err, stock.ErrOrderConfirmed) {
+		t.Errorf("cancel of the confirmed order: %v, want ErrOrderConfirmed", err)
+	}
+	if _, err := r.svc.Confirm(ctx, gaveUp.ID, "bea"); !errors.Is(err, stock.ErrOrderCancelled) {
+		t.Errorf("confirm of the cancelled order: %v, want ErrOrderCancelled", err)
+	}
+	if got := stockOf(); got != 8 {
+		t.Errorf("stock %d, want 8: the cancelled units back once", got)
 	}
 }

@@ -193,22 +193,22 @@ func TestUnreplicatedConfirmIsNotAcknowledged(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := hold()
-	if _, err := s.ConfirmHold(ctx, first); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, stock.ErrOutcomeUnknown) || !errors.Is(err, syncrep.ErrNotReplicated) {
+	if _, _, err := s.ConfirmHold(ctx, first, ""); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, stock.ErrOutcomeUnknown) || !errors.Is(err, syncrep.ErrNotReplicated) {
 		t.Fatalf("confirm answered with the warning = %v, want unavailable, outcome unknown, not replicated", err)
 	}
 	if _, err := pool.Exec(ctx, `DROP TRIGGER cut_short ON orders`); err != nil {
 		t.Fatal(err)
 	}
 	// Confirmed on the primary by the call above; the barrier passes (no standby here).
-	if o, err := s.ConfirmHold(ctx, first); err != nil || o.Status != stock.OrderStatusConfirmed {
+	if o, _, err := s.ConfirmHold(ctx, first, ""); err != nil || o.Status != stock.OrderStatusConfirmed {
 		t.Errorf("confirm again with the barrier passing = %+v, %v; want confirmed", o, err)
 	}
 	s.barrier = `DO $$ BEGIN RAISE WARNING '` + warning + `'; END $$`
-	if _, err := s.ConfirmHold(ctx, first); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, syncrep.ErrNotReplicated) {
+	if _, _, err := s.ConfirmHold(ctx, first, ""); !errors.Is(err, stock.ErrUnavailable) || !errors.Is(err, syncrep.ErrNotReplicated) {
 		t.Errorf("confirm again, the barrier cut short = %v, want unavailable, not replicated", err)
 	}
 	// A confirm that commits itself, answered without the warning, needs no barrier.
-	if o, err := s.ConfirmHold(ctx, hold()); err != nil || o.Status != stock.OrderStatusConfirmed {
+	if o, _, err := s.ConfirmHold(ctx, hold(), ""); err != nil || o.Status != stock.OrderStatusConfirmed {
 		t.Errorf("a confirm of its own = %+v, %v; want confirmed without the barrier", o, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 
 	"github.com/stocksvc/stocksvc/internal/stock"
@@ -65,7 +66,7 @@ var heldCases = []storeCase{
 		if err != nil {
 			t.Fatalf("hold 2 after the cancel: %v", err)
 		}
-		if _, err := s.ConfirmHold(ctx, again.ID); err != nil {
+		if _, _, err := s.ConfirmHold(ctx, again.ID, ""); err != nil {
 			t.Fatalf("confirm: %v", err)
 		}
 		if got := held("c"); got != 0 {
@@ -123,7 +124,7 @@ var heldCases = []storeCase{
 		if _, err := s.ReleaseHolds(ctx, orders[:1], []int64{p.ID}, false); err != nil {
 			t.Fatalf("cancel: %v", err)
 		}
-		if _, err := s.ConfirmHold(ctx, orders[1]); err != nil {
+		if _, _, err := s.ConfirmHold(ctx, orders[1], ""); err != nil {
 			t.Fatalf("confirm: %v", err)
 		}
 		if _, err := s.UpdateSale(ctx, p.ID, stock.SaleChange{MaxPerCustomer: ptr(int64(3))}); err != nil {
@@ -172,14 +173,7 @@ var heldCases = []storeCase{
 			t.Fatalf("create: %v", err)
 		}
 		id := p.ID
-		hold := func(qty int64) stock.Order {
-			t.Helper()
-			w := heldWrite("c", customerLevels(t, s, "c", id), stock.Item{ProductID: id, Quantity: qty})
-			if _, err := s.Commit(ctx, w); err != nil {
-				t.Fatalf("hold %d: %v", qty, err)
-			}
-			return w.Orders[0]
-		}
+		hold := func(qty int64) stock.Order { return mustHold(t, s, "c", id, qty) }
 		has := func() stock.Level {
 			t.Helper()
 			return customerLevels(t, s, "c", id)[id]
@@ -213,6 +207,94 @@ var heldCases = []storeCase{
 			t.Errorf("the expired order = %+v, %v; want expired", o, err)
 		}
 	}},
+	{"a hold's confirm and cancel decide it for its customer only, and say what stands in the way", func(t *testing.T, s stock.Store, _ demos) {
+		ctx := context.Background()
+		p, err := s.CreateProduct(ctx, stock.NewProduct{SKU: "decided", Name: "decided", Stock: 10, Sale: stock.SaleRules{HoldFor: time.Hour}})
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		id := p.ID
+		hold := func(qty int64) stock.Order { return mustHold(t, s, "c", id, qty) }
+		paid, gaveUp := hold(2), hold(3)
+		for _, o := range []uuid.UUID{paid.ID, gaveUp.ID, uuid.Must(uuid.NewV7())} {
+			if _, _, err := s.ConfirmHold(ctx, o, "d"); !errors.Is(err, stock.ErrOrderNotFound) {
+				t.Errorf("another customer's confirm of %s: %v, want ErrOrderNotFound", o, err)
+			}
+			if _, err := s.CancelHold(ctx, o, "d", []int64{id}); !errors.Is(err, stock.ErrOrderNotFound) {
+				t.Errorf("another customer's cancel of %s: %v, want ErrOrderNotFound", o, err)
+			}
+		}
+		missing := uuid.Must(uuid.NewV7())
+		if _, _, err := s.ConfirmHold(ctx, missing, ""); !errors.Is(err, stock.ErrOrderNotFound) {
+			t.Errorf("confirm of no order: %v, want ErrOrderNotFound", err)
+		}
+		if _, err := s.CancelHold(ctx, missing, "", []int64{id}); !errors.Is(err, stock.ErrOrderNotFound) {
+			t.Errorf("cancel of no order: %v, want ErrOrderNotFound", err)
+		}
+		if l := customerLevels(t, s, "c", id)[id]; l.Stock != 5 || l.Held["c"] != 5 {
+			t.Fatalf("after the refusals: stock %d, c holds %d; want 5 and 5", l.Stock, l.Held["c"])
+		}
+
+		for i, customer := range []string{"c", ""} {
+			o, confirmed, err := s.ConfirmHold(ctx, paid.ID, customer)
+			if err != nil || confirmed != (i == 0) || o.Status != stock.OrderStatusConfirmed || o.CustomerID != "c" || o.DecidedAt == nil ||
+				len(o.Items) != 1 || o.Items[0] != paid.Items[0] || o.ExpiresAt == nil {
+				t.Errorf("confirm %d = %+v, %t, %v; want the order confirmed, by the first call", i, o, confirmed, err)
+			}
+		}
+		if c, err := s.CancelHold(ctx, paid.ID, "c", []int64{id}); err != nil || c.Cancelled || c.Order.Status != stock.OrderStatusConfirmed || len(c.Products) != 0 {
+			t.Errorf("cancel of the confirmed order = %+v, %v; want it found confirmed, nothing given back", c, err)
+		}
+
+		c, err := s.CancelHold(ctx, gaveUp.ID, "", []int64{id})
+		if err != nil || !c.Cancelled || c.Order.Status != stock.OrderStatusCancelled || c.Order.CustomerID != "c" || c.Order.DecidedAt == nil ||
+			len(c.Order.Items) != 1 || c.Order.Items[0] != gaveUp.Items[0] || len(c.Products) != 1 {
+			t.Fatalf("an admin's cancel = %+v, %v; want the order cancelled and its product raised", c, err)
+		}
+		if now, err := s.Product(ctx, id); err != nil || !cmp.Equal(c.Products[0], now) || now.Stock != 8 {
+			t.Errorf("the product raised = %+v, want it as it stands (%+v, %v), 8 in stock", c.Products[0], now, err)
+		}
+		if c, err := s.CancelHold(ctx, gaveUp.ID, "c", []int64{id}); err != nil || c.Cancelled || c.Order.Status != stock.OrderStatusCancelled || len(c.Products) != 0 {
+			t.Errorf("a second cancel = %+v, %v; want it found cancelled, nothing given back", c, err)
+		}
+		if _, _, err := s.ConfirmHold(ctx, gaveUp.ID, "c"); !errors.Is(err, stock.ErrOrderCancelled) {
+			t.Errorf("confirm of the cancelled order: %v, want ErrOrderCancelled", err)
+		}
+		if l := customerLevels(t, s, "c", id)[id]; l.Stock != 8 || l.Held["c"] != 0 {
+			t.Errorf("at the end: stock %d, c holds %d; want 8 and 0", l.Stock, l.Held["c"])
+		}
+	}},
+	{"a hold past its expires_at is neither confirmed nor, once expired, cancelled", func(t *testing.T, s stock.Store, _ demos) {
+		ctx := context.Background()
+		p, err := s.CreateProduct(ctx, stock.NewProduct{SKU: "lapsed", Name: "lapsed", Stock: 10, Sale: stock.SaleRules{HoldFor: time.Second}})
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		id := p.ID
+		lapsed := mustHold(t, s, "c", id, 1).ID
+		testenv.Poll(t, 10*time.Second, "the hold to be due", func() bool {
+			due, err := s.DueHolds(ctx, []uuid.UUID{lapsed}, 0, 10)
+			if err != nil {
+				t.Fatalf("due holds: %v", err)
+			}
+			return len(due) == 1
+		})
+		if _, _, err := s.ConfirmHold(ctx, lapsed, "c"); !errors.Is(err, stock.ErrHoldExpired) {
+			t.Errorf("confirm past expires_at: %v, want ErrHoldExpired", err)
+		}
+		if rel, err := s.ReleaseHolds(ctx, []uuid.UUID{lapsed}, []int64{id}, true); err != nil || len(rel.Lag) != 1 {
+			t.Fatalf("expire = %+v, %v", rel, err)
+		}
+		if _, _, err := s.ConfirmHold(ctx, lapsed, "c"); !errors.Is(err, stock.ErrHoldExpired) {
+			t.Errorf("confirm of the expired order: %v, want ErrHoldExpired", err)
+		}
+		if c, err := s.CancelHold(ctx, lapsed, "c", []int64{id}); err != nil || c.Cancelled || c.Order.Status != stock.OrderStatusExpired {
+			t.Errorf("cancel of the expired order = %+v, %v; want it found expired", c, err)
+		}
+		if got := stockOf(t, s, id); got != 10 {
+			t.Errorf("stock %d, want 10: the expiry's unit back once", got)
+		}
+	}},
 }
 
 // customerLevels reads the levels of ids with what customer has of them.
@@ -223,6 +305,16 @@ func customerLevels(t *testing.T, s stock.Store, customer string, ids ...int64) 
 		t.Fatalf("snapshot: %v", err)
 	}
 	return snap.Levels
+}
+
+// mustHold writes an order of qty units of product id for customer, held.
+func mustHold(t *testing.T, s stock.Store, customer string, id, qty int64) stock.Order {
+	t.Helper()
+	w := heldWrite(customer, customerLevels(t, s, customer, id), stock.Item{ProductID: id, Quantity: qty})
+	if _, err := s.Commit(context.Background(), w); err != nil {
+		t.Fatalf("hold %d: %v", qty, err)
+	}
+	return w.Orders[0]
 }
 
 // heldWrite is a write of one order of items (ascending product ids) for customer, decided from

@@ -312,21 +312,40 @@ func (s *Store) Audit(ctx context.Context, id int64) (stock.Audit, error) {
 	return a, nil
 }
 
+// orderSQL reads an order with its items, in one statement.
+const orderSQL = `SELECT o.customer_id, o.status, o.created_at, o.expires_at, o.decided_at, ` + orderItemsSQL + `
+  FROM orders o WHERE o.id = $1`
+
+// orderItemsSQL is the items of order o (every statement that answers with an order reads
+// them so, by the primary key of order_items): their products and quantities, by product.
+const orderItemsSQL = `
+       ARRAY(SELECT i.product_id FROM order_items i WHERE i.order_id = o.id ORDER BY i.product_id),
+       ARRAY(SELECT i.quantity FROM order_items i WHERE i.order_id = o.id ORDER BY i.product_id)`
+
+// scanOrder scans an order's columns as orderSQL lists them, then dest, into o (whose ID is
+// set) and returns the row's error as it is.
+func scanOrder(row pgx.Row, o *stock.Order, dest ...any) error {
+	var products, quantities []int64
+	err := row.Scan(append([]any{&o.CustomerID, &o.Status, &o.CreatedAt, &o.ExpiresAt, &o.DecidedAt, &products, &quantities}, dest...)...)
+	if err != nil {
+		return err
+	}
+	o.Items = make([]stock.Item, len(products))
+	for i, id := range products {
+		o.Items[i] = stock.Item{ProductID: id, Quantity: quantities[i]}
+	}
+	return nil
+}
+
 // Order implements Store.
 func (s *Store) Order(ctx context.Context, id uuid.UUID) (stock.Order, error) {
 	o := stock.Order{ID: id}
-	err := s.pool.QueryRow(ctx, `SELECT customer_id, status, created_at, expires_at, decided_at FROM orders WHERE id = $1`, id).
-		Scan(&o.CustomerID, &o.Status, &o.CreatedAt, &o.ExpiresAt, &o.DecidedAt)
+	err := scanOrder(s.pool.QueryRow(ctx, orderSQL, id), &o)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return stock.Order{}, stock.ErrOrderNotFound
 	}
 	if err != nil {
 		return stock.Order{}, dbError("get order", err)
-	}
-	rows, _ := s.pool.Query(ctx, `SELECT product_id, quantity FROM order_items WHERE order_id = $1 ORDER BY product_id`, id)
-	o.Items, err = pgx.CollectRows(rows, pgx.RowToStructByName[stock.Item])
-	if err != nil {
-		return stock.Order{}, dbError("get order items", err)
 	}
 	return o, nil
 }

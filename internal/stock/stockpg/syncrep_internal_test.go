@@ -128,15 +128,15 @@ func TestUnreplicatedCancelIsNotAcknowledged(t *testing.T) {
 	}
 	id := held.Order.ID
 	drop := cutShort(t, pool, "orders", "UPDATE")
-	_, err = svc.Cancel(ctx, id)
+	_, err = svc.Cancel(ctx, id, "")
 	wantUnknown(t, "cancel answered with the warning", err)
 	drop()
 
 	s.barrier = cutBarrier
-	_, err = svc.Cancel(ctx, id)
+	_, err = svc.Cancel(ctx, id, "")
 	wantNotReplicated(t, "cancel again, the barrier cut short", err)
 	s.barrier = syncrep.Barrier
-	if o, err := svc.Cancel(ctx, id); err != nil || o.Status != stock.OrderStatusCancelled {
+	if o, err := svc.Cancel(ctx, id, ""); err != nil || o.Status != stock.OrderStatusCancelled {
 		t.Errorf("cancel again with the barrier passing = %+v, %v; want cancelled", o, err)
 	}
 	if a, err := s.Audit(ctx, p.ID); err != nil || a.Stock != 5 || a.Held != 0 {

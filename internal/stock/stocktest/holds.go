@@ -23,12 +23,12 @@ func (m *MemStore) holdOf(o stock.Order) time.Duration {
 }
 
 // ConfirmHold implements stock.Store.
-func (m *MemStore) ConfirmHold(_ context.Context, id uuid.UUID) (stock.Order, error) {
+func (m *MemStore) ConfirmHold(_ context.Context, id uuid.UUID, customer string) (stock.Order, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o, ok := m.orders[id]
-	if !ok {
-		return stock.Order{}, stock.ErrOrderNotFound
+	if !ok || customer != "" && o.CustomerID != customer {
+		return stock.Order{}, false, stock.ErrOrderNotFound
 	}
 	now := m.now()
 	switch {
@@ -36,13 +36,30 @@ func (m *MemStore) ConfirmHold(_ context.Context, id uuid.UUID) (stock.Order, er
 		o.Status, o.DecidedAt = stock.OrderStatusConfirmed, &now
 		m.orders[id] = o
 		m.unhold(o)
-		return o, nil
+		return o, true, nil
 	case o.Status == stock.OrderStatusConfirmed:
-		return o, nil
+		return o, false, nil
 	case o.Status == stock.OrderStatusCancelled:
-		return stock.Order{}, stock.ErrOrderCancelled
+		return stock.Order{}, false, stock.ErrOrderCancelled
 	}
-	return stock.Order{}, stock.ErrHoldExpired
+	return stock.Order{}, false, stock.ErrHoldExpired
+}
+
+// CancelHold implements stock.Store.
+func (m *MemStore) CancelHold(ctx context.Context, id uuid.UUID, customer string, products []int64) (stock.Cancel, error) {
+	m.mu.Lock()
+	o, ok := m.orders[id]
+	m.mu.Unlock()
+	if !ok || customer != "" && o.CustomerID != customer {
+		return stock.Cancel{}, stock.ErrOrderNotFound
+	}
+	rel, err := m.ReleaseHolds(ctx, []uuid.UUID{id}, products, false)
+	if err != nil {
+		return stock.Cancel{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return stock.Cancel{Order: m.orders[id], Cancelled: len(rel.Lag) == 1, Products: rel.Products}, nil
 }
 
 // Replicated implements stock.Store: a write in memory is as lasting as it gets at once.
