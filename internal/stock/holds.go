@@ -61,6 +61,8 @@ type Released struct {
 	Products []Product
 	// Lag is, per hold released, expires_at to the release on the store's clock.
 	Lag map[uuid.UUID]time.Duration
+	// Units is how many units the holds released gave back, all together.
+	Units int64
 }
 
 // HoldScheduler schedules the expiry of holds (package async does, with River jobs due at each
@@ -110,6 +112,7 @@ func (s *Service) Confirm(ctx context.Context, id uuid.UUID) (Order, error) {
 	o, err := s.store.ConfirmHold(ctx, id)
 	if err == nil && before.Status == OrderStatusHeld && o.Status == OrderStatusConfirmed {
 		s.metrics.holds(OrderStatusConfirmed, 1)
+		s.metrics.unitsBecame(OrderStatusConfirmed, o.Items)
 	}
 	return o, err
 }
@@ -246,6 +249,7 @@ func (s *Service) release(ctx context.Context, ids []uuid.UUID, products []int64
 	if err != nil {
 		return 0, fmt.Errorf("release holds: %w", err)
 	}
+	s.metrics.unitsReleased(rel.Units, expire)
 	for _, lag := range rel.Lag {
 		if expire {
 			s.metrics.expiryLag(lag)

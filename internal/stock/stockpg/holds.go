@@ -122,7 +122,7 @@ WITH r AS (
   RETURNING p.id
 )
 SELECT (SELECT coalesce(array_agg(p.id), '{}') FROM p), (SELECT coalesce(array_agg(r.id), '{}') FROM r),
-       (SELECT coalesce(array_agg(r.lag), '{}') FROM r)`
+       (SELECT coalesce(array_agg(r.lag), '{}') FROM r), (SELECT coalesce(sum(qty), 0)::bigint FROM it)`
 
 // ReleaseHolds implements Store. A release Postgres committed without its synchronous standby
 // is not acknowledged (inTx): a cancel so answered is retried, and finds the hold ended once a
@@ -138,7 +138,7 @@ func (s *Store) ReleaseHolds(ctx context.Context, ids []uuid.UUID, products []in
 			released []uuid.UUID
 			lags     []float64
 		)
-		if err := tx.QueryRow(ctx, releaseHoldsSQL, ids, expire).Scan(&raised, &released, &lags); err != nil {
+		if err := tx.QueryRow(ctx, releaseHoldsSQL, ids, expire).Scan(&raised, &released, &lags, &rel.Units); err != nil {
 			return dbError("release holds", err)
 		}
 		if len(raised) > 0 {
