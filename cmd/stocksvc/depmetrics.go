@@ -20,8 +20,8 @@ type depMetrics struct {
 	rdb  redis.UniversalClient
 
 	pgConns, pgMax, pgAcquires, pgWaited, pgWaitSeconds, pgCanceled *prometheus.Desc
-	redisConns, redisHits, redisMisses, redisTimeouts             *prometheus.Desc
-	standbys                                                      *prometheus.Desc
+	redisConns, redisHits, redisMisses, redisTimeouts               *prometheus.Desc
+	standbys                                                        *prometheus.Desc
 
 	mu     sync.Mutex
 	now    func() time.Time
