@@ -78,6 +78,14 @@ func TestCountersMatchTheAudit(t *testing.T) {
 		t.Fatalf("key reused = %v, want refused", err)
 	}
 
+	// Postgres's listing filters by status: buyer3's order was cancelled.
+	for st, want := range map[string]int{"cancelled": 1, "held": 0} {
+		page, err := a.svc.CustomerOrders(ctx, stock.OrdersQuery{CustomerID: "buyer3", Limit: 10, Statuses: []string{st}})
+		if err != nil || len(page.Orders) != want {
+			t.Errorf("buyer3's %s orders = %+v, %v; want %d", st, page.Orders, err, want)
+		}
+	}
+
 	sum := func(name, label, value string) float64 {
 		var n float64
 		for _, r := range replicas {
