@@ -22,7 +22,9 @@ func TestProbesLoggedAtDebug(t *testing.T) {
 		ready := http.StatusOK
 		r := chi.NewRouter()
 		r.Use(s.withAccessLog)
-		answer := func(code *int) http.HandlerFunc { return func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(*code) } }
+		answer := func(code *int) http.HandlerFunc {
+			return func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(*code) }
+		}
 		ok := http.StatusOK
 		r.Get("/healthz", answer(&ok))
 		r.Get("/readyz", answer(&ready))
