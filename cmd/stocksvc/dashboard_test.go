@@ -51,7 +51,11 @@ func TestDashboardMetrics(t *testing.T) {
 	// What the dashboard is for (docs/operations.md): each of these has a panel.
 	for _, want := range []string{"stocksvc_orders_total", "stocksvc_defense_catches_total", "stocksvc_orders_refused_fast_total",
 		"stocksvc_batch_orders_bucket", "stocksvc_lock_wait_seconds_bucket", "stocksvc_view_reads_total",
-		"stocksvc_async_orders_pending", "stocksvc_async_oldest_pending_seconds", "stocksvc_line_tickets", "stocksvc_line_admittable"} {
+		"stocksvc_async_orders_pending", "stocksvc_async_oldest_pending_seconds", "stocksvc_line_tickets", "stocksvc_line_admittable",
+		// The sale's progress, lock health, the database and Redis (issue #34, item 3).
+		"stocksvc_units_total", "stocksvc_product_stock", "stocksvc_lock_losses_total", "stocksvc_lock_refresh_failures_total",
+		"stocksvc_lock_not_obtained_total", "stocksvc_db_pool_connections", "stocksvc_db_standbys", "stocksvc_redis_pool_connections",
+		"stocksvc_http_requests_total", "stocksvc_holds_total"} {
 		if !used[want] {
 			t.Errorf("no dashboard query uses %s", want)
 		}

@@ -143,6 +143,7 @@ func wire(ctx context.Context, cfg config, deps dependencies, customers stockhtt
 		// below; the production path never builds them.
 		store = stockpg.NewDemo(deps.pool, cfg.defense)
 	}
+	reg.MustRegister(newDepMetrics(deps.pool, deps.rdb))
 	if deps.watch != nil {
 		reg.MustRegister(deps.watch)
 	}

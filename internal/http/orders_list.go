@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,8 +22,8 @@ type ordersPageResponse struct {
 	NextCursor *string `json:"next_cursor"`
 }
 
-// handleListOrders answers GET /v1/orders: a page of one customer's confirmed orders, newest
-// first. Whose: the verified caller's (customer_id= may repeat it, not name another: 403);
+// handleListOrders answers GET /v1/orders: a page of one customer's orders, newest first —
+// every status, or those status= names (comma-separated, or the parameter repeated). Whose: the verified caller's (customer_id= may repeat it, not name another: 403);
 // for an admin, and in body mode, the customer customer_id= names (required).
 func (s *Server) handleListOrders(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -55,7 +56,11 @@ func (s *Server) handleListOrders(w http.ResponseWriter, r *http.Request) {
 		}
 		after = &c
 	}
-	page, err := s.svc.CustomerOrders(r.Context(), stock.OrdersQuery{CustomerID: customer, Limit: limit, After: after})
+	var statuses []string
+	for _, v := range q["status"] {
+		statuses = append(statuses, strings.Split(v, ",")...)
+	}
+	page, err := s.svc.CustomerOrders(r.Context(), stock.OrdersQuery{CustomerID: customer, Limit: limit, After: after, Statuses: statuses})
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -6,22 +6,29 @@ import (
 )
 
 // countOutcome counts an order's answer as the outcome the API answers for it
-// (stocksvc_orders_total), and a confirmed order's units as sold.
+// (stocksvc_orders_total), and the units of an order it wrote as what they became
+// (stocksvc_units_total): confirmed — sold, as the audit counts them — or held, whose units
+// are counted again by holds.go when the hold is confirmed, cancelled or expires.
 func (s *Service) countOutcome(res OrderResult, err error) {
 	switch {
 	case err == nil && res.Replayed: // a key's accepted order too
 		s.metrics.outcome(outcomeReplayed)
+	case err == nil && res.Order.Status == OrderStatusHeld:
+		s.metrics.outcome(outcomeHeld)
+		s.metrics.unitsBecame(OrderStatusHeld, res.Order.Items)
 	case err == nil:
 		s.metrics.outcome(outcomeConfirmed)
-		for _, it := range res.Order.Items {
-			s.metrics.sold(it.Quantity)
-		}
+		s.metrics.unitsBecame(OrderStatusConfirmed, res.Order.Items)
 	case errors.Is(err, ErrSoldOut):
 		s.metrics.outcome(outcomeSoldOut)
 	case refusedByRule(err):
 		s.metrics.outcome(ruleOutcome(err))
-	case errors.Is(err, ErrInvalid), errors.Is(err, ErrProductNotFound), errors.Is(err, ErrIdempotencyKeyReused):
-		s.metrics.outcome(outcomeRejected)
+	case errors.Is(err, ErrIdempotencyKeyReused):
+		s.metrics.outcome(outcomeKeyReused)
+	case errors.Is(err, ErrProductNotFound):
+		s.metrics.outcome(outcomeProductNotFound)
+	case errors.Is(err, ErrInvalid):
+		s.metrics.outcome(outcomeInvalid)
 	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		// What the API answers 503, whatever else the error holds (a lock lost while the
 		// commit's reply was lost, say): a dependency down or slow, or an outcome unknown.
@@ -29,7 +36,7 @@ func (s *Service) countOutcome(res OrderResult, err error) {
 	case errors.Is(err, ErrBusy), errors.Is(err, ErrLockLost):
 		s.metrics.outcome(outcomeBusy)
 	case errors.Is(err, context.Canceled):
-		s.metrics.outcome(outcomeCancelled)
+		s.metrics.outcome(outcomeClientGone)
 	default:
 		s.metrics.outcome(outcomeError)
 	}

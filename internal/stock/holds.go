@@ -87,6 +87,8 @@ type Released struct {
 	Products []Product
 	// Lag is, per hold released, expires_at to the release on the store's clock.
 	Lag map[uuid.UUID]time.Duration
+	// Units is how many units the holds released gave back, all together.
+	Units int64
 }
 
 // HoldScheduler schedules the expiry of holds (package async does, with River jobs due at each
@@ -136,6 +138,7 @@ func (s *Service) Confirm(ctx context.Context, id uuid.UUID, customer string) (O
 	}
 	if confirmed {
 		s.metrics.holds(OrderStatusConfirmed, 1)
+		s.metrics.unitsBecame(OrderStatusConfirmed, o.Items)
 	}
 	return o, nil
 }
@@ -178,6 +181,7 @@ func (s *Service) Cancel(ctx context.Context, id uuid.UUID, customer string) (Or
 		return Order{}, err
 	case c.Cancelled:
 		s.metrics.holds(OrderStatusCancelled, 1)
+		s.metrics.unitsBecame(OrderStatusCancelled, c.Order.Items)
 		return c.Order, nil
 	case c.Order.Status == OrderStatusConfirmed:
 		// Confirmed between the read and the cancel: nothing was given back.
@@ -220,6 +224,7 @@ func (s *Service) ExpireHolds(ctx context.Context, holds map[uuid.UUID][]int64) 
 	if err != nil {
 		return 0, err
 	}
+	s.metrics.unitsReleased(rel.Units, true)
 	for _, lag := range rel.Lag {
 		s.metrics.expiryLag(lag)
 	}

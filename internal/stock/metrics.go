@@ -12,7 +12,8 @@ type Metrics struct {
 	catches   *prometheus.CounterVec
 	outcomes  *prometheus.CounterVec
 	conflicts prometheus.Counter
-	units     prometheus.Counter
+	units     *prometheus.CounterVec
+	stockLeft *stockGauge
 
 	batchOrders   prometheus.Histogram
 	batchDuration prometheus.Histogram
@@ -47,10 +48,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "stocksvc_version_retries_total",
 			Help: "Batches decided again after the version check refused their write.",
 		}),
-		units: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "stocksvc_units_sold_total",
-			Help: "Units sold in confirmed orders.",
-		}),
+		units: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stocksvc_units_total",
+			Help: "Units by what they became: confirmed (sold: in orders final at once, and in holds confirmed; the audit's sold), held (taken in orders written held), cancelled and expired (holds' units back in stock). Units held now, the audit's held, are held - cancelled - expired - the confirmed units of holds.",
+		}, []string{"status"}),
+		stockLeft: newStockGauge(),
 		batchOrders: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "stocksvc_batch_orders",
 			Help:    "Orders decided together in one batch (one read, at most one write).",
@@ -112,19 +114,27 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, o := range []string{outcomeHeld, OrderStatusConfirmed, OrderStatusCancelled, OrderStatusExpired} {
 		m.holdOutcomes.WithLabelValues(o)
+		m.units.WithLabelValues(o)
 	}
-	reg.MustRegister(m.holdOutcomes, m.holdLag, m.holdSchedFails)
+	reg.MustRegister(m.holdOutcomes, m.holdLag, m.holdSchedFails, m.stockLeft)
 	reg.MustRegister(m.catches, m.outcomes, m.conflicts, m.units, m.batchOrders, m.batchDuration, m.ordersPerLock, m.shedOrders, m.queued, m.refusedByView, m.refusedByRule, m.keySetLoads)
 	return m
 }
 
+// The outcomes of stocksvc_orders_total: what the API answered, a refusal named by its cause.
+// None is named as an order's status is unless it is that status (confirmed, held): "rejected"
+// (an asynchronous order's status) and "cancelled" (a hold's) were outcomes until issue #34.
 const (
-	outcomeConfirmed   = "confirmed"
-	outcomeReplayed    = "replayed"
-	outcomeSoldOut     = "sold_out"
-	outcomeBusy        = "busy"
-	outcomeRejected    = "rejected"
-	outcomeCancelled   = "cancelled"
+	outcomeConfirmed = "confirmed" // bought, final at once (201)
+	outcomeReplayed  = "replayed"
+	outcomeSoldOut   = "sold_out"
+	outcomeBusy      = "busy"
+	// A request refused for itself, before any stock was looked at.
+	outcomeInvalid         = "invalid"           // 422 validation-failed
+	outcomeProductNotFound = "product_not_found" // 404 product-not-found
+	outcomeKeyReused       = "key_reused"        // 422 idempotency-key-reused
+	// The client went away (its context was cancelled) before the answer.
+	outcomeClientGone  = "client_gone"
 	outcomeUnavailable = "unavailable"
 	outcomeError       = "error"
 	// The sale rules' refusals.
@@ -134,8 +144,8 @@ const (
 	outcomeHoldLimit     = "hold_limit"
 )
 
-var allOutcomes = []string{outcomeConfirmed, outcomeReplayed, outcomeSoldOut, outcomeBusy, outcomeRejected, outcomeCancelled,
-	outcomeUnavailable, outcomeError, outcomeSaleNotOpen, outcomeSaleEnded, outcomeCustomerLimit, outcomeHoldLimit}
+var allOutcomes = []string{outcomeConfirmed, outcomeHeld, outcomeReplayed, outcomeSoldOut, outcomeBusy, outcomeInvalid,
+	outcomeProductNotFound, outcomeKeyReused, outcomeClientGone, outcomeUnavailable, outcomeError, outcomeSaleNotOpen, outcomeSaleEnded, outcomeCustomerLimit, outcomeHoldLimit}
 
 // ruleOutcome names the outcome of a refusal by a sale rule; "" for any other error.
 func ruleOutcome(err error) string {
@@ -170,10 +180,29 @@ func (m *Metrics) conflict() {
 	}
 }
 
-func (m *Metrics) sold(units int64) {
-	if m != nil {
-		m.units.Add(float64(units))
+// unitsBecame counts the units of items as having become status: confirmed, held, cancelled
+// or expired.
+func (m *Metrics) unitsBecame(status string, items []Item) {
+	if m == nil {
+		return
 	}
+	var n int64
+	for _, it := range items {
+		n += it.Quantity
+	}
+	m.units.WithLabelValues(status).Add(float64(n))
+}
+
+// unitsReleased counts n units of holds back in stock: cancelled, or with expire, expired.
+func (m *Metrics) unitsReleased(n int64, expire bool) {
+	if m == nil || n == 0 {
+		return
+	}
+	status := OrderStatusCancelled
+	if expire {
+		status = OrderStatusExpired
+	}
+	m.units.WithLabelValues(status).Add(float64(n))
 }
 
 // batch records one batch of orders; locked says it was decided under the products' locks.
@@ -206,7 +235,8 @@ func (m *Metrics) refusedFromView() {
 	}
 }
 
-// outcomeHeld is the holds' outcome for a hold taken.
+// outcomeHeld is the outcome of an order written held (201, status held), and the holds'
+// outcome for a hold taken.
 const outcomeHeld = "held"
 
 func (m *Metrics) holds(outcome string, n int) {

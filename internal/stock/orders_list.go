@@ -3,6 +3,7 @@ package stock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,7 +15,8 @@ const MaxOrdersPage = 100
 // OrderLister lists a customer's orders. It is part of Store.
 type OrderLister interface {
 	// CustomerOrders returns q.CustomerID's orders, newest first (created_at, then id, both
-	// descending), those strictly after q.After when it is set, at most q.Limit of them
+	// descending), those strictly after q.After when it is set, in one of q.Statuses when it
+	// is not empty, at most q.Limit of them
 	// (q is valid: Service.CustomerOrders checks it), and where the next page starts when
 	// there are more. Errors: ErrUnavailable.
 	CustomerOrders(ctx context.Context, q OrdersQuery) (OrdersPage, error)
@@ -27,6 +29,9 @@ type OrdersQuery struct {
 	Limit int
 	// After, when set, is where the page starts: OrdersPage.Next of the page before.
 	After *OrdersCursor
+	// Statuses, when not empty, lists only the orders in one of these statuses (OrderStatus*);
+	// empty: every order, whatever became of it.
+	Statuses []string
 }
 
 // OrdersCursor is a place in a customer's orders, newest first: the page after it starts
@@ -44,15 +49,25 @@ type OrdersPage struct {
 	Next *OrdersCursor
 }
 
-// CustomerOrders returns a page of a customer's confirmed orders (an order accepted for later
-// is one once it is confirmed), newest first. Whose orders a caller may read is the
-// transport's to decide. Errors: *ValidationError (customer_id, limit), ErrUnavailable.
+// orderStatuses are the statuses an order (a row of orders) can have.
+var orderStatuses = []string{OrderStatusHeld, OrderStatusConfirmed, OrderStatusCancelled, OrderStatusExpired}
+
+// CustomerOrders returns a page of a customer's orders, newest first: every order written —
+// confirmed, held, cancelled, expired (an order accepted for later is one once it is decided
+// and bought) — or, with q.Statuses, those in one of them. Whose orders a caller may read is
+// the transport's to decide. Errors: *ValidationError (customer_id, limit, status),
+// ErrUnavailable.
 func (s *Service) CustomerOrders(ctx context.Context, q OrdersQuery) (OrdersPage, error) {
 	if err := ValidateCustomerID(q.CustomerID); err != nil {
 		return OrdersPage{}, err
 	}
 	if q.Limit < 1 || q.Limit > MaxOrdersPage {
 		return OrdersPage{}, &ValidationError{Field: "limit", Reason: fmt.Sprintf("must be between 1 and %d", MaxOrdersPage)}
+	}
+	for _, st := range q.Statuses {
+		if !slices.Contains(orderStatuses, st) {
+			return OrdersPage{}, &ValidationError{Field: "status", Reason: "must be held, confirmed, cancelled or expired"}
+		}
 	}
 	return s.store.CustomerOrders(ctx, q)
 }

@@ -49,6 +49,12 @@ func NewService(store Store, locker Locker, cfg Config, metrics *Metrics) *Servi
 	s.batches.decide = s.decideQueued
 	s.batches.settle = s.replayStored
 	s.batches.unsettled = unsettled
+	if metrics != nil {
+		metrics.stockLeft.use(func(ctx context.Context, limit int) ([]Product, error) {
+			page, err := s.Products(ctx, 0, limit, true)
+			return page.Products, err
+		})
+	}
 	return s
 }
 

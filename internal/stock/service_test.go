@@ -405,7 +405,7 @@ func TestClientGoneIsCountedAsCancelled(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	if got := testenv.Metric(t, r.registry, "stocksvc_orders_total", "outcome", "cancelled"); got != 1 {
+	if got := testenv.Metric(t, r.registry, "stocksvc_orders_total", "outcome", "client_gone"); got != 1 {
 		t.Errorf("cancelled outcomes = %v, want 1", got)
 	}
 	if got := testenv.Metric(t, r.registry, "stocksvc_orders_total", "outcome", "error"); got != 0 {

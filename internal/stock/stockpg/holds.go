@@ -202,7 +202,7 @@ WITH r AS (
   RETURNING id, customer_id, extract(epoch FROM now() - expires_at)::float8 AS lag
 )` + giveBackSQL + `
 SELECT (SELECT coalesce(json_agg(p ORDER BY p.id), '[]') FROM p), (SELECT coalesce(array_agg(r.id), '{}') FROM r),
-       (SELECT coalesce(array_agg(r.lag), '{}') FROM r)`
+       (SELECT coalesce(array_agg(r.lag), '{}') FROM r), (SELECT coalesce(sum(qty), 0)::bigint FROM it)`
 
 // ReleaseHolds implements Store: the expiries' release (a cancel is CancelHold's one
 // statement). A release Postgres committed without its synchronous standby is not acknowledged
@@ -219,7 +219,7 @@ func (s *Store) ReleaseHolds(ctx context.Context, ids []uuid.UUID, products []in
 			released []uuid.UUID
 			lags     []float64
 		)
-		if err := tx.QueryRow(ctx, releaseHoldsSQL, ids, expire).Scan(&raised, &released, &lags); err != nil {
+		if err := tx.QueryRow(ctx, releaseHoldsSQL, ids, expire).Scan(&raised, &released, &lags, &rel.Units); err != nil {
 			return dbError("release holds", err)
 		}
 		rel.Products = fromJSON(raised)

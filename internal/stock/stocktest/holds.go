@@ -92,6 +92,7 @@ func (m *MemStore) ReleaseHolds(_ context.Context, ids []uuid.UUID, _ []int64, e
 				x.bought[o.CustomerID] = n - it.Quantity
 			}
 			raised[it.ProductID] = true
+			rel.Units += it.Quantity
 		}
 		m.unhold(o)
 	}

@@ -15,7 +15,8 @@ func (m *MemStore) CustomerOrders(_ context.Context, q stock.OrdersQuery) (stock
 	defer m.mu.Unlock()
 	var all []stock.Order
 	for _, o := range m.orders {
-		if o.CustomerID == q.CustomerID && (q.After == nil || before(o, *q.After)) {
+		if o.CustomerID == q.CustomerID && (q.After == nil || before(o, *q.After)) &&
+			(len(q.Statuses) == 0 || slices.Contains(q.Statuses, o.Status)) {
 			all = append(all, o)
 		}
 	}
