@@ -524,7 +524,8 @@ const updateTimeout = 500 * time.Millisecond
 // Committed records that a purchase committed product id at level (stock left, version) at
 // time at: it moves this replica's lease and the view in Redis, if they are older, and returns
 // once Redis has taken the update (or updateTimeout has passed: the update is then counted
-// lost, and the view lags until the next one or its TTL). The Service calls it before it
+// lost, and the view lags until the next one, or until one lease after the purchase's mark
+// (Writing) when no update comes). The Service calls it before it
 // answers the purchase's orders, so that a read that starts after a 201 reflects the order, on
 // any replica whose lease does not predate it. It never creates a view (that is a rebuild's
 // job, under an epoch). Purchases only lower the stock, so a view that misses an update shows
@@ -553,7 +554,7 @@ func (c *Cache) Committed(id int64, stockLeft, version int64, at time.Time) {
 // after marking, or killed before its update — leaves views at most one lease behind it, as a
 // lease taken just before the write would be. The mark is one script per product, whose one
 // round trip is what it costs a batch. Errors: stock.ErrUnavailable (Redis did not take the
-// mark within RedisTimeout: the write must not be made, since nothing would bound how long the
+// mark within markTimeout: the write must not be made, since nothing would bound how long the
 // other replicas served the level before it).
 func (c *Cache) Writing(ctx context.Context, w stock.Write) error {
 	return c.mark(ctx, w, time.Now()) // before the write begins: the mark may only be early
@@ -562,7 +563,7 @@ func (c *Cache) Writing(ctx context.Context, w stock.Write) error {
 // mark marks w's products' views as written from at.
 func (c *Cache) mark(ctx context.Context, w stock.Write, at time.Time) error {
 	for _, d := range w.Decrements {
-		rctx, cancel := c.redisCtx(ctx)
+		rctx, cancel := context.WithTimeout(ctx, markTimeout)
 		err := markScript.Run(rctx, c.rdb, c.keys(d.ProductID)[:1], d.Read.Version+1, micros(at), c.cfg.TTL.Milliseconds()).Err()
 		cancel()
 		if err != nil {
@@ -571,6 +572,13 @@ func (c *Cache) mark(ctx context.Context, w stock.Write, at time.Time) error {
 	}
 	return nil
 }
+
+// markTimeout bounds a purchase's wait for its mark. A read that Redis does not answer within
+// RedisTimeout goes to Postgres instead, but a mark not taken fails its batch: so it waits
+// longer, as the batch's write to Postgres may (a drill on a 2-core machine at a load of 29
+// saw marks fail at 500 ms with Redis healthy). Redis cut off from the replica holds the
+// batch, and the product's lock, this long at most, which a lock's TTL and fence already bound.
+const markTimeout = 2 * time.Second
 
 // Raise prepares product id for a write that may raise its stock (a restock): it forbids new
 // views of the product, deletes the one in Redis, and waits until every lease on an older view,
