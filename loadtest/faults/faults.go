@@ -85,6 +85,7 @@ func scenarios() []scenario {
 			postgresHA: true, expected: 12 * time.Second, inject: pgSyncStandbyLost, check: haReport},
 		{name: "redis-sentinel-failover", about: "Redis under Sentinel (a master, a replica, three sentinels): SIGKILL the master mid-sale; the sentinels promote the replica; the old master comes back empty",
 			sentinel: true, expected: 5 * time.Second, inject: redisSentinelFailover, check: haReport},
+		killReplicaOpening, pauseRedisOpening, // line.go
 	}
 }
 
