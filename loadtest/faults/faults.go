@@ -58,7 +58,7 @@ func scenarios() []scenario {
 		{name: "kill-replica-rush", about: "48 closed-loop buyers (a 429 ends an order, Go's own resends on), lock wait 1 s: SIGKILL a replica the moment one of its writes has committed, restart it",
 			proxyPostgres: true, expected: 5 * time.Second, buyers: 48, lockWait: time.Second, inject: killAtCommit},
 		{name: "rolling-restart", about: "SIGTERM each replica in turn and restart it; no request may fail",
-			expected: 25 * time.Second, inject: rollingRestart, check: noFailedRequests},
+			ownPostgres: true, expected: 25 * time.Second, inject: rollingRestart, check: noFailedRequests},
 		{name: "pause-redis", about: "SIGSTOP Redis for twice the lock TTL, then SIGCONT; product reads meanwhile must be answered 200",
 			ownRedis: true, expected: 5 * time.Second, inject: pauseRedis, check: readsWhileRedisHung},
 		{name: "restart-redis", about: "kill Redis and start it empty (no persistence)", ownRedis: true, expected: 3 * time.Second, inject: restartRedis},

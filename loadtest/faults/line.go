@@ -26,15 +26,17 @@ import (
 // lives, once drawn and again once every buyer is done: nobody may lose or change places, the
 // admissions must have gone in place order, and every buyer must learn an outcome. The buyers'
 // orders are in the run's history like any other (the model, the SQL verdicts: nothing
-// oversold, one order per operation, at most one unit per customer).
+// oversold, one order per operation, at most one unit per customer). Both run on a Postgres of
+// their own: on a server shared with other work, the drill's own reads of the tickets (and the
+// replicas' new connections) were refused "too many clients" in issue #31's runs.
 
 var (
 	killReplicaOpening = scenario{name: "kill-replica-opening",
-		about:    fmt.Sprintf("a lined product (%d units, %d buyers who joined before the opening, %d admitted at once): SIGKILL a replica as the draw is made, restart it; no one loses their place", lineStock, lineBuyers, lineAdmit),
-		expected: 12 * time.Second, inject: func(ctx context.Context, d *drillEnv) error { return d.lineOpening(ctx, killAtOpening) }}
+		about:       fmt.Sprintf("a lined product (%d units, %d buyers who joined before the opening, %d admitted at once): SIGKILL a replica as the draw is made, restart it; no one loses their place", lineStock, lineBuyers, lineAdmit),
+		ownPostgres: true, expected: 12 * time.Second, inject: func(ctx context.Context, d *drillEnv) error { return d.lineOpening(ctx, killAtOpening) }}
 	pauseRedisOpening = scenario{name: "pause-redis-opening",
 		about:    fmt.Sprintf("a lined product (%d units, %d buyers who joined before the opening, %d admitted at once): SIGSTOP Redis for twice the lock TTL as the draw is made, then SIGCONT", lineStock, lineBuyers, lineAdmit),
-		ownRedis: true, expected: 12 * time.Second, inject: func(ctx context.Context, d *drillEnv) error { return d.lineOpening(ctx, pauseRedisAtOpening) }}
+		ownRedis: true, ownPostgres: true, expected: 12 * time.Second, inject: func(ctx context.Context, d *drillEnv) error { return d.lineOpening(ctx, pauseRedisAtOpening) }}
 )
 
 // The opening's sizes: more buyers than units, so that the line ends sold out with buyers still
