@@ -2,6 +2,7 @@ package stock_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -90,7 +91,7 @@ func BenchmarkPurchaseViewMark(b *testing.B) {
 				stock.Config{Views: views, QueueWait: 10 * time.Second}, nil)
 			b.Cleanup(svc.Close)
 			r := &replica{svc: svc, store: store}
-			id := createProduct(b, r, fmt.Sprintf("bench-%v-%d", marks, b.N), stock.MaxStock)
+			id := createProduct(b, r, "bench-"+rand.Text(), stock.MaxStock)
 			var n atomic.Int64
 			b.SetParallelism(16)
 			b.ResetTimer()
