@@ -120,7 +120,8 @@ func (soldOutViews) Product(context.Context, int64) (stock.ProductView, error) {
 func (soldOutViews) Refusal(context.Context, int64) stock.Refusal {
 	return stock.Refusal{SoldOut: true, Version: 1}
 }
-func (soldOutViews) Committed(int64, int64, int64, time.Time) {}
+func (soldOutViews) Writing(context.Context, stock.Write) error { return nil }
+func (soldOutViews) Committed(int64, int64, int64, time.Time)   {}
 func (soldOutViews) Raise(context.Context, int64) (func(*stock.Product), error) {
 	return func(*stock.Product) {}, nil
 }

@@ -63,6 +63,9 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 			leaveLevel(g, ids, snap, a.write)
 			return settled{outcomes: a.outcomes, units: a.units}, nil
 		}
+		if err := s.markViews(ctx, a.write); err != nil {
+			return settled{}, err
+		}
 		c, werr := s.store.Commit(ctx, a.write)
 		if werr == nil {
 			return settleCommitted(ids, tickets, g, snap, a, c), nil
@@ -71,6 +74,16 @@ func (s *Service) settle(ctx context.Context, ids []int64, tickets []*ticket, g 
 			return settled{}, err
 		}
 	}
+}
+
+// markViews tells the views which products w will take stock from, before it is written
+// (Views.Writing): a write the views could not be told of is not made, and the batch fails
+// unavailable, with nothing sold.
+func (s *Service) markViews(ctx context.Context, w Write) error {
+	if s.cfg.Views == nil || len(w.Decrements) == 0 {
+		return nil
+	}
+	return s.cfg.Views.Writing(ctx, w)
 }
 
 // retries is what settle carries from a refused write to the passes after it.

@@ -37,6 +37,11 @@ type Views interface {
 	// queued, and the product's sale rules when they know them; the zero Refusal when they
 	// cannot tell.
 	Refusal(ctx context.Context, id int64) Refusal
+	// Writing is told, before a purchase's write w is made, which products' views it will
+	// move, so that the views cannot serve the level before it for long if Committed is never
+	// told (the replica dies, or loses the views' store, in between). Errors: ErrUnavailable
+	// (the views could not be told: the write must not be made), the context's error.
+	Writing(ctx context.Context, w Write) error
 	// Committed records that a purchase left product id at stock left and version version;
 	// it returns once the views have taken it, or have given up after a short wait.
 	Committed(id int64, left, version int64, at time.Time)

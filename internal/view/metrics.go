@@ -44,11 +44,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		lostUpdates: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stocksvc_view_updates_failed_total",
-			Help: "View updates Redis did not take (unreachable): the view may lag until its TTL.",
+			Help: "View updates Redis did not take (unreachable): the purchase's mark makes every replica rebuild the view from Postgres one lease after the write began.",
 		}),
 		staleViews: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stocksvc_view_stale_total",
-			Help: "Views in Redis older than a version this replica knows Postgres reached (an update missed: a replica died between its commit and the view's update, or Redis was unreachable then), rebuilt instead of served.",
+			Help: "Views in Redis that may have missed an update (a replica died between its commit and the view's update, or Redis was unreachable then): older than a version this replica knows Postgres reached, or marked by a purchase that began over a lease ago and has not moved them; rebuilt instead of served.",
 		}),
 		notFounds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stocksvc_view_not_found_total",

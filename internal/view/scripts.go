@@ -38,15 +38,18 @@ return e
 // writeLua writes a view read under epoch ARGV[1], unless the epoch has changed or the stored
 // view is as new or newer (version ARGV[3]). ARGV[2], when not empty, is the epoch to move to
 // first (the end of a raise: then the view replaces whatever is there). ARGV[4] is the view's
-// lifetime in ms; the rest are the hash's field/value pairs. Returns 1 when written.
-var writeScript = redis.NewScript(`
+// lifetime in ms; the rest are the hash's field/value pairs. The marks of writes the view
+// reflects go; those of newer writes stay, a raise's included, since a purchase that marked
+// may commit after the view was read. Returns 1 when written.
+var writeScript = redis.NewScript(settleMarksLua + `
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 if ARGV[2] ~= '' then
   redis.call('SET', KEYS[2], ARGV[2])
-  redis.call('DEL', KEYS[1])
+  settle_marks(KEYS[1], ARGV[3], true)
 else
   local v = redis.call('HGET', KEYS[1], 'version')
   if v and tonumber(v) >= tonumber(ARGV[3]) then return 0 end
+  settle_marks(KEYS[1], ARGV[3], false)
 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 5))
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
@@ -56,10 +59,12 @@ return 1
 // levelLua moves an existing view to a newer level after a committed purchase: stock ARGV[2]
 // at version ARGV[1], updated at ARGV[3], read at ARGV[4]; ARGV[5] is the lifetime in ms. A
 // missing view stays missing (it may have been deleted by a raise, whose epoch this writer
-// never read), and an older level never overwrites a newer one. Returns 1 when written.
-var levelScript = redis.NewScript(`
+// never read), and an older level never overwrites a newer one. The marks of the writes it
+// reflects go (version ARGV[1] and below). Returns 1 when written.
+var levelScript = redis.NewScript(settleMarksLua + `
 local v = redis.call('HGET', KEYS[1], 'version')
 if not v or tonumber(v) >= tonumber(ARGV[1]) then return 0 end
+settle_marks(KEYS[1], ARGV[1], false)
 redis.call('HSET', KEYS[1], 'version', ARGV[1], 'stock', ARGV[2], 'updated', ARGV[3], 'read', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1
@@ -91,3 +96,36 @@ var dropEpochScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 1
 `)
+
+// Purchases mark a view before they write (Cache.Writing): a field "w:<version>" of the view's
+// hash holds, in microseconds on the purchaser's clock, when the write that will leave the
+// product at that version began, at the earliest. A reader finds the marks with the view, in
+// the one HGETALL, and a view with a mark newer than its version may be behind a committed
+// write by as much as the mark's age. The mark goes when a view at its version or newer is
+// written: by the purchase's own update, by a later one, or by a rebuild from Postgres.
+
+// markLua marks view KEYS[1] as being written up to version ARGV[1], from ARGV[2] µs on the
+// writer's clock; a mark already there for that version keeps its time, the earlier. ARGV[3]
+// is the lifetime in ms: the hash lives that long from the mark. A view already at that version
+// or newer needs no mark. A missing view gets a hash that holds only the mark, so that the
+// rebuild which makes the view keeps it (readers take a hash without the view's fields for
+// none). Returns 1 when marked.
+var markScript = redis.NewScript(`
+local v = redis.call('HGET', KEYS[1], 'version')
+if v and tonumber(v) >= tonumber(ARGV[1]) then return 0 end
+redis.call('HSETNX', KEYS[1], 'w:' .. ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+`)
+
+// settleMarksLua defines settle_marks(key, version, all): it deletes the marks of version and
+// below from view key; with all, every other field too (a raise's view replaces the old one).
+const settleMarksLua = `
+local function settle_marks(key, version, all)
+  local n = tonumber(version)
+  for _, f in ipairs(redis.call('HKEYS', key)) do
+    local mark = string.match(f, '^w:(%d+)$')
+    if (mark and tonumber(mark) <= n) or (not mark and all) then redis.call('HDEL', key, f) end
+  end
+end
+`

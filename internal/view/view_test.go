@@ -244,7 +244,7 @@ func TestOlderLevelsNeverOverwriteNewer(t *testing.T) {
 	now := time.Now()
 	c.Committed(w.id, 7, 3, now)
 	c.Committed(w.id, 9, 1, now) // older: lost the race to Redis
-	v, found, err := c.readRedis(ctx, w.id)
+	v, _, found, err := c.readRedis(ctx, w.id)
 	if err != nil || !found || v.Product.Version != 3 || v.Product.Stock != 7 {
 		t.Fatalf("view after updates at versions 3 then 1: %+v (found %v, %v), want stock 7 at version 3", v.Product, found, err)
 	}
@@ -252,7 +252,7 @@ func TestOlderLevelsNeverOverwriteNewer(t *testing.T) {
 	c.forgetLeases()
 	w.deleteView()
 	c.Committed(w.id, 7, 3, now) // a missing view stays missing
-	if _, found, _ := c.readRedis(ctx, w.id); found {
+	if _, _, found, _ := c.readRedis(ctx, w.id); found {
 		t.Fatal("a purchase's update created a view; only rebuilds may")
 	}
 }
@@ -286,7 +286,7 @@ func TestRebuildStartedBeforeARaiseIsNotWritten(t *testing.T) {
 	if sold := <-result; sold {
 		t.Error("a view read before the raise was used to refuse")
 	}
-	if _, found, _ := slow.readRedis(ctx, w.id); found {
+	if _, _, found, _ := slow.readRedis(ctx, w.id); found {
 		t.Fatal("the rebuild that began before the raise wrote its view")
 	}
 	p, err := w.store.Restock(ctx, stock.Restocking{ProductID: w.id, Quantity: 4})
@@ -297,7 +297,7 @@ func TestRebuildStartedBeforeARaiseIsNotWritten(t *testing.T) {
 	if slow.Refusal(ctx, w.id).SoldOut {
 		t.Error("sold out after the restock")
 	}
-	v, found, err := slow.readRedis(ctx, w.id)
+	v, _, found, err := slow.readRedis(ctx, w.id)
 	if err != nil || !found || v.Product.Stock != 4 {
 		t.Errorf("view after the raise ended: %+v (found %v, %v), want stock 4", v.Product, found, err)
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/model"
 )
 
@@ -109,7 +110,9 @@ type answer struct {
 	body        []byte
 	retryAfter  time.Duration
 	err         error
-	resent      bool // Go's transport sent the request a second time, on a new connection
+	resent      bool   // Go's transport sent the request a second time, on a new connection
+	server      string // the replica that answered, when the balancer says (cluster's X-Served-By)
+	etag        string // the ETag, for a line ticket's long-poll (line.go)
 }
 
 func (c *Client) do(ctx context.Context, method, url string, body []byte, header map[string]string) answer {
@@ -152,7 +155,8 @@ func (c *Client) send(ctx context.Context, method, url string, body []byte, head
 	if err != nil {
 		return answer{err: fmt.Errorf("read answer: %w", err), resent: conns.Load() > 1}
 	}
-	a := answer{status: res.StatusCode, contentType: res.Header.Get("Content-Type"), body: b, resent: conns.Load() > 1}
+	a := answer{status: res.StatusCode, contentType: res.Header.Get("Content-Type"), body: b, resent: conns.Load() > 1,
+		server: res.Header.Get(cluster.ServedBy), etag: res.Header.Get("ETag")}
 	if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil && s > 0 {
 		a.retryAfter = time.Duration(s) * time.Second
 	}
@@ -244,7 +248,7 @@ func (c *Client) writeCodes(ctx context.Context, p *model.Op, send func(ctx cont
 		a := send(ctx)
 		end := c.rec.Now()
 		kind := classifyCodes(a, okStatus, done)
-		at := model.Attempt{Start: start, End: end, Status: a.status, Code: a.problemCode(), Replica: a.fromReplica(), Resent: a.resent}
+		at := model.Attempt{Start: start, End: end, Status: a.status, Code: a.problemCode(), Replica: a.fromReplica(), Resent: a.resent, Server: a.server}
 		if a.err != nil {
 			at.Err = ShortErr(a.err)
 		}
@@ -321,6 +325,7 @@ type orderStyle struct {
 	resend      bool   // leave Go's own resends on (see send)
 	refusalEnds bool   // a 429 ends the operation (see write)
 	customer    string // who orders; "" makes a customer unique to the operation
+	pass        string // the line's pass (Line-Pass), for a lined product (line.go)
 }
 
 // place makes an order of qty units of product and records the operation.
@@ -333,6 +338,9 @@ func (c *Client) place(ctx context.Context, product, qty int64, style orderStyle
 	defer func() { c.freeLane(p.Client, p.Out.Outcome) }()
 	body, _ := json.Marshal(map[string]any{"customer_id": p.Customer, "items": []map[string]int64{{"product_id": product, "quantity": qty}}})
 	header := map[string]string{"Idempotency-Key": p.Key}
+	if style.pass != "" {
+		header["Line-Pass"] = style.pass
+	}
 	if c.Bearer != nil {
 		token, err := c.Bearer(p.Customer)
 		if err != nil {
@@ -431,7 +439,7 @@ func (c *Client) Read(ctx context.Context, product int64) *model.Op {
 	p.Invoke = c.rec.Now()
 	a := c.do(ctx, http.MethodGet, fmt.Sprintf("%s/v1/products/%d", c.Base(), product), nil, nil)
 	p.Return = c.rec.Now()
-	at := model.Attempt{Start: p.Invoke, End: p.Return, Status: a.status, Code: a.problemCode(), Replica: a.fromReplica()}
+	at := model.Attempt{Start: p.Invoke, End: p.Return, Status: a.status, Code: a.problemCode(), Replica: a.fromReplica(), Server: a.server}
 	if a.err != nil {
 		at.Err = ShortErr(a.err)
 	}

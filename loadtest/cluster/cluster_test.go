@@ -1,10 +1,17 @@
 package cluster
 
 import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestHAProxyConfigChecksReadiness(t *testing.T) {
@@ -45,5 +52,48 @@ func TestRepositoryRootHoldsTheService(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(root, want)); err != nil {
 			t.Errorf("repository root %s: %v", root, err)
 		}
+	}
+}
+
+// TestBalancerNamesTheReplica: every answer through the balancer says which replica gave it,
+// so that a drill's history can name the replica behind a violation.
+func TestBalancerNamesTheReplica(t *testing.T) {
+	t.Parallel()
+	haproxy, err := exec.LookPath("haproxy")
+	if err != nil {
+		t.Skip("no haproxy on the PATH")
+	}
+	var backends []int
+	for range 2 {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+		t.Cleanup(srv.Close)
+		backends = append(backends, srv.Listener.Addr().(*net.TCPAddr).Port)
+	}
+	ports, err := FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup := &Supervisor{}
+	t.Cleanup(func() { _ = sup.StopAll(5 * time.Second) })
+	dir := t.TempDir()
+	p, err := startHAProxy(sup, haproxy, dir, ports[0], ports[1], backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[0])
+	if err := WaitReady(context.Background(), p, front, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for range 4 { // round robin: both replicas within four requests
+		res, err := http.Get(front)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = res.Body.Close()
+		seen[res.Header.Get(ServedBy)] = true
+	}
+	if !seen["r1"] || !seen["r2"] || len(seen) != 2 {
+		t.Errorf("%s headers seen: %v, want r1 and r2", ServedBy, seen)
 	}
 }

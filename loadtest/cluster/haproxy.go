@@ -15,7 +15,8 @@ import (
 // four times a second: a replica that drains, dies or stops answering leaves the rotation
 // within about half a second. Retries happen only when a connection could not be made — a
 // request that reached a replica is never sent twice, so an order cannot be placed twice by
-// the balancer. A client gets 5 s to send a request's headers (slowloris).
+// the balancer. A client gets 5 s to send a request's headers (slowloris). Every answer a replica
+// gives says which one it was (ServedBy), so that the drills' histories name it.
 func haproxyConfig(frontPort, statsPort int, replicaPorts []int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `global
@@ -44,15 +45,20 @@ frontend stats
 
 backend stocksvc
     balance roundrobin
+    http-response set-header %s %%s
     option httpchk GET /readyz
     http-check expect status 200
     default-server inter 250ms fall 2 rise 2
-`, frontPort, statsPort)
+`, frontPort, statsPort, ServedBy)
 	for i, p := range replicaPorts {
 		fmt.Fprintf(&b, "    server r%d 127.0.0.1:%d check\n", i+1, p)
 	}
 	return b.String()
 }
+
+// ServedBy is the header the balancer adds to each answer a replica gives: the replica's name in
+// the balancer (r1, r2...).
+const ServedBy = "X-Served-By"
 
 // startHAProxy writes the configuration into dir and runs haproxy in the foreground.
 func startHAProxy(sup *Supervisor, haproxy, dir string, frontPort, statsPort int, replicaPorts []int) (*Proc, error) {

@@ -118,6 +118,8 @@ func describeFailure(at model.Attempt) string {
 	switch {
 	case at.Status == 0:
 		return "no answer (" + at.Err + ")"
+	case at.Replica && at.Server != "":
+		return fmt.Sprintf("%d %s from %s", at.Status, at.Code, at.Server)
 	case at.Replica:
 		return fmt.Sprintf("%d %s from a replica", at.Status, at.Code)
 	}

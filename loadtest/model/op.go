@@ -17,7 +17,11 @@ type Attempt struct {
 	Status     int           // 0: no answer (timeout, connection error)
 	Code       string        // the problem code, when the answer was one
 	Replica    bool          // the answer came from a replica (problem+json or JSON), not the balancer
-	Err        string
+	// Server is the replica that answered, as the balancer names it (its X-Served-By header:
+	// r1, r2...); empty when the balancer did not say (no answer, or a request sent to a
+	// replica directly).
+	Server string `json:",omitempty"`
+	Err    string
 	// Resent: Go's transport sent the request again on a new connection after the first one
 	// broke (it does so by itself for a request with an Idempotency-Key); the answer is the
 	// second sending's.
@@ -101,6 +105,9 @@ func (p *Op) DescribeAttempts() string {
 			}
 		} else if a.Err != "" {
 			s += " (" + a.Err + ")"
+		}
+		if a.Server != "" {
+			s += " from " + a.Server
 		}
 		if a.Resent {
 			s += " (sent again by Go's transport)"

@@ -74,6 +74,14 @@ func (v limitedViews) Refusal(ctx context.Context, id int64) stock.Refusal {
 	return v.Views.Refusal(ctx, id)
 }
 
+// Writing marks nothing where Committed tells nothing: no update would ever clear the mark.
+func (v limitedViews) Writing(ctx context.Context, w stock.Write) error {
+	if v.defense.Version {
+		return v.Views.Writing(ctx, w)
+	}
+	return nil
+}
+
 func (v limitedViews) Committed(id int64, left, version int64, at time.Time) {
 	if v.defense.Version {
 		v.Views.Committed(id, left, version, at)

@@ -43,7 +43,9 @@ func (v memViews) Refusal(ctx context.Context, id int64) stock.Refusal {
 	return stock.Refusal{SoldOut: p.Stock == 0, Version: p.Version, Sale: p.Sale(), Known: true}
 }
 
-// Committed, Raise and Created have nothing to do: no view is kept between calls.
+// Writing, Committed, Raise and Created have nothing to do: no view is kept between calls.
+
+func (memViews) Writing(context.Context, stock.Write) error { return nil }
 
 func (memViews) Committed(int64, int64, int64, time.Time) {}
 
