@@ -7,8 +7,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	mrand "math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -459,9 +461,38 @@ func profileOpening(ctx context.Context, c *cluster.Cluster, opens time.Time, pr
 	if err := pprof.StartCPUProfile(f); err != nil {
 		return fmt.Errorf("the harness's profile: %w", err)
 	}
+	// Where the replica's goroutines wait a second into the sale: what a CPU profile of a
+	// replica that waits more than it works does not show.
+	stacks := make(chan error, 1)
+	go func() {
+		if !pause(ctx, time.Until(opens.Add(time.Second))) {
+			stacks <- ctx.Err()
+			return
+		}
+		stacks <- goroutines(ctx, c, filepath.Join(c.Dir, prefix+"replica.goroutines.txt"))
+	}()
 	err = c.Profile(ctx, 0, profileFor, prefix+"replica.pprof")
 	pprof.StopCPUProfile()
-	return err
+	return errors.Join(err, <-stacks)
+}
+
+// goroutines writes the goroutines of c's first replica, grouped by stack, to file.
+func goroutines(ctx context.Context, c *cluster.Cluster, file string) error {
+	url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/goroutine?debug=1", c.Replicas[0].DebugPort)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return fmt.Errorf("%s: %w", url, err)
+	}
+	return os.WriteFile(file, b, 0o644)
 }
 
 // read reads a round's winners and moments from Postgres.
