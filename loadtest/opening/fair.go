@@ -96,7 +96,8 @@ type FairOptions struct {
 	// units, in token mode with a line against body mode without one (a second cluster).
 	Speed int
 	// Profile records, in each round with the line, a CPU profile of the first replica and
-	// one of the harness itself from a second before the opening for profileFor.
+	// one of the harness itself from a second before the opening for profileFor, and the
+	// replica's goroutines a second after the opening.
 	Profile bool
 }
 
