@@ -154,12 +154,7 @@ func (b *buyer) order(ctx context.Context, pass, key string) (answer, error) {
 	} else if b.token != "" {
 		h.Set("Authorization", "Bearer "+b.token)
 	}
-	customer := ""
-	if b.token == "" {
-		customer = `"customer_id":"` + b.customer + `",`
-	}
-	body := []byte(`{` + customer + `"items":[{"product_id":` + strconv.FormatInt(b.product, 10) + `,"quantity":1}]}`)
-	return b.do(ctx, http.MethodPost, "/v1/orders", h, body)
+	return b.do(ctx, http.MethodPost, "/v1/orders", h, b.orderBody())
 }
 
 // orderInLine sends an order of one unit under key with the ticket and Prefer: wait: the
@@ -170,12 +165,17 @@ func (b *buyer) orderInLine(ctx context.Context, ticket, key string, wait time.D
 	if b.token != "" {
 		h.Set("Authorization", "Bearer "+b.token)
 	}
+	return b.do(ctx, http.MethodPost, "/v1/orders", h, b.orderBody())
+}
+
+// orderBody is an order of one unit of the product; a buyer without a token (body mode) names
+// itself in it.
+func (b *buyer) orderBody() []byte {
 	customer := ""
 	if b.token == "" {
 		customer = `"customer_id":"` + b.customer + `",`
 	}
-	body := []byte(`{` + customer + `"items":[{"product_id":` + strconv.FormatInt(b.product, 10) + `,"quantity":1}]}`)
-	return b.do(ctx, http.MethodPost, "/v1/orders", h, body)
+	return []byte(`{` + customer + `"items":[{"product_id":` + strconv.FormatInt(b.product, 10) + `,"quantity":1}]}`)
 }
 
 func newKey() string { return rand.Text() }
