@@ -118,9 +118,11 @@ func TestOrderWaitsInLine(t *testing.T) {
 		if res.Status != http.StatusOK {
 			t.Fatalf("leave: %d %s", res.Status, res.Body)
 		}
-		if p := wantProblem(t, <-answered, "not-admitted", path); p.TicketStatus != "left" {
+		got := <-answered
+		if p := wantProblem(t, got, "not-admitted", path); p.TicketStatus != "left" {
 			t.Errorf("problem %+v", p)
 		}
+		wantHeader(t, got, "Preference-Applied", "") // an end, not a wait that ran out
 	})
 	t.Run("a ticket of another product: refused at once", func(t *testing.T) {
 		res := lineOrder(t, in.URL, "dan", map[string]string{"Line-Ticket": dan.ticket, "Prefer": "wait=20"}, other)

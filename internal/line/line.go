@@ -184,8 +184,8 @@ type NotAdmittedError struct {
 	Reason    string
 	// Status is the ticket's status when the order named a valid ticket of the product.
 	Status *Status
-	// Waited is how long the order waited in line for an admission that did not come (Admit
-	// with a wait), 0 when it did not wait.
+	// Waited is how long the order waited in line for an admission that did not come before
+	// its wait ran out (Admit with a wait), 0 for any other refusal.
 	Waited time.Duration
 }
 

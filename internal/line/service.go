@@ -397,8 +397,7 @@ func (s *Service) await(ctx context.Context, id int64, token string, wait time.D
 		return claims{}, s.notAdmitted(ctx, id, refusedMissing, "no Line-Pass, and the Line-Ticket is not a ticket of this product's line", "")
 	}
 	wait = min(wait, s.cfg.MaxWait)
-	start := s.cfg.Now()
-	deadline := start.Add(wait)
+	deadline := s.cfg.Now().Add(wait)
 	etag := ""
 	for {
 		st, err := s.Wait(ctx, id, token, etag, deadline.Sub(s.cfg.Now()))
@@ -426,14 +425,14 @@ func (s *Service) await(ctx context.Context, id int64, token string, wait time.D
 			return claims{kind: kindPass, product: id, ticket: t.ticket, customer: t.customer, until: st.AdmittedUntil}, nil
 		case Left:
 			s.metrics.refused(refusedLeft)
-			return claims{}, &NotAdmittedError{ProductID: id, Reason: "the ticket left the line", Status: &st, Waited: s.cfg.Now().Sub(start)}
+			return claims{}, &NotAdmittedError{ProductID: id, Reason: "the ticket left the line", Status: &st}
 		case Expired:
 			s.metrics.refused(refusedExpired)
 			return claims{}, &AdmissionExpiredError{ProductID: id, Until: st.AdmittedUntil}
 		}
 		if !s.cfg.Now().Before(deadline) {
 			s.metrics.refused(refusedMissing)
-			return claims{}, &NotAdmittedError{ProductID: id, Reason: "not admitted within the wait: wait again, or join the line's status",
+			return claims{}, &NotAdmittedError{ProductID: id, Reason: "not admitted within the wait: send the order again to wait on",
 				Status: &st, Waited: wait}
 		}
 		etag = st.ETag
