@@ -225,10 +225,12 @@ func (s *Server) handlePlaceOrder(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, mismatch(passHeader))
 		return
 	}
+	order := req.toOrderRequest(key)
+	order.LockWait = lockWait(r.Context(), cleared.LockWait)
 	if s.queue != nil && prefersAsync(r.Header) {
 		// Decided later, or refused now when there is nothing to wait for (its product
 		// known sold out: 409, as the synchronous route would answer).
-		acc, err := s.queue.Place(r.Context(), req.toOrderRequest(key))
+		acc, err := s.queue.Place(r.Context(), order)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -237,7 +239,7 @@ func (s *Server) handlePlaceOrder(w http.ResponseWriter, r *http.Request) {
 		s.writeAcceptance(w, r, acc)
 		return
 	}
-	res, err := s.svc.PlaceOrder(r.Context(), req.toOrderRequest(key))
+	res, err := s.svc.PlaceOrder(r.Context(), order)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -250,6 +252,20 @@ func (s *Server) handlePlaceOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	s.writeConfirmed(w, res.Order, res.Replayed)
 }
+
+// lockWait is how long an admitted order may wait for its locks (line.Cleared.LockWait): no
+// longer than leaves its request time to be decided and answered (lockMargin) before the
+// request's own deadline; 0 (the locker's wait) for an order without an admission.
+func lockWait(ctx context.Context, admitted time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		admitted = min(admitted, time.Until(dl)-lockMargin)
+	}
+	return max(admitted, 0)
+}
+
+// lockMargin is what an admitted order's lock wait leaves of its request's time for the
+// batch's read and write once the lock is held.
+const lockMargin = time.Second
 
 // used spends the admissions an order's passes cleared, once the order was confirmed, held
 // or accepted: one admission, one order.

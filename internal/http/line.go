@@ -3,6 +3,8 @@ package stockhttp
 import (
 	"context"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -27,8 +29,9 @@ type Lines interface {
 	// Customer returns the customer a ticket was issued to (its signature checked only).
 	Customer(ctx context.Context, product int64, ticket string) (string, error)
 	Draw(ctx context.Context, product int64) (line.Draw, error)
-	// Admit checks an order's passes for the products of the order that have a line.
-	Admit(ctx context.Context, products []int64, passes []string, ticket, key string) (line.Cleared, error)
+	// Admit checks an order's passes for the products of the order that have a line; with a
+	// wait, an order with its ticket and no pass waits in line for its admission.
+	Admit(ctx context.Context, products []int64, passes []string, ticket, key string, wait time.Duration) (line.Cleared, error)
 	// Used records that the order the passes cleared was confirmed, held or accepted.
 	Used(cl line.Cleared, key string)
 }
@@ -199,15 +202,19 @@ func (s *Server) handleDraw(w http.ResponseWriter, r *http.Request) {
 const maxLongPoll = time.Minute
 
 // longPoll returns how long a ticket's long-poll (GET .../line/ticket with If-None-Match and
-// Prefer: wait) may wait, which the request's timeout adds to its own, and moves the
+// Prefer: wait), or an order waiting in line (POST /v1/orders with a Line-Ticket, no Line-Pass
+// and Prefer: wait), may wait, which the request's timeout adds to its own, and moves the
 // connection's write deadline (the server's WriteTimeout, set from the request timeout) as far;
 // 0 for any other request.
 func (s *Server) longPoll(w http.ResponseWriter, r *http.Request) time.Duration {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead || !strings.HasSuffix(r.URL.Path, "/line/ticket") ||
-		r.Header.Get("If-None-Match") == "" {
-		return 0
+	var wait time.Duration
+	switch {
+	case (r.Method == http.MethodGet || r.Method == http.MethodHead) && strings.HasSuffix(r.URL.Path, "/line/ticket") &&
+		r.Header.Get("If-None-Match") != "":
+		wait = preferredWait(r.Header)
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/orders" && s.lines != nil:
+		wait = orderWait(r)
 	}
-	wait := preferredWait(r.Header)
 	if wait > 0 {
 		// A server without a write deadline (a test's) has none to move.
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + s.timeout + writeMargin))
@@ -351,15 +358,40 @@ func (s *Server) withAdmission(next http.Handler) http.Handler {
 			for i, it := range a.req.Items {
 				products[i] = it.ProductID
 			}
-			cl, err := s.lines.Admit(r.Context(), products, passes(r.Header), r.Header.Get(ticketHeader), key)
+			cl, err := s.lines.Admit(r.Context(), products, passes(r.Header), r.Header.Get(ticketHeader), key, orderWait(r))
 			if err != nil {
-				s.writeError(w, r, err)
+				s.writeError(w, r, soldOutInLine(err, a.req))
 				return
 			}
 			a.cleared = cl
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), admittedKey{}, a)))
 	})
+}
+
+// orderWait is how long an order may wait in line for its admission: Prefer: wait=N, with a
+// Line-Ticket and no Line-Pass (line.Service.Admit); 0 for any other order.
+func orderWait(r *http.Request) time.Duration {
+	if r.Header.Get(ticketHeader) == "" || len(r.Header.Values(passHeader)) > 0 {
+		return 0
+	}
+	return preferredWait(r.Header)
+}
+
+// soldOutInLine is err, or, when an order waiting in line learnt that its product sold out,
+// the refusal the stock would have given it: nothing left of what it asked for.
+func soldOutInLine(err error, req placeOrderRequest) error {
+	so, ok := errors.AsType[*line.SoldOutError](err)
+	if !ok {
+		return err
+	}
+	var requested int64
+	for _, it := range req.Items {
+		if it.ProductID == so.ProductID {
+			requested += it.Quantity
+		}
+	}
+	return fmt.Errorf("%w: %w", err, &stock.SoldOutError{ProductID: so.ProductID, Requested: requested})
 }
 
 // passes reads the Line-Pass values: one per lined product of the order, in one header or

@@ -99,7 +99,7 @@ func BenchmarkLinePassCheck(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := lb.lines.Admit(ctx, products, passes, "", ""); err != nil {
+			if _, err := lb.lines.Admit(ctx, products, passes, "", "", 0); err != nil {
 				b.Errorf("admit: %v", err)
 				return
 			}

@@ -54,6 +54,7 @@ type problem struct {
 	retryAfter   int    // seconds; sent as the Retry-After header when positive
 	authenticate string // sent as the WWW-Authenticate header when set
 	replayed     bool   // a stored idempotent outcome; sent as Idempotent-Replayed: true
+	applied      string // sent as the Preference-Applied header when set (RFC 7240)
 }
 
 // problemType documents one problem code. The list is served at /problems/{code} and printed
@@ -265,6 +266,11 @@ func lineProblem(err error) *problem {
 				p.Ahead = &ahead
 			}
 		}
+		if no.Waited > 0 {
+			// The order waited in line (Prefer: wait) and was not admitted meanwhile: it may
+			// be sent again at once, as a long-poll that ran out is, so no Retry-After.
+			p.applied = "wait=" + strconv.Itoa(int(no.Waited.Round(time.Second)/time.Second))
+		}
 		return p
 	}
 	if expired, ok := errors.AsType[*line.AdmissionExpiredError](err); ok {
@@ -344,6 +350,9 @@ func writeProblem(w http.ResponseWriter, p *problem) {
 	}
 	if p.replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	if p.applied != "" {
+		w.Header().Set("Preference-Applied", p.applied)
 	}
 	if p.authenticate != "" {
 		w.Header().Set("WWW-Authenticate", p.authenticate)

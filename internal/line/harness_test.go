@@ -133,7 +133,7 @@ func (j *joined) until(t *testing.T, s *line.Service, product int64, want line.S
 func buy(t *testing.T, w *world, s *line.Service, product int64, j *joined) error {
 	t.Helper()
 	ctx := context.Background()
-	cl, err := s.Admit(ctx, []int64{product}, []string{j.pass}, "", "")
+	cl, err := s.Admit(ctx, []int64{product}, []string{j.pass}, "", "", 0)
 	if err != nil {
 		return err
 	}

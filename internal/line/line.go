@@ -118,6 +118,12 @@ type Admission struct {
 type Cleared struct {
 	Customer   string
 	Admissions []Admission
+	// LockWait is how long the order may wait for its products' locks
+	// (stock.OrderRequest.LockWait): the shortest time any of its admissions has left, at most
+	// Config.MaxWait; 0 with no admission. Admitted orders are at most the units left, so the
+	// line itself bounds their wait, and answering one busy would only leave its unit waiting
+	// for its retry.
+	LockWait time.Duration
 }
 
 // Draw is a line's draw as an admin is shown it.
@@ -178,6 +184,9 @@ type NotAdmittedError struct {
 	Reason    string
 	// Status is the ticket's status when the order named a valid ticket of the product.
 	Status *Status
+	// Waited is how long the order waited in line for an admission that did not come before
+	// its wait ran out (Admit with a wait), 0 for any other refusal.
+	Waited time.Duration
 }
 
 func (e *NotAdmittedError) Error() string {
@@ -186,6 +195,16 @@ func (e *NotAdmittedError) Error() string {
 
 // Is makes errors.Is(err, ErrNotAdmitted) hold.
 func (e *NotAdmittedError) Is(target error) bool { return target == ErrNotAdmitted }
+
+// SoldOutError says that an order waiting in line (Admit with a wait) for product learnt that
+// its line is sold out: no admission will come.
+type SoldOutError struct {
+	ProductID int64
+}
+
+func (e *SoldOutError) Error() string {
+	return fmt.Sprintf("line: product %d sold out while the order waited in line", e.ProductID)
+}
 
 // AdmissionExpiredError says when an order's admission ran out.
 type AdmissionExpiredError struct {

@@ -52,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"reason"}),
 		longPolls: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "stocksvc_line_long_polls",
-			Help: "Long-polls of ticket statuses (Prefer: wait) open on this replica.",
+			Help: "Long-polls of ticket statuses, and orders waiting in line for their admission (Prefer: wait), open on this replica.",
 		}),
 		advances: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "stocksvc_line_advance_duration_seconds",

@@ -324,12 +324,21 @@ func (s *Service) Leave(ctx context.Context, product int64, token string) (Statu
 // of this service for that product, all of one customer, not run out by this replica's clock,
 // and not used by another order (one with the same Idempotency-Key key is its retry, and is
 // let through to be answered with it) nor left, as this replica's view of the line knows. ticket,
-// when not empty, is the order's Line-Ticket: a refusal then says where it stands. Cleared
-// names the customer the passes were issued to (empty when no product of the order is lined).
-// Errors: *NotAdmittedError, *AdmissionExpiredError, *AdmissionUsedError, ErrUnavailable,
-// the Views' errors but *stock.ProductNotFoundError (the order is let through to be refused
-// for it), the context's.
-func (s *Service) Admit(ctx context.Context, products []int64, passes []string, ticket, key string) (Cleared, error) {
+// when not empty, is the order's Line-Ticket: a refusal then says where it stands.
+//
+// With wait > 0 (Prefer: wait), an order that sends no pass at all but its product's ticket
+// waits in line instead of being refused: until the ticket is admitted — the order is then
+// cleared with that admission, as if its pass had been sent, without the client's round trip
+// between hearing the admission and sending the order — or its line reaches an end for it
+// (sold out, left, expired), or wait (at most Config.MaxWait) passes: the refusal then says how
+// long it waited. The wait ends with ctx.
+//
+// Cleared names the customer the passes were issued to (empty when no product of the order is
+// lined), and how long the order may wait for its locks. Errors: *NotAdmittedError,
+// *AdmissionExpiredError, *AdmissionUsedError, *SoldOutError (after a wait), ErrUnavailable,
+// ErrTicketNotFound (after a wait), the Views' errors but *stock.ProductNotFoundError (the
+// order is let through to be refused for it), the context's.
+func (s *Service) Admit(ctx context.Context, products []int64, passes []string, ticket, key string, wait time.Duration) (Cleared, error) {
 	var (
 		cl      Cleared
 		decoded []claims
@@ -346,6 +355,13 @@ func (s *Service) Admit(ctx context.Context, products []int64, passes []string, 
 			decoded, invalid = s.passes(ctx, passes)
 		}
 		c, ok := passFor(decoded, id)
+		if !ok && !invalid && len(decoded) == 0 && wait > 0 && ticket != "" {
+			var err error
+			if c, err = s.await(ctx, id, ticket, wait); err != nil {
+				return Cleared{}, err
+			}
+			decoded, ok = append(decoded, c), true
+		}
 		switch {
 		case !ok && (invalid || len(decoded) > 0):
 			return Cleared{}, s.notAdmitted(ctx, id, refusedInvalid, "the Line-Pass sent is not a pass of this service for this product", ticket)
@@ -362,8 +378,65 @@ func (s *Service) Admit(ctx context.Context, products []int64, passes []string, 
 		}
 		cl.Customer = c.customer
 		cl.Admissions = append(cl.Admissions, Admission{ProductID: id, Ticket: c.ticket, Customer: c.customer, Until: c.until})
+		left := min(c.until.Sub(s.cfg.Now()), s.cfg.MaxWait)
+		if cl.LockWait == 0 || left < cl.LockWait {
+			cl.LockWait = left
+		}
 	}
 	return cl, nil
+}
+
+// await waits, for an order without a pass, until the ticket token of product id is admitted,
+// and returns its pass; or until its line ends for it, or wait (at most Config.MaxWait)
+// passes, with the refusal that says so. The order waits as a long-poll of its status does
+// (Wait): it learns an admission as soon as this replica's view of the line does.
+func (s *Service) await(ctx context.Context, id int64, token string, wait time.Duration) (claims, error) {
+	t, err := s.ticket(ctx, token, id)
+	if err != nil {
+		// Not a ticket of this product: refused as an order without a pass is.
+		return claims{}, s.notAdmitted(ctx, id, refusedMissing, "no Line-Pass, and the Line-Ticket is not a ticket of this product's line", "")
+	}
+	wait = min(wait, s.cfg.MaxWait)
+	deadline := s.cfg.Now().Add(wait)
+	etag := ""
+	for {
+		st, err := s.Wait(ctx, id, token, etag, deadline.Sub(s.cfg.Now()))
+		if err != nil {
+			return claims{}, err
+		}
+		switch st.State {
+		case Admitted:
+			c, err := s.verify(ctx, st.Pass, kindPass)
+			if err != nil {
+				return claims{}, fmt.Errorf("line: the pass of ticket %d: %w", st.Ticket, err)
+			}
+			return c, nil
+		case SoldOut:
+			return claims{}, &SoldOutError{ProductID: id}
+		case SaleEnded:
+			ends := s.cfg.Now()
+			if p, err := s.lined(ctx, id); err == nil && p.SaleEndsAt != nil {
+				ends = *p.SaleEndsAt
+			}
+			return claims{}, &stock.SaleEndedError{ProductID: id, EndsAt: ends}
+		case Used:
+			// Used by an order: this one's retry (its Idempotency-Key) is let through to be
+			// answered with it, any other refused (Admit's unspent).
+			return claims{kind: kindPass, product: id, ticket: t.ticket, customer: t.customer, until: st.AdmittedUntil}, nil
+		case Left:
+			s.metrics.refused(refusedLeft)
+			return claims{}, &NotAdmittedError{ProductID: id, Reason: "the ticket left the line", Status: &st}
+		case Expired:
+			s.metrics.refused(refusedExpired)
+			return claims{}, &AdmissionExpiredError{ProductID: id, Until: st.AdmittedUntil}
+		}
+		if !s.cfg.Now().Before(deadline) {
+			s.metrics.refused(refusedMissing)
+			return claims{}, &NotAdmittedError{ProductID: id, Reason: "not admitted within the wait: send the order again to wait on",
+				Status: &st, Waited: wait}
+		}
+		etag = st.ETag
+	}
 }
 
 // unspent checks that the admission of pass c was not used by another order, nor left or

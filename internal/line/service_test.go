@@ -142,7 +142,7 @@ func TestLeavingFreesThePlace(t *testing.T) {
 	if st := third.next(t, b, id); st.State != line.Waiting || st.Ahead != 0 {
 		t.Errorf("the third after the first left: %+v, want waiting with none ahead", st)
 	}
-	if _, err := a.Admit(context.Background(), []int64{id}, []string{first.pass}, "", ""); !errors.Is(err, line.ErrNotAdmitted) {
+	if _, err := a.Admit(context.Background(), []int64{id}, []string{first.pass}, "", "", 0); !errors.Is(err, line.ErrNotAdmitted) {
 		t.Errorf("the pass of a ticket that left: %v, want not admitted", err)
 	}
 	if again, err := a.Leave(context.Background(), id, first.token); err != nil || again.State != line.Left {
@@ -199,7 +199,7 @@ func TestUnitsThatComeBackAdmitTheNext(t *testing.T) {
 			rest = append(rest, j)
 		}
 	}
-	cl, err := a.Admit(ctx, []int64{id}, []string{first.pass}, "", "")
+	cl, err := a.Admit(ctx, []int64{id}, []string{first.pass}, "", "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,12 +260,12 @@ func TestPassChecks(t *testing.T) {
 	cara := joinAll(t, a, id, "cara")[0]
 	cara.until(t, a, id, line.Admitted)
 
-	if cl, err := a.Admit(ctx, []int64{plain.ID}, nil, "", ""); err != nil || cl.Customer != "" || len(cl.Admissions) != 0 {
+	if cl, err := a.Admit(ctx, []int64{plain.ID}, nil, "", "", 0); err != nil || cl.Customer != "" || len(cl.Admissions) != 0 {
 		t.Errorf("a product without a line: %+v, %v; want let through, no customer", cl, err)
 	}
 	notAdmitted := func(what string, products []int64, passes []string, ticket string) *line.NotAdmittedError {
 		t.Helper()
-		_, err := a.Admit(ctx, products, passes, ticket, "")
+		_, err := a.Admit(ctx, products, passes, ticket, "", 0)
 		e, ok := errors.AsType[*line.NotAdmittedError](err)
 		if !ok {
 			t.Fatalf("%s: %v, want not admitted", what, err)
@@ -280,18 +280,18 @@ func TestPassChecks(t *testing.T) {
 	if e := notAdmitted("no pass, a ticket named", []int64{id}, nil, cara.token); e.Status == nil || e.Status.State != line.Admitted {
 		t.Errorf("the refusal names the ticket's status %+v, want admitted", e.Status)
 	}
-	cl, err := a.Admit(ctx, []int64{plain.ID, id}, []string{ann.pass}, "", "k1")
+	cl, err := a.Admit(ctx, []int64{plain.ID, id}, []string{ann.pass}, "", "k1", 0)
 	if err != nil || cl.Customer != "ann" || len(cl.Admissions) != 1 || cl.Admissions[0].Ticket != ann.status.Ticket {
 		t.Fatalf("ann's pass in a cart with a product without a line = %+v, %v", cl, err)
 	}
 	a.Used(cl, "k1")
-	if _, err := a.Admit(ctx, []int64{id}, []string{ann.pass}, "", "k2"); !errors.Is(err, line.ErrAdmissionUsed) {
+	if _, err := a.Admit(ctx, []int64{id}, []string{ann.pass}, "", "k2", 0); !errors.Is(err, line.ErrAdmissionUsed) {
 		t.Errorf("ann's pass again, another key: %v, want admission used", err)
 	}
-	if _, err := a.Admit(ctx, []int64{id}, []string{ann.pass}, "", ""); !errors.Is(err, line.ErrAdmissionUsed) {
+	if _, err := a.Admit(ctx, []int64{id}, []string{ann.pass}, "", "", 0); !errors.Is(err, line.ErrAdmissionUsed) {
 		t.Errorf("ann's pass again, no key: %v, want admission used", err)
 	}
-	if _, err := a.Admit(ctx, []int64{id}, []string{ann.pass}, "", "k1"); err != nil {
+	if _, err := a.Admit(ctx, []int64{id}, []string{ann.pass}, "", "k1", 0); err != nil {
 		t.Errorf("ann's retry with the same key: %v, want it let through", err)
 	}
 	ann.until(t, a, id, line.Used) // at once, from a's memory of the use
@@ -301,10 +301,10 @@ func TestPassChecks(t *testing.T) {
 		return err == nil && tk.Status == line.TicketUsed
 	})
 	b, _ := w.replica(t)
-	if _, err := b.Admit(ctx, []int64{id}, []string{ann.pass}, "", "k2"); !errors.Is(err, line.ErrAdmissionUsed) {
+	if _, err := b.Admit(ctx, []int64{id}, []string{ann.pass}, "", "k2", 0); !errors.Is(err, line.ErrAdmissionUsed) {
 		t.Errorf("ann's pass on another replica: %v, want admission used", err)
 	}
-	if _, err := b.Admit(ctx, []int64{id}, []string{ann.pass}, "", "k1"); err != nil {
+	if _, err := b.Admit(ctx, []int64{id}, []string{ann.pass}, "", "k1", 0); err != nil {
 		t.Errorf("ann's retry on another replica: %v, want it let through", err)
 	}
 	for _, reason := range []string{"missing", "invalid", "used"} {

@@ -42,7 +42,7 @@ func (s *Service) PlaceOrder(ctx context.Context, req OrderRequest) (res OrderRe
 			return OrderResult{}, err
 		}
 	}
-	t := &ticket{id: uuid.Must(uuid.NewV7()), customerID: req.CustomerID, items: items, key: req.IdempotencyKey}
+	t := &ticket{id: uuid.Must(uuid.NewV7()), customerID: req.CustomerID, items: items, key: req.IdempotencyKey, lockWait: req.LockWait}
 	if t.key != "" {
 		t.fingerprint = requestFingerprint(req.CustomerID, items)
 	}

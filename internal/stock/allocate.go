@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -17,6 +18,8 @@ type ticket struct {
 	items       []Item // ascending product id, no product twice
 	key         string
 	fingerprint []byte
+	// lockWait is OrderRequest.LockWait.
+	lockWait time.Duration
 	// gone is set when the caller stopped waiting after the ticket's batch had begun: if the
 	// batch has not decided it yet, it is left out, unsold.
 	gone atomic.Bool

@@ -122,7 +122,7 @@ func (b *batcher) enqueue(ctx context.Context, id int64, ws []*waiter, out []out
 		b.queues[id] = q
 	}
 	if admit {
-		if wait, ok := b.admit(q); !ok {
+		if wait, ok := b.admit(q, ws[0].t.lockWait); !ok {
 			ahead := len(q.waiting) // read under the lock: the worker takes from it
 			b.mu.Unlock()
 			b.metrics.shed()
@@ -175,9 +175,10 @@ func (b *batcher) enqueue(ctx context.Context, id int64, ws []*waiter, out []out
 
 // admit decides whether one more order may join q: only if it can expect its batch to begin
 // within the patience, judged from how fast q has been draining (orders decided per second of
-// batches, smoothed). It returns the expected wait. An idle queue always admits: its order's
-// batch begins at once. b.mu is held.
-func (b *batcher) admit(q *productQueue) (time.Duration, bool) {
+// batches, smoothed), or within lockWait when that is longer (an order the line admitted). It
+// returns the expected wait. An idle queue always admits: its order's batch begins at once.
+// b.mu is held.
+func (b *batcher) admit(q *productQueue, lockWait time.Duration) (time.Duration, bool) {
 	ahead := len(q.waiting)
 	if ahead >= maxWaiting {
 		return time.Second, false
@@ -186,7 +187,7 @@ func (b *batcher) admit(q *productQueue) (time.Duration, bool) {
 		return 0, true
 	}
 	wait := time.Duration(float64(ahead+1) / q.rate * float64(time.Second))
-	return wait, wait <= b.patience
+	return wait, wait <= max(b.patience, lockWait)
 }
 
 // work decides q's batches until the queue is empty.

@@ -33,6 +33,9 @@ func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h 
 		res    settled
 		locked bool
 	)
+	if w := longestLockWait(tickets); w > 0 {
+		ctx = WithLockWait(ctx, w)
+	}
 	err := s.locker.WithProducts(ctx, ids, func(ctx context.Context, g *Grant) error {
 		locked = len(g.Fences) > 0
 		if more != nil { // once, even if the lock layer runs this again
@@ -59,6 +62,17 @@ func (s *Service) decide(ctx context.Context, ids []int64, tickets []*ticket, h 
 	}
 	s.metrics.batch(len(tickets), time.Since(start), locked)
 	return res.outcomes
+}
+
+// longestLockWait is the longest lockWait of tickets: the batch waits for its locks as long as
+// its most patient order may (an admitted one), which delays no order that would otherwise be
+// answered sooner but busy.
+func longestLockWait(tickets []*ticket) time.Duration {
+	var w time.Duration
+	for _, t := range tickets {
+		w = max(w, t.lockWait)
+	}
+	return w
 }
 
 // decideWithoutLock answers tickets from a read made without the lock, if that read sells

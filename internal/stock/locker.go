@@ -1,6 +1,9 @@
 package stock
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Locker gives a holder exclusive access to products across every replica. The service takes
 // no lock itself: its adapters (package stocklock, over Redis) implement this.
@@ -25,4 +28,21 @@ type Grant struct {
 	// Leave is what the work leaves for the next holder of each product's lock; a product
 	// without an entry leaves nothing, which takes away the note the work was given.
 	Leave map[int64]string
+}
+
+type lockWaitKey struct{}
+
+// WithLockWait returns ctx carrying how long a Locker may wait for the locks of the work it is
+// given, when that is longer than its own wait: the longest OrderRequest.LockWait of a batch.
+// A value on the context rather than an argument of WithProducts, so that every Locker keeps
+// its one method and a Locker without a wait of its own ignores it.
+func WithLockWait(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, lockWaitKey{}, d)
+}
+
+// LockWait returns the wait WithLockWait put on ctx, 0 if none: a Locker waits for the longer
+// of it and its own.
+func LockWait(ctx context.Context) time.Duration {
+	d, _ := ctx.Value(lockWaitKey{}).(time.Duration)
+	return d
 }

@@ -170,6 +170,12 @@ type OrderRequest struct {
 	// IdempotencyKey, when not empty, makes retries of the same request safe: the first outcome
 	// is stored and replayed instead of buying again.
 	IdempotencyKey string
+	// LockWait, when longer than the locker's wait (STOCKSVC_LOCK_WAIT), is how long this
+	// order may wait for its products' locks, and for its turn in its product's queue, before
+	// it is refused busy. It is for an order the line admitted: such orders are at most the
+	// units left, so the line bounds their wait, and refusing one busy only makes its unit wait
+	// for its retry. Zero: the locker's wait.
+	LockWait time.Duration
 }
 
 // OrderResult is the outcome of a successful PlaceOrder.

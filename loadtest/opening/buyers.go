@@ -59,7 +59,11 @@ type answer struct {
 	code       string
 	retryAfter time.Duration
 	etag       string
-	ticket     ticketAnswer
+	// applied is the Preference-Applied header: an order that waited in line says so.
+	applied string
+	// ticket is a ticket's status, or, in a problem, where the order's Line-Ticket stands
+	// (ticket_status) in Status.
+	ticket ticketAnswer
 }
 
 // ticketAnswer is the part of a ticket's status the buyers read.
@@ -95,17 +99,18 @@ func (b *buyer) do(ctx context.Context, method, path string, header http.Header,
 	if err != nil {
 		return answer{}, err
 	}
-	a := answer{status: res.StatusCode, etag: res.Header.Get("ETag")}
+	a := answer{status: res.StatusCode, etag: res.Header.Get("ETag"), applied: res.Header.Get("Preference-Applied")}
 	if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil {
 		a.retryAfter = time.Duration(s) * time.Second
 	}
 	switch {
 	case strings.HasPrefix(res.Header.Get("Content-Type"), "application/problem+json"):
 		var p struct {
-			Code string `json:"code"`
+			Code         string `json:"code"`
+			TicketStatus string `json:"ticket_status"`
 		}
 		_ = json.Unmarshal(raw, &p)
-		a.code = p.Code
+		a.code, a.ticket.Status = p.Code, p.TicketStatus
 		b.answers[strconv.Itoa(res.StatusCode)+" "+p.Code]++
 	case res.StatusCode == http.StatusOK || res.StatusCode == http.StatusCreated:
 		_ = json.Unmarshal(raw, &a.ticket)
@@ -149,12 +154,28 @@ func (b *buyer) order(ctx context.Context, pass, key string) (answer, error) {
 	} else if b.token != "" {
 		h.Set("Authorization", "Bearer "+b.token)
 	}
+	return b.do(ctx, http.MethodPost, "/v1/orders", h, b.orderBody())
+}
+
+// orderInLine sends an order of one unit under key with the ticket and Prefer: wait: the
+// replica holds it in line until the ticket is admitted and places it then (docs/api.md, the
+// line), without the round trip of hearing the admission and sending the pass.
+func (b *buyer) orderInLine(ctx context.Context, ticket, key string, wait time.Duration) (answer, error) {
+	h := http.Header{"Idempotency-Key": {key}, "Line-Ticket": {ticket}, "Prefer": {"wait=" + strconv.Itoa(int(wait/time.Second))}}
+	if b.token != "" {
+		h.Set("Authorization", "Bearer "+b.token)
+	}
+	return b.do(ctx, http.MethodPost, "/v1/orders", h, b.orderBody())
+}
+
+// orderBody is an order of one unit of the product; a buyer without a token (body mode) names
+// itself in it.
+func (b *buyer) orderBody() []byte {
 	customer := ""
 	if b.token == "" {
 		customer = `"customer_id":"` + b.customer + `",`
 	}
-	body := []byte(`{` + customer + `"items":[{"product_id":` + strconv.FormatInt(b.product, 10) + `,"quantity":1}]}`)
-	return b.do(ctx, http.MethodPost, "/v1/orders", h, body)
+	return []byte(`{` + customer + `"items":[{"product_id":` + strconv.FormatInt(b.product, 10) + `,"quantity":1}]}`)
 }
 
 func newKey() string { return rand.Text() }
@@ -190,9 +211,11 @@ const politeRetry = time.Second
 // politeWait is the long-poll a polite buyer asks for: under HAProxy's 30 s server timeout.
 const politeWait = 10 * time.Second
 
-// politeInLine is a person with a line: arrives at arrive, joins, waits with the long-poll as
-// told, orders with the pass once admitted. A leaver leaves on the first status after the draw
-// (waiting or admitted: its admission must pass to the next at once).
+// politeInLine is a person with a line: arrives at arrive, joins, and sends its order with its
+// ticket and Prefer: wait, which the replica holds in line and places once admitted (sent again
+// when the wait runs out). A leaver instead waits with the long-poll of its status, and leaves
+// on the first status after the draw (waiting or admitted: its admission must pass to the next
+// at once).
 func politeInLine(ctx context.Context, b *buyer, arrive time.Time, leaver bool) (o outcome) {
 	defer func() { o.requests, o.answers = b.requests, b.answers }()
 	if !pause(ctx, time.Until(arrive)) {
@@ -217,6 +240,9 @@ func politeInLine(ctx context.Context, b *buyer, arrive time.Time, leaver bool) 
 				return o
 			}
 		}
+	}
+	if !leaver {
+		return waitInLine(ctx, b, ticket)
 	}
 	var pass string
 	for {
@@ -270,6 +296,38 @@ func politeInLine(ctx context.Context, b *buyer, arrive time.Time, leaver bool) 
 			return o
 		case "expired", "left", "used":
 			// Not what a buyer who orders at once meets; it ends here, as a person would give up.
+			return o
+		}
+	}
+}
+
+// waitInLine orders with the ticket, waiting in line, until the order is placed or refused for
+// good: sent again at once when its wait ran out (as a long-poll is), after Retry-After when
+// busy or failed.
+func waitInLine(ctx context.Context, b *buyer, ticket string) (o outcome) {
+	defer func() { o.requests, o.answers = b.requests, b.answers }()
+	key := newKey()
+	for {
+		a, err := b.orderInLine(ctx, ticket, key, politeWait)
+		switch {
+		case ctx.Err() != nil:
+			o.unresolved = true
+			return o
+		case err == nil && a.status == http.StatusCreated:
+			o.won = true
+			return o
+		case err == nil && gone(a):
+			o.learnt, o.waited = time.Now(), true
+			return o
+		case err == nil && a.code == "not-admitted" && a.applied != "":
+			continue // the wait ran out: still in line
+		case err == nil && a.status == http.StatusConflict:
+			// Left, expired, used by another order: not what a buyer who waits in line
+			// meets; it ends here, as a person would give up.
+			return o
+		}
+		if !pause(ctx, max(a.retryAfter, politeRetry)) {
+			o.unresolved = true
 			return o
 		}
 	}

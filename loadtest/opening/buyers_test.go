@@ -19,6 +19,9 @@ type fakeLine struct {
 	soldOut bool
 	seen    []string // method and path (and which credential) of every request
 	left    bool
+	// runOut is how many orders waiting in line (Line-Ticket, Prefer: wait) see their wait run
+	// out before the ticket is admitted (then admit is not looked at).
+	runOut int
 }
 
 func (f *fakeLine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -27,15 +30,24 @@ func (f *fakeLine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Line-Pass") != "" {
 		what += " pass"
 	}
+	inLine := r.URL.Path == "/v1/orders" && r.Header.Get("Line-Ticket") == "T" && r.Header.Get("Prefer") != ""
+	if inLine {
+		what += " ticket"
+	}
 	f.seen = append(f.seen, what)
 	soldOut := f.soldOut
-	f.mu.Unlock()
 	admitted := false
 	select {
 	case <-f.admit:
 		admitted = true
 	default:
 	}
+	if inLine && f.runOut > 0 {
+		f.runOut--
+		admitted = false
+		w.Header().Set("Preference-Applied", "wait=10")
+	}
+	f.mu.Unlock()
 	ticket := func(status string) {
 		w.Header().Set("ETag", `"`+status+`"`)
 		w.Header().Set("Content-Type", "application/json")
@@ -72,7 +84,7 @@ func (f *fakeLine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.left = true
 		f.mu.Unlock()
 		ticket("left")
-	case r.URL.Path == "/v1/orders" && r.Header.Get("Line-Pass") == "P" && !soldOut:
+	case r.URL.Path == "/v1/orders" && (r.Header.Get("Line-Pass") == "P" || inLine && admitted) && !soldOut:
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(`{"status":"confirmed"}`))
 	case r.URL.Path == "/v1/orders" && soldOut:
@@ -92,17 +104,18 @@ func newFake(t *testing.T) (*fakeLine, *buyer) {
 	return f, b
 }
 
-// TestPoliteInLine: a polite buyer joins, asks with the ETag it was given (answered 304 while
-// nothing changed, here at once), orders with its pass once admitted, and wins.
+// TestPoliteInLine: a polite buyer joins and sends its order with its ticket to wait in line,
+// sends it again at once when the wait ran out, and wins once admitted.
 func TestPoliteInLine(t *testing.T) {
 	t.Parallel()
 	f, b := newFake(t)
+	f.runOut = 1
 	close(f.admit)
 	o := politeInLine(context.Background(), b, time.Now(), false)
 	if !o.won || o.unresolved || o.left {
 		t.Fatalf("outcome %+v, want won", o)
 	}
-	if got := strings.Join(f.seen, ", "); got != "POST /v1/products/1/line, GET /v1/products/1/line/ticket, POST /v1/orders pass" {
+	if got := strings.Join(f.seen, ", "); got != "POST /v1/products/1/line, POST /v1/orders ticket, POST /v1/orders ticket" {
 		t.Errorf("requests: %s", got)
 	}
 	if o.requests != 3 {

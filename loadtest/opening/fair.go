@@ -7,10 +7,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	mrand "math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,7 +95,15 @@ type FairOptions struct {
 	// Speed, when positive, adds the speed comparison: this many new buyers, half as many
 	// units, in token mode with a line against body mode without one (a second cluster).
 	Speed int
+	// Profile records, in each round with the line, a CPU profile of the first replica and
+	// one of the harness itself from a second before the opening for profileFor, and the
+	// replica's goroutines a second after the opening.
+	Profile bool
 }
+
+// profileFor is how long -opening-profile records: from a second before the opening to past
+// the sold-out moment of the rounds measured so far.
+const profileFor = 5 * time.Second
 
 func (o *FairOptions) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.On, "opening-fair", false, "in -opening, issue #33's acceptance instead of the k6 crowd: Go buyers, polite against scripts, with the line and without, for each mix and seed (docs/loadtest.md)")
@@ -102,6 +113,7 @@ func (o *FairOptions) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Lead, "opening-fair-lead", 8*time.Second, "in -opening-fair, from each round's product's creation to its opening (the polite buyers arrive in it)")
 	fs.IntVar(&o.Admit, "opening-admit", 1000, "in -opening-fair, the line's admit (buyers admitted at once; the rule admits no more than the units left in any case)")
 	fs.IntVar(&o.Leavers, "opening-leavers", 20, "in -opening-fair, buyers who join and leave the line after the draw, in each round with the line")
+	fs.BoolVar(&o.Profile, "opening-profile", false, "in -opening-fair, record a CPU profile of the first replica and of the harness in each round with the line, from 1 s before the opening for 5 s (r<mix>-<round>-replica.pprof, r<mix>-<round>-harness.pprof in the run's opening-fair/fair folder)")
 	fs.IntVar(&o.Speed, "opening-speed", 400, "in -opening-fair, new buyers of the speed comparison (token mode with a line against body mode without, half as many units); 0: none")
 }
 
@@ -178,7 +190,7 @@ func RunFair(ctx context.Context, h *env.Harness, o FairOptions) error {
 	if err != nil {
 		return err
 	}
-	c, pool, err := startFairCluster(ctx, h, dir, "fair", identity)
+	c, pool, err := startFairCluster(ctx, h, dir, "fair", identity, o.Profile)
 	if err != nil {
 		return err
 	}
@@ -208,7 +220,7 @@ func RunFair(ctx context.Context, h *env.Harness, o FairOptions) error {
 		if err != nil {
 			return fmt.Errorf("the speed comparison: %w", err)
 		}
-		body, bpool, err := startFairCluster(ctx, h, dir, "body", nil)
+		body, bpool, err := startFairCluster(ctx, h, dir, "body", nil, false)
 		if err != nil {
 			return err
 		}
@@ -240,7 +252,7 @@ func RunFair(ctx context.Context, h *env.Harness, o FairOptions) error {
 }
 
 // startFairCluster starts the replicas (verifying tokens of identity; nil: body mode).
-func startFairCluster(ctx context.Context, h *env.Harness, dir, name string, identity *cluster.Identity) (*cluster.Cluster, *pgxpool.Pool, error) {
+func startFairCluster(ctx context.Context, h *env.Harness, dir, name string, identity *cluster.Identity, debug bool) (*cluster.Cluster, *pgxpool.Pool, error) {
 	sub := filepath.Join(dir, name)
 	if err := os.MkdirAll(sub, 0o755); err != nil {
 		return nil, nil, err
@@ -250,7 +262,7 @@ func startFairCluster(ctx context.Context, h *env.Harness, dir, name string, ide
 		Dir: sub, Binary: h.Binary, HAProxy: h.HAProxy, Replicas: h.Cluster.Replicas,
 		ServerURL: h.Cluster.DatabaseURL, Database: database,
 		RedisURL: h.Cluster.RedisURL, Prefix: "stocksvc-load:" + rand.Text()[:10] + ":", Token: rand.Text(),
-		Redlock: h.Cluster.Redlock, Keep: h.Cluster.Keep, Warnings: h.W, Identity: identity,
+		Redlock: h.Cluster.Redlock, Keep: h.Cluster.Keep, Warnings: h.W, Identity: identity, DebugPorts: debug,
 		Env: func(int) []string {
 			s := []string{"STOCKSVC_DEFENSE=" + h.Cluster.Defense, "STOCKSVC_LOCK_WAIT=" + h.Cluster.LockWait.String()}
 			if h.Cluster.Defense != env.DefaultDefense {
@@ -364,7 +376,17 @@ func runRound(ctx context.Context, h *env.Harness, c *cluster.Cluster, pool *pgx
 	for _, cu := range scripts {
 		start("s", cu, func(b *buyer) outcome { return script(roundCtx, b, opens.Add(-scriptsLead), lined) })
 	}
+	var profiled chan error
+	if o.Profile && lined {
+		profiled = make(chan error, 1)
+		go func() { profiled <- profileOpening(roundCtx, c, opens, prefix) }()
+	}
 	wg.Wait()
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			h.Printf("[fair] profile: %v\n", err)
+		}
+	}
 	close(results)
 	checkCtx, cancelCheck := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancelCheck()
@@ -423,6 +445,55 @@ func runRound(ctx context.Context, h *env.Harness, c *cluster.Cluster, pool *pgx
 	}
 	_ = h
 	return r, nil
+}
+
+// profileOpening records a CPU profile of c's first replica and of this process from a second
+// before opens for profileFor, into the cluster's folder as <prefix>replica.pprof and
+// <prefix>harness.pprof.
+func profileOpening(ctx context.Context, c *cluster.Cluster, opens time.Time, prefix string) error {
+	if !pause(ctx, time.Until(opens.Add(-time.Second))) {
+		return ctx.Err()
+	}
+	f, err := os.Create(filepath.Join(c.Dir, prefix+"harness.pprof"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return fmt.Errorf("the harness's profile: %w", err)
+	}
+	// Where the replica's goroutines wait a second into the sale: what a CPU profile of a
+	// replica that waits more than it works does not show.
+	stacks := make(chan error, 1)
+	go func() {
+		if !pause(ctx, time.Until(opens.Add(time.Second))) {
+			stacks <- ctx.Err()
+			return
+		}
+		stacks <- goroutines(ctx, c, filepath.Join(c.Dir, prefix+"replica.goroutines.txt"))
+	}()
+	err = c.Profile(ctx, 0, profileFor, prefix+"replica.pprof")
+	pprof.StopCPUProfile()
+	return errors.Join(err, <-stacks)
+}
+
+// goroutines writes the goroutines of c's first replica, grouped by stack, to file.
+func goroutines(ctx context.Context, c *cluster.Cluster, file string) error {
+	url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/goroutine?debug=1", c.Replicas[0].DebugPort)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return fmt.Errorf("%s: %w", url, err)
+	}
+	return os.WriteFile(file, b, 0o644)
 }
 
 // read reads a round's winners and moments from Postgres.

@@ -21,7 +21,8 @@ import (
 type Config struct {
 	// TTL is the lease of each lock; it is refreshed while the work runs. Default 10s.
 	TTL time.Duration
-	// Wait bounds how long a batch waits for its locks. Default 2s.
+	// Wait bounds how long a batch waits for its locks, unless its context allows longer
+	// (stock.WithLockWait: an order the line admitted). Default 2s.
 	Wait time.Duration
 	// Retry, when set, makes waiters poll Redis as it says, the way most lock libraries do.
 	// Nil waits without polling on one Redis: clients take turns in the order they asked, each
@@ -106,7 +107,9 @@ func (lk *Locker) WithProducts(ctx context.Context, ids []int64, fn func(ctx con
 	for i, id := range ids {
 		names[i] = Name(lk.prefix, id)
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, lk.cfg.Wait)
+	// An order the line admitted may wait longer (stock.WithLockWait).
+	wait := max(lk.cfg.Wait, stock.LockWait(ctx))
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	ran := false
 	err := lk.locks.WithLocks(waitCtx, names, lk.cfg.TTL, func(ctx context.Context, locks []*lock.Lock) error {
@@ -132,7 +135,7 @@ func (lk *Locker) WithProducts(ctx context.Context, ids []int64, fn func(ctx con
 	var qe *lock.QuorumError
 	switch {
 	case errors.Is(err, lock.ErrNotObtained) && !(errors.As(err, &qe) && qe.Unreachable()):
-		return &stock.BusyError{RetryAfter: lk.cfg.Wait, Reason: fmt.Sprintf("locks not obtained within %v", lk.cfg.Wait)}
+		return &stock.BusyError{RetryAfter: lk.cfg.Wait, Reason: fmt.Sprintf("locks not obtained within %v", wait)}
 	case ctx.Err() != nil:
 		return fmt.Errorf("obtain locks: %w", context.Cause(ctx))
 	default:
