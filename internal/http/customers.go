@@ -78,7 +78,8 @@ func (e *authError) Error() string { return e.detail + ": " + e.err.Error() }
 func (e *authError) Unwrap() error { return e.err }
 
 // withCustomer names the caller of a customer route (docs/api.md, "Customer identity"), and
-// holds a verified customer to its rate limit (limits.go). With adminReads, the admin bearer
+// holds a verified customer to its rate limit (limits.go) — but for an order the line bounds
+// (admittedOrder.bounded). With adminReads, the admin bearer
 // token is recognised too (read routes on the listener that serves the admin routes): an
 // admin reads any order and any customer's list. Otherwise, by mode: a verified token's
 // subject, the gateway's header, or, in body mode, no one (the handler takes the body's
@@ -87,7 +88,7 @@ func (s *Server) withCustomer(adminReads bool) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			c, err := s.caller(r, adminReads)
-			if err == nil && c.customer != "" {
+			if err == nil && c.customer != "" && !admittedOf(r.Context()).bounded() {
 				err = s.limits.takeCustomer(c.customer)
 			}
 			if err != nil {

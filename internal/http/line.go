@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,8 +45,10 @@ const (
 	passHeader   = "Line-Pass"
 )
 
-// limitTicket holds a ticket's requests to its customer's rate limit, as the customer's orders
-// and joins are (Limits.Customer): a script polling its status in a loop spends its own budget.
+// limitTicket holds a ticket's leave to its customer's rate limit, as the customer's orders and
+// joins are (Limits.Customer). A ticket's status is not held to it: it is answered from this
+// replica's memory (a signature and a lookup, as an order refused for want of a pass is), and a
+// limit on it would only make an admitted buyer late to learn it, its units waiting meanwhile.
 // In body mode the ticket's customer is whatever its join said, and, as there, not limited.
 // Errors: line.ErrInvalidTicket, a *limitedError.
 func (s *Server) limitTicket(r *http.Request, product int64) error {
@@ -114,10 +117,6 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleTicket(w http.ResponseWriter, r *http.Request) {
 	id, err := productID(r)
 	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := s.limitTicket(r, id); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -330,6 +329,23 @@ type admittedOrder struct {
 	req     placeOrderRequest
 	err     error
 	cleared line.Cleared
+}
+
+// bounded reports whether the line bounds this order: every product of it has a line and was
+// cleared by an admission. Such an order is not held to its customer's rate limit
+// (withCustomer): an admission clears one order, a second use is refused from memory
+// (admission-used), and there are never more admissions than units left — while a limit would
+// only delay the admitted buyer, whose units wait for it, and with them the whole sale.
+func (a *admittedOrder) bounded() bool {
+	if a == nil || a.err != nil || len(a.cleared.Admissions) == 0 {
+		return false
+	}
+	for _, it := range a.req.Items {
+		if !slices.ContainsFunc(a.cleared.Admissions, func(ad line.Admission) bool { return ad.ProductID == it.ProductID }) {
+			return false
+		}
+	}
+	return true
 }
 
 type admittedKey struct{}
