@@ -159,7 +159,9 @@ func wire(ctx context.Context, cfg config, deps dependencies, customers stockhtt
 	}
 	var views stock.Views
 	if cfg.CacheLease > 0 {
-		views = view.New(deps.rdb, a.locks, store, view.Config{Lease: cfg.CacheLease, TTL: cfg.CacheTTL, RedisTimeout: cfg.CacheRedisWait}, view.NewMetrics(reg))
+		views = view.New(deps.rdb, a.locks, store, view.Config{Lease: cfg.CacheLease, TTL: cfg.CacheTTL, RedisTimeout: cfg.CacheRedisWait,
+			// Redlock's views live on its first node alone; the sale must outlive that node.
+			MarkOptional: deps.nodes != nil}, view.NewMetrics(reg))
 	}
 	locker, views = demo.Parts(cfg.defense, locker, views)
 	a.svc = stock.NewService(store, locker, stock.Config{

@@ -165,3 +165,15 @@ func TestUnmarkableWriteIsRefused(t *testing.T) {
 		t.Errorf("Writing with Redis down = %v, want ErrUnavailable", err)
 	}
 }
+
+// TestOptionalMarkLetsTheWriteGo: with MarkOptional (Redlock mode, whose views live on one node
+// of several), a mark the views' Redis cannot take does not stop the purchase.
+func TestOptionalMarkLetsTheWriteGo(t *testing.T) {
+	w := newWorld(t, 10)
+	dead := redis.NewClient(&redis.Options{Addr: testenv.DeadEndpoint(t), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = dead.Close() })
+	c, _ := w.cacheOn(dead, Config{MarkOptional: true}, nil)
+	if err := c.Writing(context.Background(), w.purchase(0)); err != nil {
+		t.Errorf("Writing with Redis down and the mark optional = %v, want nil", err)
+	}
+}

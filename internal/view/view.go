@@ -65,6 +65,14 @@ type Config struct {
 	// (ContextTimeoutEnabled, as cmd/stocksvc builds it); one that does not holds each command
 	// for its own read timeout instead. Default 500ms.
 	RedisTimeout time.Duration
+	// MarkOptional lets a purchase whose mark cannot be taken (Writing) be written all the
+	// same. Set it where the views' Redis is not the lock's — Redlock, whose views live on its
+	// first node alone, while the lock needs only a quorum of nodes: losing that one node must
+	// cost the reads their cache, not stop the sale. The price is the one marks remove
+	// elsewhere: a replica cut off from that node alone writes unmarked, and the others may
+	// read its products' views up to TTL behind its writes (reads only: Postgres decides every
+	// order). Without it, a write that cannot be marked is not made.
+	MarkOptional bool
 }
 
 func (c Config) withDefaults() Config {
@@ -566,7 +574,7 @@ func (c *Cache) mark(ctx context.Context, w stock.Write, at time.Time) error {
 		rctx, cancel := context.WithTimeout(ctx, markTimeout)
 		err := markScript.Run(rctx, c.rdb, c.keys(d.ProductID)[:1], d.Read.Version+1, micros(at), c.cfg.TTL.Milliseconds()).Err()
 		cancel()
-		if err != nil {
+		if err != nil && !c.cfg.MarkOptional {
 			return fmt.Errorf("%w: mark product %d's view: %w", stock.ErrUnavailable, d.ProductID, err)
 		}
 	}
