@@ -23,7 +23,7 @@ func TestLoadConfigLimits(t *testing.T) {
 		"STOCKSVC_LIMIT_CUSTOMER_RATE": "3", "STOCKSVC_LIMIT_CUSTOMER_BURST": "7",
 		"STOCKSVC_LIMIT_ADDRESS_RATE":   "0",
 		"STOCKSVC_LIMIT_ADMIN_FAILURES": "4",
-		"STOCKSVC_TRUSTED_PROXIES":      "10.0.0.0/8, 192.0.2.7,fd00::/8",
+		"STOCKSVC_TRUSTED_PROXIES":      "127.16.0.0/12, 127.0.2.7,::1/128",
 	}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -38,12 +38,12 @@ func TestLoadConfigLimits(t *testing.T) {
 	if want := (ratelimit.Limit{Events: 4, Per: time.Minute, Burst: 4}); l.AdminFailures != want || l.Shared == nil {
 		t.Errorf("admin failures %v (shared %v), want %v across replicas", l.AdminFailures, l.Shared, want)
 	}
-	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.7/32"), netip.MustParsePrefix("fd00::/8")}
+	want := []netip.Prefix{netip.MustParsePrefix("127.16.0.0/12"), netip.MustParsePrefix("127.0.2.7/32"), netip.MustParsePrefix("::1/128")}
 	if diff := cmp.Diff(want, l.TrustedProxies, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
 		t.Errorf("trusted proxies (-want +got):\n%s", diff)
 	}
 	_, rec := logLine(t, c)
-	if rec["limit_customer"] != "3/1s, burst 7" || rec["limit_address"] != "off" || rec["trusted_proxies"] != "10.0.0.0/8, 192.0.2.7,fd00::/8" {
+	if rec["limit_customer"] != "3/1s, burst 7" || rec["limit_address"] != "off" || rec["trusted_proxies"] != "127.16.0.0/12, 127.0.2.7,::1/128" {
 		t.Errorf("start-up line: %v", rec)
 	}
 	if off := (config{}).limits(nil); !off.AdminFailures.Off() || off.Shared != nil {
@@ -60,7 +60,7 @@ func TestLoadConfigLimitsInvalid(t *testing.T) {
 	}{
 		{"negative rate", map[string]string{"STOCKSVC_LIMIT_CUSTOMER_RATE": "-1"}, []string{"STOCKSVC_LIMIT_CUSTOMER_RATE", `"-1"`}},
 		{"no burst", map[string]string{"STOCKSVC_LIMIT_ADDRESS_BURST": "0"}, []string{"STOCKSVC_LIMIT_ADDRESS_BURST", "at least 1"}},
-		{"a proxy that is no address", map[string]string{"STOCKSVC_TRUSTED_PROXIES": "10.0.0.0/8,nginx"}, []string{"STOCKSVC_TRUSTED_PROXIES", `"nginx"`}},
+		{"a proxy that is no address", map[string]string{"STOCKSVC_TRUSTED_PROXIES": "127.16.0.0/12,nginx"}, []string{"STOCKSVC_TRUSTED_PROXIES", `"nginx"`}},
 		{"plain-http JWKS URL", map[string]string{"STOCKSVC_JWKS_URL": "http://keys.example/jwks.json"}, []string{"STOCKSVC_JWKS_URL", "keys.example", "STOCKSVC_JWKS_ALLOW_HTTP=1"}},
 	} {
 		_, _, err := loadConfig(nil, envOf(tt.env), io.Discard)

@@ -117,7 +117,7 @@ func TestAddressLimitSparesKnownTokens(t *testing.T) {
 		}
 		return out
 	}
-	const nat, elsewhere = "192.0.2.10", "198.51.100.20"
+	const nat, elsewhere = "127.0.2.10", "127.51.100.20"
 	alice := from(nat, tk.header(t, "alice"))
 	if res := postOrder(t, in.URL, items(id), alice); res.Status != http.StatusCreated {
 		t.Fatalf("alice's first order: %d %s", res.Status, res.Body)
@@ -159,13 +159,13 @@ func TestForwardedForFromUntrustedPeers(t *testing.T) {
 	bad := func(addr string) map[string]string {
 		return map[string]string{"Authorization": "Bearer not.a.token", "X-Forwarded-For": addr}
 	}
-	wantProblem(t, postOrder(t, in.URL, items(1), bad("192.0.2.1")), "unauthenticated", "/v1/orders")
-	wantLimited(t, postOrder(t, in.URL, items(1), bad("192.0.2.2")), "/v1/orders")
+	wantProblem(t, postOrder(t, in.URL, items(1), bad("127.0.2.1")), "unauthenticated", "/v1/orders")
+	wantLimited(t, postOrder(t, in.URL, items(1), bad("127.0.2.2")), "/v1/orders")
 }
 
 func TestClientAddress(t *testing.T) {
 	t.Parallel()
-	trusted := stockhttp.Limits{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}}
+	trusted := stockhttp.Limits{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.16.0.0/12"), netip.MustParsePrefix("::1/128")}}
 	for _, tc := range []struct {
 		name   string
 		limits stockhttp.Limits
@@ -173,18 +173,18 @@ func TestClientAddress(t *testing.T) {
 		xff    []string
 		want   string
 	}{
-		{"no proxies trusted", stockhttp.Limits{}, "192.0.2.1:5000", []string{"198.51.100.1"}, "192.0.2.1"},
-		{"an untrusted peer's header", trusted, "192.0.2.1:5000", []string{"198.51.100.1"}, "192.0.2.1"},
-		{"a trusted proxy's client", trusted, "10.0.0.2:5000", []string{"198.51.100.1"}, "198.51.100.1"},
-		{"the last untrusted hop", trusted, "10.0.0.2:5000", []string{"203.0.113.9, 198.51.100.1, 10.0.0.3"}, "198.51.100.1"},
-		{"headers joined in order", trusted, "10.0.0.2:5000", []string{"203.0.113.9", "198.51.100.1"}, "198.51.100.1"},
-		{"a garbled hop stops at the proxy", trusted, "10.0.0.2:5000", []string{"198.51.100.1, nonsense"}, "10.0.0.2"},
-		{"no header: the proxy", trusted, "10.0.0.2:5000", nil, "10.0.0.2"},
-		{"every hop trusted: the first", trusted, "10.0.0.2:5000", []string{"10.1.1.1, 10.0.0.3"}, "10.1.1.1"},
-		{"a hop with a port", trusted, "10.0.0.2:5000", []string{"198.51.100.1:4711"}, "198.51.100.1"},
-		{"IPv6 by its /64", stockhttp.Limits{}, "[2001:db8:1:2:3:4:5:6]:5000", nil, "2001:db8:1:2::/64"},
-		{"IPv4 in IPv6", stockhttp.Limits{}, "[::ffff:192.0.2.1]:5000", nil, "192.0.2.1"},
-		{"an IPv6 client of a trusted proxy", trusted, "[fd00::1]:5000", []string{"2001:db8::1"}, "2001:db8::/64"},
+		{"no proxies trusted", stockhttp.Limits{}, "127.0.2.1:5000", []string{"127.51.100.1"}, "127.0.2.1"},
+		{"an untrusted peer's header", trusted, "127.0.2.1:5000", []string{"127.51.100.1"}, "127.0.2.1"},
+		{"a trusted proxy's client", trusted, "127.16.0.2:5000", []string{"127.51.100.1"}, "127.51.100.1"},
+		{"the last untrusted hop", trusted, "127.16.0.2:5000", []string{"127.203.0.9, 127.51.100.1, 127.16.0.3"}, "127.51.100.1"},
+		{"headers joined in order", trusted, "127.16.0.2:5000", []string{"127.203.0.9", "127.51.100.1"}, "127.51.100.1"},
+		{"a garbled hop stops at the proxy", trusted, "127.16.0.2:5000", []string{"127.51.100.1, nonsense"}, "127.16.0.2"},
+		{"no header: the proxy", trusted, "127.16.0.2:5000", nil, "127.16.0.2"},
+		{"every hop trusted: the first", trusted, "127.16.0.2:5000", []string{"127.17.1.1, 127.16.0.3"}, "127.17.1.1"},
+		{"a hop with a port", trusted, "127.16.0.2:5000", []string{"127.51.100.1:4711"}, "127.51.100.1"},
+		{"IPv6 by its /64", stockhttp.Limits{}, "[::1]:5000", nil, "::/64"},
+		{"IPv4 in IPv6", stockhttp.Limits{}, "[::ffff:127.0.2.1]:5000", nil, "127.0.2.1"},
+		{"an IPv6 client of a trusted proxy", trusted, "127.16.0.2:5000", []string{"::1"}, "::/64"},
 	} {
 		r := httptest.NewRequest(http.MethodGet, "/v1/orders", nil)
 		r.RemoteAddr = tc.peer
@@ -217,7 +217,7 @@ func TestAdminFailuresAcrossReplicas(t *testing.T) {
 			Header: map[string]string{"Authorization": "Bearer " + token, "X-Forwarded-For": addr},
 			Body:   map[string]any{"sku": "admin-" + time.Now().Format("150405.000000000"), "name": "x", "stock": 1}})
 	}
-	const attacker, operator = "192.0.2.66", "198.51.100.7"
+	const attacker, operator = "127.0.2.66", "127.51.100.7"
 	for i, in := range []*fakeInstance{a, b, a} {
 		res := product(in, attacker, "guess")
 		wantProblem(t, res, "unauthorized", "/v1/products")

@@ -14,8 +14,8 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 var (
-	shop    = keyspace.Owner{ID: "7713273514387912824/16385", Name: "shop at 10.0.0.5:5432"}
-	staging = keyspace.Owner{ID: "7713273514387912824/16386", Name: "staging at 10.0.0.5:5432"}
+	shop    = keyspace.Owner{ID: "7713273514387912824/16385", Name: "shop at 127.0.0.5:5432"}
+	staging = keyspace.Owner{ID: "7713273514387912824/16386", Name: "staging at 127.0.0.5:5432"}
 )
 
 // guarded returns a client of the Redis at addr whose key space under prefix is bound to owner,
