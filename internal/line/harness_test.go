@@ -37,8 +37,14 @@ func newWorld(t *testing.T) *world {
 // replica starts a line service, its keeper running until the test ends.
 func (w *world) replica(t *testing.T) (*line.Service, *prometheus.Registry) {
 	t.Helper()
+	return w.replicaOver(t, w.lines)
+}
+
+// replicaOver is replica with store in front of the world's line store.
+func (w *world) replicaOver(t *testing.T, store line.Store) (*line.Service, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	s, err := line.New(context.Background(), w.lines, w.products, w.stock,
+	s, err := line.New(context.Background(), store, w.products, w.stock,
 		line.Config{MaxQuantity: 5, Poll: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
 		line.NewMetrics(reg))
 	if err != nil {
@@ -58,6 +64,17 @@ func (w *world) product(t *testing.T, units, admit int64, rules stock.SaleRules)
 		t.Fatal(err)
 	}
 	return p.ID
+}
+
+// joinCounter counts the joins that reach the store.
+type joinCounter struct {
+	line.Store
+	joins atomic.Int64
+}
+
+func (c *joinCounter) Join(ctx context.Context, product int64, customer string) (line.Ticket, bool, bool, error) {
+	c.joins.Add(1)
+	return c.Store.Join(ctx, product, customer)
 }
 
 // joined is a customer in line: the ticket, the status last seen, and the last pass it gave.

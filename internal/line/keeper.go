@@ -94,7 +94,12 @@ func (s *Service) Flush(ctx context.Context) error {
 		if !pending {
 			continue
 		}
-		s.advanceOnce(ctx, v)
+		for {
+			err := s.advanceOnce(ctx, v)
+			if !errors.Is(err, ErrBusy) || clock.Sleep(ctx, busyRetry) != nil {
+				break
+			}
+		}
 		v.mu.Lock()
 		if len(v.pending) > 0 {
 			errs = append(errs, fmt.Errorf("line: %d used marks of product %d not written", len(v.pending), v.id))
@@ -182,8 +187,9 @@ func (s *Service) refresh(id int64) {
 }
 
 // advanceOnce runs one advance of v's line, with the used marks this replica has not written
-// yet (kept for the next one if it fails), and reads the line when it changed.
-func (s *Service) advanceOnce(ctx context.Context, v *lineView) {
+// yet (kept for the next one if it fails), and reads the line when it changed. It returns
+// the advance's error.
+func (s *Service) advanceOnce(ctx context.Context, v *lineView) error {
 	v.mu.Lock()
 	used := v.pending
 	v.pending = nil
@@ -202,11 +208,17 @@ func (s *Service) advanceOnce(ctx context.Context, v *lineView) {
 	if err != nil {
 		v.mu.Lock()
 		v.pending = append(used, v.pending...)
+		if errors.Is(err, ErrBusy) {
+			// Another replica's advance runs and announces what it does, but it began
+			// before what asked for this one, and cannot write this replica's marks: tried
+			// again once it is likely done.
+			v.retryAt(s, time.Now().Add(busyRetry))
+		}
 		v.mu.Unlock()
-		if ctx.Err() == nil && !isNoLine(err) {
+		if ctx.Err() == nil && !isNoLine(err) && !errors.Is(err, ErrBusy) {
 			s.cfg.Logger.Warn("line advance failed", slog.Int64("product_id", v.id), slog.Any("error", err))
 		}
-		return
+		return err
 	}
 	s.metrics.admitted(v.id, a.Admitted)
 	if a.Changed {
@@ -222,6 +234,18 @@ func (s *Service) advanceOnce(ctx context.Context, v *lineView) {
 		v.setTimer(s, time.Now().Add(s.cfg.OpeningRetry))
 		v.mu.Unlock()
 	}
+	return nil
+}
+
+// busyRetry is how soon an advance that found another holding the line is tried again.
+const busyRetry = 10 * time.Millisecond
+
+// retryAt sets v's timer to at, unless it fires sooner. v.mu is held.
+func (v *lineView) retryAt(s *Service, at time.Time) {
+	if v.timer != nil && !v.timerAt.After(at) && v.timerAt.After(time.Now()) {
+		return
+	}
+	v.setTimer(s, at)
 }
 
 // plan decides an advance of product id's line from st and the product as Postgres has it:

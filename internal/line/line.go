@@ -175,6 +175,9 @@ var (
 	ErrAdmissionUsed = errors.New("line: admission used")
 	// ErrUnavailable means the line's store could not be reached.
 	ErrUnavailable = errors.New("line: store unavailable")
+	// ErrBusy means another advance of the line was running when an advance asked for it:
+	// the advance did nothing (Store.Advance).
+	ErrBusy = errors.New("line: held by another advance")
 )
 
 // NotAdmittedError says which lined product an order has no admission for, why, and — when

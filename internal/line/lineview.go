@@ -42,6 +42,9 @@ type lineView struct {
 	used map[int64]string
 	// pending are the used marks still to write (Store.Advance).
 	pending []Use
+	// joined holds, by customer, the open tickets whose joins this replica answered from the
+	// store, so that joining again is answered from memory (Service.rejoin) until they end.
+	joined  map[string]Ticket
 	waiters waiters
 	pace    pace
 	// product is the product as this replica's views last showed it, at productAt.
@@ -59,7 +62,7 @@ type lineView struct {
 
 func newLineView(id int64) *lineView {
 	return &lineView{id: id, tickets: map[int64]Ticket{}, counts: map[TicketStatus]int64{}, admitted: map[int64]struct{}{}, used: map[int64]string{},
-		waiters: waiters{byTicket: map[int64]map[*waiter]struct{}{}}}
+		joined: map[string]Ticket{}, waiters: waiters{byTicket: map[int64]map[*waiter]struct{}{}}}
 }
 
 // soldOut reports whether the last advance found no units left.
@@ -121,6 +124,9 @@ func (v *lineView) learn(t Ticket) {
 	}
 	if t.Status == TicketUsed {
 		delete(v.used, t.ID)
+	}
+	if j, ok := v.joined[t.CustomerID]; ok && j.ID == t.ID && !t.Status.Open() {
+		delete(v.joined, t.CustomerID)
 	}
 }
 

@@ -1,6 +1,7 @@
 package line
 
 import (
+	"errors"
 	"strconv"
 	"time"
 
@@ -56,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		advances: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "stocksvc_line_advance_duration_seconds",
-			Help:    "Time of one advance of a line (one transaction under the line's lock), by result: changed, unchanged or failed.",
+			Help:    "Time of one advance of a line (one transaction under the line's lock), by result: changed, unchanged, busy (another advance held the line) or failed.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5},
 		}, []string{"result"}),
 		listens: prometheus.NewCounter(prometheus.CounterOpts{
@@ -109,6 +110,8 @@ func (m *Metrics) advanced(took time.Duration, a Advanced, err error) {
 	}
 	result := "unchanged"
 	switch {
+	case errors.Is(err, ErrBusy):
+		result = "busy"
 	case err != nil:
 		result = "failed"
 	case a.Changed:

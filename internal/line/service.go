@@ -154,6 +154,9 @@ func (s *Service) Join(ctx context.Context, product int64, customer string) (Joi
 	if p.SaleEndsAt != nil && !now.Before(*p.SaleEndsAt) {
 		return Joined{}, &stock.SaleEndedError{ProductID: product, EndsAt: *p.SaleEndsAt}
 	}
+	if j, ok := s.rejoin(product, customer, p, now); ok {
+		return j, nil
+	}
 	t, created, drawn, err := s.store.Join(ctx, product, customer)
 	if err != nil {
 		return Joined{}, err
@@ -167,6 +170,9 @@ func (s *Service) Join(ctx context.Context, product int64, customer string) (Joi
 	}
 	v.mu.Lock()
 	behind := drawn && v.drawnAt.IsZero()
+	if t.Status.Open() {
+		v.joined[t.CustomerID] = t
+	}
 	v.mu.Unlock()
 	if behind {
 		// The store says the line was drawn and this replica's view does not know yet: the
@@ -189,6 +195,42 @@ func (s *Service) Join(ctx context.Context, product int64, customer string) (Joi
 	st := v.status(c, now, p, s.keys.sign)
 	v.mu.Unlock()
 	return Joined{Status: st, Token: s.keys.sign(c), Created: created}, nil
+}
+
+// rejoin answers a join of customer, who joined product's line through this replica before
+// and whose ticket this replica's view holds open, from memory: a client joining in a loop
+// costs the store nothing after its first join here. The ticket is as open as the view knows
+// (a leave or a use on another replica reaches it with the announcement, as it reaches a
+// status); once the view sees it end, the next join goes to the store for a new one.
+func (s *Service) rejoin(product int64, customer string, p stock.Product, now time.Time) (Joined, bool) {
+	v := s.known(product)
+	if v == nil {
+		return Joined{}, false
+	}
+	v.mu.Lock()
+	t, ok := v.joined[customer]
+	if ok {
+		if cur, known := v.tickets[t.ID]; known && cur.Changed >= t.Changed {
+			t = cur
+		}
+		if _, used := v.used[t.ID]; used || !t.Status.Open() {
+			delete(v.joined, customer)
+			ok = false
+		}
+	}
+	if !ok || !v.loaded {
+		v.mu.Unlock()
+		return Joined{}, false
+	}
+	drawn := !v.drawnAt.IsZero()
+	c := claims{kind: kindTicket, product: product, ticket: t.ID, customer: t.CustomerID}
+	v.touch(now, p)
+	st := v.status(c, now, p, s.keys.sign)
+	v.mu.Unlock()
+	if opened := p.SaleStartsAt == nil || !now.Before(*p.SaleStartsAt); drawn && t.Place == 0 || !drawn && opened {
+		s.advance(product)
+	}
+	return Joined{Status: st, Token: s.keys.sign(c)}, true
 }
 
 // Status returns the status of the ticket token of product's line, from this replica's view.
@@ -312,10 +354,9 @@ func (s *Service) Leave(ctx context.Context, product int64, token string) (Statu
 	v.touch(now, p)
 	st := v.status(c, now, p, s.keys.sign)
 	v.mu.Unlock()
-	// Those behind move up, here and (announced) on every replica; an admission's room goes
-	// to the next.
+	// Those behind move up, and the next in line has the admission's room (the store passed
+	// it on in the leave's change): here at once, and on every replica with the announcement.
 	s.refresh(product)
-	s.advance(product)
 	return st, nil
 }
 

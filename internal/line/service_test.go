@@ -491,3 +491,52 @@ func TestJoinAfterTheDrawIsNeverToldQueued(t *testing.T) {
 		t.Errorf("a join after the draw, on a replica that had not heard of it: %s, want waiting", late.State)
 	}
 }
+
+// TestJoiningAgainIsAnsweredFromMemory: a customer joining in a loop reaches the store once
+// per replica while its ticket is open, and is answered the same ticket; once the replica
+// learns the ticket ended — used here, or left through another replica —, the next join goes
+// to the store and makes a new one.
+func TestJoiningAgainIsAnsweredFromMemory(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	counted := &joinCounter{Store: w.lines}
+	a, _ := w.replicaOver(t, counted)
+	b, _ := w.replica(t)
+	ctx := context.Background()
+	id := w.product(t, 10, 1, stock.SaleRules{})
+	first := joinAll(t, a, id, "ann", "bob")
+	for range 5 {
+		again, err := a.Join(ctx, id, "ann")
+		if err != nil || again.Created || again.Ticket != first[0].status.Ticket {
+			t.Fatalf("joining again = %+v, %v; want ticket %d", again, err, first[0].status.Ticket)
+		}
+		if _, err := a.Status(ctx, id, again.Token); err != nil {
+			t.Fatalf("the token of a join answered from memory: %v", err)
+		}
+	}
+	if n := counted.joins.Load(); n != 2 {
+		t.Fatalf("%d joins reached the store, want 2 (one per customer)", n)
+	}
+	ann, bob := first[0], first[1]
+	bob.placed(t, a, id)
+	if ann.placed(t, a, id).State != line.Admitted {
+		ann, bob = bob, ann
+	}
+	if err := buy(t, w, a, id, ann); err != nil {
+		t.Fatal(err)
+	}
+	bob.until(t, a, id, line.Admitted) // the use is written: the store holds ann's ticket used
+	if back, err := a.Join(ctx, id, ann.customer); err != nil || !back.Created || back.Ticket == ann.status.Ticket {
+		t.Fatalf("joining after the order = %+v, %v; want a new ticket", back, err)
+	}
+	if _, err := b.Leave(ctx, id, bob.token); err != nil {
+		t.Fatal(err)
+	}
+	bob.until(t, a, id, line.Left)
+	if back, err := a.Join(ctx, id, bob.customer); err != nil || !back.Created || back.Ticket == bob.status.Ticket {
+		t.Fatalf("joining after leaving on another replica = %+v, %v; want a new ticket", back, err)
+	}
+	if n := counted.joins.Load(); n != 4 {
+		t.Errorf("%d joins reached the store, want 4", n)
+	}
+}

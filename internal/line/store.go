@@ -23,7 +23,10 @@ type Store interface {
 	// the next advance.
 	Join(ctx context.Context, product int64, customer string) (t Ticket, created, drawn bool, err error)
 	// Leave ends ticket id of product's line if it is open, moving the line's version, and
-	// returns it as it then stands (as it was, if it was not open). Errors: ErrTicketNotFound.
+	// returns it as it then stands (as it was, if it was not open). An admission still running
+	// passes, in the same change, to the first waiting placed ticket, for as long as the
+	// admissions the line last gave: one ends, one begins, the rule's count is unchanged.
+	// Errors: ErrTicketNotFound.
 	Leave(ctx context.Context, product, id int64) (Ticket, error)
 	// Advance advances product's line, in one transaction under the line's lock: it marks
 	// used the tickets of used that are admitted; ends the admissions that have run out by the
@@ -33,7 +36,10 @@ type Store interface {
 	// Plan.Admit of the waiting placed tickets in place order, for Plan.AdmissionFor; records
 	// the plan's stock and holding; and, when anything changed, moves the version and
 	// announces it. Nothing is written when plan or the context fails first. A product whose
-	// line was never made (nobody joined) is Advanced{} and nothing else.
+	// line was never made (nobody joined) is Advanced{} and nothing else. Errors: ErrBusy when
+	// another advance of the line runs — replicas that all advance at once do not queue
+	// behind each other, each to find nothing left to do: the one that runs announces what
+	// it did, and the others try again for what it may not have done (their used marks).
 	Advance(ctx context.Context, product int64, used []Use, plan func(context.Context, Standing) (Plan, error)) (Advanced, error)
 	// Line reads product's line and, in Snapshot.Tickets, every ticket changed after version
 	// since (0: every ticket placed or ended); with countWaiting, also how many tickets wait

@@ -20,8 +20,9 @@ import (
 //     lineLockKey) has one bigint key, the product id's bitwise complement: negative for every
 //     product. The other bigint keys taken on the service's database are all non-negative:
 //     golang-migrate's lock (a uint32 from the database's name), River's migration lock
-//     (migrations.riverLockID), River's own (riverLockPrefix) and the audit's recount
-//     (stockpg's auditLockKey).
+//     (migrations.riverLockID), River's own (riverLockPrefix), the audit's recount
+//     (stockpg's auditLockKey) and the line's advance locks (linepg's advanceLockKey, under a
+//     prefix of their own).
 //   - A product's accept lock (a transaction lock, ordering the groups that accept its orders;
 //     acceptLockSQL) has two int4 keys, the id's high and low halves, a space of its own:
 //     Postgres never takes a lock with two int4 keys as one with a bigint key, nor the other way

@@ -325,6 +325,45 @@ var storeCases = []storeCase{
 			t.Errorf("reading a ticket that does not exist: %v", err)
 		}
 	}},
+	{"a leave passes a running admission to the next in line, in the same change; a waiting leaver passes none", func(t *testing.T, f fixture) {
+		id := f.product(t)
+		for _, c := range []string{"a", "b", "c", "d"} {
+			join(t, f.store, id, c)
+		}
+		drew, _ := advance(t, f.store, id, nil, line.Plan{Seed: seed, Admit: 1, AdmissionFor: time.Minute, Stock: 4})
+		byPlace := map[int64]line.Ticket{}
+		for _, tk := range read(t, f.store, id, 0).Tickets {
+			byPlace[tk.Place] = tk
+		}
+		first, second, fourth := byPlace[1], byPlace[2], byPlace[4]
+		if first.Status != line.TicketAdmitted {
+			t.Fatalf("place 1 after the draw = %+v, want admitted", first)
+		}
+		if _, err := f.store.Leave(context.Background(), id, fourth.ID); err != nil {
+			t.Fatal(err)
+		}
+		if tk := ticket(t, f.store, id, second.ID); tk.Status != line.TicketWaiting {
+			t.Fatalf("after a waiting ticket left, place 2 = %+v, want still waiting", tk)
+		}
+		left, err := f.store.Leave(context.Background(), id, first.ID)
+		if err != nil || left.Status != line.TicketLeft {
+			t.Fatalf("the admitted ticket's leave = %+v, %v", left, err)
+		}
+		next := ticket(t, f.store, id, second.ID)
+		if next.Status != line.TicketAdmitted || next.Changed != left.Changed {
+			t.Fatalf("place 2 after the admitted ticket left = %+v, want admitted in the leave's change (version %d)", next, left.Changed)
+		}
+		if span := time.Until(next.AdmittedUntil); span < 50*time.Second || span > time.Minute {
+			t.Errorf("the passed admission runs %v more, want about the minute the line gave", span)
+		}
+		snap := read(t, f.store, id, drew.Version)
+		if snap.Admissions != 2 || len(snap.Tickets) != 3 {
+			t.Errorf("the line since the draw = %+v, want 2 admissions in all and the 3 changed tickets", snap)
+		}
+		if a, _ := advance(t, f.store, id, nil, line.Plan{Admit: 0, Stock: 4}); a.Admitted != 0 {
+			t.Errorf("an advance after the pass admitted %d more", a.Admitted)
+		}
+	}},
 	{"an advance whose plan fails writes nothing", func(t *testing.T, f fixture) {
 		id := f.product(t)
 		var ids []int64

@@ -176,6 +176,23 @@ WITH left_line AS (
     RETURNING ` + ticketColumns + `)
 SELECT ` + ticketColumns + ` FROM left_line, pg_notify('` + Channel + `', $1::bigint || ':' || $3::bigint)`
 	ticketSQL = `SELECT ` + ticketColumns + ` FROM line_tickets WHERE id = $2 AND product_id = $1`
+	// passOnSQL admits the first waiting placed ticket in the room of the leaver $2, if its
+	// admission was running, for as long as the leaver's was, stamped with the leave's version
+	// $3: one admission ends and one begins, so the admissions running stay as the rule left
+	// them, and the next in line does not wait for an advance.
+	passOnSQL = `
+WITH leaver AS (
+    SELECT admitted_until - admitted_at AS span FROM line_tickets
+     WHERE id = $2 AND product_id = $1 AND admitted_at IS NOT NULL AND admitted_until > now()),
+next AS (
+    SELECT id FROM line_tickets
+     WHERE product_id = $1 AND status = 'waiting' AND place IS NOT NULL AND EXISTS (SELECT 1 FROM leaver)
+     ORDER BY place LIMIT 1),
+passed AS (
+    UPDATE line_tickets t SET status = 'admitted', admitted_at = now(), admitted_until = now() + (SELECT span FROM leaver), changed = $3
+      FROM next WHERE t.id = next.id
+    RETURNING t.id)
+UPDATE lines SET admitted = admitted + 1 FROM passed WHERE product_id = $1`
 )
 
 // Leave implements line.Store.
@@ -197,6 +214,11 @@ func (s *Store) Leave(ctx context.Context, product, id int64) (line.Ticket, erro
 		}
 		if err != nil {
 			return dbError("leave", err)
+		}
+		if !t.AdmittedUntil.IsZero() { // it was admitted: its room passes on, if it ran
+			if _, err := tx.Exec(ctx, passOnSQL, product, id, version); err != nil {
+				return dbError("leave: pass the admission on", err)
+			}
 		}
 		return nil
 	})

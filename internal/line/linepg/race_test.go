@@ -2,6 +2,7 @@ package linepg_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -147,5 +148,51 @@ func TestJoinRacingTheDrawIsPlacedAfterIt(t *testing.T) {
 	}
 	if tk := ticket(t, s, id, r.tk.ID); tk.Place != 6 {
 		t.Errorf("the racer is at place %d, want 6", tk.Place)
+	}
+}
+
+// TestAdvanceFindingTheLineHeldIsBusy: an advance that finds another advance of the line
+// running does not queue behind it: it is line.ErrBusy at once and writes nothing (its used
+// marks stay the caller's), and the same advance once the line is free does its work.
+func TestAdvanceFindingTheLineHeldIsBusy(t *testing.T) {
+	t.Parallel()
+	pool := testenv.Pool(t)
+	s := linepg.New(pool)
+	id, _ := lined(t, pool, s, 3)
+	if a, err := s.Advance(context.Background(), id, nil, planned(line.Plan{Seed: seed, Admit: 1, AdmissionFor: time.Minute}, nil)); err != nil || a.Admitted != 1 {
+		t.Fatalf("the draw = %+v, %v; want one admitted", a, err)
+	}
+	d, err := s.Drawn(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := ticket(t, s, id, d.Tickets[0].Ticket)
+	held, release, open := gate(t)
+	hooked := linepg.New(pool)
+	hooked.SetHooks(linepg.Hooks{Advance: func(context.Context) {
+		close(held)
+		<-release
+	}})
+	done := make(chan error, 1)
+	go func() {
+		_, err := hooked.Advance(context.Background(), id, nil, planned(line.Plan{}, nil))
+		done <- err
+	}()
+	<-held
+	used := []line.Use{{Ticket: first.ID}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a queued advance fails the test, not hangs it
+	defer cancel()
+	if _, err := s.Advance(ctx, id, used, planned(line.Plan{}, nil)); !errors.Is(err, line.ErrBusy) {
+		t.Fatalf("an advance while another holds the line: %v, want line.ErrBusy", err)
+	}
+	if tk := ticket(t, s, id, first.ID); tk.Status != line.TicketAdmitted {
+		t.Fatalf("the busy advance wrote its mark: ticket is %s", tk.Status)
+	}
+	open()
+	if err := <-done; err != nil {
+		t.Fatalf("the holding advance: %v", err)
+	}
+	if a, err := s.Advance(context.Background(), id, used, planned(line.Plan{}, nil)); err != nil || a.Used != 1 {
+		t.Fatalf("the advance again = %+v, %v; want the mark written", a, err)
 	}
 }

@@ -31,9 +31,12 @@ type memLine struct {
 	seed                    []byte
 	drawnAt                 time.Time
 	drawn, placed, admitted int64
-	stock                   int64
-	stockKnown, holding     bool
-	product                 int64
+	// admissionFor is how long the last admissions made were for: a leaver's room passes on
+	// for as long (Leave).
+	admissionFor        time.Duration
+	stock               int64
+	stockKnown, holding bool
+	product             int64
 }
 
 type announcement struct{ product, version int64 }
@@ -93,7 +96,20 @@ func (m *MemStore) Leave(_ context.Context, product, id int64) (line.Ticket, err
 		return *t, nil
 	}
 	l.version++
+	running := t.Status == line.TicketAdmitted && m.now().Before(t.AdmittedUntil)
 	t.Status, t.Changed = line.TicketLeft, l.version
+	if running {
+		var first *line.Ticket
+		for _, w := range m.tickets {
+			if w.ProductID == product && w.Status == line.TicketWaiting && w.Place > 0 && (first == nil || w.Place < first.Place) {
+				first = w
+			}
+		}
+		if first != nil {
+			first.Status, first.AdmittedUntil, first.Changed = line.TicketAdmitted, m.now().Add(l.admissionFor), l.version
+			l.admitted++
+		}
+	}
 	m.announce(product, l.version)
 	return *t, nil
 }
@@ -200,6 +216,7 @@ func (m *MemStore) Advance(ctx context.Context, product int64, used []line.Use, 
 			}
 			t.Status, t.AdmittedUntil, t.Changed = line.TicketAdmitted, now.Add(p.AdmissionFor), next
 			a.Admitted++
+			l.admissionFor = p.AdmissionFor
 		}
 	}
 	l.admitted += a.Admitted
