@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stocksvc/stocksvc/loadtest/report"
 )
 
 // The buyers of -opening-fair: goroutines, each with an HTTP client (and connections) of its
@@ -18,6 +20,10 @@ import (
 // outcome is what one buyer ends with.
 type outcome struct {
 	won bool
+	// ended is when its last answer came (the win, or the news it lost); orders are its
+	// orders' answers (buyer.orders).
+	ended  time.Time
+	orders []report.Answer
 	// learnt is when the buyer first heard that the units were gone (a ticket's sold_out, an
 	// order's sold-out); zero if it won, left or never heard.
 	learnt time.Time
@@ -42,6 +48,11 @@ type buyer struct {
 	product  int64
 	requests int
 	answers  map[string]int
+	// origin is the moment the round's page counts from; orders are the buyer's orders'
+	// answers, for it, and last when its last answer came.
+	origin time.Time
+	orders []report.Answer
+	last   time.Time
 }
 
 func newBuyer(base, token, customer string, product int64) *buyer {
@@ -89,9 +100,11 @@ func (b *buyer) do(ctx context.Context, method, path string, header http.Header,
 		req.Header.Set("Content-Type", "application/json")
 	}
 	b.requests++
+	sent := time.Now()
 	res, err := b.client.Do(req)
 	if err != nil {
 		b.answers["error"]++
+		b.logOrder(path, sent, report.Down)
 		return answer{}, err
 	}
 	defer res.Body.Close()
@@ -118,7 +131,34 @@ func (b *buyer) do(ctx context.Context, method, path string, header http.Header,
 	if a.code == "" {
 		b.answers[strconv.Itoa(res.StatusCode)]++
 	}
+	b.logOrder(path, sent, orderClass(a))
 	return a, nil
+}
+
+// logOrder records the answer to a request sent at sent, if it was an order, for the round's
+// page; and when the buyer's last answer came.
+func (b *buyer) logOrder(path string, sent time.Time, class report.Class) {
+	now := time.Now()
+	b.last = now
+	if path != "/v1/orders" || b.origin.IsZero() {
+		return
+	}
+	b.orders = append(b.orders, report.Answer{At: now.Sub(b.origin), Latency: now.Sub(sent), Class: class})
+}
+
+// orderClass is the class of an order's answer on the page.
+func orderClass(a answer) report.Class {
+	switch {
+	case a.status == http.StatusCreated:
+		return report.Confirmed
+	case a.code == "sold-out":
+		return report.SoldOut
+	case a.status == http.StatusTooManyRequests:
+		return report.Busy
+	case a.status >= 500:
+		return report.Down
+	}
+	return report.Other
 }
 
 func (b *buyer) productPath() string { return "/v1/products/" + strconv.FormatInt(b.product, 10) }

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stocksvc/stocksvc/loadtest/cluster"
 	"github.com/stocksvc/stocksvc/loadtest/env"
+	"github.com/stocksvc/stocksvc/loadtest/report"
 	"github.com/stocksvc/stocksvc/loadtest/verdict"
 )
 
@@ -162,6 +163,13 @@ type roundResult struct {
 	// late counts each group's tickets placed after the draw: joins that reached Postgres
 	// after the opening.
 	late map[string]int64
+	// For the page (fairpage.go): the round's origin (its product's creation) and opening;
+	// every order's answer; when each group's buyers heard their outcome (won, or heard the
+	// units were gone), from the origin; and the round's sales and line, from Postgres.
+	origin, opens time.Time
+	orders        []report.Answer
+	heard         map[string][]time.Duration
+	tables        roundTables
 }
 
 func (r roundResult) ratio() float64 {
@@ -241,7 +249,11 @@ func RunFair(ctx context.Context, h *env.Harness, o FairOptions) error {
 	if err := os.WriteFile(filepath.Join(h.Out, "opening-fair.md"), []byte(text), 0o644); err != nil {
 		return err
 	}
-	h.Printf("written to %s; logs in %s\n", filepath.Join(h.Out, "opening-fair.md"), dir)
+	page := filepath.Join(h.Out, "opening-fair.html")
+	if err := report.Write(page, fairPage("go run -C loadtest . "+strings.Join(h.Args, " "), rounds)); err != nil {
+		return err
+	}
+	h.Printf("written to %s and %s; logs in %s\n", filepath.Join(h.Out, "opening-fair.md"), page, dir)
 	if fairFailed(rounds) {
 		return env.ErrFailed
 	}
@@ -354,11 +366,15 @@ func runRound(ctx context.Context, h *env.Harness, c *cluster.Cluster, pool *pgx
 	}
 	results := make(chan result, len(polite)+len(scripts)+len(leaving))
 	var wg sync.WaitGroup
+	r.origin, r.opens = created, opens
 	start := func(kind, customer string, f func(*buyer) outcome) {
 		b := newBuyer(c.FrontURL(), tokens[customer], customer, product)
+		b.origin = created
 		wg.Go(func() {
 			defer b.close()
-			results <- result{kind, f(b)}
+			out := f(b)
+			out.ended, out.orders = b.last, b.orders
+			results <- result{kind, out}
 		})
 	}
 	for _, cu := range polite {
@@ -393,9 +409,17 @@ func runRound(ctx context.Context, h *env.Harness, c *cluster.Cluster, pool *pgx
 	if err := r.read(checkCtx, pool, prefix); err != nil {
 		return r, err
 	}
+	if r.tables, err = readTables(checkCtx, pool, product, lined); err != nil {
+		return r, err
+	}
 	soldOutAt := opens.Add(r.soldOut)
 	r.answers = map[string]map[string]int{}
+	r.heard = map[string][]time.Duration{}
 	for res := range results {
+		r.orders = append(r.orders, res.out.orders...)
+		if (res.out.won || !res.out.learnt.IsZero()) && !res.out.ended.IsZero() {
+			r.heard[res.kind] = append(r.heard[res.kind], res.out.ended.Sub(created))
+		}
 		if r.answers[res.kind] == nil {
 			r.answers[res.kind] = map[string]int{}
 		}
