@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -61,6 +62,18 @@ func addrs(servers []*testenv.RedisServer, indexes []int) []string {
 	return a
 }
 
+// listening reports whether something accepts connections on addr: a killed node's port
+// taken since by a server of a test running beside (ports are picked free, and a killed one is
+// free again), which then answered for it. Only a node still dead must be named.
+func listening(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
+
 // TestRedlockObtainNeedsQuorum kills nodes of five before obtaining: with a majority alive the
 // lock is obtained, refreshed and released on every live node; without one, Obtain gives up
 // within its wait budget with a *QuorumError naming the dead nodes, and leaves no grant behind.
@@ -102,7 +115,7 @@ func TestRedlockObtainNeedsQuorum(t *testing.T) {
 				// killed nodes must be named, and nothing that is not a node.
 				got := qe.FailedAddrs()
 				for _, a := range addrs(servers, tt.killed) {
-					if !slices.Contains(got, a) {
+					if !slices.Contains(got, a) && !listening(a) {
 						t.Errorf("QuorumError names %v, want it to name killed node %s", got, a)
 					}
 				}
