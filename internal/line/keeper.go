@@ -212,7 +212,8 @@ func (s *Service) advanceOnce(ctx context.Context, v *lineView) error {
 			// Another replica's advance runs and announces what it does, but it began
 			// before what asked for this one, and cannot write this replica's marks: tried
 			// again once it is likely done.
-			v.retryAt(s, time.Now().Add(busyRetry))
+			now := time.Now()
+			v.setTimerBy(s, now.Add(busyRetry), now)
 		}
 		v.mu.Unlock()
 		if ctx.Err() == nil && !isNoLine(err) && !errors.Is(err, ErrBusy) {
@@ -240,9 +241,10 @@ func (s *Service) advanceOnce(ctx context.Context, v *lineView) error {
 // busyRetry is how soon an advance that found another holding the line is tried again.
 const busyRetry = 10 * time.Millisecond
 
-// retryAt sets v's timer to at, unless it fires sooner. v.mu is held.
-func (v *lineView) retryAt(s *Service, at time.Time) {
-	if v.timer != nil && !v.timerAt.After(at) && v.timerAt.After(time.Now()) {
+// setTimerBy sets v's timer to at, unless it is set to fire sooner (and after now). v.mu is
+// held.
+func (v *lineView) setTimerBy(s *Service, at, now time.Time) {
+	if v.timer != nil && !v.timerAt.After(at) && v.timerAt.After(now) {
 		return
 	}
 	v.setTimer(s, at)
@@ -297,10 +299,9 @@ func (s *Service) schedule(v *lineView, now time.Time) {
 			at = end.Add(expiryMargin)
 		}
 	}
-	if at.IsZero() || v.timer != nil && !v.timerAt.After(at) && v.timerAt.After(now) {
-		return
+	if !at.IsZero() {
+		v.setTimerBy(s, at, now)
 	}
-	v.setTimer(s, at)
 }
 
 // expiryMargin is how long after an admission's end the advance that ends it is asked for.

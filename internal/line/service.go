@@ -181,12 +181,18 @@ func (s *Service) Join(ctx context.Context, product int64, customer string) (Joi
 			return Joined{}, err
 		}
 	}
+	return s.joinAnswer(v, t, drawn, created, p, now), nil
+}
+
+// joinAnswer answers a join with ticket t of v's line (drawn: whether the line was drawn
+// when t was made, or, for a join answered from memory, is now), asking first for the advance
+// the join may need: a late arrival is placed, and a line whose sale is open drawn, by one.
+func (s *Service) joinAnswer(v *lineView, t Ticket, drawn, created bool, p stock.Product, now time.Time) Joined {
 	opened := p.SaleStartsAt == nil || !now.Before(*p.SaleStartsAt)
 	if drawn && t.Place == 0 || !drawn && opened {
-		// A late arrival is placed, and a line whose sale is open drawn, by an advance.
-		s.advance(product)
+		s.advance(v.id)
 	}
-	c := claims{kind: kindTicket, product: product, ticket: t.ID, customer: t.CustomerID}
+	c := claims{kind: kindTicket, product: v.id, ticket: t.ID, customer: t.CustomerID}
 	v.mu.Lock()
 	if t.Changed > 0 || t.Place > 0 {
 		v.learn(t)
@@ -194,7 +200,7 @@ func (s *Service) Join(ctx context.Context, product int64, customer string) (Joi
 	v.touch(now, p)
 	st := v.status(c, now, p, s.keys.sign)
 	v.mu.Unlock()
-	return Joined{Status: st, Token: s.keys.sign(c), Created: created}, nil
+	return Joined{Status: st, Token: s.keys.sign(c), Created: created}
 }
 
 // rejoin answers a join of customer, who joined product's line through this replica before
@@ -223,14 +229,8 @@ func (s *Service) rejoin(product int64, customer string, p stock.Product, now ti
 		return Joined{}, false
 	}
 	drawn := !v.drawnAt.IsZero()
-	c := claims{kind: kindTicket, product: product, ticket: t.ID, customer: t.CustomerID}
-	v.touch(now, p)
-	st := v.status(c, now, p, s.keys.sign)
 	v.mu.Unlock()
-	if opened := p.SaleStartsAt == nil || !now.Before(*p.SaleStartsAt); drawn && t.Place == 0 || !drawn && opened {
-		s.advance(product)
-	}
-	return Joined{Status: st, Token: s.keys.sign(c)}, true
+	return s.joinAnswer(v, t, drawn, false, p, now), true
 }
 
 // Status returns the status of the ticket token of product's line, from this replica's view.

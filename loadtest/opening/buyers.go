@@ -135,6 +135,12 @@ func (b *buyer) do(ctx context.Context, method, path string, header http.Header,
 	return a, nil
 }
 
+// record puts into o what the buyer counted and logged: its requests and answers, its
+// orders' answers and when its last answer came.
+func (b *buyer) record(o *outcome) {
+	o.requests, o.answers, o.orders, o.ended = b.requests, b.answers, b.orders, b.last
+}
+
 // logOrder records the answer to a request sent at sent, if it was an order, for the round's
 // page; and when the buyer's last answer came.
 func (b *buyer) logOrder(path string, sent time.Time, class report.Class) {
@@ -257,7 +263,7 @@ const politeWait = 10 * time.Second
 // on the first status after the draw (waiting or admitted: its admission must pass to the next
 // at once).
 func politeInLine(ctx context.Context, b *buyer, arrive time.Time, leaver bool) (o outcome) {
-	defer func() { o.requests, o.answers = b.requests, b.answers }()
+	defer b.record(&o)
 	if !pause(ctx, time.Until(arrive)) {
 		o.unresolved = true
 		return o
@@ -345,7 +351,7 @@ func politeInLine(ctx context.Context, b *buyer, arrive time.Time, leaver bool) 
 // good: sent again at once when its wait ran out (as a long-poll is), after Retry-After when
 // busy or failed.
 func waitInLine(ctx context.Context, b *buyer, ticket string) (o outcome) {
-	defer func() { o.requests, o.answers = b.requests, b.answers }()
+	defer b.record(&o)
 	key := newKey()
 	for {
 		a, err := b.orderInLine(ctx, ticket, key, politeWait)
@@ -376,7 +382,7 @@ func waitInLine(ctx context.Context, b *buyer, ticket string) (o outcome) {
 // politeNoLine is a person without a line: arrives at arrive, orders, and comes back exactly
 // when Retry-After says, until it wins or hears the units are gone.
 func politeNoLine(ctx context.Context, b *buyer, arrive time.Time) (o outcome) {
-	defer func() { o.requests, o.answers = b.requests, b.answers }()
+	defer b.record(&o)
 	if !pause(ctx, time.Until(arrive)) {
 		o.unresolved = true
 		return o
@@ -406,7 +412,7 @@ func politeNoLine(ctx context.Context, b *buyer, arrive time.Time) (o outcome) {
 // line it joins and cycles through every route — join, a plain poll of its ticket, an order
 // without a pass, an order with the pass when it has one; without a line it sends orders.
 func script(ctx context.Context, b *buyer, start time.Time, lined bool) (o outcome) {
-	defer func() { o.requests, o.answers = b.requests, b.answers }()
+	defer b.record(&o)
 	if !pause(ctx, time.Until(start)) {
 		o.unresolved = true
 		return o

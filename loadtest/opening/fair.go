@@ -372,9 +372,7 @@ func runRound(ctx context.Context, h *env.Harness, c *cluster.Cluster, pool *pgx
 		b.origin = created
 		wg.Go(func() {
 			defer b.close()
-			out := f(b)
-			out.ended, out.orders = b.last, b.orders
-			results <- result{kind, out}
+			results <- result{kind, f(b)}
 		})
 	}
 	for _, cu := range polite {
